@@ -1,0 +1,35 @@
+"""Closed-form reliability and queueing results (numpy/scipy only; no simulator imports).
+
+Rates are per second and times in seconds. Use these as ground truth for the simulator and
+as quick back-of-envelope answers: fan-out success and tail amplification
+(:mod:`.fanout`), M/M/c, M/G/1 and G/G/c waiting times (:mod:`.queueing`).
+"""
+
+from .fanout import fanout_success, prob_any_slow, quorum_success, slowest_of_n_quantile
+from .queueing import (
+    MMc,
+    UnstableSystemError,
+    erlang_c,
+    kingman_wait,
+    mg1_mean_response,
+    mg1_mean_wait,
+    mm1,
+    mmc,
+    service_moments,
+)
+
+__all__ = [
+    "MMc",
+    "UnstableSystemError",
+    "erlang_c",
+    "fanout_success",
+    "kingman_wait",
+    "mg1_mean_response",
+    "mg1_mean_wait",
+    "mm1",
+    "mmc",
+    "prob_any_slow",
+    "quorum_success",
+    "service_moments",
+    "slowest_of_n_quantile",
+]

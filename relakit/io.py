@@ -1,0 +1,51 @@
+"""Writing results so that a crash never leaves a half-written file behind.
+
+Every file is written under a temporary name in its own folder and renamed
+into place; a rename within one file system is atomic, so a reader sees
+either the old file or the whole new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
+    """Call ``write(tmp_path)`` and rename the result to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_parquet(df, path) -> Path:
+    return atomic_write(path, lambda tmp: df.write_parquet(tmp))
+
+
+def write_json(obj, path) -> Path:
+    def dump(tmp):
+        with open(tmp, "w") as fh:
+            json.dump(obj, fh, indent=2, sort_keys=False, default=_jsonable)
+            fh.write("\n")
+
+    return atomic_write(path, dump)
+
+
+def _jsonable(x):
+    if hasattr(x, "item"):
+        return x.item()
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    raise TypeError(f"cannot write {type(x).__name__} as JSON")

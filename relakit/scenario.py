@@ -1,0 +1,418 @@
+"""Scenario files: YAML in, one validated, immutable model object out.
+
+A scenario is read by exactly one function, :func:`load_scenario`, in the
+way Ciw builds a network: every key is checked once, here, with an error that
+names the file, the key and what is allowed, so nothing downstream has to
+wonder whether a value is sane. Defaults live here too, so a two-line YAML is
+a complete scenario.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+TIER_NAMES = ("gold", "silver", "bronze")
+SERVICE_PARAMS = {
+    "exponential": ("mean_ms",),
+    "deterministic": ("mean_ms",),
+    "lognormal": ("mean_ms", "cv"),
+    "pareto": ("mean_ms", "alpha"),
+    "bimodal": ("fast_ms", "slow_ms", "slow_fraction"),
+}
+ARRIVAL_PARAMS = {
+    "poisson": ("rate_rps",),
+    "step": ("rate_rps", "to_rps", "at_s"),
+    "spike": ("rate_rps", "peak_rps", "start_s", "width_s"),
+    "ramp": ("from_rps", "to_rps", "start_s", "end_s"),
+    "diurnal": ("mean_rps", "amplitude", "period_s", "phase_s"),
+    "trace": ("path", "points", "interpolation"),
+}
+ROUTINGS = ("random", "round_robin", "jsq", "p2c")
+
+
+class ScenarioError(ValueError):
+    """A scenario (or a file it names) is not valid; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """The user-request arrival rate over time, as a piecewise-linear table."""
+
+    kind: str
+    times_s: tuple[float, ...]
+    rates_rps: tuple[float, ...]
+
+    @property
+    def constant(self) -> bool:
+        return len(set(self.rates_rps)) == 1
+
+    def rate_at(self, t_s):
+        """Rate at time(s) t; a repeated time in the table is a step (later value wins)."""
+        t = np.atleast_1d(np.asarray(t_s, dtype=float))
+        times = np.asarray(self.times_s)
+        rates = np.asarray(self.rates_rps)
+        i = np.clip(np.searchsorted(times, t, side="right") - 1, 0, len(times) - 1)
+        j = np.minimum(i + 1, len(times) - 1)
+        dt = times[j] - times[i]
+        frac = np.where(dt > 0, (t - times[i]) / np.where(dt > 0, dt, 1.0), 1.0)
+        frac = np.clip(frac, 0.0, 1.0)
+        out = np.where(t < times[0], rates[0], rates[i] + (rates[j] - rates[i]) * frac)
+        return out if np.ndim(t_s) else float(out[0])
+
+    def mean_rate(self, duration_s: float, warmup_s: float = 0.0) -> float:
+        t = np.linspace(warmup_s, duration_s, 20001)
+        return float(np.mean(self.rate_at(t)))
+
+
+@dataclass(frozen=True)
+class Service:
+    kind: str
+    params: dict
+
+    @property
+    def mean_ms(self) -> float:
+        if self.kind == "bimodal":
+            p = self.params["slow_fraction"]
+            return (1 - p) * self.params["fast_ms"] + p * self.params["slow_ms"]
+        return self.params["mean_ms"]
+
+
+@dataclass(frozen=True)
+class Fault:
+    node: int
+    start_s: float
+    end_s: float
+    error_rate: float = 0.0
+    slowdown: float = 1.0
+    crash: bool = False
+
+
+@dataclass(frozen=True)
+class Workload:
+    arrival: Arrival
+    tiers: dict
+    fanout: int = 1
+    deadline_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    nodes: int
+    servers: tuple[int, ...]
+    service: Service
+    queue_limit: int | None = None
+    routing: str = "random"
+    weights: tuple[float, ...] = ()
+
+    @property
+    def capacity_rps(self) -> float:
+        """Requests per second the fleet serves at 100 % utilisation."""
+        return sum(self.servers) / (self.service.mean_ms / 1000.0)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    duration_s: float
+    seed: int
+    workload: Workload
+    fleet: FleetSpec
+    faults: tuple[Fault, ...] = ()
+    warmup_s: float = 0.0
+    metrics_interval_s: float = 1.0
+    source: str = "<dict>"
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def offered_utilisation(self) -> float:
+        """Mean offered load (after warm-up) over fleet capacity, fan-out included."""
+        rate = self.workload.arrival.mean_rate(self.duration_s, self.warmup_s)
+        return rate * self.workload.fanout / self.fleet.capacity_rps
+
+
+class _Reader:
+    """Walks a mapping, remembering where it is, so errors can say so."""
+
+    def __init__(self, data: Any, source: str, path: str = ""):
+        self.source = source
+        self.path = path
+        if not isinstance(data, dict):
+            self.fail(f"expected a mapping, got {type(data).__name__}")
+        self.data = data
+
+    def fail(self, problem: str, key: str | None = None):
+        where = ".".join(p for p in (self.path, key) if p) or "(top level)"
+        raise ScenarioError(f"{self.source}: key '{where}': {problem}")
+
+    def only(self, allowed):
+        extra = sorted(set(self.data) - set(allowed))
+        if extra:
+            self.fail(f"unknown key(s) {extra}; allowed keys here: {sorted(allowed)}")
+
+    def sub(self, key: str, default=None) -> _Reader:
+        value = self.data.get(key, default if default is not None else {})
+        return _Reader(value, self.source, f"{self.path}.{key}" if self.path else key)
+
+    def number(self, key, default=None, *, lo=None, hi=None, lo_open=False, integer=False,
+               nullable=False):
+        value = self.data.get(key, default)
+        if value is None:
+            if nullable:
+                return None
+            self.fail("is required" if key not in self.data else "must not be null", key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(f"expected a number, got {value!r}", key)
+        if integer and (not float(value).is_integer()):
+            self.fail(f"expected a whole number, got {value!r}", key)
+        if not math.isfinite(value):
+            self.fail(f"expected a finite number, got {value!r}", key)
+        if lo is not None and (value < lo or (lo_open and value == lo)):
+            self.fail(f"{value!r} is out of range: must be {'>' if lo_open else '>='} {lo}", key)
+        if hi is not None and value > hi:
+            self.fail(f"{value!r} is out of range: must be <= {hi}", key)
+        return int(value) if integer else float(value)
+
+    def choice(self, key, allowed, default=None):
+        value = self.data.get(key, default)
+        if value not in allowed:
+            self.fail(f"{value!r} is not one of {', '.join(allowed)}", key)
+        return value
+
+
+def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
+    """Read, validate and complete a scenario from a YAML path or a dict.
+
+    Errors are :class:`ScenarioError` naming the file, the dotted key and what
+    is allowed. ``overrides`` (dotted keys → values) are applied before checks.
+    """
+    if isinstance(source, Scenario):
+        return source
+    base_dir = Path.cwd()
+    if isinstance(source, dict):
+        data, name = _deepcopy(source), "<dict>"
+    else:
+        path = Path(source)
+        name = str(path)
+        if not path.is_file():
+            raise ScenarioError(f"{name}: no such scenario file")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ScenarioError(f"{name}: not valid YAML: {exc}") from None
+        base_dir = path.resolve().parent
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, dotted, value)
+    return _build(_Reader(data, name), base_dir)
+
+
+def _build(r: _Reader, base_dir: Path) -> Scenario:
+    r.only({"name", "duration_s", "seed", "warmup_s", "workload", "fleet", "faults", "metrics"})
+    duration = r.number("duration_s", lo=0, lo_open=True)
+    warmup = r.number("warmup_s", 0.0, lo=0)
+    if warmup >= duration:
+        r.fail(f"{warmup} must be shorter than duration_s ({duration})", "warmup_s")
+    fleet = _fleet(r.sub("fleet"))
+    workload = _workload(r.sub("workload"), duration, fleet.nodes, base_dir)
+    faults = _faults(r, fleet.nodes)
+    m = r.sub("metrics")
+    m.only({"interval_s"})
+    name = r.data.get("name", "scenario")
+    if not isinstance(name, str) or not name:
+        r.fail(f"expected a non-empty string, got {name!r}", "name")
+    return Scenario(
+        name=name, duration_s=duration, seed=r.number("seed", 1, lo=0, integer=True),
+        workload=workload, fleet=fleet, faults=faults, warmup_s=warmup,
+        metrics_interval_s=m.number("interval_s", 1.0, lo=0, lo_open=True),
+        source=r.source, raw=r.data,
+    )
+
+
+def _fleet(r: _Reader) -> FleetSpec:
+    r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights"})
+    nodes = r.number("nodes", 1, lo=1, integer=True)
+    servers = r.data.get("servers", 1)
+    if isinstance(servers, list):
+        if len(servers) != nodes:
+            r.fail(f"a list must have one entry per node ({nodes}), got {len(servers)}",
+                   "servers")
+        servers = tuple(_Reader({"s": s}, r.source, f"{r.path}.servers").number(
+            "s", lo=1, integer=True) for s in servers)
+    else:
+        servers = (r.number("servers", 1, lo=1, integer=True),) * nodes
+    weights = r.data.get("weights")
+    if weights is None:
+        weights = (1.0,) * nodes
+    elif not isinstance(weights, list) or len(weights) != nodes:
+        r.fail(f"expected a list of {nodes} non-negative numbers (one per node)", "weights")
+    else:
+        weights = tuple(_Reader({"w": w}, r.source, f"{r.path}.weights").number("w", lo=0)
+                        for w in weights)
+        if sum(weights) <= 0:
+            r.fail("at least one weight must be positive", "weights")
+    return FleetSpec(
+        nodes=nodes, servers=servers, service=_service(r.sub("service")),
+        queue_limit=r.number("queue_limit", None, lo=0, integer=True, nullable=True),
+        routing=r.choice("routing", ROUTINGS, "random"), weights=weights,
+    )
+
+
+def _service(r: _Reader) -> Service:
+    if not r.data:
+        r.fail(f"is required: a mapping with 'kind' (one of {', '.join(SERVICE_PARAMS)})")
+    kind = r.choice("kind", tuple(SERVICE_PARAMS))
+    r.only({"kind", *SERVICE_PARAMS[kind]})
+    p = {}
+    if kind == "bimodal":
+        p["fast_ms"] = r.number("fast_ms", lo=0, lo_open=True)
+        p["slow_ms"] = r.number("slow_ms", lo=0, lo_open=True)
+        p["slow_fraction"] = r.number("slow_fraction", lo=0, hi=1)
+    else:
+        p["mean_ms"] = r.number("mean_ms", lo=0, lo_open=True)
+    if kind == "lognormal":
+        p["cv"] = r.number("cv", lo=0, lo_open=True)
+    if kind == "pareto":
+        p["alpha"] = r.number("alpha", lo=1, lo_open=True)
+    return Service(kind, p)
+
+
+def _workload(r: _Reader, duration: float, nodes: int, base_dir: Path) -> Workload:
+    r.only({"arrival", "tiers", "fanout", "deadline_ms"})
+    tiers_r = r.sub("tiers", {"gold": 0.1, "silver": 0.3, "bronze": 0.6})
+    tiers_r.only(set(TIER_NAMES))
+    tiers = {t: tiers_r.number(t, 0.0, lo=0, hi=1) for t in TIER_NAMES}
+    if abs(sum(tiers.values()) - 1.0) > 1e-6:
+        tiers_r.fail(f"tier fractions must sum to 1, got {sum(tiers.values()):g}")
+    fanout = r.number("fanout", 1, lo=1, integer=True)
+    if fanout > nodes:
+        r.fail(f"{fanout} sub-requests need {fanout} distinct nodes; the fleet has {nodes}",
+               "fanout")
+    return Workload(
+        arrival=_arrival(r.sub("arrival"), duration, base_dir), tiers=tiers, fanout=fanout,
+        deadline_ms=r.number("deadline_ms", None, lo=0, lo_open=True, nullable=True),
+    )
+
+
+def _arrival(r: _Reader, duration: float, base_dir: Path) -> Arrival:
+    kind = r.choice("kind", tuple(ARRIVAL_PARAMS))
+    r.only({"kind", *ARRIVAL_PARAMS[kind]})
+
+    def rate(key, default=None):
+        return r.number(key, default, lo=0)
+
+    if kind == "poisson":
+        pts = [(0.0, rate("rate_rps"))]
+    elif kind == "step":
+        at = r.number("at_s", lo=0)
+        pts = [(0.0, rate("rate_rps")), (at, rate("rate_rps")), (at, rate("to_rps"))]
+    elif kind == "spike":
+        base, peak = rate("rate_rps"), rate("peak_rps")
+        t0, w = r.number("start_s", lo=0), r.number("width_s", lo=0, lo_open=True)
+        pts = [(0.0, base), (t0, base), (t0, peak), (t0 + w, peak), (t0 + w, base)]
+    elif kind == "ramp":
+        t0, t1 = r.number("start_s", lo=0), r.number("end_s", lo=0)
+        if t1 <= t0:
+            r.fail(f"{t1} must be after start_s ({t0})", "end_s")
+        pts = [(0.0, rate("from_rps")), (t0, rate("from_rps")), (t1, rate("to_rps"))]
+    elif kind == "diurnal":
+        mean, amp = rate("mean_rps"), r.number("amplitude", 0.5, lo=0, hi=1)
+        period = r.number("period_s", 86400.0, lo=0, lo_open=True)
+        phase = r.number("phase_s", 0.0)
+        t = np.linspace(0.0, duration, max(2, int(96 * duration / period) + 2))
+        v = mean * (1 + amp * np.sin(2 * np.pi * (t - phase) / period))
+        pts = list(zip(t.tolist(), v.tolist(), strict=True))
+    else:
+        pts = _trace_points(r, base_dir)
+    times = tuple(float(t) for t, _ in pts)
+    rates = tuple(float(v) for _, v in pts)
+    if max(rates) <= 0:
+        r.fail("the arrival rate is zero everywhere: nothing would arrive")
+    return Arrival(kind, times, rates)
+
+
+def _trace_points(r: _Reader, base_dir: Path):
+    """A rate table from `points: [[t, rate], ...]` or a CSV with time_s, rate_rps."""
+    interp = r.choice("interpolation", ("linear", "step"), "linear")
+    if ("path" in r.data) == ("points" in r.data):
+        r.fail("give exactly one of 'path' (a CSV with columns time_s, rate_rps) or 'points'")
+    if "points" in r.data:
+        raw, where = r.data["points"], f"{r.source}: key '{r.path}.points'"
+        if not isinstance(raw, list):
+            r.fail("expected a list of [time_s, rate_rps] pairs", "points")
+    else:
+        path = _resolve(r, r.data["path"], base_dir)
+        where = str(path)
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        if not rows or not {"time_s", "rate_rps"} <= set(rows[0]):
+            raise ScenarioError(f"{where}: expected a CSV header with columns time_s, rate_rps")
+        raw = [(row["time_s"], row["rate_rps"]) for row in rows]
+    pts = []
+    for i, item in enumerate(raw):
+        try:
+            t, v = (float(x) for x in item)
+        except (TypeError, ValueError):
+            raise ScenarioError(f"{where}: row {i + 1}: expected [time_s, rate_rps] numbers, "
+                                f"got {item!r}") from None
+        if v < 0 or not math.isfinite(v) or not math.isfinite(t):
+            raise ScenarioError(f"{where}: row {i + 1}: rate must be finite and >= 0, got {v}")
+        if pts and t <= pts[-1][0]:
+            raise ScenarioError(f"{where}: row {i + 1}: times must increase ({t} after "
+                                f"{pts[-1][0]})")
+        if interp == "step" and pts:
+            pts.append((t, pts[-1][1]))
+        pts.append((t, v))
+    if not pts:
+        raise ScenarioError(f"{where}: the trace has no rows")
+    return pts
+
+
+def _resolve(r: _Reader, value, base_dir: Path) -> Path:
+    if not isinstance(value, str):
+        r.fail(f"expected a file path, got {value!r}", "path")
+    tried = [base_dir / value, Path.cwd() / value]
+    for p in tried:
+        if p.is_file():
+            return p
+    r.fail(f"file not found (looked in {', '.join(str(p) for p in tried)})", "path")
+
+
+def _faults(r: _Reader, nodes: int) -> tuple[Fault, ...]:
+    raw = r.data.get("faults") or []
+    if not isinstance(raw, list):
+        r.fail("expected a list of faults", "faults")
+    out = []
+    for i, item in enumerate(raw):
+        f = _Reader(item, r.source, f"faults[{i}]")
+        f.only({"node", "start_s", "end_s", "error_rate", "slowdown", "crash"})
+        start = f.number("start_s", lo=0)
+        end = f.number("end_s", lo=0)
+        if end <= start:
+            f.fail(f"{end} must be after start_s ({start})", "end_s")
+        crash = f.data.get("crash", False)
+        if not isinstance(crash, bool):
+            f.fail(f"expected true or false, got {crash!r}", "crash")
+        out.append(Fault(
+            node=f.number("node", lo=0, hi=nodes - 1, integer=True), start_s=start, end_s=end,
+            error_rate=f.number("error_rate", 0.0, lo=0, hi=1),
+            slowdown=f.number("slowdown", 1.0, lo=0, lo_open=True), crash=crash,
+        ))
+    return tuple(out)
+
+
+def _deepcopy(d):
+    return yaml.safe_load(yaml.safe_dump(d))
+
+
+def _set_dotted(data: dict, dotted: str, value):
+    keys = dotted.split(".")
+    cur = data
+    for k in keys[:-1]:
+        cur = cur.setdefault(k, {})
+    cur[keys[-1]] = value
