@@ -1,0 +1,35 @@
+"""Shared test helpers: small scenarios built from a few keyword arguments."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".numba_cache"))
+
+
+def make_scenario(*, rate=100.0, duration=100.0, nodes=1, servers=1, service=None, seed=1,
+                  warmup=0.0, fanout=1, deadline_ms=None, routing="random", faults=(),
+                  tiers=None, arrival=None, queue_limit=None, weights=None, interval=1.0):
+    """A scenario dict with the few knobs tests turn; everything else defaulted."""
+    fleet = {"nodes": nodes, "servers": servers, "routing": routing,
+             "service": service or {"kind": "exponential", "mean_ms": 10}}
+    if queue_limit is not None:
+        fleet["queue_limit"] = queue_limit
+    if weights is not None:
+        fleet["weights"] = list(weights)
+    workload = {"arrival": arrival or {"kind": "poisson", "rate_rps": rate}, "fanout": fanout,
+                "deadline_ms": deadline_ms}
+    if tiers is not None:
+        workload["tiers"] = tiers
+    return {"name": "test", "duration_s": duration, "seed": seed, "warmup_s": warmup,
+            "workload": workload, "fleet": fleet, "faults": list(faults),
+            "metrics": {"interval_s": interval}}
+
+
+@pytest.fixture
+def scenario():
+    return make_scenario
