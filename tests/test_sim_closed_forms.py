@@ -13,8 +13,7 @@ import pytest
 from conftest import make_scenario
 
 import relakit
-from relakit.analytic import fanout_success, mg1_mean_response, mmc, prob_any_slow
-from relakit.analytic import service_moments
+from relakit.analytic import fanout_success, mg1_mean_response, mmc, prob_any_slow, service_moments
 from relakit.sim.reference import mmc_reference
 from relakit.sim.rng import XoshiroPy
 

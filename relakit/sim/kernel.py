@@ -86,7 +86,8 @@ N_UF = 2
 
 # per-node metric columns in out.metrics[sample, node, :]
 N_COUNTERS = len(TIERS) * len(OUTCOMES)  # requests_total{tier, outcome}
-M_BUSY, M_QLEN, M_IN_FLIGHT, M_BUSY_SECONDS = N_COUNTERS, N_COUNTERS + 1, N_COUNTERS + 2, N_COUNTERS + 3
+M_BUSY, M_QLEN, M_IN_FLIGHT, M_BUSY_SECONDS = (
+    N_COUNTERS, N_COUNTERS + 1, N_COUNTERS + 2, N_COUNTERS + 3)
 N_METRICS = N_COUNTERS + 4
 
 # latency histogram: log-spaced bins over [1e-3 ms, 1e7 ms]
