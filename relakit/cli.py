@@ -17,6 +17,12 @@ def _simulate(args) -> int:
     from relakit.experiment import simulate
 
     sc = load_scenario(args.scenario)
+    if args.figure:  # check before anything runs, so a bad --figure writes no tables
+        if args.no_requests:
+            raise ScenarioError("--figure needs per-request records; drop --no-requests")
+        if Path(args.figure).suffix.lower() not in (".png", ".svg", ".pdf"):
+            raise ScenarioError(f"{args.figure}: unsupported figure type "
+                                f"{Path(args.figure).suffix!r}; use .png, .svg or .pdf")
     result = simulate(sc, seed=args.seed, record_requests=not args.no_requests)
     out = Path(args.out or Path("out") / sc.name)
     written = result.write(out)

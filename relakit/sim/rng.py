@@ -70,7 +70,8 @@ def next_u64(s):
 @njit(cache=True, error_model="numpy", inline="always")
 def uniform(s):
     """A double in [0, 1) with 53 random bits."""
-    return float(next_u64(s) >> np.uint64(11)) * _TWO53
+    # via int64: the value fits in 53 bits, and int64 → double is one instruction
+    return float(np.int64(next_u64(s) >> np.uint64(11))) * _TWO53
 
 
 @njit(cache=True, error_model="numpy", inline="always")
