@@ -16,7 +16,6 @@ A benchmark, not a test: nothing here asserts a speed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import subprocess

@@ -75,9 +75,10 @@ def test_jsq_and_two_choices_beat_random_routing_near_saturation():
         sc = make_scenario(rate=8 * 90, duration=200, nodes=8, servers=1, routing=routing,
                            warmup=10)
         means[routing] = relakit.simulate(sc, record_requests=False).summary["mean_ms"][-1]
-    # random over 8 M/M/1 at 0.9 gives 100 ms; two choices and JSQ cut it several-fold
+    # random over 8 M/M/1 at 0.9 gives 100 ms; two choices cut it to about 26 ms in the
+    # mean-field limit (sum of 0.9^(2^i - 2) service times), a little more at 8 nodes
     assert means["random"] == pytest.approx(100, rel=0.15)
-    assert means["p2c"] < means["random"] / 3
+    assert 26 < means["p2c"] < means["random"] / 2.5
     assert means["jsq"] < means["p2c"]
 
 

@@ -2,7 +2,7 @@
 
 It exists to check the numba kernel and to put its speed in context. Given a
 :class:`~relakit.sim.rng.XoshiroPy` it draws the same random numbers in the
-same order as the kernel (tier, node, service at start, next arrival), so for
+same order as the kernel (tier, node, next arrival, service at start), so for
 Poisson arrivals, exponential service, random routing over equal nodes and
 no faults the two must agree request for request. Given ``random.Random`` it
 is the fair pure-Python baseline for the benchmark.
@@ -52,13 +52,13 @@ def mmc_reference(rate_rps: float, mean_ms: float, servers: int, duration_s: flo
         x = rand()
         _tier = 0 if x < cum0 else (1 if x < cum1 else 2)
         node = 0 if nodes == 1 else min(int(rand() * nodes), nodes - 1)
+        t_arr = t - gap * log(1.0 - rand())
         if busy[node] < servers:
             busy[node] += 1
             seq += 1
             heapq.heappush(heap, (t - mean_s * log(1.0 - rand()), seq, node, t))
         else:
             queues[node].append(t)
-        t_arr = t - gap * log(1.0 - rand())
     if record:
         return done_arrival, done_latency
     return completed
