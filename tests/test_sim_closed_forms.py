@@ -39,12 +39,12 @@ MMC_CASES = [(1, 0.5, 3e6, (1,)), (1, 0.8, 4e6, (1,)), (1, 0.95, 12e6, (1, 2, 3)
 
 
 @pytest.mark.parametrize("servers,rho,n,seeds", MMC_CASES)
-def test_mmc_mean_and_p99_response_match_erlang_c(servers, rho, n, seeds):
+def test_mmc_mean_and_tail_response_match_erlang_c(servers, rho, n, seeds):
     mu = 1000.0  # 1 ms mean service
     lam = rho * servers * mu
     duration = n / lam
     exact = mmc(lam, mu, servers)
-    means, p99s = [], []
+    means, p99s, p999s = [], [], []
     for seed in seeds:
         sc = make_scenario(rate=lam, duration=duration, servers=servers, seed=seed,
                            service={"kind": "exponential", "mean_ms": 1.0},
@@ -52,7 +52,10 @@ def test_mmc_mean_and_p99_response_match_erlang_c(servers, rho, n, seeds):
         s = _all(relakit.simulate(sc, record_requests=False))
         means.append(s["mean_ms"])
         p99s.append(s["p99_ms"])
+        p999s.append(s["p999_ms"])
     tol_mean, tol_p99 = (0.03, 0.05) if rho > 0.9 else (0.02, 0.03)
+    if rho < 0.9:
+        assert np.mean(p999s) == pytest.approx(exact.response_quantile(0.999) * 1e3, rel=0.05)
     assert np.mean(means) == pytest.approx(exact.mean_response * 1e3, rel=tol_mean)
     assert np.mean(p99s) == pytest.approx(exact.response_quantile(0.99) * 1e3, rel=tol_p99)
 

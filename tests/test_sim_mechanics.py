@@ -8,7 +8,7 @@ import math
 import numpy as np
 import polars as pl
 import pytest
-from conftest import make_scenario
+from conftest import ROOT, make_scenario
 
 import relakit
 from relakit import Fleet, load_scenario
@@ -208,3 +208,12 @@ def test_time_varying_arrivals_follow_their_rate(arrival):
                                                                            + 1])
                          for i in range(20)])
     assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected) + 5)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "params" / "scenarios").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_every_shipped_scenario_loads_and_runs(path):
+    sc = load_scenario(path, overrides={"duration_s": 30.0, "warmup_s": 0.0})
+    r = relakit.simulate(sc)
+    assert r.requests.height > 0
+    assert r.summary["requests"][-1] > 0

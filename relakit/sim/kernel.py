@@ -111,6 +111,7 @@ GEN_MASK = (1 << 31) - 1
 # ---- heap -------------------------------------------------------------------
 @njit(cache=True, error_model="numpy")
 def heap_push(ht, hk, isv, t, key):
+    """Push for the rarer events (deadlines, rejections, crashes); the loop has its own."""
     i = isv[IS_HEAP_N]
     isv[IS_HEAP_N] = i + 1
     while i > 0:
@@ -122,31 +123,6 @@ def heap_push(ht, hk, isv, t, key):
         i = parent
     ht[i] = t
     hk[i] = key
-
-
-@njit(cache=True, error_model="numpy")
-def heap_pop(ht, hk, isv):
-    """Remove the top entry (the caller has read it)."""
-    n = isv[IS_HEAP_N] - 1
-    isv[IS_HEAP_N] = n
-    if n == 0:
-        return
-    t = ht[n]
-    k = hk[n]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and ht[c + 1] < ht[c]:
-            c += 1
-        if ht[c] >= t:
-            break
-        ht[i] = ht[c]
-        hk[i] = hk[c]
-        i = c
-    ht[i] = t
-    hk[i] = k
 
 
 @njit(cache=True, error_model="numpy")
