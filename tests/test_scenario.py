@@ -52,7 +52,7 @@ def with_changes(**changes) -> dict:
 def test_demo_scenario_loads():
     sc = load_scenario(DEMO)
     assert sc.name == "mmc-demo"
-    assert sc.duration_s == 600.0
+    assert sc.duration_s == 1800.0
     assert sc.warmup_s == 10.0
     assert sc.fleet.nodes == 1
     assert sc.fleet.servers == (8,)
