@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +128,6 @@ class Scenario:
     warmup_s: float = 0.0
     metrics_interval_s: float = 1.0
     source: str = "<dict>"
-    raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def offered_utilisation(self) -> float:
@@ -230,7 +229,7 @@ def _build(r: _Reader, base_dir: Path) -> Scenario:
         name=name, duration_s=duration, seed=r.number("seed", 1, lo=0, integer=True),
         workload=workload, fleet=fleet, faults=faults, warmup_s=warmup,
         metrics_interval_s=m.number("interval_s", 1.0, lo=0, lo_open=True),
-        source=r.source, raw=r.data,
+        source=r.source,
     )
 
 

@@ -83,8 +83,8 @@ N_JF = 2
 # st.usr_i / usr_f columns
 UI_TIER, UI_REMAINING, UI_WORST, UI_CRIT, UI_FANOUT, UI_GEN, UI_FINAL = 0, 1, 2, 3, 4, 5, 6
 N_UI = 7
-UF_T_ARRIVAL, UF_T_LAST = 0, 1
-N_UF = 2
+UF_T_ARRIVAL = 0
+N_UF = 1
 
 # per-node metric columns in out.metrics[sample, node, :]
 N_COUNTERS = len(TIERS) * len(OUTCOMES)  # requests_total{tier, outcome}
@@ -583,7 +583,6 @@ def advance(cfg, st, out, t_end):
             usr_i[u, UI_FANOUT] = fanout
             usr_i[u, UI_REMAINING] = max(k, 1)
             usr_f[u, UF_T_ARRIVAL] = t
-            usr_f[u, UF_T_LAST] = t
             if deadline < np.inf:
                 heap_push(heap_t, heap_k, isv, t + deadline,
                           event_key(u, EV_DEADLINE, usr_i[u, UI_GEN]))
