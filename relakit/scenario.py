@@ -35,6 +35,11 @@ ARRIVAL_PARAMS = {
     "trace": ("path", "points", "interpolation"),
 }
 ROUTINGS = ("random", "round_robin", "jsq", "p2c")
+CANCEL_POLICIES = ("queued", "started", "never")
+BREAKER_STATES = ("closed", "half_open", "open")
+RETRYABLE = ("error", "timeout", "dropped")
+# Prometheus client libraries' default histogram buckets, in seconds
+PROMETHEUS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class ScenarioError(ValueError):
@@ -92,6 +97,69 @@ class Fault:
     error_rate: float = 0.0
     slowdown: float = 1.0
     crash: bool = False
+    wrong_rate: float = 0.0  # silent failure: answers wrong, reports success
+
+
+@dataclass(frozen=True)
+class Controls:
+    """The control state at t = 0; a control plane changes it later."""
+
+    hedge_enabled: bool = False
+    shed_tiers: tuple[str, ...] = ()
+    degraded_mode: bool = False
+    breaker: str = "closed"
+    isolation: str = "finish"  # work queued on a node made unroutable: finish | failover
+    throttle_excess: str = "reject"  # over a node's intake limit: reject | elsewhere
+
+    @property
+    def shed_bronze(self) -> bool:
+        return "bronze" in self.shed_tiers
+
+
+@dataclass(frozen=True)
+class Hedge:
+    delay_ms: float = 20.0
+    delay_quantile: float | None = None  # adaptive: this quantile of observed latency
+    cancel: str = "queued"
+    max_hedges: int = 1
+
+
+@dataclass(frozen=True)
+class Retries:
+    max_attempts: int = 1
+    backoff_ms: float = 10.0
+    backoff_max_ms: float = 1000.0
+    jitter: bool = True  # full jitter: uniform in [0, backoff]
+    budget_ratio: float | None = None  # retries / first attempts over the window; None: none
+    budget_window_s: float = 10.0
+    retry_on: tuple[str, ...] = ("error", "timeout")
+
+
+@dataclass(frozen=True)
+class Degraded:
+    service_factor: float = 0.5
+    fanout: int | None = None  # partial fan-out while degraded
+
+
+@dataclass(frozen=True)
+class Breaker:
+    reject_tiers: tuple[str, ...] = ("silver", "bronze")
+    half_open_admit: float = 0.1
+
+
+@dataclass(frozen=True)
+class Mitigations:
+    hedge: Hedge = Hedge()
+    retries: Retries = Retries()
+    degraded: Degraded = Degraded()
+    breaker: Breaker = Breaker()
+
+
+@dataclass(frozen=True)
+class Metrics:
+    interval_s: float = 1.0
+    phase_s: tuple[float, ...] = ()  # per node; empty: all at 0
+    latency_buckets_s: tuple[float, ...] = PROMETHEUS_BUCKETS_S
 
 
 @dataclass(frozen=True)
@@ -110,6 +178,8 @@ class FleetSpec:
     queue_limit: int | None = None
     routing: str = "random"
     weights: tuple[float, ...] = ()
+    # error probability against load (in flight per server): ((load, p), ...), linear between
+    load_errors: tuple[tuple[float, float], ...] = ()
 
     @property
     def capacity_rps(self) -> float:
@@ -126,8 +196,14 @@ class Scenario:
     fleet: FleetSpec
     faults: tuple[Fault, ...] = ()
     warmup_s: float = 0.0
-    metrics_interval_s: float = 1.0
+    controls: Controls = Controls()
+    mitigations: Mitigations = Mitigations()
+    metrics: Metrics = Metrics()
     source: str = "<dict>"
+
+    @property
+    def metrics_interval_s(self) -> float:
+        return self.metrics.interval_s
 
     @property
     def offered_utilisation(self) -> float:
@@ -212,7 +288,8 @@ def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
 
 
 def _build(r: _Reader, base_dir: Path) -> Scenario:
-    r.only({"name", "duration_s", "seed", "warmup_s", "workload", "fleet", "faults", "metrics"})
+    r.only({"name", "duration_s", "seed", "warmup_s", "workload", "fleet", "faults", "metrics",
+            "controls", "mitigations"})
     duration = r.number("duration_s", lo=0, lo_open=True)
     warmup = r.number("warmup_s", 0.0, lo=0)
     if warmup >= duration:
@@ -220,21 +297,116 @@ def _build(r: _Reader, base_dir: Path) -> Scenario:
     fleet = _fleet(r.sub("fleet"))
     workload = _workload(r.sub("workload"), duration, fleet.nodes, base_dir)
     faults = _faults(r, fleet.nodes)
-    m = r.sub("metrics")
-    m.only({"interval_s"})
     name = r.data.get("name", "scenario")
     if not isinstance(name, str) or not name:
         r.fail(f"expected a non-empty string, got {name!r}", "name")
     return Scenario(
         name=name, duration_s=duration, seed=r.number("seed", 1, lo=0, integer=True),
         workload=workload, fleet=fleet, faults=faults, warmup_s=warmup,
-        metrics_interval_s=m.number("interval_s", 1.0, lo=0, lo_open=True),
+        controls=_controls(r.sub("controls")), mitigations=_mitigations(r.sub("mitigations"),
+                                                                         fleet.nodes),
+        metrics=_metrics(r.sub("metrics"), fleet.nodes, r.number("seed", 1, lo=0, integer=True)),
         source=r.source,
     )
 
 
+def _flag(r: _Reader, key, default=False) -> bool:
+    value = r.data.get(key, default)
+    if not isinstance(value, bool):
+        r.fail(f"expected true or false, got {value!r}", key)
+    return value
+
+
+def _tiers(r: _Reader, key, default=()) -> tuple[str, ...]:
+    value = r.data.get(key, list(default))
+    if not isinstance(value, list) or any(v not in TIER_NAMES for v in value):
+        r.fail(f"expected a list of tiers from {', '.join(TIER_NAMES)}, got {value!r}", key)
+    return tuple(t for t in TIER_NAMES if t in value)
+
+
+def _controls(r: _Reader) -> Controls:
+    r.only({"hedge_enabled", "shed_bronze", "shed_tiers", "degraded_mode", "breaker",
+            "isolation", "throttle_excess"})
+    shed = set(_tiers(r, "shed_tiers"))
+    if _flag(r, "shed_bronze"):
+        shed.add("bronze")
+    if "gold" in shed:
+        r.fail("gold bypasses shedding and cannot be shed; allowed: silver, bronze", "shed_tiers")
+    return Controls(
+        hedge_enabled=_flag(r, "hedge_enabled"),
+        shed_tiers=tuple(t for t in TIER_NAMES if t in shed),
+        degraded_mode=_flag(r, "degraded_mode"),
+        breaker=r.choice("breaker", BREAKER_STATES, "closed"),
+        isolation=r.choice("isolation", ("finish", "failover"), "finish"),
+        throttle_excess=r.choice("throttle_excess", ("reject", "elsewhere"), "reject"),
+    )
+
+
+def _mitigations(r: _Reader, nodes: int) -> Mitigations:
+    r.only({"hedge", "retries", "degraded", "breaker"})
+    h = r.sub("hedge")
+    h.only({"delay_ms", "delay_quantile", "cancel", "max_hedges"})
+    hedge = Hedge(
+        delay_ms=h.number("delay_ms", 20.0, lo=0),
+        delay_quantile=h.number("delay_quantile", None, lo=0, hi=1, lo_open=True,
+                                nullable=True),
+        cancel=h.choice("cancel", CANCEL_POLICIES, "queued"),
+        max_hedges=h.number("max_hedges", 1, lo=1, hi=3, integer=True),
+    )
+    t = r.sub("retries")
+    t.only({"max_attempts", "backoff_ms", "backoff_max_ms", "jitter", "budget_ratio",
+            "budget_window_s", "retry_on"})
+    retry_on = t.data.get("retry_on", ["error", "timeout"])
+    if not isinstance(retry_on, list) or any(v not in RETRYABLE for v in retry_on):
+        t.fail(f"expected a list from {', '.join(RETRYABLE)}, got {retry_on!r}", "retry_on")
+    retries = Retries(
+        max_attempts=t.number("max_attempts", 1, lo=1, hi=100, integer=True),
+        backoff_ms=t.number("backoff_ms", 10.0, lo=0),
+        backoff_max_ms=t.number("backoff_max_ms", 1000.0, lo=0),
+        jitter=_flag(t, "jitter", True),
+        budget_ratio=t.number("budget_ratio", None, lo=0, nullable=True),
+        budget_window_s=t.number("budget_window_s", 10.0, lo=0, lo_open=True),
+        retry_on=tuple(v for v in RETRYABLE if v in retry_on),
+    )
+    d = r.sub("degraded")
+    d.only({"service_factor", "fanout"})
+    degraded = Degraded(
+        service_factor=d.number("service_factor", 0.5, lo=0, hi=1, lo_open=True),
+        fanout=d.number("fanout", None, lo=1, hi=nodes, integer=True, nullable=True),
+    )
+    b = r.sub("breaker")
+    b.only({"reject_tiers", "half_open_admit"})
+    breaker = Breaker(reject_tiers=_tiers(b, "reject_tiers", ("silver", "bronze")),
+                      half_open_admit=b.number("half_open_admit", 0.1, lo=0, hi=1))
+    return Mitigations(hedge=hedge, retries=retries, degraded=degraded, breaker=breaker)
+
+
+def _metrics(r: _Reader, nodes: int, seed: int) -> Metrics:
+    r.only({"interval_s", "phase_s", "latency_buckets_s"})
+    interval = r.number("interval_s", 1.0, lo=0, lo_open=True)
+    phase = r.data.get("phase_s", 0.0)
+    if phase == "random":  # each target scraped at its own offset, reproducibly
+        phases = tuple(np.random.default_rng(seed).uniform(0, interval, nodes).tolist())
+    elif isinstance(phase, list):
+        if len(phase) != nodes:
+            r.fail(f"a list must have one entry per node ({nodes}), got {len(phase)}", "phase_s")
+        phases = tuple(_Reader({"p": p}, r.source, f"{r.path}.phase_s").number(
+            "p", lo=0, hi=interval) for p in phase)
+    else:
+        phases = (r.number("phase_s", 0.0, lo=0, hi=interval),) * nodes
+    buckets = r.data.get("latency_buckets_s", list(PROMETHEUS_BUCKETS_S))
+    if (not isinstance(buckets, list) or not buckets
+            or any(isinstance(b, bool) or not isinstance(b, int | float) or b <= 0
+                   for b in buckets)
+            or any(b2 <= b1 for b1, b2 in zip(buckets, buckets[1:], strict=False))):
+        r.fail("expected an increasing list of positive bucket bounds in seconds "
+               "(+Inf is implied)", "latency_buckets_s")
+    return Metrics(interval_s=interval, phase_s=phases,
+                   latency_buckets_s=tuple(float(b) for b in buckets))
+
+
 def _fleet(r: _Reader) -> FleetSpec:
-    r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights"})
+    r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights", "load_errors"})
     nodes = r.number("nodes", 1, lo=1, integer=True)
     servers = r.data.get("servers", 1)
     if isinstance(servers, list):
@@ -259,7 +431,28 @@ def _fleet(r: _Reader) -> FleetSpec:
         nodes=nodes, servers=servers, service=_service(r.sub("service")),
         queue_limit=r.number("queue_limit", None, lo=0, integer=True, nullable=True),
         routing=r.choice("routing", ROUTINGS, "random"), weights=weights,
+        load_errors=_load_errors(r),
     )
+
+
+def _load_errors(r: _Reader) -> tuple[tuple[float, float], ...]:
+    """`load_errors: {points: [[load, p], ...]}`, load = requests in flight per server."""
+    if r.data.get("load_errors") is None:
+        return ()
+    le = r.sub("load_errors")
+    le.only({"points"})
+    pts = le.data.get("points")
+    if not isinstance(pts, list) or not pts:
+        le.fail("expected a non-empty list of [load, error_probability] pairs", "points")
+    out = []
+    for i, item in enumerate(pts):
+        ok = isinstance(item, list) and len(item) == 2 and all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in item)
+        if not ok or item[0] < 0 or not 0 <= item[1] <= 1 or (out and item[0] <= out[-1][0]):
+            le.fail(f"point {i}: expected [load >= 0, 0 <= p <= 1] with increasing load, "
+                    f"got {item!r}", "points")
+        out.append((float(item[0]), float(item[1])))
+    return tuple(out)
 
 
 def _service(r: _Reader) -> Service:
@@ -389,7 +582,7 @@ def _faults(r: _Reader, nodes: int) -> tuple[Fault, ...]:
     out = []
     for i, item in enumerate(raw):
         f = _Reader(item, r.source, f"faults[{i}]")
-        f.only({"node", "start_s", "end_s", "error_rate", "slowdown", "crash"})
+        f.only({"node", "start_s", "end_s", "error_rate", "slowdown", "crash", "wrong_rate"})
         start = f.number("start_s", lo=0)
         end = f.number("end_s", lo=0)
         if end <= start:
@@ -401,6 +594,7 @@ def _faults(r: _Reader, nodes: int) -> tuple[Fault, ...]:
             node=f.number("node", lo=0, hi=nodes - 1, integer=True), start_s=start, end_s=end,
             error_rate=f.number("error_rate", 0.0, lo=0, hi=1),
             slowdown=f.number("slowdown", 1.0, lo=0, lo_open=True), crash=crash,
+            wrong_rate=f.number("wrong_rate", 0.0, lo=0, hi=1),
         ))
     return tuple(out)
 

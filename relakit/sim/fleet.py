@@ -5,7 +5,8 @@ It turns a validated :class:`~relakit.scenario.Scenario` into flat arrays once
 (so the kernel compiles once, whatever the scenario), grows pools and buffers
 when the kernel asks, and exposes the seam a control plane needs: advance to
 a time, change per-node controls or global flags, advance again. A change
-takes effect in the kernel at exactly the time it is made.
+takes effect in the kernel at exactly the time it is made; delays are the
+control plane's business.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import math
 
 import numpy as np
 
-from relakit.scenario import TIER_NAMES, Scenario
+from relakit.scenario import BREAKER_STATES, TIER_NAMES, Scenario
 from relakit.sim import kernel as K
 from relakit.sim.rng import new_state
+
+_UNSET = object()
 
 
 def _service_params(service) -> tuple[int, float, float, float]:
@@ -34,43 +37,72 @@ def _service_params(service) -> tuple[int, float, float, float]:
     return kind, p["fast_ms"] / 1000.0, p["slow_ms"] / 1000.0, p["slow_fraction"]
 
 
+def _tier_mask(tiers) -> int:
+    return sum(1 << TIER_NAMES.index(t) for t in tiers)
+
+
 def build_config(sc: Scenario, record_requests: bool) -> K.Config:
-    wl, fl = sc.workload, sc.fleet
+    wl, fl, mit = sc.workload, sc.fleet, sc.mitigations
     cfg_f = np.zeros(K.N_CF)
     cfg_i = np.zeros(K.N_CI, np.int64)
     rate_t = np.asarray(wl.arrival.times_s, dtype=np.float64)
     rate_v = np.asarray(wl.arrival.rates_rps, dtype=np.float64)
     cfg_f[K.CF_RATE_MAX] = rate_v.max()
-    cfg_f[K.CF_SAMPLE_DT] = sc.metrics_interval_s
+    cfg_f[K.CF_SAMPLE_DT] = sc.metrics.interval_s
     cfg_f[K.CF_DEADLINE] = np.inf if wl.deadline_ms is None else wl.deadline_ms / 1000.0
     cfg_f[K.CF_WARMUP] = sc.warmup_s
     kind, a, b, c = _service_params(fl.service)
     cfg_i[K.CI_SVC_KIND] = kind
     cfg_f[K.CF_SVC_A], cfg_f[K.CF_SVC_B], cfg_f[K.CF_SVC_C] = a, b, c
+    cfg_f[K.CF_HEDGE_DELAY] = mit.hedge.delay_ms / 1000.0
+    cfg_f[K.CF_HEDGE_Q] = mit.hedge.delay_quantile or 0.0
+    cfg_f[K.CF_BACKOFF] = mit.retries.backoff_ms / 1000.0
+    cfg_f[K.CF_BACKOFF_MAX] = mit.retries.backoff_max_ms / 1000.0
+    ratio = mit.retries.budget_ratio
+    cfg_f[K.CF_BUDGET_RATIO] = np.inf if ratio is None else ratio
+    cfg_f[K.CF_BUDGET_WINDOW] = mit.retries.budget_window_s
+    cfg_f[K.CF_DEGRADED_FACTOR] = mit.degraded.service_factor
+    cfg_f[K.CF_HALF_OPEN_ADMIT] = mit.breaker.half_open_admit
     cfg_i[K.CI_ROUTING] = K.ROUTINGS.index(fl.routing)
     cfg_i[K.CI_FANOUT] = wl.fanout
     cfg_i[K.CI_RECORD] = int(record_requests)
     cfg_i[K.CI_CONST_RATE] = int(wl.arrival.constant)
     cfg_i[K.CI_QUEUE_LIMIT] = -1 if fl.queue_limit is None else fl.queue_limit
+    cfg_i[K.CI_CANCEL] = K.CANCELS.index(mit.hedge.cancel)
+    cfg_i[K.CI_MAX_HEDGES] = mit.hedge.max_hedges
+    cfg_i[K.CI_MAX_ATTEMPTS] = mit.retries.max_attempts
+    cfg_i[K.CI_JITTER] = int(mit.retries.jitter)
+    cfg_i[K.CI_RETRY_MASK] = sum(1 << K.OUTCOMES.index(o) for o in mit.retries.retry_on)
+    cfg_i[K.CI_DEGRADED_FANOUT] = mit.degraded.fanout or 0
+    cfg_i[K.CI_BREAKER_MASK] = _tier_mask(mit.breaker.reject_tiers)
+    cfg_i[K.CI_FAILOVER] = int(sc.controls.isolation == "failover")
+    cfg_i[K.CI_ELSEWHERE] = int(sc.controls.throttle_excess == "elsewhere")
     tier_cum = np.cumsum([wl.tiers[t] for t in TIER_NAMES])
     tier_cum[-1] = 1.0
     faults = sc.faults
-    fault_f = np.array([[f.start_s, f.end_s, f.error_rate, f.slowdown] for f in faults],
-                       dtype=np.float64).reshape(len(faults), 4)
+    fault_f = np.array([[f.start_s, f.end_s, f.error_rate, f.slowdown, f.wrong_rate]
+                        for f in faults], dtype=np.float64).reshape(len(faults), 5)
     fault_i = np.array([[f.node, int(f.crash)] for f in faults], dtype=np.int64).reshape(
         len(faults), 2)
     sched_t = np.unique(fault_f[:, :2]) if faults else np.zeros(0)
+    load = np.asarray(fl.load_errors, dtype=np.float64).reshape(-1, 2)
+    phase = np.asarray(sc.metrics.phase_s or (0.0,) * fl.nodes, dtype=np.float64)
     return K.Config(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t.astype(np.float64),
-                    fault_f, fault_i)
-
-
-_UNSET = object()
+                    fault_f, fault_i, np.ascontiguousarray(load[:, 0]),
+                    np.ascontiguousarray(load[:, 1]),
+                    np.asarray(sc.metrics.latency_buckets_s, dtype=np.float64), phase)
 
 
 def _grow_rows(a: np.ndarray, rows: int, fill=0) -> np.ndarray:
     b = np.full((rows,) + a.shape[1:], fill, dtype=a.dtype)
     b[: a.shape[0]] = a
     return b
+
+
+def _grown_pool(ids_free: np.ndarray, n_free: int, old: int, new: int) -> np.ndarray:
+    """A free-list stack for a pool grown from old to new slots (new slots on top)."""
+    free = np.concatenate([ids_free[:n_free], np.arange(new - 1, old - 1, -1)])
+    return _grow_rows(free.astype(np.int64), new)
 
 
 class Fleet:
@@ -82,8 +114,10 @@ class Fleet:
         self.cfg = build_config(scenario, record_requests)
         n = scenario.fleet.nodes
         fanout = scenario.workload.fanout
-        jobs = max(64, 4 * sum(scenario.fleet.servers) + 4 * fanout)
+        jobs = max(64, 4 * sum(scenario.fleet.servers) + 8 * fanout)
         users = max(64, jobs)
+        heap = 2 * jobs + users
+        n_buckets = len(scenario.metrics.latency_buckets_s) + 1
         node_i = np.zeros((n, K.N_NI), np.int64)
         node_i[:, K.NI_SERVERS] = scenario.fleet.servers
         node_i[:, K.NI_QHEAD] = -1
@@ -94,29 +128,47 @@ class Fleet:
         node_f = np.zeros((n, K.N_NF))
         node_f[:, K.NF_WEIGHT] = scenario.fleet.weights
         node_f[:, K.NF_SLOWDOWN] = 1.0
+        node_f[:, K.NF_TOKEN_RATE] = np.inf
+        job_i = np.zeros((jobs, K.N_JI), np.int64)
+        job_i[:, K.JI_SIB] = -1
         self.st = K.State(
             fs=np.zeros(K.N_FS), is_=np.zeros(K.N_IS, np.int64), rng=new_state(self.seed),
-            node_i=node_i, node_f=node_f,
+            node_i=node_i, node_f=node_f, node_c=np.zeros((n, K.N_NC), np.int64),
             cnt=np.zeros((n, len(K.TIERS), len(K.OUTCOMES)), np.int64),
-            job_i=np.zeros((jobs, K.N_JI), np.int64), job_f=np.zeros((jobs, K.N_JF)),
+            lat_b=np.zeros((n, n_buckets), np.int64),
+            fleet_c=np.zeros(K.N_FLEET_COUNTERS, np.int64),
+            budget=np.zeros((2, K.BUDGET_BUCKETS), np.int64),
+            job_i=job_i, job_f=np.zeros((jobs, K.N_JF)),
             job_free=np.arange(jobs - 1, -1, -1, dtype=np.int64),
             usr_i=np.zeros((users, K.N_UI), np.int64), usr_f=np.zeros((users, K.N_UF)),
             usr_free=np.arange(users - 1, -1, -1, dtype=np.int64),
-            heap_t=np.zeros(jobs + users), heap_k=np.zeros(jobs + users, np.int64),
-            scratch=np.zeros(n, np.int64),
+            call_i=np.zeros((jobs, K.N_CL), np.int64),
+            call_free=np.arange(jobs - 1, -1, -1, dtype=np.int64),
+            heap_t=np.zeros(heap), heap_k=np.zeros(heap, np.int64),
+            scratch=np.zeros(n + 3 * fanout + 8, np.int64),
+            send=np.zeros((fanout + 2, 4), np.int64),
         )
-        self.st.is_[K.IS_JOB_FREE_N] = jobs
-        self.st.is_[K.IS_USR_FREE_N] = users
-        samples = int(scenario.duration_s / scenario.metrics_interval_s) + 2
+        isv = self.st.is_
+        isv[K.IS_JOB_FREE_N] = jobs
+        isv[K.IS_USR_FREE_N] = users
+        isv[K.IS_CALL_FREE_N] = jobs
+        self.st.fs[K.FS_HEDGE_DELAY] = self.cfg.cfg_f[K.CF_HEDGE_DELAY]
+        samples = int(scenario.duration_s / scenario.metrics.interval_s) + 2
         expected = scenario.workload.arrival.mean_rate(scenario.duration_s) * scenario.duration_s
         records = int(expected * 1.05) + 1024 if record_requests else 0
         self.out = K.Output(
-            metrics=np.zeros((samples, n, K.N_METRICS)), sample_t=np.zeros(samples),
-            rec_f=np.zeros((records, 2)), rec_i=np.zeros((records, 4), np.int32),
+            metrics=np.zeros((samples, n, K.M_BUCKETS + n_buckets)),
+            sample_t=np.full((samples, n), np.nan),
+            fleet=np.zeros((samples, K.N_FLEET)), fleet_t=np.zeros(samples),
+            rec_f=np.zeros((records, 2)), rec_i=np.zeros((records, 7), np.int32),
             hist=np.zeros((len(K.TIERS), 2, K.HIST_BINS), np.int64),
             tier_cnt=np.zeros((len(K.TIERS), len(K.OUTCOMES)), np.int64),
+            tier_ext=np.zeros((len(K.TIERS), K.N_TX), np.int64),
             lat_sum=np.zeros((len(K.TIERS), 2)),
         )
+        c = scenario.controls
+        self.set_flags(hedge_enabled=c.hedge_enabled, degraded_mode=c.degraded_mode,
+                       shed_tiers=c.shed_tiers, breaker=c.breaker)
         K.start(self.cfg, self.st)
 
     # ---- time -------------------------------------------------------------------
@@ -141,9 +193,11 @@ class Fleet:
             self.out = out._replace(rec_f=_grow_rows(out.rec_f, rows),
                                     rec_i=_grow_rows(out.rec_i, rows))
         elif status == K.GROW_SAMPLES:
-            rows = 2 * out.sample_t.shape[0] + 16
+            rows = 2 * out.fleet_t.shape[0] + 16
             self.out = out._replace(metrics=_grow_rows(out.metrics, rows),
-                                    sample_t=_grow_rows(out.sample_t, rows))
+                                    sample_t=_grow_rows(out.sample_t, rows, np.nan),
+                                    fleet=_grow_rows(out.fleet, rows),
+                                    fleet_t=_grow_rows(out.fleet_t, rows))
         elif status == K.GROW_POOLS:
             self.st = self._grow_pools(st)
         else:  # pragma: no cover - a kernel status this wrapper does not know
@@ -151,54 +205,105 @@ class Fleet:
 
     @staticmethod
     def _grow_pools(st: K.State) -> K.State:
+        """Double the job, call and user pools and the heap (all that may have run short)."""
         isv = st.is_.copy()
-        jobs, users, heap = st.job_i.shape[0], st.usr_i.shape[0], st.heap_t.shape[0]
-        nj, nu, nh = 2 * jobs, 2 * users, 2 * heap
-        job_free = np.concatenate([np.arange(nj - 1, jobs - 1, -1), st.job_free[: isv[
-            K.IS_JOB_FREE_N]]]).astype(np.int64)
-        usr_free = np.concatenate([np.arange(nu - 1, users - 1, -1), st.usr_free[: isv[
-            K.IS_USR_FREE_N]]]).astype(np.int64)
-        isv[K.IS_JOB_FREE_N] += nj - jobs
-        isv[K.IS_USR_FREE_N] += nu - users
-        return st._replace(
-            is_=isv,
-            job_i=_grow_rows(st.job_i, nj), job_f=_grow_rows(st.job_f, nj),
-            job_free=_grow_rows(job_free, nj),
-            usr_i=_grow_rows(st.usr_i, nu), usr_f=_grow_rows(st.usr_f, nu),
-            usr_free=_grow_rows(usr_free, nu),
-            heap_t=_grow_rows(st.heap_t, nh), heap_k=_grow_rows(st.heap_k, nh),
+        jobs, users, calls = st.job_i.shape[0], st.usr_i.shape[0], st.call_i.shape[0]
+        heap = st.heap_t.shape[0]
+        job_i = _grow_rows(st.job_i, 2 * jobs)
+        job_i[jobs:, K.JI_SIB] = -1
+        grown = st._replace(
+            is_=isv, job_i=job_i, job_f=_grow_rows(st.job_f, 2 * jobs),
+            job_free=_grown_pool(st.job_free, isv[K.IS_JOB_FREE_N], jobs, 2 * jobs),
+            usr_i=_grow_rows(st.usr_i, 2 * users), usr_f=_grow_rows(st.usr_f, 2 * users),
+            usr_free=_grown_pool(st.usr_free, isv[K.IS_USR_FREE_N], users, 2 * users),
+            call_i=_grow_rows(st.call_i, 2 * calls),
+            call_free=_grown_pool(st.call_free, isv[K.IS_CALL_FREE_N], calls, 2 * calls),
+            heap_t=_grow_rows(st.heap_t, 2 * heap), heap_k=_grow_rows(st.heap_k, 2 * heap),
         )
+        isv[K.IS_JOB_FREE_N] += jobs
+        isv[K.IS_USR_FREE_N] += users
+        isv[K.IS_CALL_FREE_N] += calls
+        return grown
 
     # ---- controls ---------------------------------------------------------------------
     def set_node_controls(self, node, *, routable: bool | None = None,
-                          weight: float | None = None, intake_limit=_UNSET) -> None:
-        """Per-node controls from now on. ``intake_limit=None`` removes the cap."""
+                          weight: float | None = None, intake_limit=_UNSET,
+                          intake_rate=_UNSET, intake_burst: float | None = None) -> None:
+        """Per-node controls from now on.
+
+        ``routable=False`` isolates: nothing new is routed there; its queued work
+        finishes there or fails over (the scenario's ``controls.isolation``).
+        ``intake_limit`` caps requests in the node (queued + in service);
+        ``intake_rate`` (req/s, with ``intake_burst``) is a token bucket. Either
+        throttles: excess is rejected or goes elsewhere (``controls.throttle_excess``).
+        ``None`` removes a cap.
+        """
         n = self.scenario.fleet.nodes
         nodes = np.atleast_1d(node)
         if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
             raise ValueError(f"node must be in 0..{n - 1}, got {node!r}")
+        ni, nf = self.st.node_i, self.st.node_f
         if routable is not None:
-            self.st.node_i[nodes, K.NI_ROUTABLE] = int(bool(routable))
+            was = ni[nodes, K.NI_ROUTABLE].copy()
+            ni[nodes, K.NI_ROUTABLE] = int(bool(routable))
+            if not routable and self.cfg.cfg_i[K.CI_FAILOVER]:
+                ni[nodes[was != 0], K.NI_FAILOVER] = 1
         if weight is not None:
             if not weight >= 0:
                 raise ValueError(f"weight must be >= 0, got {weight!r}")
-            self.st.node_f[nodes, K.NF_WEIGHT] = weight
+            nf[nodes, K.NF_WEIGHT] = weight
         if intake_limit is not _UNSET:
             if intake_limit is not None and intake_limit < 0:
                 raise ValueError(f"intake_limit must be >= 0 or None, got {intake_limit!r}")
-            self.st.node_i[nodes, K.NI_INTAKE_LIMIT] = -1 if intake_limit is None else intake_limit
+            ni[nodes, K.NI_INTAKE_LIMIT] = -1 if intake_limit is None else intake_limit
+        if intake_rate is not _UNSET:
+            if intake_rate is not None and not intake_rate > 0:
+                raise ValueError(f"intake_rate must be > 0 or None, got {intake_rate!r}")
+            rate = np.inf if intake_rate is None else float(intake_rate)
+            burst = float(intake_burst) if intake_burst is not None else max(1.0, rate / 10)
+            nf[nodes, K.NF_TOKEN_RATE] = rate
+            nf[nodes, K.NF_TOKEN_BURST] = burst
+            nf[nodes, K.NF_TOKENS] = burst
+            nf[nodes, K.NF_TOKEN_T] = self.now
 
-    def set_flags(self, *, shed_tiers=None) -> None:
-        """Global flags from now on. ``shed_tiers``: tiers dropped at admission (gold never)."""
+    def set_flags(self, *, hedge_enabled: bool | None = None, degraded_mode: bool | None = None,
+                  shed_bronze: bool | None = None, shed_tiers=None,
+                  breaker: str | None = None) -> None:
+        """Global flags from now on (RelA's flags, generalised).
+
+        ``shed_tiers``: tiers dropped at admission (gold never is); ``shed_bronze``
+        is RelA's flag for the bronze tier alone. ``breaker``: closed, half_open or
+        open (rejecting the scenario's ``mitigations.breaker.reject_tiers``).
+        """
+        isv = self.st.is_
+        if hedge_enabled is not None:
+            isv[K.IS_HEDGE_ON] = int(bool(hedge_enabled))
+        if degraded_mode is not None:
+            isv[K.IS_DEGRADED_ON] = int(bool(degraded_mode))
         if shed_tiers is not None:
             unknown = set(shed_tiers) - set(TIER_NAMES)
             if unknown:
                 raise ValueError(f"unknown tier(s) {sorted(unknown)}; tiers are {TIER_NAMES}")
-            mask = 0
-            for t in shed_tiers:
-                if t != "gold":
-                    mask |= 1 << TIER_NAMES.index(t)
-            self.st.is_[K.IS_SHED_MASK] = mask
+            isv[K.IS_SHED_MASK] = _tier_mask(t for t in shed_tiers if t != "gold")
+        if shed_bronze is not None:
+            bit = 1 << TIER_NAMES.index("bronze")
+            isv[K.IS_SHED_MASK] = (isv[K.IS_SHED_MASK] | bit) if shed_bronze else (
+                isv[K.IS_SHED_MASK] & ~bit)
+        if breaker is not None:
+            if breaker not in BREAKER_STATES:
+                raise ValueError(f"breaker must be one of {BREAKER_STATES}, got {breaker!r}")
+            isv[K.IS_BREAKER] = BREAKER_STATES.index(breaker)
+
+    def flags(self) -> dict:
+        isv = self.st.is_
+        mask = int(isv[K.IS_SHED_MASK])
+        return {
+            "hedge_enabled": bool(isv[K.IS_HEDGE_ON]),
+            "degraded_mode": bool(isv[K.IS_DEGRADED_ON]),
+            "shed_tiers": tuple(t for i, t in enumerate(TIER_NAMES) if mask >> i & 1),
+            "shed_bronze": bool(mask >> TIER_NAMES.index("bronze") & 1),
+            "breaker": BREAKER_STATES[int(isv[K.IS_BREAKER])],
+        }
 
     def node_controls(self) -> dict:
         ni, nf = self.st.node_i, self.st.node_f
@@ -206,6 +311,7 @@ class Fleet:
             "routable": ni[:, K.NI_ROUTABLE].astype(bool).copy(),
             "weight": nf[:, K.NF_WEIGHT].copy(),
             "intake_limit": np.where(ni[:, K.NI_INTAKE_LIMIT] < 0, -1, ni[:, K.NI_INTAKE_LIMIT]),
+            "intake_rate": nf[:, K.NF_TOKEN_RATE].copy(),
         }
 
     # ---- read-outs -------------------------------------------------------------------

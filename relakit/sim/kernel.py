@@ -1,20 +1,31 @@
 """The fleet's event loop, in numba.
 
-One mechanism, SimPy-style: a binary heap of timed events plus three
-"next time" scalars (next arrival, next metrics sample, next fault-schedule
-change). Everything a request is lives in preallocated arrays (a pool of
-user requests, a pool of sub-requests called *jobs*, FIFO queues as linked
-lists through the job pool), so the loop never touches a Python object.
+One mechanism, SimPy-style: a binary heap of timed events plus a few "next
+time" scalars (next arrival, next metrics samples, next fault-schedule
+change). Everything a request is lives in preallocated arrays, so the loop
+never touches a Python object:
+
+* a **user request** (one per arrival) fans out into **calls**, one per
+  target it needs an answer from;
+* a call sends **attempts** (the first, then retries after backoff) and
+  **hedges** (duplicates after a delay, to another node); each copy at a node
+  is a **job**. The first successful copy answers the call; the others are
+  cancelled or abandoned as configured;
+* nodes hold FIFO queues as doubly linked lists through the job pool.
+
+Events carry a generation number, so an event whose job or call has moved
+on (cancelled, answered, crashed) is recognised as stale when popped instead
+of being searched for in the heap.
 
 The loop stops at a requested time (``advance``), which is the seam a control
-plane uses: between two calls, Python may change per-node controls and global
+plane uses: between two calls Python may change per-node controls and global
 flags in the state arrays; they take effect at exactly that time. When a pool
 or an output buffer is full the loop returns a status *between* events; the
 Python wrapper grows the arrays and calls again, so the run is unchanged.
 
 Arrays are grouped in three named tuples: ``cfg`` (read-only model), ``st``
-(mutable state) and ``out`` (outputs). Field names and column indices are the
-constants below; :mod:`relakit.sim.fleet` builds and grows them.
+(mutable state) and ``out`` (outputs). Column indices are the constants
+below; :mod:`relakit.sim.fleet` builds and grows the arrays.
 """
 
 from __future__ import annotations
@@ -39,73 +50,113 @@ S_EXP, S_DET, S_LOGNORMAL, S_PARETO, S_BIMODAL = 0, 1, 2, 3, 4
 ROUTINGS = ("random", "round_robin", "jsq", "p2c")
 R_RANDOM, R_RR, R_JSQ, R_P2C = 0, 1, 2, 3
 
+CANCELS = ("queued", "started", "never")
+CANCEL_QUEUED, CANCEL_STARTED, CANCEL_NEVER = 0, 1, 2
+BREAKER_STATES = ("closed", "half_open", "open")
+BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = 0, 1, 2
+
 # status returned by advance
 DONE, GROW_POOLS, GROW_RECORDS, GROW_SAMPLES = 0, 1, 2, 3
 
-# heap key = generation << 32 | id << 2 | kind (a stale generation means: ignore)
-EV_DONE, EV_DEADLINE = 0, 1
+# heap key = generation << 32 | id << 3 | kind (a stale generation means: ignore)
+EV_DONE, EV_TIMEOUT, EV_HEDGE, EV_RETRY, EV_MOVE = 0, 1, 2, 3, 4
+GEN_MASK = (1 << 31) - 1
+ID_MASK = (1 << 29) - 1
 
 # cfg_f: model scalars (float)
-CF_RATE_MAX, CF_SAMPLE_DT, CF_DEADLINE, CF_WARMUP = 0, 1, 2, 3
-CF_SVC_A, CF_SVC_B, CF_SVC_C = 4, 5, 6
-N_CF = 7
+(CF_RATE_MAX, CF_SAMPLE_DT, CF_DEADLINE, CF_WARMUP, CF_SVC_A, CF_SVC_B, CF_SVC_C,
+ CF_HEDGE_DELAY, CF_HEDGE_Q, CF_BACKOFF, CF_BACKOFF_MAX, CF_BUDGET_RATIO, CF_BUDGET_WINDOW,
+ CF_DEGRADED_FACTOR, CF_HALF_OPEN_ADMIT) = range(15)
+N_CF = 15
 # cfg_i: model scalars (int)
-CI_SVC_KIND, CI_ROUTING, CI_FANOUT, CI_RECORD, CI_CONST_RATE, CI_QUEUE_LIMIT = 0, 1, 2, 3, 4, 5
-N_CI = 6
+(CI_SVC_KIND, CI_ROUTING, CI_FANOUT, CI_RECORD, CI_CONST_RATE, CI_QUEUE_LIMIT, CI_CANCEL,
+ CI_MAX_HEDGES, CI_MAX_ATTEMPTS, CI_JITTER, CI_RETRY_MASK, CI_DEGRADED_FANOUT,
+ CI_BREAKER_MASK, CI_FAILOVER, CI_ELSEWHERE) = range(15)
+N_CI = 15
 
 # st.fs: state scalars (float)
-FS_NOW, FS_NEXT_ARRIVAL, FS_NEXT_SAMPLE, FS_NEXT_SCHED, FS_WRR_TOTAL = 0, 1, 2, 3, 4
-N_FS = 5
+(FS_NOW, FS_NEXT_ARRIVAL, FS_NEXT_SAMPLE, FS_NEXT_SCHED, FS_WRR_TOTAL, FS_HEDGE_DELAY,
+ FS_NEXT_NODE_SAMPLE) = range(7)
+N_FS = 7
 # st.is_: state scalars (int)
-IS_HEAP_N, IS_JOB_FREE_N, IS_USR_FREE_N, IS_NREC, IS_NSAMPLE = 0, 1, 2, 3, 4
-IS_RR, IS_SCHED_POS, IS_USER_SEQ, IS_N_ELIGIBLE, IS_EQUAL_WEIGHTS = 5, 6, 7, 8, 9
-IS_SHED_MASK, IS_IN_FLIGHT_USERS = 10, 11
-N_IS = 12
+(IS_HEAP_N, IS_JOB_FREE_N, IS_USR_FREE_N, IS_CALL_FREE_N, IS_NREC, IS_NSAMPLE, IS_RR,
+ IS_SCHED_POS, IS_STAMP, IS_N_ELIGIBLE, IS_EQUAL_WEIGHTS, IS_SHED_MASK, IS_IN_FLIGHT_USERS,
+ IS_HEDGE_ON, IS_DEGRADED_ON, IS_BREAKER, IS_BUDGET_BUCKET, IS_USER_SEQ,
+ IS_MAX_NODE_SAMPLE) = range(19)
+N_IS = 19
+BUDGET_BUCKETS = 10
 
 # st.node_i columns
-NI_SERVERS, NI_BUSY, NI_QLEN, NI_QHEAD, NI_QTAIL, NI_ROUTABLE = 0, 1, 2, 3, 4, 5
-NI_INTAKE_LIMIT, NI_CRASHED, NI_STAMP = 6, 7, 8
-N_NI = 9
+(NI_SERVERS, NI_BUSY, NI_QLEN, NI_QHEAD, NI_QTAIL, NI_ROUTABLE, NI_INTAKE_LIMIT, NI_CRASHED,
+ NI_STAMP, NI_NSAMPLE, NI_FAILOVER) = range(11)
+N_NI = 11
 # st.node_f columns
-NF_WEIGHT, NF_ERR_RATE, NF_SLOWDOWN, NF_BUSY_AREA, NF_LAST_T, NF_WRR_CUR, NF_CUM = (
-    0, 1, 2, 3, 4, 5, 6)
-N_NF = 7
+(NF_WEIGHT, NF_ERR_RATE, NF_SLOWDOWN, NF_BUSY_AREA, NF_LAST_T, NF_WRR_CUR, NF_CUM,
+ NF_WRONG_RATE, NF_TOKEN_RATE, NF_TOKEN_BURST, NF_TOKENS, NF_TOKEN_T, NF_LAT_SUM,
+ NF_NEXT_SAMPLE) = range(14)
+N_NF = 14
+# st.node_c: per-node counters beyond requests_total
+NC_WRONG, NC_CANCELLED = 0, 1
+N_NC = 2
 
 # st.job_i / job_f columns
-JI_USER, JI_NODE, JI_NEXT, JI_PREV, JI_GEN, JI_STATE, JI_OUTCOME = 0, 1, 2, 3, 4, 5, 6
-N_JI = 7
-# a job ENDING has its outcome decided (rejected, or its node crashed) and its DONE
-# event due now; a SERVING job's outcome is drawn when its DONE event fires
-J_FREE, J_QUEUED, J_SERVING, J_ENDING = 0, 1, 2, 3
+(JI_CALL, JI_NODE, JI_NEXT, JI_PREV, JI_GEN, JI_STATE, JI_OUTCOME, JI_SIB, JI_CLIENT, JI_HEDGE,
+ JI_TIER, JI_DEGRADED) = range(12)
+N_JI = 12
+# a job ENDING has its outcome decided (rejected, or its node crashed) and its DONE event
+# due now; a SERVING job's outcome is drawn when its DONE event fires
+J_FREE, J_QUEUED, J_SERVING, J_ENDING, J_MOVING = 0, 1, 2, 3, 4
+# what the client makes of a job: still waiting on it, gave up on it (timeout), or
+# no longer needs it (another copy answered)
+C_WAITING, C_TIMED_OUT, C_LOST = 0, 1, 2
 JF_T_NODE, JF_T_START = 0, 1
 N_JF = 2
 
+# st.call_i columns
+(CL_USER, CL_GEN, CL_ATTEMPTS, CL_HEDGES, CL_COPIES, CL_FIRST, CL_LAST_NODE,
+ CL_TIER) = range(8)
+N_CL = 8
+
 # st.usr_i / usr_f columns
-UI_TIER, UI_REMAINING, UI_WORST, UI_CRIT, UI_FANOUT, UI_GEN, UI_FINAL = 0, 1, 2, 3, 4, 5, 6
-N_UI = 7
+(UI_TIER, UI_REMAINING, UI_WORST, UI_CRIT, UI_FANOUT, UI_GEN, UI_ATTEMPTS, UI_HEDGES,
+ UI_DEGRADED, UI_WRONG) = range(10)
+N_UI = 10
 UF_T_ARRIVAL = 0
 N_UF = 1
 
 # per-node metric columns in out.metrics[sample, node, :]
 N_COUNTERS = len(TIERS) * len(OUTCOMES)  # requests_total{tier, outcome}
-M_BUSY, M_QLEN, M_IN_FLIGHT, M_BUSY_SECONDS = (
-    N_COUNTERS, N_COUNTERS + 1, N_COUNTERS + 2, N_COUNTERS + 3)
-N_METRICS = N_COUNTERS + 4
+(M_BUSY, M_QLEN, M_IN_FLIGHT, M_BUSY_SECONDS, M_WRONG, M_CANCELLED, M_LAT_SUM,
+ M_LAT_COUNT) = range(N_COUNTERS, N_COUNTERS + 8)
+M_BUCKETS = N_COUNTERS + 8  # then one cumulative count per bucket bound, +Inf last
+
+# fleet-wide metric columns in out.fleet[sample, :]
+(F_ATTEMPTS, F_RETRIES, F_RETRIES_DENIED, F_HEDGES, F_HEDGES_WON, F_DEGRADED) = range(
+    N_COUNTERS, N_COUNTERS + 6)
+N_FLEET_COUNTERS = N_COUNTERS + 6  # client_requests_total{tier, outcome} first
+F_BREAKER, F_HEDGE_ON, F_DEGRADED_ON = range(N_FLEET_COUNTERS, N_FLEET_COUNTERS + 3)
+F_SHEDDING = N_FLEET_COUNTERS + 3  # one gauge per tier
+N_FLEET = F_SHEDDING + len(TIERS)
+
+# per-tier user statistics beyond outcome counts: out.tier_ext[tier, :]
+TX_ATTEMPTS, TX_HEDGES, TX_DEGRADED, TX_WRONG = 0, 1, 2, 3
+N_TX = 4
 
 # latency histogram: log-spaced bins over [1e-3 ms, 1e7 ms]
 HIST_LOG10_MIN, HIST_BINS_PER_DECADE, HIST_DECADES = -3.0, 200, 10
 HIST_BINS = HIST_BINS_PER_DECADE * HIST_DECADES
 
-Config = namedtuple("Config", "cfg_f cfg_i tier_cum rate_t rate_v sched_t fault_f fault_i")
+Config = namedtuple(
+    "Config",
+    "cfg_f cfg_i tier_cum rate_t rate_v sched_t fault_f fault_i load_x load_p buckets phase",
+)
 State = namedtuple(
     "State",
-    "fs is_ rng node_i node_f cnt job_i job_f job_free usr_i usr_f usr_free heap_t heap_k"
-    " scratch",
+    "fs is_ rng node_i node_f node_c cnt lat_b fleet_c budget job_i job_f job_free usr_i usr_f"
+    " usr_free call_i call_free heap_t heap_k scratch send",
 )
-Output = namedtuple("Output", "metrics sample_t rec_f rec_i hist tier_cnt lat_sum")
-
-
-GEN_MASK = (1 << 31) - 1
+Output = namedtuple(
+    "Output", "metrics sample_t fleet fleet_t rec_f rec_i hist tier_cnt tier_ext lat_sum")
 
 
 # ---- heap -------------------------------------------------------------------
@@ -127,7 +178,7 @@ def heap_push(ht, hk, isv, t, key):
 
 @njit(cache=True, error_model="numpy")
 def event_key(ident, kind, gen):
-    return ((gen & GEN_MASK) << 32) | (ident << 2) | kind
+    return ((gen & GEN_MASK) << 32) | (ident << 3) | kind
 
 
 # ---- model pieces ------------------------------------------------------------
@@ -247,7 +298,7 @@ def _load(node_i, node_f, i):
 
 @njit(cache=True, error_model="numpy")
 def pick_node(routing, node_i, node_f, isv, fs, rng, stamp, n_chosen):
-    """One node for a sub-request, not yet chosen for this user request (stamp)."""
+    """One node by the routing policy, avoiding the n_chosen nodes marked with stamp."""
     n = node_i.shape[0]
     if routing == R_RANDOM or routing == R_P2C:
         while True:
@@ -296,19 +347,7 @@ def pick_node(routing, node_i, node_f, isv, fs, rng, stamp, n_chosen):
     return best
 
 
-# ---- small helpers of the loop (arrays in, no Python objects) ----------------------------
-@njit(cache=True, error_model="numpy")
-def alloc_job(isv, job_i, job_free, u, node, t, job_f):
-    n = isv[IS_JOB_FREE_N] - 1
-    j = job_free[n]
-    isv[IS_JOB_FREE_N] = n
-    job_i[j, JI_USER] = u
-    job_i[j, JI_NODE] = node
-    job_i[j, JI_GEN] += 1
-    job_f[j, JF_T_NODE] = t
-    return j
-
-
+# ---- rare paths: helpers are fine here -------------------------------------------------
 @njit(cache=True, error_model="numpy")
 def end_now(isv, job_i, heap_t, heap_k, j, outcome, t):
     """Decide job j's outcome now; its DONE event fires at once, through the heap."""
@@ -317,7 +356,6 @@ def end_now(isv, job_i, heap_t, heap_k, j, outcome, t):
     heap_push(heap_t, heap_k, isv, t, event_key(j, EV_DONE, job_i[j, JI_GEN]))
 
 
-# ---- rare events: whole tuples are fine here ----------------------------------------------
 @njit(cache=True, error_model="numpy")
 def crash_node(st, node, t):
     """The node stops serving: everything queued or in service fails now."""
@@ -335,6 +373,22 @@ def crash_node(st, node, t):
 
 
 @njit(cache=True, error_model="numpy")
+def fail_over(st, node, t):
+    """Move the work queued on a node just made unroutable: each job is re-routed now."""
+    job_i = st.job_i
+    j = st.node_i[node, NI_QHEAD]
+    while j >= 0:
+        nxt = job_i[j, JI_NEXT]
+        job_i[j, JI_STATE] = J_MOVING
+        heap_push(st.heap_t, st.heap_k, st.is_, t, event_key(j, EV_MOVE, job_i[j, JI_GEN]))
+        j = nxt
+    st.node_i[node, NI_QLEN] = 0
+    st.node_i[node, NI_QHEAD] = -1
+    st.node_i[node, NI_QTAIL] = -1
+    st.node_i[node, NI_FAILOVER] = 0
+
+
+@njit(cache=True, error_model="numpy")
 def on_schedule(cfg, st, t):
     """Recompute every node's fault state from the faults active at t."""
     ni = st.node_i
@@ -342,6 +396,7 @@ def on_schedule(cfg, st, t):
     n = ni.shape[0]
     crashed_now = np.zeros(n, np.int64)
     err = np.zeros(n)
+    wrong = np.zeros(n)
     slow = np.ones(n)
     ff = cfg.fault_f
     fi = cfg.fault_i
@@ -350,11 +405,13 @@ def on_schedule(cfg, st, t):
             node = fi[f, 0]
             err[node] = 1.0 - (1.0 - err[node]) * (1.0 - ff[f, 2])
             slow[node] *= ff[f, 3]
+            wrong[node] = 1.0 - (1.0 - wrong[node]) * (1.0 - ff[f, 4])
             if fi[f, 1] != 0:
                 crashed_now[node] = 1
     for i in range(n):
         nf[i, NF_ERR_RATE] = err[i]
         nf[i, NF_SLOWDOWN] = slow[i]
+        nf[i, NF_WRONG_RATE] = wrong[i]
         if crashed_now[i] != 0 and ni[i, NI_CRASHED] == 0:
             crash_node(st, i, t)
         ni[i, NI_CRASHED] = crashed_now[i]
@@ -364,24 +421,100 @@ def on_schedule(cfg, st, t):
 
 
 @njit(cache=True, error_model="numpy")
-def on_sample(cfg, st, out, t):
-    s = st.is_[IS_NSAMPLE]
-    out.sample_t[s] = t
+def sample_node(cfg, st, out, i, t):
+    """What a scrape of node i at time t would return, as one row of out.metrics."""
+    s = st.node_i[i, NI_NSAMPLE]
+    out.sample_t[s, i] = t
     m = out.metrics
     ni = st.node_i
-    for i in range(ni.shape[0]):
-        c = 0
-        for tier in range(len(TIERS)):
-            for o in range(len(OUTCOMES)):
-                m[s, i, c] = st.cnt[i, tier, o]
-                c += 1
-        touch_busy(ni, st.node_f, i, t)
-        m[s, i, M_BUSY] = ni[i, NI_BUSY]
-        m[s, i, M_QLEN] = ni[i, NI_QLEN]
-        m[s, i, M_IN_FLIGHT] = ni[i, NI_BUSY] + ni[i, NI_QLEN]
-        m[s, i, M_BUSY_SECONDS] = st.node_f[i, NF_BUSY_AREA]
+    c = 0
+    for tier in range(len(TIERS)):
+        for o in range(len(OUTCOMES)):
+            m[s, i, c] = st.cnt[i, tier, o]
+            c += 1
+    touch_busy(ni, st.node_f, i, t)
+    m[s, i, M_BUSY] = ni[i, NI_BUSY]
+    m[s, i, M_QLEN] = ni[i, NI_QLEN]
+    m[s, i, M_IN_FLIGHT] = ni[i, NI_BUSY] + ni[i, NI_QLEN]
+    m[s, i, M_BUSY_SECONDS] = st.node_f[i, NF_BUSY_AREA]
+    m[s, i, M_WRONG] = st.node_c[i, NC_WRONG]
+    m[s, i, M_CANCELLED] = st.node_c[i, NC_CANCELLED]
+    m[s, i, M_LAT_SUM] = st.node_f[i, NF_LAT_SUM]
+    total = 0
+    for b in range(st.lat_b.shape[1]):
+        total += st.lat_b[i, b]
+        m[s, i, M_BUCKETS + b] = total
+    m[s, i, M_LAT_COUNT] = total
+    ni[i, NI_NSAMPLE] = s + 1
+    if s + 1 > st.is_[IS_MAX_NODE_SAMPLE]:
+        st.is_[IS_MAX_NODE_SAMPLE] = s + 1
+    st.node_f[i, NF_NEXT_SAMPLE] = cfg.phase[i] + (s + 1) * cfg.cfg_f[CF_SAMPLE_DT]
+
+
+@njit(cache=True, error_model="numpy")
+def next_node_sample(st):
+    nf = st.node_f
+    best = np.inf
+    for i in range(nf.shape[0]):
+        best = min(best, nf[i, NF_NEXT_SAMPLE])
+    st.fs[FS_NEXT_NODE_SAMPLE] = best
+
+
+@njit(cache=True, error_model="numpy")
+def sample_fleet(cfg, st, out, t):
+    """Fleet-wide counters and flags (the front's view), and the adaptive hedge delay."""
+    s = st.is_[IS_NSAMPLE]
+    out.fleet_t[s] = t
+    f = out.fleet
+    for c in range(N_FLEET_COUNTERS):
+        f[s, c] = st.fleet_c[c]
+    f[s, F_BREAKER] = st.is_[IS_BREAKER]
+    f[s, F_HEDGE_ON] = st.is_[IS_HEDGE_ON]
+    f[s, F_DEGRADED_ON] = st.is_[IS_DEGRADED_ON]
+    for tier in range(len(TIERS)):
+        f[s, F_SHEDDING + tier] = (st.is_[IS_SHED_MASK] >> tier) & 1
     st.is_[IS_NSAMPLE] = s + 1
     st.fs[FS_NEXT_SAMPLE] = (s + 1) * cfg.cfg_f[CF_SAMPLE_DT]
+    q = cfg.cfg_f[CF_HEDGE_Q]
+    if q > 0.0:  # hedge after this quantile of the latency seen so far
+        h = out.hist[:, OK, :].sum(axis=0)
+        total = h.sum()
+        if total >= 100:
+            target = q * total
+            cum = 0
+            for b in range(h.shape[0]):
+                cum += h[b]
+                if cum >= target:
+                    st.fs[FS_HEDGE_DELAY] = 10 ** (HIST_LOG10_MIN + (b + 1.0)
+                                                  / HIST_BINS_PER_DECADE) / 1000.0
+                    break
+
+
+@njit(cache=True, error_model="numpy")
+def budget_allows(cfg, st, t, first, retry):
+    """Retry budget: count a first attempt or ask for a retry, over a sliding window.
+
+    The window is BUDGET_BUCKETS buckets; a retry is allowed while retries in the
+    window stay below budget_ratio times the first attempts in it.
+    """
+    bud = st.budget
+    width = cfg.cfg_f[CF_BUDGET_WINDOW] / BUDGET_BUCKETS
+    b = int(t / width)
+    cur = st.is_[IS_BUDGET_BUCKET]
+    if b > cur:
+        for k in range(cur + 1, min(b, cur + BUDGET_BUCKETS) + 1):
+            bud[0, k % BUDGET_BUCKETS] = 0
+            bud[1, k % BUDGET_BUCKETS] = 0
+        st.is_[IS_BUDGET_BUCKET] = b
+    slot = b % BUDGET_BUCKETS
+    if first:
+        bud[0, slot] += 1
+        return True
+    if retry:
+        if bud[1].sum() + 1 > cfg.cfg_f[CF_BUDGET_RATIO] * bud[0].sum():
+            return False
+        bud[1, slot] += 1
+    return True
 
 
 @njit(cache=True, error_model="numpy")
@@ -391,6 +524,9 @@ def start(cfg, st):
     st.fs[FS_NEXT_ARRIVAL] = next_arrival(st.rng, cfg.cfg_f[CF_RATE_MAX], const, cfg.rate_t,
                                           cfg.rate_v, 0.0)
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[0] if cfg.sched_t.shape[0] > 0 else np.inf
+    for i in range(st.node_f.shape[0]):
+        st.node_f[i, NF_NEXT_SAMPLE] = cfg.phase[i]
+    next_node_sample(st)
 
 
 # ---- the loop ---------------------------------------------------------------------
@@ -398,44 +534,67 @@ def start(cfg, st):
 def advance(cfg, st, out, t_end):
     """Process every event with time <= t_end, or stop early asking for room.
 
-    Each event does its own part, then shares one tail: record a user request
-    that ended, release its slot, start service on the nodes it touched. So
-    every mechanism is written once. The hot path (heap, queues, admission,
-    accounting) is written out here rather than in helpers: numba pays an
-    atomic reference count for every array handed to a helper, which cost more
-    than the event itself (a third of the run time, measured with perf).
-    Helpers remain for the rare paths: routing beyond uniform random, thinned
-    arrivals, rejections, crashes, samples.
+    Each event does its own part, then shares one tail: resolve the call a copy
+    answered (retry, hedge-cancel, finish), record the user request that ended,
+    send the attempts the event asked for, and start service on the nodes it
+    touched. So every mechanism is written once. The hot path is written out
+    here rather than in helpers: numba pays an atomic reference count for every
+    array handed to a helper, which cost more than the event itself (a third of
+    the run time, measured with perf). Helpers remain for rare paths.
     """
     cfg_f = cfg.cfg_f
     cfg_i = cfg.cfg_i
     tier_cum = cfg.tier_cum
     rate_t = cfg.rate_t
     rate_v = cfg.rate_v
+    load_x = cfg.load_x
+    load_p = cfg.load_p
+    bounds = cfg.buckets
     fs = st.fs
     isv = st.is_
     rng = st.rng
     node_i = st.node_i
     node_f = st.node_f
+    node_c = st.node_c
     cnt = st.cnt
+    lat_b = st.lat_b
+    fleet_c = st.fleet_c
     job_i = st.job_i
     job_f = st.job_f
     job_free = st.job_free
+    call_i = st.call_i
+    call_free = st.call_free
     usr_i = st.usr_i
     usr_f = st.usr_f
     usr_free = st.usr_free
     heap_t = st.heap_t
     heap_k = st.heap_k
     touched = st.scratch
+    send = st.send
     rec_f = out.rec_f
     rec_i = out.rec_i
     hist = out.hist
     tier_cnt = out.tier_cnt
+    tier_ext = out.tier_ext
     lat_sum = out.lat_sum
 
-    prepare_routing(node_i, node_f, isv, fs)
     n_nodes = node_i.shape[0]
+    heap_cap = heap_t.shape[0]
+    n_jobs = job_i.shape[0]
+    # flags and controls, as Python left them (they change only between calls)
+    for i in range(n_nodes):
+        if node_i[i, NI_FAILOVER] != 0:
+            if heap_cap - isv[IS_HEAP_N] < n_jobs:
+                return GROW_POOLS
+            fail_over(st, i, fs[FS_NOW])
+    prepare_routing(node_i, node_f, isv, fs)
+    n_elig = isv[IS_N_ELIGIBLE]
+    shed_mask = isv[IS_SHED_MASK]
+    hedge_on = isv[IS_HEDGE_ON] != 0
+    degraded_on = isv[IS_DEGRADED_ON] != 0
+    breaker = isv[IS_BREAKER]
     fanout = cfg_i[CI_FANOUT]
+    k_deg = cfg_i[CI_DEGRADED_FANOUT]
     record = cfg_i[CI_RECORD] != 0
     warmup = cfg_f[CF_WARMUP]
     qlim = cfg_i[CI_QUEUE_LIMIT]
@@ -443,58 +602,81 @@ def advance(cfg, st, out, t_end):
     svc_a = cfg_f[CF_SVC_A]
     svc_b = cfg_f[CF_SVC_B]
     svc_c = cfg_f[CF_SVC_C]
+    svc_factor = cfg_f[CF_DEGRADED_FACTOR] if degraded_on else 1.0
     routing = cfg_i[CI_ROUTING]
     const_rate = cfg_i[CI_CONST_RATE] != 0
     rmax = cfg_f[CF_RATE_MAX]
     mean_gap = 1.0 / rmax if rmax > 0.0 else np.inf
     deadline = cfg_f[CF_DEADLINE]
-    shed_mask = isv[IS_SHED_MASK]
-    n_rec_cap = rec_f.shape[0]
-    n_samp_cap = out.sample_t.shape[0]
-    heap_cap = heap_t.shape[0]
-    n_jobs = job_i.shape[0]
+    max_attempts = cfg_i[CI_MAX_ATTEMPTS]
+    max_hedges = cfg_i[CI_MAX_HEDGES]
+    cancel = cfg_i[CI_CANCEL]
+    retry_mask = cfg_i[CI_RETRY_MASK]
+    budgeted = cfg_f[CF_BUDGET_RATIO] < np.inf
+    elsewhere = cfg_i[CI_ELSEWHERE] != 0
+    breaker_mask = cfg_i[CI_BREAKER_MASK]
+    has_load_errors = load_x.shape[0] > 0
+    n_bounds = bounds.shape[0]
+    record_cap = rec_f.shape[0]
+    samp_cap = out.sample_t.shape[0]
+    fleet_cap = out.fleet_t.shape[0]
+    room = fanout + max_hedges + 4  # jobs and calls one event may need
+    heap_room = 3 * fanout + 8  # timers and immediate ends one event may push
     uniform_random = routing == R_RANDOM and isv[IS_EQUAL_WEIGHTS] != 0
     t_arr = fs[FS_NEXT_ARRIVAL]
-    t_samp = fs[FS_NEXT_SAMPLE]
-    t_sched = fs[FS_NEXT_SCHED]
-    t_rare = min(t_samp, t_sched)
     status = DONE
     while True:
         hn = isv[IS_HEAP_N]
         t_heap = heap_t[0] if hn > 0 else np.inf
         t = min(t_arr, t_heap)
-        if t_rare <= t and t_rare <= t_end:  # ---- fault schedule or metrics sample
-            if t_sched <= t_samp:
+        t_fleet = fs[FS_NEXT_SAMPLE]
+        t_node = fs[FS_NEXT_NODE_SAMPLE]
+        t_sched = fs[FS_NEXT_SCHED]
+        t_rare = min(t_fleet, min(t_node, t_sched))
+        if t_rare <= t and t_rare <= t_end:  # ---- fault schedule or a metrics sample
+            if t_sched == t_rare:
                 if heap_cap - hn < n_jobs:  # a crash may end every job at once
                     status = GROW_POOLS
                     break
                 on_schedule(cfg, st, t_sched)
-            else:
-                if isv[IS_NSAMPLE] >= n_samp_cap:
+            elif t_node == t_rare:
+                if isv[IS_MAX_NODE_SAMPLE] >= samp_cap:
                     status = GROW_SAMPLES
                     break
-                fs[FS_NOW] = t_samp
-                on_sample(cfg, st, out, t_samp)
-            t_samp = fs[FS_NEXT_SAMPLE]
-            t_sched = fs[FS_NEXT_SCHED]
-            t_rare = min(t_samp, t_sched)
+                fs[FS_NOW] = t_node
+                for i in range(n_nodes):
+                    if node_f[i, NF_NEXT_SAMPLE] == t_node:
+                        sample_node(cfg, st, out, i, t_node)
+                next_node_sample(st)
+            else:
+                if isv[IS_NSAMPLE] >= fleet_cap:
+                    status = GROW_SAMPLES
+                    break
+                fs[FS_NOW] = t_fleet
+                sample_fleet(cfg, st, out, t_fleet)
             continue
         if t > t_end:
             fs[FS_NOW] = max(fs[FS_NOW], t_end)
             break
         # room for the worst case of one event, checked before touching anything
-        if (isv[IS_JOB_FREE_N] < fanout + 1 or isv[IS_USR_FREE_N] < 2
-                or heap_cap - hn < fanout + 2):
+        if (isv[IS_JOB_FREE_N] < room or isv[IS_USR_FREE_N] < 2 or isv[IS_CALL_FREE_N] < room
+                or heap_cap - hn < heap_room):
             status = GROW_POOLS
             break
-        if record and n_rec_cap - isv[IS_NREC] < 2:
+        if record and record_cap - isv[IS_NREC] < 2:
             status = GROW_RECORDS
             break
         fs[FS_NOW] = t
         n_touched = 0  # nodes whose queue may now start service
+        n_send = 0  # copies to send: (call, node, is_hedge, existing job or -1)
+        res_c = -1  # the call a copy answered, or gave up on
+        res_outcome = OK
+        res_node = -1
+        res_hedge = 0
+        res_correct = 1
+        res_degraded = 0
         fin_u = -1  # user request whose client sees its outcome now
         fin_outcome = OK
-        release_u = -1  # user request whose last sub-request ended
 
         if t_heap <= t_arr:  # ---- a timed event
             key = heap_k[0]
@@ -519,154 +701,409 @@ def advance(cfg, st, out, t_end):
                 heap_t[i] = last_t
                 heap_k[i] = last_k
             gen = key >> 32
-            ident = (key >> 2) & ((1 << 30) - 1)
-            if (key & 3) == EV_DONE:  # a sub-request ends: served, rejected or crashed
+            ident = (key >> 3) & ID_MASK
+            kind = key & 7
+            if kind == EV_DONE:  # a copy ends at its node: served, rejected or crashed
                 j = ident
                 if (job_i[j, JI_GEN] & GEN_MASK) != gen:
-                    continue  # stale: its job was voided
+                    continue  # stale: the job was cancelled or voided
                 node = job_i[j, JI_NODE]
-                u = job_i[j, JI_USER]
                 outcome = job_i[j, JI_OUTCOME]
+                correct = 1
                 if job_i[j, JI_STATE] == J_SERVING:
-                    node_f[node, NF_BUSY_AREA] += node_i[node, NI_BUSY] * (
-                        t - node_f[node, NF_LAST_T])
+                    busy = node_i[node, NI_BUSY]
+                    node_f[node, NF_BUSY_AREA] += busy * (t - node_f[node, NF_LAST_T])
                     node_f[node, NF_LAST_T] = t
-                    node_i[node, NI_BUSY] -= 1
+                    node_i[node, NI_BUSY] = busy - 1
                     touched[0] = node
                     n_touched = 1
                     outcome = OK
                     err = node_f[node, NF_ERR_RATE]
+                    if has_load_errors:  # errors that grow with load (in flight per server)
+                        load = (busy + node_i[node, NI_QLEN]) / node_i[node, NI_SERVERS]
+                        p = np.interp(load, load_x, load_p)
+                        err = 1.0 - (1.0 - err) * (1.0 - p)
                     if err > 0.0 and uniform(rng) < err:
                         outcome = ERROR
-                # free the job; a later heap entry for it is stale by generation
-                job_i[j, JI_STATE] = J_FREE
-                job_i[j, JI_GEN] += 1
-                nf_ = isv[IS_JOB_FREE_N]
-                job_free[nf_] = j
-                isv[IS_JOB_FREE_N] = nf_ + 1
-                late = usr_i[u, UI_FINAL] != 0  # its client already gave up
+                    wrong = node_f[node, NF_WRONG_RATE]
+                    if outcome == OK and wrong > 0.0 and uniform(rng) < wrong:
+                        correct = 0  # a silent failure: success, wrong answer
+                        node_c[node, NC_WRONG] += 1
+                    # the server's latency histogram (Prometheus buckets, seconds)
+                    lat = t - job_f[j, JF_T_NODE]
+                    b = 0
+                    while b < n_bounds and lat > bounds[b]:
+                        b += 1
+                    lat_b[node, b] += 1
+                    node_f[node, NF_LAT_SUM] += lat
+                client = job_i[j, JI_CLIENT]
                 if node >= 0:  # the server's own count
-                    seen = TIMEOUT if (late and outcome == OK) else outcome
-                    cnt[node, usr_i[u, UI_TIER], seen] += 1
-                worst = usr_i[u, UI_WORST]
-                if outcome > worst:
-                    usr_i[u, UI_WORST] = outcome
-                    usr_i[u, UI_CRIT] = node
-                elif outcome == worst and outcome == OK:
-                    usr_i[u, UI_CRIT] = node  # the slowest sub-request decides latency
-                remaining = usr_i[u, UI_REMAINING] - 1
-                usr_i[u, UI_REMAINING] = remaining
-                if remaining == 0:
-                    release_u = u
-                    if not late:
-                        fin_u = u
-                        fin_outcome = usr_i[u, UI_WORST]
-            else:  # a deadline: the client gives up
-                u = ident
-                if (usr_i[u, UI_GEN] & GEN_MASK) == gen and usr_i[u, UI_FINAL] == 0:
-                    fin_u = u
-                    fin_outcome = TIMEOUT
+                    seen = TIMEOUT if (client == C_TIMED_OUT and outcome == OK) else outcome
+                    cnt[node, job_i[j, JI_TIER], seen] += 1
+                if client == C_WAITING:
+                    res_c = job_i[j, JI_CALL]
+                    res_outcome = outcome
+                    res_node = node
+                    res_hedge = job_i[j, JI_HEDGE]
+                    res_correct = correct
+                    res_degraded = job_i[j, JI_DEGRADED]
+                    # unlink from its call's copies
+                    prev = -1
+                    j2 = call_i[res_c, CL_FIRST]
+                    while j2 != j:
+                        prev = j2
+                        j2 = job_i[j2, JI_SIB]
+                    if prev < 0:
+                        call_i[res_c, CL_FIRST] = job_i[j, JI_SIB]
+                    else:
+                        job_i[prev, JI_SIB] = job_i[j, JI_SIB]
+                job_i[j, JI_STATE] = J_FREE  # free the job; its timers are now stale
+                job_i[j, JI_GEN] += 1
+                nfree = isv[IS_JOB_FREE_N]
+                job_free[nfree] = j
+                isv[IS_JOB_FREE_N] = nfree + 1
+            elif kind == EV_TIMEOUT:  # the client stops waiting for a copy
+                j = ident
+                if (job_i[j, JI_GEN] & GEN_MASK) != gen or job_i[j, JI_CLIENT] != C_WAITING:
+                    continue
+                job_i[j, JI_CLIENT] = C_TIMED_OUT  # the server goes on working on it
+                res_c = job_i[j, JI_CALL]
+                res_outcome = TIMEOUT
+                res_node = job_i[j, JI_NODE]
+                prev = -1
+                j2 = call_i[res_c, CL_FIRST]
+                while j2 != j:
+                    prev = j2
+                    j2 = job_i[j2, JI_SIB]
+                if prev < 0:
+                    call_i[res_c, CL_FIRST] = job_i[j, JI_SIB]
+                else:
+                    job_i[prev, JI_SIB] = job_i[j, JI_SIB]
+            elif kind == EV_MOVE:  # a job failed over from an isolated node
+                j = ident
+                if (job_i[j, JI_GEN] & GEN_MASK) != gen or job_i[j, JI_STATE] != J_MOVING:
+                    continue
+                stamp = isv[IS_STAMP] + 1
+                isv[IS_STAMP] = stamp
+                send[0, 0] = job_i[j, JI_CALL]
+                send[0, 1] = -1 if n_elig == 0 else pick_node(routing, node_i, node_f, isv, fs,
+                                                              rng, stamp, 0)
+                send[0, 2] = job_i[j, JI_HEDGE]
+                send[0, 3] = j
+                n_send = 1
+            else:  # a hedge or retry timer of a call
+                c = ident
+                if (call_i[c, CL_GEN] & GEN_MASK) != gen:
+                    continue  # the call has been answered since
+                if kind == EV_HEDGE and (not hedge_on or call_i[c, CL_COPIES] == 0
+                                        or call_i[c, CL_HEDGES] >= max_hedges):
+                    continue
+                # a node other than those already holding this call's copies
+                stamp = isv[IS_STAMP] + 1
+                isv[IS_STAMP] = stamp
+                n_avoid = 0
+                if kind == EV_HEDGE:
+                    j2 = call_i[c, CL_FIRST]
+                    while j2 >= 0:
+                        node_i[job_i[j2, JI_NODE], NI_STAMP] = stamp
+                        n_avoid += 1
+                        j2 = job_i[j2, JI_SIB]
+                    if n_avoid >= n_elig:
+                        continue  # nowhere else to hedge to
+                elif n_elig > 1 and call_i[c, CL_LAST_NODE] >= 0:
+                    node_i[call_i[c, CL_LAST_NODE], NI_STAMP] = stamp
+                    n_avoid = 1
+                if n_elig == 0:
+                    send_node = -1
+                else:
+                    send_node = pick_node(routing, node_i, node_f, isv, fs, rng, stamp, n_avoid)
+                send[0, 0] = c
+                send[0, 1] = send_node
+                send[0, 2] = 1 if kind == EV_HEDGE else 0
+                send[0, 3] = -1
+                n_send = 1
         else:  # ---- a user request arrives
             nfree = isv[IS_USR_FREE_N] - 1
             u = usr_free[nfree]
             isv[IS_USR_FREE_N] = nfree
-            seq = isv[IS_USER_SEQ] + 1
-            isv[IS_USER_SEQ] = seq
+            isv[IS_USER_SEQ] += 1
             isv[IS_IN_FLIGHT_USERS] += 1
             x = uniform(rng)
             tier = 0 if x < tier_cum[0] else (1 if x < tier_cum[1] else 2)
-            k = min(fanout, isv[IS_N_ELIGIBLE])
+            k = fanout
+            usr_i[u, UI_DEGRADED] = 0
+            if degraded_on and 0 < k_deg < k:
+                k = k_deg  # partial fan-out: a cheaper, poorer answer
+                usr_i[u, UI_DEGRADED] = 1
             usr_i[u, UI_TIER] = tier
             usr_i[u, UI_WORST] = OK
             usr_i[u, UI_CRIT] = -1
-            usr_i[u, UI_FINAL] = 0
-            usr_i[u, UI_FANOUT] = fanout
-            usr_i[u, UI_REMAINING] = max(k, 1)
+            usr_i[u, UI_FANOUT] = k
+            usr_i[u, UI_ATTEMPTS] = 0
+            usr_i[u, UI_HEDGES] = 0
+            usr_i[u, UI_WRONG] = 0
             usr_f[u, UF_T_ARRIVAL] = t
-            if deadline < np.inf:
-                heap_push(heap_t, heap_k, isv, t + deadline,
-                          event_key(u, EV_DEADLINE, usr_i[u, UI_GEN]))
-            if k <= 0:  # nowhere to send it
-                j = alloc_job(isv, job_i, job_free, u, -1, t, job_f)
-                end_now(isv, job_i, heap_t, heap_k, j, ERROR, t)
-            elif n_nodes == 1:
-                touched[0] = 0  # a single node: no draw
-            elif k == 1 and uniform_random:
-                touched[0] = min(int(uniform(rng) * n_nodes), n_nodes - 1)
+            k = min(k, n_elig)
+            if breaker != BREAKER_CLOSED and (breaker_mask >> tier) & 1 and (
+                    breaker == BREAKER_OPEN or uniform(rng) >= cfg_f[CF_HALF_OPEN_ADMIT]):
+                fin_u = u  # the global breaker rejects it at the door
+                fin_outcome = DROPPED
+            elif k <= 0:
+                fin_u = u  # no routable node
+                fin_outcome = ERROR
             else:
-                for i in range(k):  # choose all k first, then admit them
-                    node = pick_node(routing, node_i, node_f, isv, fs, rng, seq, i)
-                    node_i[node, NI_STAMP] = seq
-                    touched[i] = node
-            if k > 0:
-                n_touched = k
-            for i in range(n_touched):
-                node = touched[i]
-                nj = isv[IS_JOB_FREE_N] - 1
-                j = job_free[nj]
-                isv[IS_JOB_FREE_N] = nj
-                job_i[j, JI_USER] = u
-                job_i[j, JI_NODE] = node
-                job_i[j, JI_GEN] += 1
-                job_f[j, JF_T_NODE] = t
-                # admission: crashed (refused), shed, throttled, queue full, or queued
-                busy = node_i[node, NI_BUSY]
-                qlen = node_i[node, NI_QLEN]
-                limit = node_i[node, NI_INTAKE_LIMIT]
-                rejected = -1
-                if node_i[node, NI_CRASHED] != 0:
-                    rejected = ERROR
-                elif tier != GOLD and (shed_mask >> tier) & 1:
-                    rejected = DROPPED
-                elif limit >= 0 and busy + qlen >= limit:
-                    rejected = DROPPED
-                elif qlim >= 0 and busy >= node_i[node, NI_SERVERS] and qlen >= qlim:
-                    rejected = ERROR
-                if rejected >= 0:
-                    end_now(isv, job_i, heap_t, heap_k, j, rejected, t)
-                    continue
-                job_i[j, JI_STATE] = J_QUEUED
-                job_i[j, JI_NEXT] = -1
-                tail = node_i[node, NI_QTAIL]
-                job_i[j, JI_PREV] = tail
-                if tail >= 0:
-                    job_i[tail, JI_NEXT] = j
+                usr_i[u, UI_REMAINING] = k
+                if n_nodes == 1:
+                    send[0, 1] = 0  # a single node: no draw
+                elif k == 1 and uniform_random:
+                    send[0, 1] = min(int(uniform(rng) * n_nodes), n_nodes - 1)
                 else:
-                    node_i[node, NI_QHEAD] = j
-                node_i[node, NI_QTAIL] = j
-                node_i[node, NI_QLEN] = qlen + 1
+                    stamp = isv[IS_STAMP] + 1
+                    isv[IS_STAMP] = stamp
+                    for i in range(k):  # k distinct nodes
+                        node = pick_node(routing, node_i, node_f, isv, fs, rng, stamp, i)
+                        node_i[node, NI_STAMP] = stamp
+                        send[i, 1] = node
+                for i in range(k):
+                    nc = isv[IS_CALL_FREE_N] - 1
+                    c = call_free[nc]
+                    isv[IS_CALL_FREE_N] = nc
+                    call_i[c, CL_USER] = u
+                    call_i[c, CL_ATTEMPTS] = 0
+                    call_i[c, CL_HEDGES] = 0
+                    call_i[c, CL_COPIES] = 0
+                    call_i[c, CL_FIRST] = -1
+                    call_i[c, CL_TIER] = tier
+                    send[i, 0] = c
+                    send[i, 2] = 0
+                    send[i, 3] = -1
+                n_send = k
             if const_rate:
                 t_arr = t + exponential(rng, mean_gap)
             else:
                 t_arr = next_arrival(rng, rmax, const_rate, rate_t, rate_v, t)
 
-        # ---- the shared tail
-        if fin_u >= 0:  # the client sees its outcome: records and statistics
-            usr_i[fin_u, UI_FINAL] = 1
+        # ---- tail 1: a copy answered its call, or the client gave up on one
+        if res_c >= 0:
+            c = res_c
+            copies = call_i[c, CL_COPIES] - 1
+            call_i[c, CL_COPIES] = copies
+            done = -1
+            if res_outcome == OK:
+                done = OK
+            elif copies == 0:  # nothing else outstanding: retry, or the call fails
+                done = res_outcome
+                attempts = call_i[c, CL_ATTEMPTS]
+                if (retry_mask >> res_outcome) & 1 and attempts < max_attempts:
+                    allowed = True
+                    if budgeted:
+                        allowed = budget_allows(cfg, st, t, False, True)
+                    if allowed:
+                        done = -1
+                        fleet_c[F_RETRIES] += 1
+                        backoff = min(cfg_f[CF_BACKOFF] * 2.0 ** (attempts - 1),
+                                      cfg_f[CF_BACKOFF_MAX])
+                        if cfg_i[CI_JITTER] != 0:
+                            backoff *= uniform(rng)  # full jitter
+                        call_i[c, CL_LAST_NODE] = res_node
+                        heap_push(heap_t, heap_k, isv, t + backoff,
+                                  event_key(c, EV_RETRY, call_i[c, CL_GEN]))
+                    else:
+                        fleet_c[F_RETRIES_DENIED] += 1
+            if done >= 0:  # the call is over: settle its other copies, then its user
+                if done == OK and res_hedge != 0:
+                    fleet_c[F_HEDGES_WON] += 1
+                j2 = call_i[c, CL_FIRST]
+                while j2 >= 0:
+                    nxt = job_i[j2, JI_SIB]
+                    job_i[j2, JI_SIB] = -1
+                    job_i[j2, JI_CLIENT] = C_LOST
+                    state = job_i[j2, JI_STATE]
+                    node = job_i[j2, JI_NODE]
+                    if (state == J_QUEUED and cancel != CANCEL_NEVER) or (
+                            state == J_SERVING and cancel == CANCEL_STARTED):
+                        if state == J_QUEUED:  # unlink from the node's queue
+                            qp = job_i[j2, JI_PREV]
+                            qn = job_i[j2, JI_NEXT]
+                            if qp >= 0:
+                                job_i[qp, JI_NEXT] = qn
+                            else:
+                                node_i[node, NI_QHEAD] = qn
+                            if qn >= 0:
+                                job_i[qn, JI_PREV] = qp
+                            else:
+                                node_i[node, NI_QTAIL] = qp
+                            node_i[node, NI_QLEN] -= 1
+                        else:  # stop it mid-service: the server frees up now
+                            busy = node_i[node, NI_BUSY]
+                            node_f[node, NF_BUSY_AREA] += busy * (t - node_f[node, NF_LAST_T])
+                            node_f[node, NF_LAST_T] = t
+                            node_i[node, NI_BUSY] = busy - 1
+                            touched[n_touched] = node
+                            n_touched += 1
+                        node_c[node, NC_CANCELLED] += 1
+                        job_i[j2, JI_STATE] = J_FREE
+                        job_i[j2, JI_GEN] += 1
+                        nfree = isv[IS_JOB_FREE_N]
+                        job_free[nfree] = j2
+                        isv[IS_JOB_FREE_N] = nfree + 1
+                    j2 = nxt
+                u = call_i[c, CL_USER]
+                usr_i[u, UI_ATTEMPTS] += call_i[c, CL_ATTEMPTS]
+                usr_i[u, UI_HEDGES] += call_i[c, CL_HEDGES]
+                if res_correct == 0:
+                    usr_i[u, UI_WRONG] = 1
+                if res_degraded != 0:
+                    usr_i[u, UI_DEGRADED] = 1
+                worst = usr_i[u, UI_WORST]
+                if done > worst:
+                    usr_i[u, UI_WORST] = done
+                    usr_i[u, UI_CRIT] = res_node
+                elif done == worst and done == OK:
+                    usr_i[u, UI_CRIT] = res_node  # the slowest call decides latency
+                call_i[c, CL_GEN] += 1  # its timers are now stale
+                nc = isv[IS_CALL_FREE_N]
+                call_free[nc] = c
+                isv[IS_CALL_FREE_N] = nc + 1
+                remaining = usr_i[u, UI_REMAINING] - 1
+                usr_i[u, UI_REMAINING] = remaining
+                if remaining == 0:
+                    fin_u = u
+                    fin_outcome = usr_i[u, UI_WORST]
+
+        # ---- tail 2: the client sees a user request's outcome
+        if fin_u >= 0:
+            u = fin_u
             isv[IS_IN_FLIGHT_USERS] -= 1
-            t0 = usr_f[fin_u, UF_T_ARRIVAL]
+            t0 = usr_f[u, UF_T_ARRIVAL]
             latency_ms = (t - t0) * 1000.0
-            tier = usr_i[fin_u, UI_TIER]
+            tier = usr_i[u, UI_TIER]
+            fleet_c[tier * 4 + fin_outcome] += 1
+            if usr_i[u, UI_DEGRADED] != 0:
+                fleet_c[F_DEGRADED] += 1
             if record:
                 r = isv[IS_NREC]
                 rec_f[r, 0] = t0
                 rec_f[r, 1] = latency_ms
                 rec_i[r, 0] = tier
                 rec_i[r, 1] = fin_outcome
-                rec_i[r, 2] = usr_i[fin_u, UI_CRIT]
-                rec_i[r, 3] = usr_i[fin_u, UI_FANOUT]
+                rec_i[r, 2] = usr_i[u, UI_CRIT]
+                rec_i[r, 3] = usr_i[u, UI_FANOUT]
+                rec_i[r, 4] = usr_i[u, UI_ATTEMPTS] + usr_i[u, UI_HEDGES]
+                rec_i[r, 5] = usr_i[u, UI_DEGRADED]
+                rec_i[r, 6] = 1 - usr_i[u, UI_WRONG]
                 isv[IS_NREC] = r + 1
             if t0 >= warmup:
                 tier_cnt[tier, fin_outcome] += 1
+                tier_ext[tier, TX_ATTEMPTS] += usr_i[u, UI_ATTEMPTS]
+                tier_ext[tier, TX_HEDGES] += usr_i[u, UI_HEDGES]
+                tier_ext[tier, TX_DEGRADED] += usr_i[u, UI_DEGRADED]
+                if fin_outcome == OK:
+                    tier_ext[tier, TX_WRONG] += usr_i[u, UI_WRONG]
                 if fin_outcome == OK or fin_outcome == ERROR:
                     hist[tier, fin_outcome, hist_bin(latency_ms)] += 1
                     lat_sum[tier, fin_outcome] += latency_ms
-        if release_u >= 0:
-            usr_i[release_u, UI_GEN] += 1  # its deadline event, if any, is now stale
+            usr_i[u, UI_GEN] += 1
             n = isv[IS_USR_FREE_N]
-            usr_free[n] = release_u
+            usr_free[n] = u
             isv[IS_USR_FREE_N] = n + 1
-        for i in range(n_touched):  # start service where servers are free
+
+        # ---- tail 3: send copies (first attempts, retries, hedges, failovers)
+        for i in range(n_send):
+            c = send[i, 0]
+            node = send[i, 1]
+            hedge = send[i, 2]
+            j = send[i, 3]
+            if j < 0:  # a new copy of call c
+                nj = isv[IS_JOB_FREE_N] - 1
+                j = job_free[nj]
+                isv[IS_JOB_FREE_N] = nj
+                job_i[j, JI_CALL] = c
+                job_i[j, JI_GEN] += 1
+                job_i[j, JI_CLIENT] = C_WAITING
+                job_i[j, JI_HEDGE] = hedge
+                job_i[j, JI_TIER] = call_i[c, CL_TIER]
+                job_i[j, JI_SIB] = call_i[c, CL_FIRST]
+                call_i[c, CL_FIRST] = j
+                call_i[c, CL_COPIES] += 1
+                fleet_c[F_ATTEMPTS] += 1
+                if hedge != 0:
+                    call_i[c, CL_HEDGES] += 1
+                    fleet_c[F_HEDGES] += 1
+                else:
+                    call_i[c, CL_ATTEMPTS] += 1
+                    if budgeted and call_i[c, CL_ATTEMPTS] == 1:
+                        budget_allows(cfg, st, t, True, False)
+                if deadline < np.inf:
+                    heap_push(heap_t, heap_k, isv, t + deadline,
+                              event_key(j, EV_TIMEOUT, job_i[j, JI_GEN]))
+                if hedge_on and call_i[c, CL_HEDGES] < max_hedges and n_elig > 1:
+                    heap_push(heap_t, heap_k, isv, t + fs[FS_HEDGE_DELAY],
+                              event_key(c, EV_HEDGE, call_i[c, CL_GEN]))
+            job_i[j, JI_NODE] = node
+            job_i[j, JI_DEGRADED] = 0
+            job_f[j, JF_T_NODE] = t
+            if node < 0:
+                job_i[j, JI_STATE] = J_ENDING
+                end_now(isv, job_i, heap_t, heap_k, j, ERROR, t)
+                continue
+            # admission: refused (crashed), shed, throttled, queue full, or queued
+            tier = job_i[j, JI_TIER]
+            tries = 0
+            stamp = -1
+            while True:
+                busy = node_i[node, NI_BUSY]
+                qlen = node_i[node, NI_QLEN]
+                rejected = -1
+                throttled = False
+                if node_i[node, NI_CRASHED] != 0:
+                    rejected = ERROR
+                elif tier != GOLD and (shed_mask >> tier) & 1:
+                    rejected = DROPPED
+                else:
+                    limit = node_i[node, NI_INTAKE_LIMIT]
+                    if limit >= 0 and busy + qlen >= limit:
+                        throttled = True
+                    elif node_f[node, NF_TOKEN_RATE] < np.inf:  # token-bucket intake
+                        tokens = min(node_f[node, NF_TOKEN_BURST], node_f[node, NF_TOKENS]
+                                     + (t - node_f[node, NF_TOKEN_T]) * node_f[node, NF_TOKEN_RATE])
+                        node_f[node, NF_TOKEN_T] = t
+                        if tokens >= 1.0:
+                            node_f[node, NF_TOKENS] = tokens - 1.0
+                        else:
+                            node_f[node, NF_TOKENS] = tokens
+                            throttled = True
+                    if throttled:
+                        rejected = DROPPED
+                    elif qlim >= 0 and busy >= node_i[node, NI_SERVERS] and qlen >= qlim:
+                        rejected = ERROR
+                if not (throttled and elsewhere) or tries + 1 >= n_elig:
+                    break
+                tries += 1  # excess goes elsewhere: another node, not tried yet
+                if stamp < 0:
+                    stamp = isv[IS_STAMP] + 1
+                    isv[IS_STAMP] = stamp
+                node_i[node, NI_STAMP] = stamp
+                node = pick_node(routing, node_i, node_f, isv, fs, rng, stamp, tries)
+                job_i[j, JI_NODE] = node
+            if rejected >= 0:
+                end_now(isv, job_i, heap_t, heap_k, j, rejected, t)
+                continue
+            job_i[j, JI_STATE] = J_QUEUED
+            job_i[j, JI_NEXT] = -1
+            tail = node_i[node, NI_QTAIL]
+            job_i[j, JI_PREV] = tail
+            if tail >= 0:
+                job_i[tail, JI_NEXT] = j
+            else:
+                node_i[node, NI_QHEAD] = j
+            node_i[node, NI_QTAIL] = j
+            node_i[node, NI_QLEN] = qlen + 1
+            touched[n_touched] = node
+            n_touched += 1
+
+        # ---- tail 4: start service where servers are free
+        for i in range(n_touched):
             node = touched[i]
             while node_i[node, NI_QLEN] > 0 and node_i[node, NI_BUSY] < node_i[node, NI_SERVERS]:
                 j = node_i[node, NI_QHEAD]  # dequeue
@@ -679,14 +1116,19 @@ def advance(cfg, st, out, t_end):
                 node_i[node, NI_QLEN] -= 1
                 job_i[j, JI_STATE] = J_SERVING
                 job_f[j, JF_T_START] = t
-                node_f[node, NF_BUSY_AREA] += node_i[node, NI_BUSY] * (t - node_f[node, NF_LAST_T])
+                busy = node_i[node, NI_BUSY]
+                node_f[node, NF_BUSY_AREA] += busy * (t - node_f[node, NF_LAST_T])
                 node_f[node, NF_LAST_T] = t
-                node_i[node, NI_BUSY] += 1
+                node_i[node, NI_BUSY] = busy + 1
                 if svc_kind == S_EXP:
                     s = exponential(rng, svc_a)
                 else:
                     s = draw_service(rng, svc_kind, svc_a, svc_b, svc_c)
-                t_done = t + s * node_f[node, NF_SLOWDOWN]
+                s *= node_f[node, NF_SLOWDOWN]
+                if degraded_on:
+                    s *= svc_factor  # the cheaper path, at a loss of quality
+                    job_i[j, JI_DEGRADED] = 1
+                t_done = t + s
                 key = event_key(j, EV_DONE, job_i[j, JI_GEN])
                 # push onto the heap: sift up from the end
                 hi = isv[IS_HEAP_N]

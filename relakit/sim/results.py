@@ -62,14 +62,14 @@ class SimulationResult:
         requests = None
         if fleet.cfg.cfg_i[K.CI_RECORD]:
             requests = requests_table(out.rec_f[:n_rec], out.rec_i[:n_rec])
-        n_s = int(st.is_[K.IS_NSAMPLE])
-        metrics = metrics_table(out.sample_t[:n_s], out.metrics[:n_s])
-        summary = summary_table(out.tier_cnt, out.hist, out.lat_sum)
+        metrics = metrics_table(out, st, sc.metrics.latency_buckets_s)
+        summary = summary_table(out.tier_cnt, out.tier_ext, out.hist, out.lat_sum)
         span = max(fleet.now - sc.warmup_s, 1e-12)
         busy_s = st.node_f[:, K.NF_BUSY_AREA] + st.node_i[:, K.NI_BUSY] * (
             fleet.now - st.node_f[:, K.NF_LAST_T])
         servers = np.asarray(sc.fleet.servers, dtype=float)
         counted = int(out.tier_cnt.sum())
+        fc = st.fleet_c
         info = {
             "scenario": sc.name, "source": sc.source, "seed": fleet.seed,
             "duration_s": fleet.now, "warmup_s": sc.warmup_s, "nodes": sc.fleet.nodes,
@@ -79,6 +79,11 @@ class SimulationResult:
             "utilisation": float(busy_s.sum() / (servers.sum() * max(fleet.now, 1e-12))),
             "utilisation_by_node": (busy_s / (servers * max(fleet.now, 1e-12))).round(4).tolist(),
             "in_flight_at_end": fleet.users_in_flight,
+            "attempts": int(fc[K.F_ATTEMPTS]), "retries": int(fc[K.F_RETRIES]),
+            "retries_denied": int(fc[K.F_RETRIES_DENIED]), "hedges": int(fc[K.F_HEDGES]),
+            "hedges_won": int(fc[K.F_HEDGES_WON]),
+            "cancelled": int(st.node_c[:, K.NC_CANCELLED].sum()),
+            "flags_at_end": fleet.flags(),
             "latency_note": "latency quantiles are over successful (ok) requests",
             "versions": versions(),
         }
@@ -98,7 +103,7 @@ class SimulationResult:
     def format_summary(self) -> str:
         """The summary as a fixed-width text table for a terminal."""
         cols = ["tier", "requests", "success_ratio", "error", "timeout", "dropped",
-                "mean_ms", "p50_ms", "p99_ms", "p999_ms"]
+                "mean_ms", "p50_ms", "p99_ms", "p999_ms", "amplification"]
         rows = [cols] + [[_fmt(r[c]) for c in cols] for r in self.summary.iter_rows(named=True)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
         lines = ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in rows]
@@ -125,43 +130,82 @@ def requests_table(rec_f: np.ndarray, rec_i: np.ndarray) -> pl.DataFrame:
         "outcome": outcomes[rec_i[:, 1]],
         "node": rec_i[:, 2].astype(np.int32),
         "fanout": rec_i[:, 3].astype(np.int32),
+        "attempts": rec_i[:, 4].astype(np.int32),  # copies sent: attempts plus hedges
+        "degraded": rec_i[:, 5].astype(bool),
+        "correct": rec_i[:, 6].astype(bool),  # false: a silent failure answered it
     })
 
 
-_GAUGES = {K.M_BUSY: "busy_servers", K.M_QLEN: "queue_length", K.M_IN_FLIGHT: "in_flight",
-           K.M_BUSY_SECONDS: "busy_seconds_total"}
+_NODE_SERIES = {K.M_BUSY: "busy_servers", K.M_QLEN: "queue_length", K.M_IN_FLIGHT: "in_flight",
+                K.M_BUSY_SECONDS: "busy_seconds_total", K.M_WRONG: "wrong_answers_total",
+                K.M_CANCELLED: "cancelled_total", K.M_LAT_SUM: "latency_seconds_sum",
+                K.M_LAT_COUNT: "latency_seconds_count"}
+_FLEET_SERIES = {K.F_ATTEMPTS: "attempts_total", K.F_RETRIES: "retries_total",
+                 K.F_RETRIES_DENIED: "retries_denied_total", K.F_HEDGES: "hedges_total",
+                 K.F_HEDGES_WON: "hedges_won_total", K.F_DEGRADED: "degraded_total",
+                 K.F_BREAKER: "breaker_state", K.F_HEDGE_ON: "hedge_enabled",
+                 K.F_DEGRADED_ON: "degraded_mode"}
+_LABELS = ("tier", "outcome", "le")
 
 
-def metrics_table(sample_t: np.ndarray, metrics: np.ndarray) -> pl.DataFrame:
-    """Long form: one row per (time, node, series), labels as columns (null if absent)."""
-    s, n, _ = metrics.shape
-    nt, no = len(K.TIERS), len(K.OUTCOMES)
-    t_grid = np.repeat(sample_t, n)
-    node_grid = np.tile(np.arange(n, dtype=np.int32), s)
-    counters = metrics[:, :, : K.N_COUNTERS].reshape(s * n, nt * no)
-    parts = [pl.DataFrame({
-        "time_s": np.repeat(t_grid, nt * no),
-        "node": np.repeat(node_grid, nt * no),
-        "name": "requests_total",
-        "tier": np.tile(np.repeat(np.asarray(K.TIERS), no), s * n),
-        "outcome": np.tile(np.tile(np.asarray(K.OUTCOMES), nt), s * n),
-        "value": counters.ravel(),
-    })]
-    for col, name in _GAUGES.items():
-        parts.append(pl.DataFrame({
-            "time_s": t_grid, "node": node_grid, "name": name,
-            "tier": pl.Series([None] * (s * n), dtype=pl.String),
-            "outcome": pl.Series([None] * (s * n), dtype=pl.String),
-            "value": metrics[:, :, col].ravel(),
-        }))
+def _long(t, node, name, values, **labels) -> pl.DataFrame:
+    n = len(values)
+    cols = {"time_s": t, "node": node, "name": pl.Series([name] * n, dtype=pl.String)}
+    for lab in _LABELS:
+        v = labels.get(lab)
+        cols[lab] = (pl.Series(v, dtype=pl.String) if v is not None and not isinstance(v, str)
+                     else pl.Series([v] * n, dtype=pl.String))
+    cols["value"] = values
+    return pl.DataFrame(cols)
+
+
+def metrics_table(out, st, bounds_s) -> pl.DataFrame:
+    """Long form, as Prometheus would hold it: one row per (time, node, series).
+
+    Columns ``time_s``, ``node``, ``name``, ``tier``, ``outcome``, ``le``, ``value``;
+    a label a series does not have is null. Node -1 holds the fleet-wide series
+    (the clients' view: ``client_requests_total``, attempts, retries, hedges,
+    flags). Each node is sampled on its own phase of the grid.
+    """
+    n_s = st.node_i[:, K.NI_NSAMPLE]
+    s_max = int(n_s.max()) if n_s.size else 0
+    m = out.metrics[:s_max]
+    t = out.sample_t[:s_max]
+    valid = (np.arange(s_max)[:, None] < n_s[None, :]).ravel()
+    t_flat = t.ravel()[valid]
+    node_flat = np.tile(np.arange(m.shape[1], dtype=np.int32), s_max)[valid]
+    rows = m.reshape(-1, m.shape[2])[valid]
+    parts = []
+    for ti, tier in enumerate(K.TIERS):
+        for oi, outcome in enumerate(K.OUTCOMES):
+            parts.append(_long(t_flat, node_flat, "requests_total", rows[:, ti * 4 + oi],
+                               tier=tier, outcome=outcome))
+    for col, name in _NODE_SERIES.items():
+        parts.append(_long(t_flat, node_flat, name, rows[:, col]))
+    les = [f"{b:g}" for b in bounds_s] + ["+Inf"]
+    for b, le in enumerate(les):
+        parts.append(_long(t_flat, node_flat, "latency_seconds_bucket", rows[:, K.M_BUCKETS + b],
+                           le=le))
+    n_f = int(st.is_[K.IS_NSAMPLE])
+    f, ft = out.fleet[:n_f], out.fleet_t[:n_f]
+    fleet_node = np.full(n_f, -1, dtype=np.int32)
+    for ti, tier in enumerate(K.TIERS):
+        for oi, outcome in enumerate(K.OUTCOMES):
+            parts.append(_long(ft, fleet_node, "client_requests_total", f[:, ti * 4 + oi],
+                               tier=tier, outcome=outcome))
+        parts.append(_long(ft, fleet_node, "shedding", f[:, K.F_SHEDDING + ti], tier=tier))
+    for col, name in _FLEET_SERIES.items():
+        parts.append(_long(ft, fleet_node, name, f[:, col]))
     return pl.concat(parts).sort(["time_s", "node", "name"], maintain_order=True)
 
 
-def summary_table(tier_cnt: np.ndarray, hist: np.ndarray, lat_sum: np.ndarray) -> pl.DataFrame:
+def summary_table(tier_cnt: np.ndarray, tier_ext: np.ndarray, hist: np.ndarray,
+                  lat_sum: np.ndarray) -> pl.DataFrame:
     rows = []
     groups = [(name, [i]) for i, name in enumerate(K.TIERS)] + [("all", list(range(len(K.TIERS))))]
     for name, idx in groups:
         cnt = tier_cnt[idx].sum(axis=0)
+        ext = tier_ext[idx].sum(axis=0)
         total = int(cnt.sum())
         h_ok = hist[idx, K.OK].sum(axis=0)
         ok = int(cnt[K.OK])
@@ -171,5 +215,11 @@ def summary_table(tier_cnt: np.ndarray, hist: np.ndarray, lat_sum: np.ndarray) -
                "mean_ms": float(lat_sum[idx, K.OK].sum() / ok) if ok else float("nan")}
         for col, q in QUANTILES.items():
             row[col] = hist_quantile(h_ok, q)
+        # copies sent per user request (attempts + hedges): the load it put on the fleet
+        row["amplification"] = float(ext[K.TX_ATTEMPTS] + ext[K.TX_HEDGES]) / total if total \
+            else float("nan")
+        row["hedges"] = int(ext[K.TX_HEDGES])
+        row["degraded"] = int(ext[K.TX_DEGRADED])
+        row["wrong"] = int(ext[K.TX_WRONG])  # ok to the client, but a wrong answer
         rows.append(row)
     return pl.DataFrame(rows)
