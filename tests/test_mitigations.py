@@ -299,3 +299,52 @@ def test_client_counters_match_the_records_and_flags_are_exported():
     assert dict(zip(shedding["tier"], shedding["value"], strict=True)) == {
         "gold": 0, "silver": 0, "bronze": 1}
     assert r.info["flags_at_end"]["hedge_enabled"] is True
+
+
+def test_adaptive_hedge_delay_follows_the_observed_quantile():
+    # fast path 5 ms for 95 %: the observed p90 is about 5 ms, so about 5 % of calls
+    # (the slow ones) are still unanswered there and get a hedge, after a short warm-up
+    sc = make_scenario(rate=400, duration=60, nodes=10, servers=8, service=SLOW_PATH)
+    sc = _with(sc, controls={"hedge_enabled": True},
+               mitigations={"hedge": {"delay_ms": 1000, "delay_quantile": 0.9}})
+    r = relakit.simulate(sc)
+    late = r.requests.filter(pl.col("arrival_s") > 5)
+    assert (late["attempts"] > 1).mean() == pytest.approx(0.05, abs=0.01)
+    assert _all(r)["p99_ms"] < 30  # hedged after ~5 ms, not after the 1 s fallback
+
+
+@pytest.mark.parametrize("section,value,key,allowed", [
+    ("controls", {"hedge_enabled": "yes"}, "controls.hedge_enabled", "true or false"),
+    ("controls", {"shed_tiers": ["gold"]}, "controls.shed_tiers", "gold bypasses"),
+    ("controls", {"breaker": "ajar"}, "controls.breaker", "half_open"),
+    ("controls", {"isolation": "drop"}, "controls.isolation", "failover"),
+    ("mitigations", {"hedge": {"cancel": "always"}}, "mitigations.hedge.cancel", "started"),
+    ("mitigations", {"retries": {"max_attempts": 0}}, "mitigations.retries.max_attempts", ">= 1"),
+    ("mitigations", {"retries": {"retry_on": ["panic"]}}, "mitigations.retries.retry_on",
+     "timeout"),
+    ("mitigations", {"degraded": {"service_factor": 1.5}}, "mitigations.degraded.service_factor",
+     "<= 1"),
+    ("mitigations", {"breaker": {"reject_tiers": ["tin"]}}, "mitigations.breaker.reject_tiers",
+     "bronze"),
+    ("metrics", {"latency_buckets_s": [0.1, 0.05]}, "metrics.latency_buckets_s", "increasing"),
+    ("metrics", {"phase_s": [0.1]}, "metrics.phase_s", "one entry per node"),
+])
+def test_bad_mitigation_keys_name_the_key_and_what_is_allowed(tmp_path, section, value, key,
+                                                             allowed):
+    sc = make_scenario(nodes=2)
+    sc[section] = {**sc.get(section, {}), **value}
+    path = tmp_path / "bad.yaml"
+    path.write_text(__import__("yaml").safe_dump(sc))
+    with pytest.raises(relakit.ScenarioError) as err:
+        load_scenario(path)
+    msg = str(err.value)
+    assert str(path) in msg and key in msg and allowed in msg
+
+
+def test_rela_flags_load_from_the_scenario():
+    sc = load_scenario(_with(make_scenario(), controls={
+        "hedge_enabled": True, "shed_bronze": True, "degraded_mode": True}))
+    assert sc.controls.shed_bronze and sc.controls.shed_tiers == ("bronze",)
+    flags = Fleet(sc).flags()
+    assert flags == {"hedge_enabled": True, "degraded_mode": True, "shed_tiers": ("bronze",),
+                     "shed_bronze": True, "breaker": "closed"}

@@ -105,6 +105,20 @@ def _grown_pool(ids_free: np.ndarray, n_free: int, old: int, new: int) -> np.nda
     return _grow_rows(free.astype(np.int64), new)
 
 
+def _grown_rings(tq_t, tq_k, tq_n) -> dict:
+    """Timer rings twice as long, each unrolled so its head is at slot 0."""
+    cap = tq_t.shape[1]
+    new_t, new_k = np.zeros((2, 2 * cap)), np.zeros((2, 2 * cap), np.int64)
+    new_n = tq_n.copy()
+    for q in range(2):
+        head, count = tq_n[q]
+        order = (head + np.arange(count)) % cap
+        new_t[q, :count] = tq_t[q, order]
+        new_k[q, :count] = tq_k[q, order]
+        new_n[q, 0] = 0
+    return {"tq_t": new_t, "tq_k": new_k, "tq_n": new_n}
+
+
 class Fleet:
     """A fleet in mid-run: ``advance(t)``, change controls, ``advance`` again."""
 
@@ -145,8 +159,12 @@ class Fleet:
             call_i=np.zeros((jobs, K.N_CL), np.int64),
             call_free=np.arange(jobs - 1, -1, -1, dtype=np.int64),
             heap_t=np.zeros(heap), heap_k=np.zeros(heap, np.int64),
+            tq_t=np.zeros((2, heap)), tq_k=np.zeros((2, heap), np.int64),
+            tq_n=np.zeros((2, 2), np.int64),
             scratch=np.zeros(n + 3 * fanout + 8, np.int64),
             send=np.zeros((fanout + 2, 4), np.int64),
+            pend_t=np.zeros(n + 4 * fanout + 16), pend_k=np.zeros(n + 4 * fanout + 16, np.int64),
+            pend_q=np.zeros(n + 4 * fanout + 16, np.int64),
         )
         isv = self.st.is_
         isv[K.IS_JOB_FREE_N] = jobs
@@ -219,6 +237,7 @@ class Fleet:
             call_i=_grow_rows(st.call_i, 2 * calls),
             call_free=_grown_pool(st.call_free, isv[K.IS_CALL_FREE_N], calls, 2 * calls),
             heap_t=_grow_rows(st.heap_t, 2 * heap), heap_k=_grow_rows(st.heap_k, 2 * heap),
+            **_grown_rings(st.tq_t, st.tq_k, st.tq_n),
         )
         isv[K.IS_JOB_FREE_N] += jobs
         isv[K.IS_USR_FREE_N] += users

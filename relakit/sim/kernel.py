@@ -84,6 +84,11 @@ N_FS = 7
  IS_HEDGE_ON, IS_DEGRADED_ON, IS_BREAKER, IS_BUDGET_BUCKET, IS_USER_SEQ,
  IS_MAX_NODE_SAMPLE) = range(19)
 N_IS = 19
+# Timers with one fixed delay fall due in the order they are set, so they wait in FIFO
+# rings (st.tq_t / st.tq_k; row 0 attempt timeouts, row 1 fixed-delay hedges) instead of
+# the heap: O(1) each, and the heap stays small. st.tq_n[q] = (head, count).
+TQ_TIMEOUT, TQ_HEDGE = 0, 1
+TQ_HEAP = -1
 BUDGET_BUCKETS = 10
 
 # st.node_i columns
@@ -153,7 +158,7 @@ Config = namedtuple(
 State = namedtuple(
     "State",
     "fs is_ rng node_i node_f node_c cnt lat_b fleet_c budget job_i job_f job_free usr_i usr_f"
-    " usr_free call_i call_free heap_t heap_k scratch send",
+    " usr_free call_i call_free heap_t heap_k tq_t tq_k tq_n scratch send pend_t pend_k pend_q",
 )
 Output = namedtuple(
     "Output", "metrics sample_t fleet fleet_t rec_f rec_i hist tier_cnt tier_ext lat_sum")
@@ -162,7 +167,7 @@ Output = namedtuple(
 # ---- heap -------------------------------------------------------------------
 @njit(cache=True, error_model="numpy")
 def heap_push(ht, hk, isv, t, key):
-    """Push for the rarer events (deadlines, rejections, crashes); the loop has its own."""
+    """Push for the rare paths (rejections, crashes, failover); the loop has its own."""
     i = isv[IS_HEAP_N]
     isv[IS_HEAP_N] = i + 1
     while i > 0:
@@ -491,30 +496,21 @@ def sample_fleet(cfg, st, out, t):
 
 
 @njit(cache=True, error_model="numpy")
-def budget_allows(cfg, st, t, first, retry):
-    """Retry budget: count a first attempt or ask for a retry, over a sliding window.
+def budget_slot(bud, isv, width, t):
+    """The retry budget's bucket for time t, zeroing buckets the window has left behind.
 
-    The window is BUDGET_BUCKETS buckets; a retry is allowed while retries in the
-    window stay below budget_ratio times the first attempts in it.
+    The window is BUDGET_BUCKETS buckets of ``width`` seconds: row 0 counts first
+    attempts, row 1 retries. A retry is allowed while retries in the window stay
+    below budget_ratio times the first attempts in it.
     """
-    bud = st.budget
-    width = cfg.cfg_f[CF_BUDGET_WINDOW] / BUDGET_BUCKETS
     b = int(t / width)
-    cur = st.is_[IS_BUDGET_BUCKET]
+    cur = isv[IS_BUDGET_BUCKET]
     if b > cur:
         for k in range(cur + 1, min(b, cur + BUDGET_BUCKETS) + 1):
             bud[0, k % BUDGET_BUCKETS] = 0
             bud[1, k % BUDGET_BUCKETS] = 0
-        st.is_[IS_BUDGET_BUCKET] = b
-    slot = b % BUDGET_BUCKETS
-    if first:
-        bud[0, slot] += 1
-        return True
-    if retry:
-        if bud[1].sum() + 1 > cfg.cfg_f[CF_BUDGET_RATIO] * bud[0].sum():
-            return False
-        bud[1, slot] += 1
-    return True
+        isv[IS_BUDGET_BUCKET] = b
+    return b % BUDGET_BUCKETS
 
 
 @njit(cache=True, error_model="numpy")
@@ -571,6 +567,14 @@ def advance(cfg, st, out, t_end):
     heap_k = st.heap_k
     touched = st.scratch
     send = st.send
+    pend_t = st.pend_t
+    pend_k = st.pend_k
+    pend_q = st.pend_q
+    tq_t = st.tq_t
+    tq_k = st.tq_k
+    tq_n = st.tq_n
+    tq_cap = tq_t.shape[1]
+    budget = st.budget
     rec_f = out.rec_f
     rec_i = out.rec_i
     hist = out.hist
@@ -612,7 +616,11 @@ def advance(cfg, st, out, t_end):
     max_hedges = cfg_i[CI_MAX_HEDGES]
     cancel = cfg_i[CI_CANCEL]
     retry_mask = cfg_i[CI_RETRY_MASK]
-    budgeted = cfg_f[CF_BUDGET_RATIO] < np.inf
+    # fixed-delay hedges fall due in order (a ring); adaptive ones may not (the heap)
+    hedge_queue = TQ_HEDGE if cfg_f[CF_HEDGE_Q] == 0.0 else TQ_HEAP
+    budget_ratio = cfg_f[CF_BUDGET_RATIO]
+    budgeted = budget_ratio < np.inf
+    budget_width = cfg_f[CF_BUDGET_WINDOW] / BUDGET_BUCKETS
     elsewhere = cfg_i[CI_ELSEWHERE] != 0
     breaker_mask = cfg_i[CI_BREAKER_MASK]
     has_load_errors = load_x.shape[0] > 0
@@ -621,13 +629,18 @@ def advance(cfg, st, out, t_end):
     samp_cap = out.sample_t.shape[0]
     fleet_cap = out.fleet_t.shape[0]
     room = fanout + max_hedges + 4  # jobs and calls one event may need
-    heap_room = 3 * fanout + 8  # timers and immediate ends one event may push
+    heap_room = 4 * fanout + 16  # timers, starts and immediate ends one event may push
     uniform_random = routing == R_RANDOM and isv[IS_EQUAL_WEIGHTS] != 0
     t_arr = fs[FS_NEXT_ARRIVAL]
     status = DONE
     while True:
         hn = isv[IS_HEAP_N]
         t_heap = heap_t[0] if hn > 0 else np.inf
+        src = TQ_HEAP  # where the earliest timer waits: the heap or a FIFO ring
+        for q in range(2):
+            if tq_n[q, 1] > 0 and tq_t[q, tq_n[q, 0]] < t_heap:
+                t_heap = tq_t[q, tq_n[q, 0]]
+                src = q
         t = min(t_arr, t_heap)
         t_fleet = fs[FS_NEXT_SAMPLE]
         t_node = fs[FS_NEXT_NODE_SAMPLE]
@@ -660,7 +673,8 @@ def advance(cfg, st, out, t_end):
             break
         # room for the worst case of one event, checked before touching anything
         if (isv[IS_JOB_FREE_N] < room or isv[IS_USR_FREE_N] < 2 or isv[IS_CALL_FREE_N] < room
-                or heap_cap - hn < heap_room):
+                or heap_cap - hn < heap_room or tq_cap - tq_n[0, 1] < room
+                or tq_cap - tq_n[1, 1] < room):
             status = GROW_POOLS
             break
         if record and record_cap - isv[IS_NREC] < 2:
@@ -677,8 +691,13 @@ def advance(cfg, st, out, t_end):
         res_degraded = 0
         fin_u = -1  # user request whose client sees its outcome now
         fin_outcome = OK
+        n_pend = 0  # timers to push once the event is done
 
-        if t_heap <= t_arr:  # ---- a timed event
+        if t_heap <= t_arr and src >= 0:  # ---- a timer from a FIFO ring
+            key = tq_k[src, tq_n[src, 0]]
+            tq_n[src, 0] = (tq_n[src, 0] + 1) % tq_cap
+            tq_n[src, 1] -= 1
+        elif t_heap <= t_arr:  # ---- a timed event from the heap
             key = heap_k[0]
             # pop the heap's top: sift the last entry down from the root
             hn -= 1
@@ -700,6 +719,7 @@ def advance(cfg, st, out, t_end):
                     i = c
                 heap_t[i] = last_t
                 heap_k[i] = last_k
+        if t_heap <= t_arr:  # ---- a timed event
             gen = key >> 32
             ident = (key >> 3) & ID_MASK
             kind = key & 7
@@ -897,7 +917,10 @@ def advance(cfg, st, out, t_end):
                 if (retry_mask >> res_outcome) & 1 and attempts < max_attempts:
                     allowed = True
                     if budgeted:
-                        allowed = budget_allows(cfg, st, t, False, True)
+                        slot = budget_slot(budget, isv, budget_width, t)
+                        allowed = budget[1].sum() + 1 <= budget_ratio * budget[0].sum()
+                        if allowed:
+                            budget[1, slot] += 1
                     if allowed:
                         done = -1
                         fleet_c[F_RETRIES] += 1
@@ -906,8 +929,10 @@ def advance(cfg, st, out, t_end):
                         if cfg_i[CI_JITTER] != 0:
                             backoff *= uniform(rng)  # full jitter
                         call_i[c, CL_LAST_NODE] = res_node
-                        heap_push(heap_t, heap_k, isv, t + backoff,
-                                  event_key(c, EV_RETRY, call_i[c, CL_GEN]))
+                        pend_t[n_pend] = t + backoff
+                        pend_k[n_pend] = event_key(c, EV_RETRY, call_i[c, CL_GEN])
+                        pend_q[n_pend] = TQ_HEAP
+                        n_pend += 1
                     else:
                         fleet_c[F_RETRIES_DENIED] += 1
             if done >= 0:  # the call is over: settle its other copies, then its user
@@ -1033,13 +1058,17 @@ def advance(cfg, st, out, t_end):
                 else:
                     call_i[c, CL_ATTEMPTS] += 1
                     if budgeted and call_i[c, CL_ATTEMPTS] == 1:
-                        budget_allows(cfg, st, t, True, False)
+                        budget[0, budget_slot(budget, isv, budget_width, t)] += 1
                 if deadline < np.inf:
-                    heap_push(heap_t, heap_k, isv, t + deadline,
-                              event_key(j, EV_TIMEOUT, job_i[j, JI_GEN]))
+                    pend_t[n_pend] = t + deadline
+                    pend_k[n_pend] = event_key(j, EV_TIMEOUT, job_i[j, JI_GEN])
+                    pend_q[n_pend] = TQ_TIMEOUT
+                    n_pend += 1
                 if hedge_on and call_i[c, CL_HEDGES] < max_hedges and n_elig > 1:
-                    heap_push(heap_t, heap_k, isv, t + fs[FS_HEDGE_DELAY],
-                              event_key(c, EV_HEDGE, call_i[c, CL_GEN]))
+                    pend_t[n_pend] = t + fs[FS_HEDGE_DELAY]
+                    pend_k[n_pend] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
+                    pend_q[n_pend] = hedge_queue
+                    n_pend += 1
             job_i[j, JI_NODE] = node
             job_i[j, JI_DEGRADED] = 0
             job_f[j, JF_T_NODE] = t
@@ -1128,19 +1157,31 @@ def advance(cfg, st, out, t_end):
                 if degraded_on:
                     s *= svc_factor  # the cheaper path, at a loss of quality
                     job_i[j, JI_DEGRADED] = 1
-                t_done = t + s
-                key = event_key(j, EV_DONE, job_i[j, JI_GEN])
-                # push onto the heap: sift up from the end
-                hi = isv[IS_HEAP_N]
-                isv[IS_HEAP_N] = hi + 1
-                while hi > 0:
-                    parent = (hi - 1) >> 1
-                    if heap_t[parent] <= t_done:
-                        break
-                    heap_t[hi] = heap_t[parent]
-                    heap_k[hi] = heap_k[parent]
-                    hi = parent
-                heap_t[hi] = t_done
-                heap_k[hi] = key
+                pend_t[n_pend] = t + s
+                pend_k[n_pend] = event_key(j, EV_DONE, job_i[j, JI_GEN])
+                pend_q[n_pend] = TQ_HEAP
+                n_pend += 1
+
+        # ---- tail 5: file the timers this event set: a ring's tail, or the heap (sift up)
+        for i in range(n_pend):
+            tp = pend_t[i]
+            q = pend_q[i]
+            if q >= 0:
+                slot = (tq_n[q, 0] + tq_n[q, 1]) % tq_cap
+                tq_t[q, slot] = tp
+                tq_k[q, slot] = pend_k[i]
+                tq_n[q, 1] += 1
+                continue
+            hi = isv[IS_HEAP_N]
+            isv[IS_HEAP_N] = hi + 1
+            while hi > 0:
+                parent = (hi - 1) >> 1
+                if heap_t[parent] <= tp:
+                    break
+                heap_t[hi] = heap_t[parent]
+                heap_k[hi] = heap_k[parent]
+                hi = parent
+            heap_t[hi] = tp
+            heap_k[hi] = pend_k[i]
     fs[FS_NEXT_ARRIVAL] = t_arr
     return status
