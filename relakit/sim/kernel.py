@@ -684,6 +684,7 @@ def advance(cfg, st, out, t_end):
         n_touched = 0  # nodes whose queue may now start service
         n_send = 0  # copies to send: (call, node, is_hedge, existing job or -1)
         res_c = -1  # the call a copy answered, or gave up on
+        res_job = -1
         res_outcome = OK
         res_node = -1
         res_hedge = 0
@@ -767,16 +768,7 @@ def advance(cfg, st, out, t_end):
                     res_hedge = job_i[j, JI_HEDGE]
                     res_correct = correct
                     res_degraded = job_i[j, JI_DEGRADED]
-                    # unlink from its call's copies
-                    prev = -1
-                    j2 = call_i[res_c, CL_FIRST]
-                    while j2 != j:
-                        prev = j2
-                        j2 = job_i[j2, JI_SIB]
-                    if prev < 0:
-                        call_i[res_c, CL_FIRST] = job_i[j, JI_SIB]
-                    else:
-                        job_i[prev, JI_SIB] = job_i[j, JI_SIB]
+                    res_job = j
                 job_i[j, JI_STATE] = J_FREE  # free the job; its timers are now stale
                 job_i[j, JI_GEN] += 1
                 nfree = isv[IS_JOB_FREE_N]
@@ -790,15 +782,7 @@ def advance(cfg, st, out, t_end):
                 res_c = job_i[j, JI_CALL]
                 res_outcome = TIMEOUT
                 res_node = job_i[j, JI_NODE]
-                prev = -1
-                j2 = call_i[res_c, CL_FIRST]
-                while j2 != j:
-                    prev = j2
-                    j2 = job_i[j2, JI_SIB]
-                if prev < 0:
-                    call_i[res_c, CL_FIRST] = job_i[j, JI_SIB]
-                else:
-                    job_i[prev, JI_SIB] = job_i[j, JI_SIB]
+                res_job = j
             elif kind == EV_MOVE:  # a job failed over from an isolated node
                 j = ident
                 if (job_i[j, JI_GEN] & GEN_MASK) != gen or job_i[j, JI_STATE] != J_MOVING:
@@ -906,6 +890,15 @@ def advance(cfg, st, out, t_end):
         # ---- tail 1: a copy answered its call, or the client gave up on one
         if res_c >= 0:
             c = res_c
+            prev = -1  # the copy no longer counts among its call's copies: unlink it
+            j2 = call_i[c, CL_FIRST]
+            while j2 != res_job:
+                prev = j2
+                j2 = job_i[j2, JI_SIB]
+            if prev < 0:
+                call_i[c, CL_FIRST] = job_i[res_job, JI_SIB]
+            else:
+                job_i[prev, JI_SIB] = job_i[res_job, JI_SIB]
             copies = call_i[c, CL_COPIES] - 1
             call_i[c, CL_COPIES] = copies
             done = -1
