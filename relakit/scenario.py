@@ -13,10 +13,11 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import yaml
+
+from relakit.validate import Reader, ScenarioError
 
 TIER_NAMES = ("gold", "silver", "bronze")
 SERVICE_PARAMS = {
@@ -40,10 +41,6 @@ BREAKER_STATES = ("closed", "half_open", "open")
 RETRYABLE = ("error", "timeout", "dropped")
 # Prometheus client libraries' default histogram buckets, in seconds
 PROMETHEUS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-class ScenarioError(ValueError):
-    """A scenario (or a file it names) is not valid; the message says where and why."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +196,8 @@ class Scenario:
     controls: Controls = Controls()
     mitigations: Mitigations = Mitigations()
     metrics: Metrics = Metrics()
+    policy: object = None  # relakit.control.Policy: closes the loop
+    clocks: object = None  # relakit.control.Clocks
     source: str = "<dict>"
 
     @property
@@ -210,55 +209,6 @@ class Scenario:
         """Mean offered load (after warm-up) over fleet capacity, fan-out included."""
         rate = self.workload.arrival.mean_rate(self.duration_s, self.warmup_s)
         return rate * self.workload.fanout / self.fleet.capacity_rps
-
-
-class _Reader:
-    """Walks a mapping, remembering where it is, so errors can say so."""
-
-    def __init__(self, data: Any, source: str, path: str = ""):
-        self.source = source
-        self.path = path
-        if not isinstance(data, dict):
-            self.fail(f"expected a mapping, got {type(data).__name__}")
-        self.data = data
-
-    def fail(self, problem: str, key: str | None = None):
-        where = ".".join(p for p in (self.path, key) if p) or "(top level)"
-        raise ScenarioError(f"{self.source}: key '{where}': {problem}")
-
-    def only(self, allowed):
-        extra = sorted(set(self.data) - set(allowed))
-        if extra:
-            self.fail(f"unknown key(s) {extra}; allowed keys here: {sorted(allowed)}")
-
-    def sub(self, key: str, default=None) -> _Reader:
-        value = self.data.get(key, default if default is not None else {})
-        return _Reader(value, self.source, f"{self.path}.{key}" if self.path else key)
-
-    def number(self, key, default=None, *, lo=None, hi=None, lo_open=False, integer=False,
-               nullable=False):
-        value = self.data.get(key, default)
-        if value is None:
-            if nullable:
-                return None
-            self.fail("is required" if key not in self.data else "must not be null", key)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(f"expected a number, got {value!r}", key)
-        if integer and (not float(value).is_integer()):
-            self.fail(f"expected a whole number, got {value!r}", key)
-        if not math.isfinite(value):
-            self.fail(f"expected a finite number, got {value!r}", key)
-        if lo is not None and (value < lo or (lo_open and value == lo)):
-            self.fail(f"{value!r} is out of range: must be {'>' if lo_open else '>='} {lo}", key)
-        if hi is not None and value > hi:
-            self.fail(f"{value!r} is out of range: must be <= {hi}", key)
-        return int(value) if integer else float(value)
-
-    def choice(self, key, allowed, default=None):
-        value = self.data.get(key, default)
-        if value not in allowed:
-            self.fail(f"{value!r} is not one of {', '.join(allowed)}", key)
-        return value
 
 
 def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
@@ -284,12 +234,12 @@ def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
         base_dir = path.resolve().parent
     for dotted, value in (overrides or {}).items():
         _set_dotted(data, dotted, value)
-    return _build(_Reader(data, name), base_dir)
+    return _build(Reader(data, name), base_dir)
 
 
-def _build(r: _Reader, base_dir: Path) -> Scenario:
+def _build(r: Reader, base_dir: Path) -> Scenario:
     r.only({"name", "duration_s", "seed", "warmup_s", "workload", "fleet", "faults", "metrics",
-            "controls", "mitigations"})
+            "controls", "mitigations", "policy", "clocks"})
     duration = r.number("duration_s", lo=0, lo_open=True)
     warmup = r.number("warmup_s", 0.0, lo=0)
     if warmup >= duration:
@@ -297,6 +247,7 @@ def _build(r: _Reader, base_dir: Path) -> Scenario:
     fleet = _fleet(r.sub("fleet"))
     workload = _workload(r.sub("workload"), duration, fleet.nodes, base_dir)
     faults = _faults(r, fleet.nodes)
+    policy, clocks = _control(r, base_dir)
     name = r.data.get("name", "scenario")
     if not isinstance(name, str) or not name:
         r.fail(f"expected a non-empty string, got {name!r}", "name")
@@ -305,26 +256,27 @@ def _build(r: _Reader, base_dir: Path) -> Scenario:
         workload=workload, fleet=fleet, faults=faults, warmup_s=warmup,
         controls=_controls(r.sub("controls")), mitigations=_mitigations(r.sub("mitigations"),
                                                                          fleet.nodes),
-        metrics=_metrics(r.sub("metrics"), fleet.nodes, r.number("seed", 1, lo=0, integer=True)),
-        source=r.source,
+        metrics=_metrics(r.sub("metrics"), fleet.nodes, r.number("seed", 1, lo=0, integer=True),
+                         clocks),
+        policy=policy, clocks=clocks, source=r.source,
     )
 
 
-def _flag(r: _Reader, key, default=False) -> bool:
+def _flag(r: Reader, key, default=False) -> bool:
     value = r.data.get(key, default)
     if not isinstance(value, bool):
         r.fail(f"expected true or false, got {value!r}", key)
     return value
 
 
-def _tiers(r: _Reader, key, default=()) -> tuple[str, ...]:
+def _tiers(r: Reader, key, default=()) -> tuple[str, ...]:
     value = r.data.get(key, list(default))
     if not isinstance(value, list) or any(v not in TIER_NAMES for v in value):
         r.fail(f"expected a list of tiers from {', '.join(TIER_NAMES)}, got {value!r}", key)
     return tuple(t for t in TIER_NAMES if t in value)
 
 
-def _controls(r: _Reader) -> Controls:
+def _controls(r: Reader) -> Controls:
     r.only({"hedge_enabled", "shed_bronze", "shed_tiers", "degraded_mode", "breaker",
             "isolation", "throttle_excess"})
     shed = set(_tiers(r, "shed_tiers"))
@@ -342,7 +294,7 @@ def _controls(r: _Reader) -> Controls:
     )
 
 
-def _mitigations(r: _Reader, nodes: int) -> Mitigations:
+def _mitigations(r: Reader, nodes: int) -> Mitigations:
     r.only({"hedge", "retries", "degraded", "breaker"})
     h = r.sub("hedge")
     h.only({"delay_ms", "delay_quantile", "cancel", "max_hedges"})
@@ -381,16 +333,46 @@ def _mitigations(r: _Reader, nodes: int) -> Mitigations:
     return Mitigations(hedge=hedge, retries=retries, degraded=degraded, breaker=breaker)
 
 
-def _metrics(r: _Reader, nodes: int, seed: int) -> Metrics:
+def _control(r: Reader, base_dir: Path):
+    """`policy:` (a path or inline) closes the loop; `clocks:` (a path or inline) times it."""
+    from relakit.control import load_clocks, load_policy
+
+    spec = r.data.get("policy")
+    clocks_spec = r.data.get("clocks")
+    if spec is None:
+        if clocks_spec is not None:
+            r.fail("clocks time a control loop; give a policy too", "clocks")
+        return None, None
+    try:
+        if isinstance(spec, str):
+            policy = load_policy(_resolve(r, spec, base_dir, "policy"))
+        elif isinstance(spec, dict):
+            policy = load_policy(spec)
+        else:
+            r.fail(f"expected a path to a policy YAML or a mapping, got {spec!r}", "policy")
+        if isinstance(clocks_spec, str):
+            clocks = load_clocks(_resolve(r, clocks_spec, base_dir, "clocks"))
+        else:
+            clocks = load_clocks(clocks_spec or {})
+    except ScenarioError as exc:
+        raise ScenarioError(f"{r.source}: in its policy or clocks: {exc}") from None
+    return policy, clocks
+
+
+def _metrics(r: Reader, nodes: int, seed: int, clocks=None) -> Metrics:
     r.only({"interval_s", "phase_s", "latency_buckets_s"})
-    interval = r.number("interval_s", 1.0, lo=0, lo_open=True)
-    phase = r.data.get("phase_s", 0.0)
+    default_interval = 1.0 if clocks is None else clocks.scrape_s
+    interval = r.number("interval_s", default_interval, lo=0, lo_open=True)
+    if clocks is not None and interval != clocks.scrape_s:
+        r.fail(f"{interval} differs from clocks.scrape_s ({clocks.scrape_s}): with a control "
+               "loop the scrape interval is the clocks'", "interval_s")
+    phase = r.data.get("phase_s", 0.0 if clocks is None else clocks.scrape_phase_s)
     if phase == "random":  # each target scraped at its own offset, reproducibly
         phases = tuple(np.random.default_rng(seed).uniform(0, interval, nodes).tolist())
     elif isinstance(phase, list):
         if len(phase) != nodes:
             r.fail(f"a list must have one entry per node ({nodes}), got {len(phase)}", "phase_s")
-        phases = tuple(_Reader({"p": p}, r.source, f"{r.path}.phase_s").number(
+        phases = tuple(Reader({"p": p}, r.source, f"{r.path}.phase_s").number(
             "p", lo=0, hi=interval) for p in phase)
     else:
         phases = (r.number("phase_s", 0.0, lo=0, hi=interval),) * nodes
@@ -405,7 +387,7 @@ def _metrics(r: _Reader, nodes: int, seed: int) -> Metrics:
                    latency_buckets_s=tuple(float(b) for b in buckets))
 
 
-def _fleet(r: _Reader) -> FleetSpec:
+def _fleet(r: Reader) -> FleetSpec:
     r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights", "load_errors"})
     nodes = r.number("nodes", 1, lo=1, integer=True)
     servers = r.data.get("servers", 1)
@@ -413,7 +395,7 @@ def _fleet(r: _Reader) -> FleetSpec:
         if len(servers) != nodes:
             r.fail(f"a list must have one entry per node ({nodes}), got {len(servers)}",
                    "servers")
-        servers = tuple(_Reader({"s": s}, r.source, f"{r.path}.servers").number(
+        servers = tuple(Reader({"s": s}, r.source, f"{r.path}.servers").number(
             "s", lo=1, integer=True) for s in servers)
     else:
         servers = (r.number("servers", 1, lo=1, integer=True),) * nodes
@@ -423,7 +405,7 @@ def _fleet(r: _Reader) -> FleetSpec:
     elif not isinstance(weights, list) or len(weights) != nodes:
         r.fail(f"expected a list of {nodes} non-negative numbers (one per node)", "weights")
     else:
-        weights = tuple(_Reader({"w": w}, r.source, f"{r.path}.weights").number("w", lo=0)
+        weights = tuple(Reader({"w": w}, r.source, f"{r.path}.weights").number("w", lo=0)
                         for w in weights)
         if sum(weights) <= 0:
             r.fail("at least one weight must be positive", "weights")
@@ -435,7 +417,7 @@ def _fleet(r: _Reader) -> FleetSpec:
     )
 
 
-def _load_errors(r: _Reader) -> tuple[tuple[float, float], ...]:
+def _load_errors(r: Reader) -> tuple[tuple[float, float], ...]:
     """`load_errors: {points: [[load, p], ...]}`, load = requests in flight per server."""
     if r.data.get("load_errors") is None:
         return ()
@@ -455,7 +437,7 @@ def _load_errors(r: _Reader) -> tuple[tuple[float, float], ...]:
     return tuple(out)
 
 
-def _service(r: _Reader) -> Service:
+def _service(r: Reader) -> Service:
     if not r.data:
         r.fail(f"is required: a mapping with 'kind' (one of {', '.join(SERVICE_PARAMS)})")
     kind = r.choice("kind", tuple(SERVICE_PARAMS))
@@ -474,7 +456,7 @@ def _service(r: _Reader) -> Service:
     return Service(kind, p)
 
 
-def _workload(r: _Reader, duration: float, nodes: int, base_dir: Path) -> Workload:
+def _workload(r: Reader, duration: float, nodes: int, base_dir: Path) -> Workload:
     r.only({"arrival", "tiers", "fanout", "deadline_ms"})
     tiers_r = r.sub("tiers", {"gold": 0.1, "silver": 0.3, "bronze": 0.6})
     tiers_r.only(set(TIER_NAMES))
@@ -491,7 +473,7 @@ def _workload(r: _Reader, duration: float, nodes: int, base_dir: Path) -> Worklo
     )
 
 
-def _arrival(r: _Reader, duration: float, base_dir: Path) -> Arrival:
+def _arrival(r: Reader, duration: float, base_dir: Path) -> Arrival:
     kind = r.choice("kind", tuple(ARRIVAL_PARAMS))
     r.only({"kind", *ARRIVAL_PARAMS[kind]})
 
@@ -528,7 +510,7 @@ def _arrival(r: _Reader, duration: float, base_dir: Path) -> Arrival:
     return Arrival(kind, times, rates)
 
 
-def _trace_points(r: _Reader, base_dir: Path):
+def _trace_points(r: Reader, base_dir: Path):
     """A rate table from `points: [[t, rate], ...]` or a CSV with time_s, rate_rps."""
     interp = r.choice("interpolation", ("linear", "step"), "linear")
     if ("path" in r.data) == ("points" in r.data):
@@ -565,23 +547,23 @@ def _trace_points(r: _Reader, base_dir: Path):
     return pts
 
 
-def _resolve(r: _Reader, value, base_dir: Path) -> Path:
+def _resolve(r: Reader, value, base_dir: Path, key: str = "path") -> Path:
     if not isinstance(value, str):
-        r.fail(f"expected a file path, got {value!r}", "path")
+        r.fail(f"expected a file path, got {value!r}", key)
     tried = [base_dir / value, Path.cwd() / value]
     for p in tried:
         if p.is_file():
             return p
-    r.fail(f"file not found (looked in {', '.join(str(p) for p in tried)})", "path")
+    r.fail(f"file not found (looked in {', '.join(str(p) for p in tried)})", key)
 
 
-def _faults(r: _Reader, nodes: int) -> tuple[Fault, ...]:
+def _faults(r: Reader, nodes: int) -> tuple[Fault, ...]:
     raw = r.data.get("faults") or []
     if not isinstance(raw, list):
         r.fail("expected a list of faults", "faults")
     out = []
     for i, item in enumerate(raw):
-        f = _Reader(item, r.source, f"faults[{i}]")
+        f = Reader(item, r.source, f"faults[{i}]")
         f.only({"node", "start_s", "end_s", "error_rate", "slowdown", "crash", "wrong_rate"})
         start = f.number("start_s", lo=0)
         end = f.number("end_s", lo=0)

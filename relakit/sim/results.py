@@ -54,6 +54,8 @@ class SimulationResult:
     metrics: pl.DataFrame
     summary: pl.DataFrame
     info: dict = field(default_factory=dict)
+    decisions: pl.DataFrame | None = None  # the control plane's audit log, closed loop only
+    timeline: pl.DataFrame | None = None  # per evaluation: time_s, mode, signal values
 
     @classmethod
     def from_fleet(cls, fleet) -> SimulationResult:
@@ -96,6 +98,8 @@ class SimulationResult:
         if self.requests is not None:
             written.append(write_parquet(self.requests, out_dir / "requests.parquet"))
         written.append(write_parquet(self.metrics, out_dir / "metrics.parquet"))
+        if self.decisions is not None:
+            written.append(write_parquet(self.decisions, out_dir / "decisions.parquet"))
         doc = {"info": self.info, "tiers": self.summary.to_dicts()}
         written.append(write_json(doc, out_dir / "summary.json"))
         return written
@@ -159,6 +163,26 @@ def _long(t, node, name, values, **labels) -> pl.DataFrame:
     return pl.DataFrame(cols)
 
 
+def node_columns(bounds_s) -> list[tuple]:
+    """(column in out.metrics, name, tier, outcome, le) for every per-node series."""
+    cols = [(ti * len(K.OUTCOMES) + oi, "requests_total", tier, outcome, None)
+            for ti, tier in enumerate(K.TIERS) for oi, outcome in enumerate(K.OUTCOMES)]
+    cols += [(col, name, None, None, None) for col, name in _NODE_SERIES.items()]
+    les = [f"{b:g}" for b in bounds_s] + ["+Inf"]
+    cols += [(K.M_BUCKETS + b, "latency_seconds_bucket", None, None, le)
+             for b, le in enumerate(les)]
+    return cols
+
+
+def fleet_columns() -> list[tuple]:
+    """(column in out.fleet, name, tier, outcome, le) for every fleet-wide series."""
+    cols = [(ti * len(K.OUTCOMES) + oi, "client_requests_total", tier, outcome, None)
+            for ti, tier in enumerate(K.TIERS) for oi, outcome in enumerate(K.OUTCOMES)]
+    cols += [(K.F_SHEDDING + ti, "shedding", tier, None, None) for ti, tier in enumerate(K.TIERS)]
+    cols += [(col, name, None, None, None) for col, name in _FLEET_SERIES.items()]
+    return cols
+
+
 def metrics_table(out, st, bounds_s) -> pl.DataFrame:
     """Long form, as Prometheus would hold it: one row per (time, node, series).
 
@@ -170,32 +194,17 @@ def metrics_table(out, st, bounds_s) -> pl.DataFrame:
     n_s = st.node_i[:, K.NI_NSAMPLE]
     s_max = int(n_s.max()) if n_s.size else 0
     m = out.metrics[:s_max]
-    t = out.sample_t[:s_max]
     valid = (np.arange(s_max)[:, None] < n_s[None, :]).ravel()
-    t_flat = t.ravel()[valid]
+    t_flat = out.sample_t[:s_max].ravel()[valid]
     node_flat = np.tile(np.arange(m.shape[1], dtype=np.int32), s_max)[valid]
     rows = m.reshape(-1, m.shape[2])[valid]
-    parts = []
-    for ti, tier in enumerate(K.TIERS):
-        for oi, outcome in enumerate(K.OUTCOMES):
-            parts.append(_long(t_flat, node_flat, "requests_total", rows[:, ti * 4 + oi],
-                               tier=tier, outcome=outcome))
-    for col, name in _NODE_SERIES.items():
-        parts.append(_long(t_flat, node_flat, name, rows[:, col]))
-    les = [f"{b:g}" for b in bounds_s] + ["+Inf"]
-    for b, le in enumerate(les):
-        parts.append(_long(t_flat, node_flat, "latency_seconds_bucket", rows[:, K.M_BUCKETS + b],
-                           le=le))
+    parts = [_long(t_flat, node_flat, name, rows[:, col], tier=tier, outcome=outcome, le=le)
+             for col, name, tier, outcome, le in node_columns(bounds_s)]
     n_f = int(st.is_[K.IS_NSAMPLE])
     f, ft = out.fleet[:n_f], out.fleet_t[:n_f]
     fleet_node = np.full(n_f, -1, dtype=np.int32)
-    for ti, tier in enumerate(K.TIERS):
-        for oi, outcome in enumerate(K.OUTCOMES):
-            parts.append(_long(ft, fleet_node, "client_requests_total", f[:, ti * 4 + oi],
-                               tier=tier, outcome=outcome))
-        parts.append(_long(ft, fleet_node, "shedding", f[:, K.F_SHEDDING + ti], tier=tier))
-    for col, name in _FLEET_SERIES.items():
-        parts.append(_long(ft, fleet_node, name, f[:, col]))
+    parts += [_long(ft, fleet_node, name, f[:, col], tier=tier, outcome=outcome, le=le)
+              for col, name, tier, outcome, le in fleet_columns()]
     return pl.concat(parts).sort(["time_s", "node", "name"], maintain_order=True)
 
 

@@ -1,0 +1,258 @@
+"""The controller, run two ways with the same code: closed loop and replay.
+
+Closed loop: the experiment layer advances the fleet to each evaluation
+instant, hands the controller what Prometheus would hold by then (a
+:class:`~relakit.control.tsdb.TSDB`), and applies the desired state at the next
+config poll. Replay: the same signals and the same state machine run over a
+recorded or synthetic metric trace, all evaluation instants at once.
+
+Both produce the same audit table (``decisions``): one row per evaluation that
+changes or holds a mode, with the decision time, when it takes effect, the
+signal, its value and threshold, how old the newest sample was, the
+hysteresis counters, the desired state and a reason in words.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from relakit.control import policy as P
+from relakit.control.clocks import Clocks, load_clocks
+from relakit.control.tsdb import TSDB
+
+DECISION_COLUMNS = {
+    "decided_at_s": pl.Float64, "effective_at_s": pl.Float64, "stage": pl.String,
+    "action": pl.String, "mode": pl.String, "previous_mode": pl.String, "target": pl.String,
+    "signal": pl.String, "value": pl.Float64, "threshold": pl.Float64,
+    "signal_age_s": pl.Float64, "breaches": pl.Int64, "clears": pl.Int64,
+    "desired": pl.String, "reason": pl.String,
+}
+
+
+def fleet_signals(policy: P.Policy) -> list:
+    return [s for s in policy.signals.values() if not s.by_node]
+
+
+def signal_matrix(policy: P.Policy, tsdb: TSDB, times, window_s: float) -> np.ndarray:
+    """Every fleet signal of the policy at every time: (T, signals), the policy's order."""
+    times = np.atleast_1d(np.asarray(times, dtype=float))
+    cols = [s.evaluate(tsdb, times, window_s) if not s.by_node else np.full(times.size, np.nan)
+            for s in policy.signals.values()]
+    return np.column_stack(cols) if cols else np.zeros((times.size, 0))
+
+
+def sample_age(tsdb: TSDB, times) -> np.ndarray:
+    """Seconds since the newest sample any target had at each time (inf: none yet)."""
+    times = np.atleast_1d(np.asarray(times, dtype=float))
+    newest = np.full(times.size, -np.inf)
+    for tgt in tsdb.targets:
+        i = np.searchsorted(tgt.times, times, side="right") - 1
+        ok = i >= 0
+        newest[ok] = np.maximum(newest[ok], tgt.times[i[ok]])
+    return times - newest
+
+
+class Controller:
+    """Stateful controller for the closed loop: one :meth:`evaluate` per evaluation."""
+
+    def __init__(self, policy, clocks: Clocks | None = None):
+        self.policy = P.load_policy(policy)
+        self.clocks = clocks or Clocks()
+        self._arrays = self.policy.compiled()
+        self._state = P.new_state(self.policy)
+        self._buf = np.zeros(len(self.policy.conditions), np.bool_)
+        self.times: list[float] = []
+        self.modes: list[int] = []
+        self.events: list[int] = []
+        self.runs: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []
+        self.ages: list[float] = []
+
+    @property
+    def mode(self) -> int:
+        return self.modes[-1] if self.modes else P.NORMAL
+
+    def evaluate(self, tsdb: TSDB, t: float) -> dict:
+        """Decide at time t from what the TSDB holds; return the desired flag state."""
+        row = signal_matrix(self.policy, tsdb, [t], self.clocks.window_s)[0]
+        cs, co, ct, when, exit_when, mode_i, mode_f = self._arrays
+        mode, event = P.step(self._state[0], self._state[1], float(t), row, cs, co, ct, when,
+                             exit_when, mode_i, mode_f, self._buf)
+        m = len(self.policy.modes)
+        self.times.append(float(t))
+        self.modes.append(int(mode))
+        self.events.append(int(event))
+        self.runs.append(self._state[0][: 2 * m].copy())
+        self.values.append(row)
+        self.ages.append(float(sample_age(tsdb, [t])[0]))
+        return self.policy.desired(int(mode))
+
+    def decisions(self) -> pl.DataFrame:
+        if not self.times:
+            return empty_decisions()
+        return audit_table(self.policy, self.clocks, np.array(self.times),
+                           np.vstack(self.values), np.array(self.modes), np.array(self.events),
+                           np.vstack(self.runs), np.array(self.ages))
+
+
+# ---- replay ------------------------------------------------------------------------------------
+@dataclass
+class ReplayResult:
+    decisions: pl.DataFrame
+    timeline: pl.DataFrame  # time_s, mode, one column per signal
+    policy: P.Policy
+    clocks: Clocks
+
+    def format_audit(self) -> str:
+        return format_audit(self.decisions)
+
+    def time_in_mode(self) -> dict:
+        return time_in_mode(self.timeline, self.clocks.eval_s, self.policy)
+
+
+def replay(trace, policy, clocks=None, start_s: float | None = None,
+           end_s: float | None = None) -> ReplayResult:
+    """Run the controller open loop over a metric trace (long table, file or TSDB)."""
+    from relakit.traces import read_trace, validate_trace
+
+    pol = P.load_policy(policy)
+    clk = load_clocks(clocks)
+    if isinstance(trace, TSDB):
+        tsdb = trace
+    elif isinstance(trace, pl.DataFrame):
+        tsdb = TSDB.from_long(validate_trace(trace))
+    else:
+        tsdb = TSDB.from_long(read_trace(trace))
+    lo, hi = tsdb.span
+    times = clk.eval_times(lo if start_s is None else start_s, hi if end_s is None else end_s)
+    sig = signal_matrix(pol, tsdb, times, clk.window_s)
+    modes, events, runs = P.run(times, sig, *pol.compiled())
+    decisions = audit_table(pol, clk, times, sig, modes, events, runs, sample_age(tsdb, times))
+    names = ["normal"] + [m.name for m in pol.modes]
+    timeline = pl.DataFrame({"time_s": times, "mode": [names[m + 1] for m in modes],
+                             **{k: sig[:, i] for i, k in enumerate(pol.signals)}})
+    return ReplayResult(decisions, timeline, pol, clk)
+
+
+# ---- the audit ------------------------------------------------------------------------------
+def empty_decisions() -> pl.DataFrame:
+    return pl.DataFrame(schema=DECISION_COLUMNS)
+
+
+def audit_table(policy: P.Policy, clocks: Clocks, times, values, modes, events, runs,
+                ages) -> pl.DataFrame:
+    """Rows for every evaluation that changes or holds a mode, with reasons in words."""
+    sig_index = {k: i for i, k in enumerate(policy.signals)}
+    conds = {c.name: c for c in policy.conditions}
+    names = [m.name for m in policy.modes]
+    m = len(names)
+    prev_modes = np.concatenate([[P.NORMAL], modes[:-1]])
+    keep = np.flatnonzero((modes != P.NORMAL) | (modes != prev_modes))
+    rows = []
+    entered_at = {}
+    for k in range(times.size):  # entry times, for dwell in the reasons
+        if modes[k] != P.NORMAL and (k == 0 or modes[k] != prev_modes[k]):
+            entered_at[k] = times[k]
+    last_entry = -np.inf
+    keep_set = set(keep.tolist())
+    for k in range(times.size):
+        if k in entered_at:
+            last_entry = entered_at[k]
+        if k not in keep_set:
+            continue
+        mode, prev, t = int(modes[k]), int(prev_modes[k]), float(times[k])
+        ev = int(events[k])
+        subject = mode if mode != P.NORMAL else prev
+        md = policy.modes[subject]
+        cond = _reporting_condition(md, conds, values[k], sig_index, leaving=mode == P.NORMAL)
+        value = float(values[k][sig_index[cond.signal]])
+        breaches, clears = int(runs[k][subject]), int(runs[k][m + subject])
+        if mode == prev:
+            action = "hold"
+        elif mode == P.NORMAL:
+            action = {P.EV_MAX_DURATION: "max_duration"}.get(ev, "exit")
+        elif ev == P.EV_ESCALATE:
+            action = "escalate"
+        elif ev == P.EV_PREEMPT:
+            action = "preempt"
+        else:
+            action = "enter"
+        reason = _reason(action, policy, mode, prev, cond, value, breaches, clears,
+                         t - last_entry, values[k], sig_index, conds)
+        rows.append((t, float(clocks.effective_at(t)), "policy", action,
+                     "normal" if mode == P.NORMAL else names[mode],
+                     "normal" if prev == P.NORMAL else names[prev], "fleet", cond.signal,
+                     value, cond.threshold, float(ages[k]), breaches, clears,
+                     json.dumps(policy.desired(mode), sort_keys=True), reason))
+    if not rows:
+        return empty_decisions()
+    return pl.DataFrame(rows, schema=DECISION_COLUMNS, orient="row")
+
+
+def _reporting_condition(md: P.Mode, conds, row, sig_index, leaving: bool) -> P.Condition:
+    names = md.exit_when if (leaving and md.exit_when) else md.when
+    for n in names:  # the first condition that holds (or, when leaving, that cleared)
+        c = conds[n]
+        holds = P._compare(row[sig_index[c.signal]], c.op, c.threshold)
+        if holds != (leaving and not md.exit_when):
+            return c
+    return conds[names[0]]
+
+
+def _reason(action, policy, mode, prev, cond, value, breaches, clears, dwell, row, sig_index,
+            conds) -> str:
+    names = [m.name for m in policy.modes]
+    what = cond.describe(value)
+    if action in ("enter", "preempt"):
+        md = policy.modes[mode]
+        text = f"entered {md.name}: {what} for {breaches} evaluation" + ("s" if breaches > 1
+                                                                          else "")
+        if action == "preempt":
+            text = f"entered {md.name} over {names[prev]}: {what}"
+        suppressed = [m.name for m in policy.modes[mode + 1:] if _matches(m, conds, row,
+                                                                          sig_index)]
+        if policy.desired(mode).get("hedge_enabled") is False and any(
+                policy.desired(i).get("hedge_enabled") for i in range(mode + 1, len(names))):
+            text += "; hedging suppressed"
+        elif suppressed:
+            text += f"; {', '.join(suppressed)} suppressed"
+        return text
+    if action == "hold":
+        md = policy.modes[mode]
+        return (f"holding {md.name}: {what}; clear {clears}/{md.exit_after}, "
+                f"dwell {dwell:.0f} s of at least {md.min_dwell_s:g} s")
+    md = policy.modes[prev]
+    if action == "max_duration":
+        return (f"left {md.name} at its maximum duration of {md.max_duration_s:g} s; "
+                f"cooling down {md.cooldown_s:g} s")
+    if action == "escalate":
+        return f"escalated {md.name} to {names[mode]} after {md.max_duration_s:g} s"
+    return f"left {md.name}: {what} for {clears} evaluations, after {dwell:.0f} s"
+
+
+def _matches(md: P.Mode, conds, row, sig_index) -> bool:
+    hits = [P._compare(row[sig_index[conds[n].signal]], conds[n].op, conds[n].threshold)
+            for n in md.when]
+    return all(hits) if md.when_all else any(hits)
+
+
+def format_audit(decisions: pl.DataFrame, holds: bool = False) -> str:
+    """The audit as text, one line per decision (holds left out unless asked for)."""
+    lines = []
+    for r in decisions.iter_rows(named=True):
+        if r["action"] == "hold" and not holds:
+            continue
+        lines.append(f"{r['decided_at_s']:9.1f} s → {r['effective_at_s']:9.1f} s  "
+                     f"[{r['stage']}] {r['action']:<12} {r['reason']}  "
+                     f"(signal age {r['signal_age_s']:.1f} s)")
+    return "\n".join(lines) if lines else "(no decisions)"
+
+
+def time_in_mode(timeline: pl.DataFrame, eval_s: float, policy: P.Policy) -> dict:
+    counts = dict(timeline.group_by("mode").len().iter_rows())
+    return {name: counts.get(name, 0) * eval_s
+            for name in ["normal"] + [m.name for m in policy.modes]}

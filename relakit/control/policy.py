@@ -1,0 +1,351 @@
+"""A priority policy with hysteresis: named conditions over signals, modes in order.
+
+RelA's rules, made explicit and configurable:
+
+* modes are listed in priority order and the **first match wins**, so survival
+  (shed bronze, no hedging) excludes tail optimisation (hedging);
+* a mode is entered after ``enter_after`` consecutive breaching evaluations
+  (and not during its ``cooldown_s`` after it last left), left after
+  ``exit_after`` consecutive clear ones once it has lasted ``min_dwell_s``;
+  ``exit_when`` replaces "the trigger stopped" by an explicit condition;
+  after ``max_duration_s`` it is left anyway, or escalated to ``escalate_to``;
+* a higher-priority mode preempts a lower one at once; a lower one never
+  preempts a higher one;
+* control is level-triggered: the mode's desired state (``assert``) is
+  asserted at every evaluation; outside every mode, ``normal`` is.
+
+The state machine is one numba function, :func:`step`, used both one
+evaluation at a time (closed loop) and over a whole trace at once, for many
+threshold settings (replay, sweeps), so both paths decide identically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from numba import njit
+
+from relakit.control.signals import parse_signal
+from relakit.validate import Reader, load_yaml
+
+OPS = (">", ">=", "<", "<=")
+FLAGS = ("hedge_enabled", "shed_bronze", "degraded_mode")
+# events of one evaluation
+EV_NONE, EV_HOLD, EV_ENTER, EV_EXIT, EV_MAX_DURATION, EV_PREEMPT, EV_ESCALATE = range(7)
+EVENT_NAMES = ("none", "hold", "enter", "exit", "max_duration", "preempt", "escalate")
+NORMAL = -1
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str
+    signal: str
+    op: str
+    threshold: float
+
+    def describe(self, value: float) -> str:
+        holds = _compare(value, self.op, self.threshold)
+        shown = self.op if holds else {">": "<=", ">=": "<", "<": ">=", "<=": ">"}[self.op]
+        return f"{self.signal} {_fmt(value)} {shown} {_fmt(self.threshold)}"
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    when: tuple[str, ...]
+    when_all: bool = False
+    exit_when: tuple[str, ...] = ()
+    exit_all: bool = True
+    enter_after: int = 1
+    exit_after: int = 1
+    min_dwell_s: float = 0.0
+    max_duration_s: float = 0.0  # 0: none
+    cooldown_s: float = 0.0
+    escalate_to: str | None = None
+    asserts: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    signals: dict  # name -> Signal
+    conditions: tuple[Condition, ...]
+    modes: tuple[Mode, ...]
+    normal: dict
+    source: str = "<policy>"
+
+    def desired(self, mode: int) -> dict:
+        """The full flag state a mode asserts (normal's values where it is silent)."""
+        state = dict(self.normal)
+        if mode >= 0:
+            state.update(self.modes[mode].asserts)
+        return state
+
+    def with_thresholds(self, **thresholds) -> Policy:
+        """A copy with some conditions' thresholds changed (for sweeps)."""
+        unknown = set(thresholds) - {c.name for c in self.conditions}
+        if unknown:
+            raise ValueError(f"unknown condition(s) {sorted(unknown)}")
+        return replace(self, conditions=tuple(
+            replace(c, threshold=float(thresholds.get(c.name, c.threshold)))
+            for c in self.conditions))
+
+    # ---- arrays for the state machine -----------------------------------------------
+    def compiled(self):
+        names = [c.name for c in self.conditions]
+        sig_names = list(self.signals)
+        m, c = len(self.modes), len(self.conditions)
+        when = np.zeros((m, c), np.int64)
+        exit_when = np.zeros((m, c), np.int64)
+        mode_i = np.zeros((m, 6), np.int64)  # when_all, has_exit, exit_all, enter, exit, escalate
+        mode_f = np.zeros((m, 3))  # min_dwell, max_duration, cooldown
+        for i, md in enumerate(self.modes):
+            for w in md.when:
+                when[i, names.index(w)] = 1
+            for w in md.exit_when:
+                exit_when[i, names.index(w)] = 1
+            esc = -1 if md.escalate_to is None else [x.name for x in self.modes].index(
+                md.escalate_to)
+            mode_i[i] = (md.when_all, bool(md.exit_when), md.exit_all, md.enter_after,
+                         md.exit_after, esc)
+            mode_f[i] = (md.min_dwell_s, md.max_duration_s, md.cooldown_s)
+        cond_sig = np.array([sig_names.index(x.signal) for x in self.conditions], np.int64)
+        cond_op = np.array([OPS.index(x.op) for x in self.conditions], np.int64)
+        cond_thr = np.array([x.threshold for x in self.conditions], np.float64)
+        return cond_sig, cond_op, cond_thr, when, exit_when, mode_i, mode_f
+
+
+def new_state(policy: Policy):
+    """Hysteresis state: per mode breach run, clear run, last exit time; current mode."""
+    m = len(policy.modes)
+    state_i = np.zeros(2 * m + 1, np.int64)
+    state_i[2 * m] = NORMAL
+    state_f = np.full(m + 1, -np.inf)  # last exit per mode, then entered_at
+    return state_i, state_f
+
+
+# ---- the state machine -------------------------------------------------------------
+@njit(cache=True)
+def _holds(value, op, threshold):
+    if value != value:  # no data: nothing breaches
+        return False
+    if op == 0:
+        return value > threshold
+    if op == 1:
+        return value >= threshold
+    if op == 2:
+        return value < threshold
+    return value <= threshold
+
+
+@njit(cache=True)
+def _match(flags, mask, need_all):
+    any_ = False
+    all_ = True
+    used = False
+    for c in range(mask.shape[0]):
+        if mask[c]:
+            used = True
+            if flags[c]:
+                any_ = True
+            else:
+                all_ = False
+    if not used:
+        return False
+    return all_ if need_all else any_
+
+
+@njit(cache=True)
+def step(state_i, state_f, t, sig_row, cond_sig, cond_op, cond_thr, when, exit_when, mode_i,
+         mode_f, breach_buf):
+    """One evaluation at time t: update the counters, pick the mode. Returns (mode, event)."""
+    m = when.shape[0]
+    for c in range(cond_sig.shape[0]):
+        breach_buf[c] = _holds(sig_row[cond_sig[c]], cond_op[c], cond_thr[c])
+    for k in range(m):
+        matched = _match(breach_buf, when[k], mode_i[k, 0] != 0)
+        state_i[k] = state_i[k] + 1 if matched else 0
+        if mode_i[k, 1] != 0:
+            clear = _match(breach_buf, exit_when[k], mode_i[k, 2] != 0)
+        else:
+            clear = not matched
+        state_i[m + k] = state_i[m + k] + 1 if clear else 0
+    cur = state_i[2 * m]
+    stay = False
+    event = 0
+    if cur >= 0:
+        dwell = t - state_f[m]
+        if mode_f[cur, 1] > 0.0 and dwell >= mode_f[cur, 1]:
+            state_f[cur] = t
+            esc = mode_i[cur, 5]
+            if esc >= 0:
+                state_i[2 * m] = esc
+                state_f[m] = t
+                return esc, 6  # escalated
+            state_i[2 * m] = -1
+            cur = -1
+            event = 4  # left at its maximum duration
+        elif state_i[m + cur] >= mode_i[cur, 4] and dwell >= mode_f[cur, 0]:
+            state_f[cur] = t
+            state_i[2 * m] = -1
+            cur = -1
+            event = 3  # recovered
+        else:
+            stay = True
+    for k in range(m):  # priority order: the first match wins
+        if stay and k == cur:
+            return cur, 1  # holds
+        if state_i[k] >= mode_i[k, 3] and t - state_f[k] >= mode_f[k, 2]:
+            prev = state_i[2 * m]
+            state_i[2 * m] = k
+            state_f[m] = t
+            return k, 5 if (stay and prev >= 0) else 2  # preempts, or enters
+    return -1, event
+
+
+@njit(cache=True)
+def run(times, signals, cond_sig, cond_op, cond_thr, when, exit_when, mode_i, mode_f):
+    """The state machine over a whole trace: the mode and event at each evaluation."""
+    m = when.shape[0]
+    state_i = np.zeros(2 * m + 1, np.int64)
+    state_i[2 * m] = -1
+    state_f = np.full(m + 1, -np.inf)
+    buf = np.zeros(cond_sig.shape[0], np.bool_)
+    modes = np.empty(times.shape[0], np.int64)
+    events = np.empty(times.shape[0], np.int64)
+    runs = np.empty((times.shape[0], 2 * m), np.int64)
+    for i in range(times.shape[0]):
+        modes[i], events[i] = step(state_i, state_f, times[i], signals[i], cond_sig, cond_op,
+                                   cond_thr, when, exit_when, mode_i, mode_f, buf)
+        runs[i] = state_i[: 2 * m]
+    return modes, events, runs
+
+
+@njit(cache=True)
+def sweep(times, signals, cond_sig, cond_op, thresholds, when, exit_when, mode_i, mode_f,
+          eval_s):
+    """Many threshold settings (rows of ``thresholds``) over one trace, no records kept.
+
+    Returns per setting: seconds in each mode (then normal), mode changes, and
+    the first entry time of each mode (NaN if never).
+    """
+    n = thresholds.shape[0]
+    m = when.shape[0]
+    time_in = np.zeros((n, m + 1))
+    changes = np.zeros(n, np.int64)
+    first = np.full((n, m), np.nan)
+    buf = np.zeros(cond_sig.shape[0], np.bool_)
+    for s in range(n):
+        state_i = np.zeros(2 * m + 1, np.int64)
+        state_i[2 * m] = -1
+        state_f = np.full(m + 1, -np.inf)
+        prev = -1
+        for i in range(times.shape[0]):
+            mode, _ = step(state_i, state_f, times[i], signals[i], cond_sig, cond_op,
+                           thresholds[s], when, exit_when, mode_i, mode_f, buf)
+            time_in[s, mode if mode >= 0 else m] += eval_s
+            if mode != prev:
+                changes[s] += 1
+                if mode >= 0 and first[s, mode] != first[s, mode]:
+                    first[s, mode] = times[i]
+                prev = mode
+    return time_in, changes, first
+
+
+def _compare(value, op, threshold) -> bool:
+    if value != value:
+        return False
+    return {">": value > threshold, ">=": value >= threshold, "<": value < threshold,
+            "<=": value <= threshold}[op]
+
+
+def _fmt(x: float) -> str:
+    if x != x:
+        return "no data"
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+
+
+# ---- YAML ----------------------------------------------------------------------------------
+def load_policy(source) -> Policy:
+    """A policy from YAML (path or mapping), every key checked."""
+    if isinstance(source, Policy):
+        return source
+    data, name, _ = load_yaml(source, "policy")
+    r = Reader(data, name)
+    r.only({"name", "signals", "conditions", "modes", "normal"})
+    sig_r = r.sub("signals")
+    if not sig_r.data:
+        r.fail("at least one signal is required", "signals")
+    signals = {k: parse_signal(sig_r.sub(k), k) for k in sig_r.data}
+    cond_r = r.sub("conditions")
+    conditions = []
+    for k in cond_r.data:
+        c = cond_r.sub(k)
+        c.only({"signal", "op", "threshold"})
+        sig = c.choice("signal", tuple(signals))
+        if signals[sig].by_node:
+            c.fail(f"signal {sig!r} is per node; a mode's condition needs a fleet signal",
+                   "signal")
+        conditions.append(Condition(k, sig, c.choice("op", OPS, ">"), c.number("threshold")))
+    names = [c.name for c in conditions]
+    raw_modes = r.data.get("modes")
+    if not isinstance(raw_modes, list) or not raw_modes:
+        r.fail("expected a list of modes, highest priority first", "modes")
+    mode_names = []
+    for i, item in enumerate(raw_modes):
+        mname = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(mname, str) or mname in mode_names or mname == "normal":
+            Reader(item if isinstance(item, dict) else {}, name, f"modes[{i}]").fail(
+                "each mode needs a unique name other than 'normal'", "name")
+        mode_names.append(mname)
+    modes = tuple(_mode(Reader(item, name, f"modes[{i}]"), names, mode_names)
+                  for i, item in enumerate(raw_modes))
+    normal = _asserts(r.sub("normal", {f: False for f in FLAGS}))
+    normal = {f: normal.get(f, False) for f in FLAGS}
+    return Policy(r.data.get("name", "policy"), signals, tuple(conditions), modes, normal,
+                  source=name)
+
+
+def _names(r: Reader, key: str, allowed, required: bool):
+    spec = r.data.get(key)
+    if spec is None and not required:
+        return (), True
+    if isinstance(spec, dict) and len(spec) == 1 and next(iter(spec)) in ("any", "all"):
+        mode, items = next(iter(spec.items()))
+    else:
+        r.fail("expected {any: [conditions]} or {all: [conditions]}", key)
+    if not isinstance(items, list) or not items or any(x not in allowed for x in items):
+        r.fail(f"expected a non-empty list from the conditions {sorted(allowed)}, got {items!r}",
+               key)
+    return tuple(items), mode == "all"
+
+
+def _asserts(r: Reader) -> dict:
+    r.only(FLAGS)
+    out = {}
+    for f in FLAGS:
+        if f in r.data:
+            if not isinstance(r.data[f], bool):
+                r.fail(f"expected true or false, got {r.data[f]!r}", f)
+            out[f] = r.data[f]
+    return out
+
+
+def _mode(r: Reader, conditions, mode_names) -> Mode:
+    r.only({"name", "when", "exit_when", "enter_after", "exit_after", "min_dwell_s",
+            "max_duration_s", "cooldown_s", "escalate_to", "assert"})
+    when, when_all = _names(r, "when", conditions, True)
+    exit_when, exit_all = _names(r, "exit_when", conditions, False)
+    esc = r.data.get("escalate_to")
+    if esc is not None and (esc not in mode_names or esc == r.data["name"]):
+        r.fail(f"expected another mode's name from {mode_names}, got {esc!r}", "escalate_to")
+    return Mode(
+        name=r.data["name"], when=when, when_all=when_all, exit_when=exit_when,
+        exit_all=exit_all, enter_after=r.number("enter_after", 1, lo=1, integer=True),
+        exit_after=r.number("exit_after", 1, lo=1, integer=True),
+        min_dwell_s=r.number("min_dwell_s", 0.0, lo=0),
+        max_duration_s=r.number("max_duration_s", 0.0, lo=0),
+        cooldown_s=r.number("cooldown_s", 0.0, lo=0), escalate_to=esc,
+        asserts=_asserts(r.sub("assert")),
+    )

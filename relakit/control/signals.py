@@ -1,0 +1,231 @@
+"""Signals: what a policy reads, defined once, computed with Prometheus semantics.
+
+A signal is a small structured definition (not PromQL text, so it can be
+validated and computed vectorised), and it renders itself as the PromQL a live
+controller would send (:meth:`Signal.promql`). Kinds:
+
+* ``rate``: ``sum(rate(metric{labels}[window]))``;
+* ``ratio``: ``sum(rate(num[w])) / sum(rate(den[w]))`` (error ratio, drop ratio);
+* ``histogram_quantile``: ``histogram_quantile(q, sum by (le) (rate(metric_bucket[w])))``;
+* ``gauge``: ``<across>(<over_time>_over_time(metric[w]))``.
+
+Fleet-wide by default; ``by: node`` keeps one column per scrape target.
+``scale`` multiplies the result (1000 turns seconds into milliseconds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from relakit.control.tsdb import TSDB, bucket_quantile, increase, over_time
+from relakit.validate import Reader
+
+KINDS = ("rate", "ratio", "histogram_quantile", "gauge")
+OVER_TIME = ("avg", "max", "min", "last")
+ACROSS = ("sum", "avg", "max", "min")
+
+
+@dataclass(frozen=True)
+class Selector:
+    """A metric name and label matchers (a label given a list matches any of it)."""
+
+    metric: str
+    labels: dict = field(default_factory=dict)
+    source: str = "nodes"  # nodes (per-target series) | client (the fleet-wide series)
+
+    def promql(self, window_s: float | None = None) -> str:
+        parts = []
+        for k, v in self.labels.items():
+            parts.append(f'{k}=~"{"|".join(v)}"' if isinstance(v, list | tuple)
+                         else f'{k}="{v}"')
+        sel = self.metric + ("{" + ",".join(parts) + "}" if parts else "")
+        return sel + (f"[{window_s:g}s]" if window_s is not None else "")
+
+
+@dataclass(frozen=True)
+class Signal:
+    name: str
+    kind: str
+    selector: Selector | None = None
+    den: Selector | None = None
+    q: float = 0.99
+    over_time: str = "avg"
+    across: str = "sum"
+    by_node: bool = False
+    scale: float = 1.0
+
+    # ---- computation ---------------------------------------------------------------
+    def evaluate(self, tsdb: TSDB, t_eval, window_s: float) -> np.ndarray:
+        """Values at each evaluation time: shape (T,), or (T, nodes) when ``by: node``."""
+        t_eval = np.atleast_1d(np.asarray(t_eval, dtype=float))
+        if self.kind == "rate":
+            out = self._rates(tsdb, self.selector, t_eval, window_s)
+        elif self.kind == "ratio":
+            num = self._rates(tsdb, self.selector, t_eval, window_s)
+            den = self._rates(tsdb, self.den, t_eval, window_s)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = np.where(den > 0, num / den, np.nan)
+        elif self.kind == "histogram_quantile":
+            out = self._quantile(tsdb, t_eval, window_s)
+        else:
+            out = self._gauge(tsdb, t_eval, window_s)
+        return out * self.scale
+
+    def _targets(self, tsdb, sel):
+        want_client = sel.source == "client"
+        return [t for t in tsdb.targets if (t.node < 0) == want_client]
+
+    def _per_target(self, tsdb, sel, fn):
+        cols = []
+        for tgt in self._targets(tsdb, sel):
+            idx = tgt.select(sel.metric, **sel.labels)
+            cols.append(fn(tgt, idx))
+        return cols
+
+    def _combine(self, per_target: list[np.ndarray], how: str, n_t: int) -> np.ndarray:
+        """Fleet: aggregate across targets (NaN targets dropped, all NaN → NaN)."""
+        if not per_target:
+            return np.full((n_t, 1) if self.by_node else n_t, np.nan)
+        stack = np.column_stack(per_target)
+        if self.by_node:
+            return stack
+        present = ~np.isnan(stack)
+        agg = {"sum": np.nansum, "avg": np.nanmean, "max": np.nanmax, "min": np.nanmin}[how]
+        with np.errstate(all="ignore"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                value = agg(np.where(present, stack, np.nan), axis=1)
+        return np.where(present.any(axis=1), value, np.nan)
+
+    def _rates(self, tsdb, sel, t_eval, window_s):
+        def per(tgt, idx):
+            r = increase(tgt, idx, t_eval, window_s, as_rate=True)
+            return _nansum_rows(r)
+
+        return self._combine(self._per_target(tsdb, sel, per), "sum", t_eval.size)
+
+    def _gauge(self, tsdb, t_eval, window_s):
+        def per(tgt, idx):
+            return _nansum_rows(over_time(tgt, idx, t_eval, window_s, self.over_time))
+
+        return self._combine(self._per_target(tsdb, self.selector, per), self.across,
+                             t_eval.size)
+
+    def _quantile(self, tsdb, t_eval, window_s):
+        bucket = Selector(self.selector.metric + "_bucket", self.selector.labels,
+                          self.selector.source)
+        per_target = []  # (bounds, (T, B) windowed bucket increases) per target
+        for tgt in self._targets(tsdb, bucket):
+            idx = tgt.select(bucket.metric, **bucket.labels)
+            if idx.size == 0:
+                continue
+            les = np.array([_le(tgt.columns[i][3]) for i in idx])
+            bounds = np.unique(les)
+            inc = increase(tgt, idx, t_eval, window_s)
+            by_le = np.zeros((t_eval.size, bounds.size))
+            seen = np.zeros((t_eval.size, bounds.size), dtype=bool)
+            for k, b in enumerate(les):  # sum by (le): same bound, other labels
+                j = np.searchsorted(bounds, b)
+                ok = ~np.isnan(inc[:, k])
+                by_le[ok, j] += inc[ok, k]
+                seen[:, j] |= ok
+            by_le[~seen.any(axis=1)] = np.nan
+            per_target.append((bounds, by_le))
+        if not per_target:
+            return np.full((t_eval.size, 1) if self.by_node else t_eval.size, np.nan)
+        if self.by_node:
+            return np.column_stack([bucket_quantile(self.q, b, c) for b, c in per_target])
+        bounds = per_target[0][0]
+        total = np.zeros((t_eval.size, bounds.size))
+        any_seen = np.zeros(t_eval.size, dtype=bool)
+        for b, c in per_target:
+            if b.shape != bounds.shape or not np.array_equal(b, bounds):
+                raise ValueError(f"signal {self.name}: targets have different bucket bounds")
+            ok = ~np.isnan(c[:, 0])
+            total[ok] += c[ok]
+            any_seen |= ok
+        out = bucket_quantile(self.q, bounds, total)
+        return np.where(any_seen, out, np.nan)
+
+    # ---- the same signal, as a live controller would ask Prometheus -------------------------
+    def promql(self, window_s: float) -> str:
+        by = " by (instance)" if self.by_node else ""
+        if self.kind == "rate":
+            q = f"sum{by}(rate({self.selector.promql(window_s)}))"
+        elif self.kind == "ratio":
+            q = (f"sum{by}(rate({self.selector.promql(window_s)})) / "
+                 f"sum{by}(rate({self.den.promql(window_s)}))")
+        elif self.kind == "histogram_quantile":
+            le_by = " by (le, instance)" if self.by_node else " by (le)"
+            b = Selector(self.selector.metric + "_bucket", self.selector.labels)
+            q = f"histogram_quantile({self.q:g}, sum{le_by}(rate({b.promql(window_s)})))"
+        else:
+            inner = f"{self.over_time}_over_time({self.selector.promql(window_s)})"
+            q = inner if self.by_node else f"{self.across}({inner})"
+        return q if self.scale == 1.0 else f"({q}) * {self.scale:g}"
+
+
+def _nansum_rows(a: np.ndarray) -> np.ndarray:
+    """Sum across a target's matching series; NaN when none has a value."""
+    if a.shape[1] == 0:
+        return np.full(a.shape[0], np.nan)
+    present = ~np.isnan(a)
+    return np.where(present.any(axis=1), np.nansum(a, axis=1), np.nan)
+
+
+def _le(value) -> float:
+    return float("inf") if value in ("+Inf", "Inf", "inf") else float(value)
+
+
+def _selector(r: Reader, key: str) -> Selector:
+    return _selector_from(r.sub(key))
+
+
+def _selector_from(s: Reader) -> Selector:
+    s.only({"metric", "tier", "outcome", "le", "source"})
+    metric = s.data.get("metric")
+    if not isinstance(metric, str) or not metric:
+        s.fail("expected a metric name", "metric")
+    labels = {}
+    for lab in ("tier", "outcome", "le"):
+        v = s.data.get(lab)
+        if v is None:
+            continue
+        if isinstance(v, str):
+            labels[lab] = v
+        elif isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+            labels[lab] = tuple(v)
+        else:
+            s.fail(f"expected a label value or a list of them, got {v!r}", lab)
+    return Selector(metric, labels, s.choice("source", ("nodes", "client"), "nodes"))
+
+
+def parse_signal(r: Reader, name: str) -> Signal:
+    kind = r.choice("kind", KINDS)
+    common = {"kind", "by", "scale"}
+    by = r.choice("by", ("fleet", "node"), "fleet") == "node"
+    scale = r.number("scale", 1.0)
+    if kind == "ratio":
+        r.only(common | {"num", "den"})
+        return Signal(name, kind, _selector(r, "num"), _selector(r, "den"), by_node=by,
+                      scale=scale)
+    if kind == "histogram_quantile":
+        r.only(common | {"metric", "q", "tier", "outcome", "source"})
+        return Signal(name, kind, _selector_inline(r), q=r.number("q", 0.99, lo=0, hi=1),
+                      by_node=by, scale=scale)
+    if kind == "gauge":
+        r.only(common | {"metric", "over_time", "across", "tier", "outcome", "source"})
+        return Signal(name, kind, _selector_inline(r),
+                      over_time=r.choice("over_time", OVER_TIME, "avg"),
+                      across=r.choice("across", ACROSS, "sum"), by_node=by, scale=scale)
+    r.only(common | {"metric", "tier", "outcome", "le", "source"})
+    return Signal(name, kind, _selector_inline(r), by_node=by, scale=scale)
+
+
+def _selector_inline(r: Reader) -> Selector:
+    data = {k: r.data[k] for k in ("metric", "tier", "outcome", "le", "source") if k in r.data}
+    return _selector_from(Reader(data, r.source, r.path))

@@ -1,0 +1,84 @@
+"""Reading YAML mappings with errors that say where: file, dotted key, what is allowed.
+
+Every YAML the workbench reads (scenarios, policies, clocks, chains, sweeps)
+goes through :class:`Reader`, so a bad value is always reported the same way:
+``<file>: key 'fleet.service.kind': 'expo' is not one of exponential, ...``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+class ScenarioError(ValueError):
+    """An input file is not valid; the message says which file, which key and why."""
+
+
+class Reader:
+    """Walks a mapping, remembering where it is, so errors can say so."""
+
+    def __init__(self, data: Any, source: str, path: str = ""):
+        self.source = source
+        self.path = path
+        if not isinstance(data, dict):
+            self.fail(f"expected a mapping, got {type(data).__name__}")
+        self.data = data
+
+    def fail(self, problem: str, key: str | None = None):
+        where = ".".join(p for p in (self.path, key) if p) or "(top level)"
+        raise ScenarioError(f"{self.source}: key '{where}': {problem}")
+
+    def only(self, allowed):
+        extra = sorted(set(self.data) - set(allowed))
+        if extra:
+            self.fail(f"unknown key(s) {extra}; allowed keys here: {sorted(allowed)}")
+
+    def sub(self, key: str, default=None) -> Reader:
+        value = self.data.get(key, default if default is not None else {})
+        return Reader(value, self.source, f"{self.path}.{key}" if self.path else key)
+
+    def number(self, key, default=None, *, lo=None, hi=None, lo_open=False, integer=False,
+               nullable=False):
+        value = self.data.get(key, default)
+        if value is None:
+            if nullable:
+                return None
+            self.fail("is required" if key not in self.data else "must not be null", key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(f"expected a number, got {value!r}", key)
+        if integer and (not float(value).is_integer()):
+            self.fail(f"expected a whole number, got {value!r}", key)
+        if not math.isfinite(value):
+            self.fail(f"expected a finite number, got {value!r}", key)
+        if lo is not None and (value < lo or (lo_open and value == lo)):
+            self.fail(f"{value!r} is out of range: must be {'>' if lo_open else '>='} {lo}", key)
+        if hi is not None and value > hi:
+            self.fail(f"{value!r} is out of range: must be <= {hi}", key)
+        return int(value) if integer else float(value)
+
+    def choice(self, key, allowed, default=None):
+        value = self.data.get(key, default)
+        if value not in allowed:
+            self.fail(f"{value!r} is not one of {', '.join(allowed)}", key)
+        return value
+
+
+
+
+def load_yaml(source, kind: str):
+    """A YAML mapping from a path or a dict: (data, name for messages, folder for paths)."""
+    from pathlib import Path
+
+    import yaml
+
+    if isinstance(source, dict):
+        return source, f"<{kind}>", Path.cwd()
+    path = Path(source)
+    if not path.is_file():
+        raise ScenarioError(f"{path}: no such {kind} file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    return data, str(path), path.resolve().parent
