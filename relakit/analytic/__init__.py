@@ -5,6 +5,7 @@ as quick back-of-envelope answers: fan-out success and tail amplification
 (:mod:`.fanout`), M/M/c, M/G/1 and G/G/c waiting times (:mod:`.queueing`).
 """
 
+from .clocks import DelayDistribution, min_detectable_spike, step_delay
 from .fanout import fanout_success, prob_any_slow, quorum_success, slowest_of_n_quantile
 from .queueing import (
     MMc,
@@ -19,6 +20,9 @@ from .queueing import (
 )
 
 __all__ = [
+    "DelayDistribution",
+    "min_detectable_spike",
+    "step_delay",
     "MMc",
     "UnstableSystemError",
     "erlang_c",
