@@ -27,6 +27,12 @@ def _simulate(args) -> int:
     out = Path(args.out or Path("out") / sc.name)
     written = result.write(out)
     print(result.format_summary())
+    if result.decisions is not None:
+        from relakit.control import format_audit
+
+        print("\naudit (mode changes):")
+        print(format_audit(result.decisions))
+        print(f"time in each mode (s): {result.info['control']['time_in_mode_s']}")
     for p in written:
         print(f"wrote {p}")
     if args.figure:
@@ -59,6 +65,20 @@ def _figure(sc, result, path) -> Path:
     return plots.save(chart, path)
 
 
+def _replay(args) -> int:
+    from relakit.control import load_clocks, replay
+    from relakit.io import write_parquet
+
+    result = replay(args.trace, args.policy, load_clocks(args.clocks), start_s=args.start,
+                    end_s=args.end)
+    out = Path(args.out)
+    print(result.format_audit())
+    print(f"time in each mode (s): {result.time_in_mode()}")
+    for name, table in (("decisions", result.decisions), ("timeline", result.timeline)):
+        print(f"wrote {write_parquet(table, out / f'{name}.parquet')}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="relakit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -70,6 +90,15 @@ def main(argv=None) -> int:
                    help="keep no per-request records (memory stays flat)")
     p.add_argument("--figure", default=None, help="also write a latency figure (.png/.svg/.pdf)")
     p.set_defaults(func=_simulate)
+    r = sub.add_parser("replay", help="run a policy open loop over a recorded metric trace")
+    r.add_argument("trace", help="trace: Prometheus range-query JSON, long CSV, parquet, "
+                                 "or a folder of text-exposition snapshots")
+    r.add_argument("--policy", required=True, help="policy YAML")
+    r.add_argument("--clocks", default=None, help="clocks YAML (default: RelA's)")
+    r.add_argument("--out", required=True, help="output folder")
+    r.add_argument("--start", type=float, default=None, help="first evaluation (s)")
+    r.add_argument("--end", type=float, default=None, help="last evaluation (s)")
+    r.set_defaults(func=_replay)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

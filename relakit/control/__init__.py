@@ -10,6 +10,7 @@ from relakit.control.controller import (
     format_audit,
     replay,
     signal_matrix,
+    sweep_thresholds,
 )
 from relakit.control.policy import Policy, load_policy
 from relakit.control.signals import Signal
@@ -28,4 +29,5 @@ __all__ = [
     "load_policy",
     "replay",
     "signal_matrix",
+    "sweep_thresholds",
 ]

@@ -256,3 +256,51 @@ def time_in_mode(timeline: pl.DataFrame, eval_s: float, policy: P.Policy) -> dic
     counts = dict(timeline.group_by("mode").len().iter_rows())
     return {name: counts.get(name, 0) * eval_s
             for name in ["normal"] + [m.name for m in policy.modes]}
+
+
+def sweep_thresholds(trace, policy, clocks=None, settings=None, start_s=None,
+                     end_s=None) -> pl.DataFrame:
+    """Many threshold settings over one trace: signals once, the state machine per setting.
+
+    ``settings`` maps condition names to lists of thresholds (their full grid is
+    swept) or is a DataFrame with one column per condition (one row per setting).
+    Returns the settings with, per mode, seconds spent in it and when it was
+    first entered, and the number of mode changes (flapping).
+    """
+    import itertools
+
+    from relakit.traces import read_trace, validate_trace
+
+    pol = P.load_policy(policy)
+    clk = load_clocks(clocks)
+    if isinstance(trace, TSDB):
+        tsdb = trace
+    elif isinstance(trace, pl.DataFrame):
+        tsdb = TSDB.from_long(validate_trace(trace))
+    else:
+        tsdb = TSDB.from_long(read_trace(trace))
+    if isinstance(settings, dict):
+        names = list(settings)
+        grid = pl.DataFrame(list(itertools.product(*settings.values())), schema=names,
+                            orient="row")
+    else:
+        grid = settings
+    cond_names = [c.name for c in pol.conditions]
+    unknown = set(grid.columns) - set(cond_names)
+    if unknown:
+        raise ValueError(f"unknown condition(s) {sorted(unknown)}; the policy has {cond_names}")
+    base = np.array([c.threshold for c in pol.conditions])
+    thresholds = np.tile(base, (grid.height, 1))
+    for col in grid.columns:
+        thresholds[:, cond_names.index(col)] = grid[col].cast(pl.Float64).to_numpy()
+    lo, hi = tsdb.span
+    times = clk.eval_times(lo if start_s is None else start_s, hi if end_s is None else end_s)
+    sig = signal_matrix(pol, tsdb, times, clk.window_s)
+    cs, co, _, when, exit_when, mode_i, mode_f = pol.compiled()
+    time_in, changes, first = P.sweep(times, sig, cs, co, thresholds, when, exit_when, mode_i,
+                                      mode_f, clk.eval_s)
+    cols = {f"time_in_{m.name}_s": time_in[:, i] for i, m in enumerate(pol.modes)}
+    cols["time_in_normal_s"] = time_in[:, -1]
+    cols.update({f"first_{m.name}_s": first[:, i] for i, m in enumerate(pol.modes)})
+    cols["mode_changes"] = changes
+    return grid.with_columns(**{k: pl.Series(v) for k, v in cols.items()})
