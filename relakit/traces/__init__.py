@@ -25,8 +25,9 @@ natural order ("host:9102" < "host:9110", "node-2" < "node-10") and numbered
 0..n-1, unless ``instances=[...]`` fixes the order; a ``node`` label is used
 directly when there is no instance. ``job`` is read but not kept. EVERY OTHER
 LABEL IS DROPPED, and series that differ only in dropped labels are added up
-(as ``sum without (...)`` would). Summary quantile series and ``*_created``
-series are skipped.
+(as ``sum without (...)`` would); one series given twice (overlapping
+queries, repeated snapshots) counts once. Summary quantile series and
+``*_created`` series are skipped.
 
 Problems in the input raise :class:`TraceError`, a ``ValueError`` whose message
 names the file, the place in it (line, column, JSON path such as
@@ -38,15 +39,19 @@ from relakit.traces._dispatch import read_trace
 from relakit.traces._openmetrics import read_openmetrics
 from relakit.traces._promjson import read_prometheus_json
 from relakit.traces._schema import SCHEMA, TraceError, natural_key, validate_trace
+from relakit.traces.synthetic import SHAPES, shape_level, synthetic_trace  # noqa: E402
 
 __all__ = [
     "SCHEMA",
+    "SHAPES",
     "TraceError",
     "natural_key",
     "read_csv_long",
     "read_openmetrics",
     "read_prometheus_json",
     "read_trace",
+    "shape_level",
+    "synthetic_trace",
     "validate_trace",
     "write_csv_long",
 ]

@@ -12,8 +12,11 @@ import polars as pl
 from relakit.io import atomic_write
 from relakit.traces._schema import (
     NUMBER_HINT,
+    NUMBER_PATTERN,
     SCHEMA,
     Rows,
+    TraceError,
+    assemble,
     parse_number,
     read_text,
     trace_error,
@@ -33,36 +36,115 @@ def read_csv_long(path, instances: list[str] | None = None) -> pl.DataFrame:
     cell is null, so an empty-string label cannot be told from a missing one.
     ``value`` may be ``NaN``, ``+Inf``/``inf``, ``-Inf``. The node of a row is
     its ``instance`` numbered (natural sort of the names, or the order of
-    ``instances`` when given), else its ``node`` cell, else -1. Rows that
-    coincide are added up, as in the other importers.
+    ``instances`` when given), else its ``node`` cell, else -1. Rows that differ
+    only in ignored columns are added up; a row repeated exactly counts once.
+    Plain files (no quotes) are read at polars speed; anything unusual is read
+    row by row, so that an error can name its line.
 
     Raises :class:`TraceError` naming the file, the line (1-based, the header
     is line 1) and the column, and what was expected there.
     """
     source = str(path)
-    reader = csv.reader(io.StringIO(read_text(path)))
+    text = read_text(path)
+    col, width = _read_header(source, text)
+    fast = _read_fast(source, text, col, width, instances)
+    if fast is not None:
+        return fast
+    rows = Rows(source)  # something is odd: go row by row, to say where
+    reader = csv.reader(io.StringIO(text))
     try:
-        header = next(reader, None)
-        if header is None:
-            raise trace_error(source, "line 1", "the file is empty; expected a header with "
-                                                "time_s,name,value")
-        header = [h.strip() for h in header]
-        if header and header[0].startswith("\ufeff"):
-            header[0] = header[0][1:]
-        dup = sorted({h for h in header if header.count(h) > 1 and h})
-        missing = [c for c in REQUIRED if c not in header]
-        if dup or missing:
-            problem = (f"column(s) {', '.join(dup)} appear twice" if dup else
-                       f"missing column(s) {', '.join(missing)}")
-            raise trace_error(source, "line 1", f"{problem}; expected a header with at least "
-                                                f"{','.join(REQUIRED)} (optional: "
-                                                f"{','.join(OPTIONAL)})")
-        col = {h: i for i, h in enumerate(header)}
-        rows = Rows(source)
-        _read_records(reader, rows, col, len(header))
+        next(reader)
+        _read_records(reader, rows, col, width)
     except csv.Error as e:
         raise trace_error(source, f"line {reader.line_num}", f"malformed CSV ({e})") from None
     return rows.frame(instances)
+
+
+def _read_header(source: str, text: str) -> tuple[dict[str, int], int]:
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = next(reader, None)
+    except csv.Error as e:
+        raise trace_error(source, "line 1", f"malformed CSV header ({e})") from None
+    if header is None:
+        raise trace_error(source, "line 1", "the file is empty; expected a header with "
+                                            "time_s,name,value")
+    header = [h.strip() for h in header]
+    dup = sorted({h for h in header if header.count(h) > 1 and h})
+    missing = [c for c in REQUIRED if c not in header]
+    if dup or missing:
+        problem = (f"column(s) {', '.join(dup)} appear twice" if dup else
+                   f"missing column(s) {', '.join(missing)}")
+        raise trace_error(source, "line 1", f"{problem}; expected a header with at least "
+                                            f"{','.join(REQUIRED)} (optional: "
+                                            f"{','.join(OPTIONAL)})")
+    return {h: i for i, h in enumerate(header)}, len(header)
+
+
+_NUMBER_RE = f"^(?:{NUMBER_PATTERN})$"
+
+
+def _read_fast(source: str, text: str, col: dict[str, int], width: int,
+               instances) -> pl.DataFrame | None:
+    """The whole file at once with polars, or None at the first oddity.
+
+    Only plain files qualify (no quotes, no lone carriage returns), where
+    polars splits lines and fields exactly as :mod:`csv` does; then every cell
+    is checked as the row-by-row reader would, and anything it might word
+    differently (or reject) sends the file to it instead.
+    """
+    if '"' in text or text.count("\r") != text.count("\r\n"):
+        return None
+    try:
+        raw = pl.read_csv(io.BytesIO(text.encode()), infer_schema=False, quote_char=None,
+                          truncate_ragged_lines=False, raise_if_empty=False)
+    except Exception:  # too many fields on a line, and the like
+        return None
+    if raw.width != width or text.count(",") != (width - 1) * (raw.height + 1):
+        return None  # a short line or a blank one (polars pads those, csv would not)
+    raw = raw.rename({c: f"_k{i}" for i, c in enumerate(raw.columns)})
+    k = {name: pl.col(f"_k{i}") for name, i in col.items()}
+    t, v, name = (k[c].str.strip_chars() for c in ("time_s", "value", "name"))
+    checks = raw.select(
+        t.str.contains(_NUMBER_RE).all(ignore_nulls=False).alias("t"),
+        v.str.contains(_NUMBER_RE).all(ignore_nulls=False).alias("v"),
+        (name.str.len_chars() > 0).all(ignore_nulls=False).alias("name"),
+        t.cast(pl.Float64, strict=False).is_finite().all(ignore_nulls=False).alias("finite"))
+    if raw.height and not all(checks.row(0)):  # nulls (empty cells) make all() false too
+        return None
+    cols = {"time_s": t.cast(pl.Float64), "value": v.cast(pl.Float64), "name": name}
+    for lab in ("tier", "outcome"):
+        cols[lab] = k[lab] if lab in k else pl.lit(None, dtype=pl.String)
+    cols["instance"] = k["instance"] if "instance" in k else pl.lit(None, dtype=pl.String)
+    seen: set[str] = set()
+    if "instance" in k:
+        seen = set(raw.get_column(f"_k{col['instance']}").drop_nulls().unique().to_list())
+        if instances is not None and not seen <= set(instances):
+            return None  # the row-by-row pass names the line
+    cols["node"] = pl.lit(-1, dtype=pl.Int32)
+    if "node" in k:
+        nodes = {}
+        for text_ in raw.get_column(f"_k{col['node']}").drop_nulls().unique().to_list():
+            try:
+                nodes[text_] = int(text_) if text_.strip() else -1
+            except ValueError:
+                return None
+            if nodes[text_] < -1:
+                return None
+        cols["node"] = k["node"].replace_strict(nodes, default=-1, return_dtype=pl.Int32)
+    cols["le"] = pl.lit(None, dtype=pl.String)
+    if "le" in k:
+        rows = Rows(source)
+        les = {}
+        for text_ in raw.get_column(f"_k{col['le']}").drop_nulls().unique().to_list():
+            try:
+                les[text_] = rows.le_label(text_.strip(), "")
+            except TraceError:
+                return None
+        cols["le"] = k["le"].replace_strict(les, default=None, return_dtype=pl.String)
+    keys = [f"_k{i}" for i in range(width) if i not in (col["time_s"], col["value"])]
+    df = raw.select(*(e.alias(c) for c, e in cols.items()), *keys)
+    return assemble(df, keys, {s: (source, "") for s in seen}, instances, source)
 
 
 def _read_records(reader, rows: Rows, col: dict[str, int], width: int) -> None:
@@ -111,7 +193,8 @@ def _read_records(reader, rows: Rows, col: dict[str, int], width: int) -> None:
         if i_le is not None and rec[i_le] != "":
             le = rows.le_label(rec[i_le].strip(), f"{where}, column le")
         rows.add(t, v, name=name, instance=inst, node=node,
-                 tier=_cell(rec, i_tier), outcome=_cell(rec, i_out), le=le, where=where)
+                 tier=_cell(rec, i_tier), outcome=_cell(rec, i_out), le=le, where=where,
+                 key=tuple(c for i, c in enumerate(rec) if i != i_t and i != i_v))
 
 
 def _cell(rec: list[str], i: int | None) -> str | None:

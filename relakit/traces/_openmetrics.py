@@ -27,6 +27,8 @@ _INT = re.compile(r"[+-]?\d+")
 _TYPES = {"counter", "gauge", "histogram", "gaugehistogram", "summary", "info", "stateset",
           "untyped", "unknown"}
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
+_QUOTED = re.compile(r'((?:[^"\\]|\\.)*)"', re.DOTALL)
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
 _NAME_HINT = "<instance>@<unix_seconds>.prom (or .om, .txt)"
 
 
@@ -100,10 +102,12 @@ def _read_file(rows: Rows, path: Path) -> None:
         if not line.strip():
             continue
         where = f"line {lineno}"
-        if line.startswith("#"):
-            _read_comment(src, where, line, is_om and lineno - 1 == last)
+        if line.lstrip(" \t").startswith("#"):
+            _read_comment(src, where, line.lstrip(" \t"), is_om and lineno - 1 == last)
             continue
         name, labels, value, ts = _parse_sample(src, where, line, is_om)
+        if "" in labels.values():  # an empty label is no label, in Prometheus
+            labels = {key: val for key, val in labels.items() if val}
         if name.endswith("_created") or "quantile" in labels:
             continue
         t = ts if ts is not None else file_time
@@ -123,7 +127,7 @@ def _read_file(rows: Rows, path: Path) -> None:
                                               f"integer node index >= -1")
         rows.add(t, value, name=name, instance=instance, node=node, tier=labels.get("tier"),
                  outcome=labels.get("outcome"), le=rows.le_label(labels.get("le"), where, src),
-                 where=where, source=src)
+                 where=where, source=src, key=(name, instance, tuple(sorted(labels.items()))))
 
 
 def _read_comment(src: str, where: str, line: str, is_eof_line: bool) -> None:
@@ -144,14 +148,16 @@ def _read_comment(src: str, where: str, line: str, is_eof_line: bool) -> None:
 def _parse_sample(src: str, where: str, line: str, is_om: bool):
     """``name{labels} value [timestamp] [# exemplar]`` -> (name, labels, value, time_s)."""
     name = None
-    m = _NAME.match(line)
+    pos = len(line) - len(line.lstrip(" \t"))
+    m = _NAME.match(line, pos)
     if m:
         name, pos = m.group(), m.end()
-    elif line.startswith("{"):
-        pos = 0
+    elif line.startswith("{", pos):
+        pass
     else:
-        raise trace_error(src, where, f"{_clip(line)!r} does not start with a metric name; "
-                                      f"expected a sample 'name{{labels}} value [timestamp]'")
+        raise trace_error(src, where, f"{_clip(line.strip())!r} does not start with a metric "
+                                      f"name; expected a sample 'name{{labels}} value "
+                                      f"[timestamp]'")
     labels: dict[str, str] = {}
     if pos < len(line) and line[pos] == "{":
         name, pos = _parse_labels(src, where, line, pos + 1, name, labels)
@@ -245,25 +251,19 @@ def _parse_labels(src, where, line, pos, name, labels):
 
 def _parse_quoted(src, where, line, pos):
     """A double-quoted string from just after the opening quote, with \\\\, \\" and \\n."""
-    out = []
-    n = len(line)
-    start = pos
-    while pos < n:
-        c = line[pos]
-        if c == '"':
-            return "".join(out), pos + 1
-        if c == "\\":
-            esc = line[pos + 1] if pos + 1 < n else ""
-            if esc not in _ESCAPES:
-                raise trace_error(src, where, f"escape \\{esc} at column {pos + 1}; expected "
+    m = _QUOTED.match(line, pos)
+    if m is None:
+        raise trace_error(src, where, f"string opened at column {pos} is not closed; "
+                                      f"expected a closing '\"'")
+    text = m.group(1)
+    if "\\" in text:
+        for esc in _ESCAPE.finditer(text):  # left to right: \\\\n is an escaped \\ then n
+            if esc.group(1) not in _ESCAPES:
+                raise trace_error(src, where, f"escape {esc.group()} at column "
+                                              f"{pos + esc.start() + 1}; expected "
                                               f'\\\\, \\" or \\n')
-            out.append(_ESCAPES[esc])
-            pos += 2
-            continue
-        out.append(c)
-        pos += 1
-    raise trace_error(src, where, f"string opened at column {start} is not closed; "
-                                  f"expected a closing '\"'")
+        text = _ESCAPE.sub(lambda e: _ESCAPES[e.group(1)], text)
+    return text, m.end()
 
 
 def _clip(s: str, n: int = 40) -> str:

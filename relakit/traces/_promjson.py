@@ -7,7 +7,14 @@ import math
 
 import polars as pl
 
-from relakit.traces._schema import NUMBER_HINT, Rows, parse_number, read_text, trace_error
+from relakit.traces._schema import (
+    NUMBER_HINT,
+    Rows,
+    parse_number,
+    parse_numbers,
+    read_text,
+    trace_error,
+)
 
 _RANGE_HINT = ("a range query (/api/v1/query_range) or an instant query of a range selector "
                "such as requests_total[5m]")
@@ -27,7 +34,8 @@ def read_prometheus_json(path, instances: list[str] | None = None) -> pl.DataFra
     ``instances`` when given); a ``node`` label is used as the index directly
     when there is no ``instance``; a series with neither gets node -1. ``job``
     is read but not kept. Every other label is dropped, and series that then
-    coincide are added up (as ``sum without (...)`` would). Summary quantile
+    coincide are added up (as ``sum without (...)`` would); the same series in
+    two bodies (overlapping queries) counts once. Summary quantile
     series (a ``quantile`` label) are skipped; their ``_sum``/``_count`` stay.
     Values may be ``"NaN"``, ``"+Inf"``, ``"-Inf"``.
 
@@ -113,6 +121,8 @@ def _read_series(rows: Rows, series, p: str) -> None:
         if not isinstance(val, str):
             raise trace_error(src, _at(p_metric, key),
                               f"is {_json_kind(val)}; expected a string label value")
+    if "" in metric.values():  # an empty label is no label, in Prometheus
+        metric = {key: val for key, val in metric.items() if val}
     if "values" not in series and ("histograms" in series or "histogram" in series):
         raise trace_error(src, p, "holds a native histogram; expected float samples in "
                                   "'values' (query the classic _bucket, _sum, _count series)")
@@ -135,9 +145,35 @@ def _read_series(rows: Rows, series, p: str) -> None:
             raise trace_error(src, _at(p_metric, "node"),
                               f"is {metric['node']!r}; expected an integer node index >= -1")
     le = rows.le_label(metric.get("le"), _at(p_metric, "le"))
+    p_values = _at(p, "values")
+    fast = _fast_values(values)
+    times, vals = fast if fast is not None else _slow_values(src, values, p_values)
+    rows.add_series(times, vals, name=name, instance=instance, node=node,
+                    tier=metric.get("tier"), outcome=metric.get("outcome"), le=le,
+                    where=p_metric, key=tuple(sorted(metric.items())))
+
+
+def _fast_values(values: list) -> tuple[list[float], list[float]] | None:
+    """All the pairs at C speed, or None if any is odd (then :func:`_slow_values` says which)."""
+    try:
+        times = [t for t, _ in values]
+        raws = [v for _, v in values]
+    except (TypeError, ValueError):
+        return None
+    if not set(map(type, times)) <= {int, float}:
+        return None
+    vals = parse_numbers(raws)
+    if vals is None:
+        return None
+    times = list(map(float, times))
+    if not all(map(math.isfinite, times)):
+        return None
+    return times, vals
+
+
+def _slow_values(src: str, values: list, p_values: str) -> tuple[list[float], list[float]]:
     times: list[float] = []
     vals: list[float] = []
-    p_values = _at(p, "values")
     for j, pair in enumerate(values):
         try:
             ts, raw = pair
@@ -153,9 +189,7 @@ def _read_series(rows: Rows, series, p: str) -> None:
             raise trace_error(src, f"{p_values}[{j}]", _bad_pair(pair)) from None
         times.append(float(ts))
         vals.append(v)
-    rows.add_series(times, vals, name=name, instance=instance, node=node,
-                    tier=metric.get("tier"), outcome=metric.get("outcome"), le=le,
-                    where=p_metric)
+    return times, vals
 
 
 def _bad_pair(pair) -> str:

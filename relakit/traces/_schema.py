@@ -9,7 +9,8 @@ from decimal import Decimal
 
 import polars as pl
 
-SCHEMA: dict[str, pl.DataType] = {
+#: The columns and dtypes of every trace frame, in order (also the simulator's metrics frame).
+SCHEMA = pl.Schema({
     "time_s": pl.Float64(),
     "node": pl.Int32(),
     "name": pl.String(),
@@ -17,8 +18,7 @@ SCHEMA: dict[str, pl.DataType] = {
     "outcome": pl.String(),
     "le": pl.String(),
     "value": pl.Float64(),
-}
-LABEL_COLUMNS = ("tier", "outcome", "le")
+})
 _NOT_NULL = ("time_s", "node", "name", "value")
 KEY_COLUMNS = ("time_s", "node", "name", "tier", "outcome", "le")
 
@@ -46,8 +46,27 @@ def trace_error(source, where: str | None, problem: str) -> TraceError:
 
 # -- values -------------------------------------------------------------------------------------
 
-_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)",
-                     re.IGNORECASE)
+#: A sample value as Prometheus writes it (ASCII digits; Inf and NaN in any case).
+NUMBER_PATTERN = (r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+                  r"|(?i:inf|infinity|nan))")
+_NUMBER = re.compile(NUMBER_PATTERN)
+
+
+def parse_numbers(texts) -> list[float] | None:
+    """Many :func:`parse_number` at once, or None if any is not a number (then look closer).
+
+    ``float()`` accepts exactly what ``parse_number`` does once underscores,
+    blanks and non-ASCII digits are ruled out, and that is one scan of the text.
+    """
+    if not set(map(type, texts)) <= {str}:
+        return None
+    joined = "\n".join(texts)
+    if not joined.isascii() or any(c in joined for c in "_ \t\r\x0b\x0c"):
+        return None
+    try:
+        return list(map(float, texts))
+    except ValueError:
+        return None
 
 
 def parse_number(text: str) -> float:
@@ -100,6 +119,10 @@ def natural_key(s: str) -> tuple:
 class Rows:
     """Samples collected by an importer, one list per column, before nodes are numbered.
 
+    ``key`` identifies the source series by all its labels, dropped ones too: a
+    series seen twice at the same time counts once, while different series that
+    collapse onto one row once labels are dropped are added up.
+
     A sample carries either an ``instance`` string (numbered later), or a ``node``
     integer, or neither (node -1). ``where`` of the first sample of each instance
     is kept so that an instance missing from an explicit list can be pointed at.
@@ -115,6 +138,8 @@ class Rows:
         self.outcome: list[str | None] = []
         self.le: list[str | None] = []
         self.value: list[float] = []
+        self.series: list[int] = []  # which source series (full label set) a sample is from
+        self._series_ids: dict = {}
         self.first_seen: dict[str, tuple[str, str]] = {}  # instance -> (source, where)
         self._le_cache: dict[str, str] = {}
 
@@ -135,8 +160,9 @@ class Rows:
 
     def add_series(self, times: list[float], values: list[float], *, name: str,
                    instance: str | None, node: int | None, tier: str | None,
-                   outcome: str | None, le: str | None, where: str, source=None) -> None:
+                   outcome: str | None, le: str | None, where: str, key, source=None) -> None:
         n = len(times)
+        self.series.extend([self._series_ids.setdefault(key, len(self._series_ids))] * n)
         if instance is not None and instance not in self.first_seen:
             self.first_seen[instance] = (str(source or self.source), where)
         self.time.extend(times)
@@ -150,7 +176,8 @@ class Rows:
 
     def add(self, time: float, value: float, *, name: str, instance: str | None,
             node: int | None, tier: str | None, outcome: str | None, le: str | None,
-            where: str, source=None) -> None:
+            where: str, key, source=None) -> None:
+        self.series.append(self._series_ids.setdefault(key, len(self._series_ids)))
         if instance is not None and instance not in self.first_seen:
             self.first_seen[instance] = (str(source or self.source), where)
         self.time.append(time)
@@ -163,22 +190,36 @@ class Rows:
         self.le.append(le)
 
     def frame(self, instances: Iterable[str] | None) -> pl.DataFrame:
-        mapping = instance_mapping(self.first_seen, instances, self.source)
-        if not mapping:
-            node = self.node
-        else:
-            node = [n if i is None else mapping[i]
-                    for i, n in zip(self.instance, self.node, strict=True)]
         df = pl.DataFrame({
             "time_s": pl.Series(self.time, dtype=pl.Float64),
-            "node": pl.Series(node, dtype=pl.Int32),
+            "instance": pl.Series(self.instance, dtype=pl.String),
+            "node": pl.Series(self.node, dtype=pl.Int32),
             "name": pl.Series(self.name, dtype=pl.String),
             "tier": pl.Series(self.tier, dtype=pl.String),
             "outcome": pl.Series(self.outcome, dtype=pl.String),
             "le": pl.Series(self.le, dtype=pl.String),
             "value": pl.Series(self.value, dtype=pl.Float64),
+            "_series": pl.Series(self.series, dtype=pl.Int64),
         })
-        return sort_trace(sum_duplicates(df))
+        return assemble(df, ["_series"], self.first_seen, instances, self.source)
+
+
+def assemble(df: pl.DataFrame, series_cols: list[str], first_seen, instances, source):
+    """The schema frame from parsed samples: number the instances, merge series, sort.
+
+    ``df`` holds the schema columns plus ``instance`` (String, null if none) and
+    ``series_cols`` that tell source series apart by all their labels.
+    """
+    mapping = instance_mapping(first_seen, instances, source)
+    if mapping:
+        inst = pl.col("instance")
+        df = df.with_columns(node=pl.when(inst.is_null()).then(pl.col("node")).otherwise(
+            inst.replace_strict(mapping, default=None, return_dtype=pl.Int32)))
+    subset = [*series_cols, "time_s"]
+    if df.select(pl.struct(subset).is_duplicated().any()).item():
+        # the same series twice (overlapping queries, a repeated row): count it once
+        df = df.unique(subset, keep="first", maintain_order=True)
+    return sort_trace(sum_duplicates(df.select(list(SCHEMA))))
 
 
 def instance_mapping(first_seen: Mapping[str, tuple[str, str]], instances: Iterable[str] | None,
@@ -262,7 +303,7 @@ def validate_trace(df: pl.DataFrame, source: str = "<frame>") -> pl.DataFrame:
             raise trace_error(source, f"column {col}",
                               f"has dtype {have}; expected {kind} column ({want})")
         if col == "node" and have != pl.Int32() and df.height:
-            lo, hi = df.select(pl.col(col).min(), pl.col(col).max()).row(0)
+            lo, hi = df.select(pl.col(col).min().alias("lo"), pl.col(col).max().alias("hi")).row(0)
             if lo is not None and (lo < -2**31 or hi >= 2**31):
                 raise trace_error(source, "column node", f"values {lo}..{hi} do not fit Int32; "
                                                          f"expected node indices >= -1")
@@ -297,7 +338,7 @@ def validate_trace(df: pl.DataFrame, source: str = "<frame>") -> pl.DataFrame:
 def read_text(path) -> str:
     """The file's text, with a missing or unreadable file reported as a TraceError."""
     try:
-        with open(path, encoding="utf-8", newline="") as fh:
+        with open(path, encoding="utf-8-sig", newline="") as fh:  # a BOM is dropped
             return fh.read()
     except UnicodeDecodeError as e:
         raise trace_error(path, f"byte {e.start}", "is not UTF-8; expected a UTF-8 text file") \
