@@ -27,6 +27,7 @@ lint: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_kernel.py
+	$(BIN)/python benchmarks/bench_replay.py
 
 # numba's cache does not notice edits to functions imported from other files
 clean-cache:

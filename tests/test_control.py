@@ -305,3 +305,38 @@ def test_threshold_sweep_agrees_with_single_replays():
         assert row["time_in_survival_s"] == pytest.approx(single["survival"])
     assert swept["time_in_survival_s"][2] == 0  # an unreachable threshold never enters
     assert swept["time_in_survival_s"][0] > swept["time_in_survival_s"][1]
+
+
+def test_simulate_command_with_a_policy_writes_decisions(tmp_path, capsys):
+    from relakit.cli import main
+
+    sc = ROOT / "params" / "scenarios" / "rela-ramp.yaml"
+    text = sc.read_text().replace("duration_s: 900", "duration_s: 480").replace(
+        "../policies/rela.yaml", str(RELA)).replace("../clocks/rela.yaml",
+                                                    str(ROOT / "params/clocks/rela.yaml"))
+    path = tmp_path / "ramp.yaml"
+    path.write_text(text)
+    assert main(["simulate", str(path), "--out", str(tmp_path / "o"), "--no-requests"]) == 0
+    out = capsys.readouterr().out
+    assert "audit (mode changes)" in out and "entered" in out
+    d = pl.read_parquet(tmp_path / "o" / "decisions.parquet")
+    assert set(d.columns) >= {"decided_at_s", "effective_at_s", "stage", "action", "target",
+                              "signal", "value", "threshold", "signal_age_s", "reason"}
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert set(summary["info"]["control"]["time_in_mode_s"]) == {"normal", "survival",
+                                                                  "performance"}
+
+
+def test_a_bad_policy_in_a_scenario_is_reported_with_both_files(tmp_path):
+    pol = tmp_path / "p.yaml"
+    pol.write_text("signals: {s: {kind: rate, metric: x}}\nconditions: {}\nmodes: []\n")
+    sc = tmp_path / "s.yaml"
+    sc.write_text(f"duration_s: 10\nworkload: {{arrival: {{kind: poisson, rate_rps: 1}}}}\n"
+                  f"fleet: {{service: {{kind: exponential, mean_ms: 1}}}}\npolicy: {pol}\n")
+    with pytest.raises(relakit.ScenarioError) as err:
+        relakit.load_scenario(sc)
+    assert "s.yaml" in str(err.value) and "p.yaml" in str(err.value) and "modes" in str(err.value)
+    sc.write_text("duration_s: 10\nworkload: {arrival: {kind: poisson, rate_rps: 1}}\n"
+                  "fleet: {service: {kind: exponential, mean_ms: 1}}\nclocks: {eval_s: 1}\n")
+    with pytest.raises(relakit.ScenarioError, match="give a policy too"):
+        relakit.load_scenario(sc)
