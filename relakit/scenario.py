@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from relakit.validate import Reader, ScenarioError
+from relakit.validate import Reader, ScenarioError, load_yaml
 
 TIER_NAMES = ("gold", "silver", "bronze")
 SERVICE_PARAMS = {
@@ -219,19 +219,12 @@ def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
     """
     if isinstance(source, Scenario):
         return source
-    base_dir = Path.cwd()
-    if isinstance(source, dict):
-        data, name = _deepcopy(source), "<dict>"
-    else:
-        path = Path(source)
-        name = str(path)
-        if not path.is_file():
-            raise ScenarioError(f"{name}: no such scenario file")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ScenarioError(f"{name}: not valid YAML: {exc}") from None
-        base_dir = path.resolve().parent
+    data, name, base_dir = load_yaml(_deepcopy(source) if isinstance(source, dict) else source,
+                                     "scenario")
+    if name == "<scenario>":
+        name = "<dict>"
+    if not isinstance(data, dict):
+        Reader(data, name)  # reports "expected a mapping"
     for dotted, value in (overrides or {}).items():
         _set_dotted(data, dotted, value)
     return _build(Reader(data, name), base_dir)

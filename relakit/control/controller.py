@@ -117,18 +117,10 @@ class ReplayResult:
 def replay(trace, policy, clocks=None, start_s: float | None = None,
            end_s: float | None = None) -> ReplayResult:
     """Run the controller open loop over a metric trace (long table, file or TSDB)."""
-    from relakit.traces import read_trace, validate_trace
-
     pol = P.load_policy(policy)
     clk = load_clocks(clocks)
-    if isinstance(trace, TSDB):
-        tsdb = trace
-    elif isinstance(trace, pl.DataFrame):
-        tsdb = TSDB.from_long(validate_trace(trace))
-    else:
-        tsdb = TSDB.from_long(read_trace(trace))
-    lo, hi = tsdb.span
-    times = clk.eval_times(lo if start_s is None else start_s, hi if end_s is None else end_s)
+    tsdb = as_tsdb(trace)
+    times = _eval_times(tsdb, clk, start_s, end_s)
     sig = signal_matrix(pol, tsdb, times, clk.window_s)
     modes, events, runs = P.run(times, sig, *pol.compiled())
     decisions = audit_table(pol, clk, times, sig, modes, events, runs, sample_age(tsdb, times))
@@ -136,6 +128,22 @@ def replay(trace, policy, clocks=None, start_s: float | None = None,
     timeline = pl.DataFrame({"time_s": times, "mode": [names[m + 1] for m in modes],
                              **{k: sig[:, i] for i, k in enumerate(pol.signals)}})
     return ReplayResult(decisions, timeline, pol, clk)
+
+
+def as_tsdb(trace) -> TSDB:
+    """A TSDB from a TSDB, a long metrics frame, or a trace file (any importer's format)."""
+    from relakit.traces import read_trace, validate_trace
+
+    if isinstance(trace, TSDB):
+        return trace
+    if isinstance(trace, pl.DataFrame):
+        return TSDB.from_long(validate_trace(trace))
+    return TSDB.from_long(read_trace(trace))
+
+
+def _eval_times(tsdb: TSDB, clk: Clocks, start_s, end_s) -> np.ndarray:
+    lo, hi = tsdb.span
+    return clk.eval_times(lo if start_s is None else start_s, hi if end_s is None else end_s)
 
 
 # ---- the audit ------------------------------------------------------------------------------
@@ -269,16 +277,9 @@ def sweep_thresholds(trace, policy, clocks=None, settings=None, start_s=None,
     """
     import itertools
 
-    from relakit.traces import read_trace, validate_trace
-
     pol = P.load_policy(policy)
     clk = load_clocks(clocks)
-    if isinstance(trace, TSDB):
-        tsdb = trace
-    elif isinstance(trace, pl.DataFrame):
-        tsdb = TSDB.from_long(validate_trace(trace))
-    else:
-        tsdb = TSDB.from_long(read_trace(trace))
+    tsdb = as_tsdb(trace)
     if isinstance(settings, dict):
         names = list(settings)
         grid = pl.DataFrame(list(itertools.product(*settings.values())), schema=names,
@@ -293,8 +294,7 @@ def sweep_thresholds(trace, policy, clocks=None, settings=None, start_s=None,
     thresholds = np.tile(base, (grid.height, 1))
     for col in grid.columns:
         thresholds[:, cond_names.index(col)] = grid[col].cast(pl.Float64).to_numpy()
-    lo, hi = tsdb.span
-    times = clk.eval_times(lo if start_s is None else start_s, hi if end_s is None else end_s)
+    times = _eval_times(tsdb, clk, start_s, end_s)
     sig = signal_matrix(pol, tsdb, times, clk.window_s)
     cs, co, _, when, exit_when, mode_i, mode_f = pol.compiled()
     time_in, changes, first = P.sweep(times, sig, cs, co, thresholds, when, exit_when, mode_i,
