@@ -177,6 +177,8 @@ class FleetSpec:
     weights: tuple[float, ...] = ()
     # error probability against load (in flight per server): ((load, p), ...), linear between
     load_errors: tuple[tuple[float, float], ...] = ()
+    # (node, depends_on, share): that share of node's work calls depends_on, and fails with it
+    dependencies: tuple[tuple[int, int, float], ...] = ()
 
     @property
     def capacity_rps(self) -> float:
@@ -381,7 +383,8 @@ def _metrics(r: Reader, nodes: int, seed: int, clocks=None) -> Metrics:
 
 
 def _fleet(r: Reader) -> FleetSpec:
-    r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights", "load_errors"})
+    r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights", "load_errors",
+            "dependencies"})
     nodes = r.number("nodes", 1, lo=1, integer=True)
     servers = r.data.get("servers", 1)
     if isinstance(servers, list):
@@ -406,8 +409,25 @@ def _fleet(r: Reader) -> FleetSpec:
         nodes=nodes, servers=servers, service=_service(r.sub("service")),
         queue_limit=r.number("queue_limit", None, lo=0, integer=True, nullable=True),
         routing=r.choice("routing", ROUTINGS, "random"), weights=weights,
-        load_errors=_load_errors(r),
+        load_errors=_load_errors(r), dependencies=_dependencies(r, nodes),
     )
+
+
+def _dependencies(r: Reader, nodes: int) -> tuple[tuple[int, int, float], ...]:
+    raw = r.data.get("dependencies") or []
+    if not isinstance(raw, list):
+        r.fail("expected a list of {node, depends_on, share}", "dependencies")
+    out, seen = [], set()
+    for i, item in enumerate(raw):
+        d = Reader(item, r.source, f"{r.path}.dependencies[{i}]")
+        d.only({"node", "depends_on", "share"})
+        node = d.number("node", lo=0, hi=nodes - 1, integer=True)
+        dep = d.number("depends_on", lo=0, hi=nodes - 1, integer=True)
+        if dep == node or node in seen:
+            d.fail("a node depends on one other node (not itself), listed once", "depends_on")
+        seen.add(node)
+        out.append((node, dep, d.number("share", 1.0, lo=0, hi=1)))
+    return tuple(out)
 
 
 def _load_errors(r: Reader) -> tuple[tuple[float, float], ...]:

@@ -87,10 +87,15 @@ def build_config(sc: Scenario, record_requests: bool) -> K.Config:
     sched_t = np.unique(fault_f[:, :2]) if faults else np.zeros(0)
     load = np.asarray(fl.load_errors, dtype=np.float64).reshape(-1, 2)
     phase = np.asarray(sc.metrics.phase_s or (0.0,) * fl.nodes, dtype=np.float64)
+    dep_node = np.full(fl.nodes, -1, dtype=np.int64)
+    dep_share = np.zeros(fl.nodes)
+    for node, dep, share in fl.dependencies:
+        dep_node[node], dep_share[node] = dep, share
     return K.Config(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t.astype(np.float64),
                     fault_f, fault_i, np.ascontiguousarray(load[:, 0]),
                     np.ascontiguousarray(load[:, 1]),
-                    np.asarray(sc.metrics.latency_buckets_s, dtype=np.float64), phase)
+                    np.asarray(sc.metrics.latency_buckets_s, dtype=np.float64), phase,
+                    dep_node, dep_share)
 
 
 def _grow_rows(a: np.ndarray, rows: int, fill=0) -> np.ndarray:
@@ -143,6 +148,7 @@ class Fleet:
         node_f[:, K.NF_WEIGHT] = scenario.fleet.weights
         node_f[:, K.NF_SLOWDOWN] = 1.0
         node_f[:, K.NF_TOKEN_RATE] = np.inf
+        node_f[:, K.NF_REPAIRED_AT] = -np.inf
         job_i = np.zeros((jobs, K.N_JI), np.int64)
         job_i[:, K.JI_SIB] = -1
         self.st = K.State(
@@ -284,6 +290,22 @@ class Fleet:
             nf[nodes, K.NF_TOKEN_BURST] = burst
             nf[nodes, K.NF_TOKENS] = burst
             nf[nodes, K.NF_TOKEN_T] = self.now
+
+    def repair(self, node) -> None:
+        """Mend the node now: the faults it has at this moment are cleared (a crashed node
+        comes back, empty); faults scheduled to start later still happen."""
+        nodes = np.atleast_1d(node)
+        n = self.scenario.fleet.nodes
+        if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
+            raise ValueError(f"node must be in 0..{n - 1}, got {node!r}")
+        self.st.node_f[nodes, K.NF_REPAIRED_AT] = self.now
+        K.apply_faults(self.cfg, self.st, self.now)
+
+    def faulty(self) -> np.ndarray:
+        """Ground truth, for tests and notebooks (a control plane never sees it)."""
+        nf, ni = self.st.node_f, self.st.node_i
+        return (nf[:, K.NF_ERR_RATE] > 0) | (nf[:, K.NF_WRONG_RATE] > 0) | (
+            nf[:, K.NF_SLOWDOWN] != 1) | (ni[:, K.NI_CRASHED] != 0)
 
     def set_flags(self, *, hedge_enabled: bool | None = None, degraded_mode: bool | None = None,
                   shed_bronze: bool | None = None, shed_tiers=None,

@@ -98,8 +98,8 @@ N_NI = 11
 # st.node_f columns
 (NF_WEIGHT, NF_ERR_RATE, NF_SLOWDOWN, NF_BUSY_AREA, NF_LAST_T, NF_WRR_CUR, NF_CUM,
  NF_WRONG_RATE, NF_TOKEN_RATE, NF_TOKEN_BURST, NF_TOKENS, NF_TOKEN_T, NF_LAT_SUM,
- NF_NEXT_SAMPLE) = range(14)
-N_NF = 14
+ NF_NEXT_SAMPLE, NF_REPAIRED_AT) = range(15)
+N_NF = 15
 # st.node_c: per-node counters beyond requests_total
 NC_WRONG, NC_CANCELLED = 0, 1
 N_NC = 2
@@ -153,7 +153,8 @@ HIST_BINS = HIST_BINS_PER_DECADE * HIST_DECADES
 
 Config = namedtuple(
     "Config",
-    "cfg_f cfg_i tier_cum rate_t rate_v sched_t fault_f fault_i load_x load_p buckets phase",
+    "cfg_f cfg_i tier_cum rate_t rate_v sched_t fault_f fault_i load_x load_p buckets phase"
+    " dep_node dep_share",
 )
 State = namedtuple(
     "State",
@@ -394,8 +395,12 @@ def fail_over(st, node, t):
 
 
 @njit(cache=True, error_model="numpy")
-def on_schedule(cfg, st, t):
-    """Recompute every node's fault state from the faults active at t."""
+def apply_faults(cfg, st, t):
+    """Set every node's fault state from the faults active at t.
+
+    A fault that began before the node's last repair is cleared: a repair
+    mends what is broken now, not what breaks later.
+    """
     ni = st.node_i
     nf = st.node_f
     n = ni.shape[0]
@@ -406,8 +411,8 @@ def on_schedule(cfg, st, t):
     ff = cfg.fault_f
     fi = cfg.fault_i
     for f in range(ff.shape[0]):
-        if ff[f, 0] <= t < ff[f, 1]:
-            node = fi[f, 0]
+        node = fi[f, 0]
+        if ff[f, 0] <= t < ff[f, 1] and ff[f, 0] > nf[node, NF_REPAIRED_AT]:
             err[node] = 1.0 - (1.0 - err[node]) * (1.0 - ff[f, 2])
             slow[node] *= ff[f, 3]
             wrong[node] = 1.0 - (1.0 - wrong[node]) * (1.0 - ff[f, 4])
@@ -420,6 +425,12 @@ def on_schedule(cfg, st, t):
         if crashed_now[i] != 0 and ni[i, NI_CRASHED] == 0:
             crash_node(st, i, t)
         ni[i, NI_CRASHED] = crashed_now[i]
+
+
+@njit(cache=True, error_model="numpy")
+def on_schedule(cfg, st, t):
+    """A fault starts or ends: recompute, and arm the next schedule time."""
+    apply_faults(cfg, st, t)
     pos = st.is_[IS_SCHED_POS] + 1
     st.is_[IS_SCHED_POS] = pos
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[pos] if pos < cfg.sched_t.shape[0] else np.inf
@@ -544,6 +555,8 @@ def advance(cfg, st, out, t_end):
     rate_t = cfg.rate_t
     rate_v = cfg.rate_v
     load_x = cfg.load_x
+    dep_node = cfg.dep_node
+    dep_share = cfg.dep_share
     load_p = cfg.load_p
     bounds = cfg.buckets
     fs = st.fs
@@ -740,6 +753,10 @@ def advance(cfg, st, out, t_end):
                     n_touched = 1
                     outcome = OK
                     err = node_f[node, NF_ERR_RATE]
+                    dep = dep_node[node]
+                    if dep >= 0:  # its downstream dependency fails its share of calls
+                        dep_err = 1.0 if node_i[dep, NI_CRASHED] != 0 else node_f[dep, NF_ERR_RATE]
+                        err = 1.0 - (1.0 - err) * (1.0 - dep_share[node] * dep_err)
                     if has_load_errors:  # errors that grow with load (in flight per server)
                         load = (busy + node_i[node, NI_QLEN]) / node_i[node, NI_SERVERS]
                         p = np.interp(load, load_x, load_p)
