@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from relakit.control import TSDB, Controller, Target
-from relakit.control.controller import time_in_mode
+from relakit.control.controller import sample_age, time_in_mode
 from relakit.scenario import Scenario, load_scenario
 from relakit.sim import Fleet, SimulationResult
 from relakit.sim.results import fleet_columns, node_columns
@@ -30,54 +30,115 @@ def simulate(scenario, seed: int | None = None, record_requests: bool = True) ->
     sc: Scenario = load_scenario(scenario)
     wall = time.perf_counter()
     fleet = Fleet(sc, seed=seed, record_requests=record_requests)
-    if sc.policy is None:
+    if sc.policy is None and sc.chain is None:
         fleet.advance(sc.duration_s)
         result = fleet.result()
     else:
-        controller = run_closed_loop(fleet, sc)
+        controller, chain = run_closed_loop(fleet, sc)
         result = fleet.result()
-        result.decisions = controller.decisions()
-        result.timeline = pl.DataFrame({
-            "time_s": controller.times,
-            "mode": [(["normal"] + [m.name for m in controller.policy.modes])[m + 1]
-                     for m in controller.modes],
-            **{k: np.array([v[i] for v in controller.values])
-               for i, k in enumerate(controller.policy.signals)},
-        })
-        result.info["control"] = control_summary(result.decisions, result.timeline,
-                                                 controller)
+        parts = []
+        if controller is not None:
+            parts.append(controller.decisions())
+            result.timeline = pl.DataFrame({
+                "time_s": controller.times,
+                "mode": [(["normal"] + [m.name for m in controller.policy.modes])[m + 1]
+                         for m in controller.modes],
+                **{k: np.array([v[i] for v in controller.values])
+                   for i, k in enumerate(controller.policy.signals)},
+            })
+            result.info["control"] = control_summary(parts[0], result.timeline, controller)
+        if chain is not None:
+            parts.append(chain.decisions(sc.clocks))
+            result.info["chain"] = chain_summary(chain, fleet)
+        result.decisions = pl.concat(parts).sort("decided_at_s", maintain_order=True)
     result.info["wall_s"] = round(time.perf_counter() - wall, 4)
     return result
 
 
-def run_closed_loop(fleet: Fleet, sc: Scenario) -> Controller:
-    """Evaluate at every eval instant; apply the latest decision at every config poll.
+def run_closed_loop(fleet: Fleet, sc: Scenario):
+    """Evaluate at every eval instant; apply the latest decisions at every config poll.
 
     At an instant that is both, the evaluation comes first, so a decision with
-    no propagation delay takes effect at a poll at the same instant.
+    no propagation delay takes effect at a poll at the same instant. Repairs
+    are work on the node, not configuration: they take effect when done.
     """
     clk = sc.clocks
-    controller = Controller(sc.policy, clk)
+    controller = Controller(sc.policy, clk) if sc.policy is not None else None
+    chain = None
+    if sc.chain is not None:
+        from relakit.chain import load_chain
+
+        chain = load_chain(sc.chain)
+        chain.reset()
     evals = clk.eval_times(0.0, sc.duration_s)
     k = np.arange(np.ceil(-clk.poll_phase_s / clk.poll_s),
                   np.floor((sc.duration_s - clk.poll_phase_s) / clk.poll_s) + 1)
     polls = clk.poll_phase_s + k * clk.poll_s
     instants = np.union1d(evals, polls)
     eval_set, poll_set = set(evals.tolist()), set(polls.tolist())
-    decided: list[tuple[float, dict]] = []
-    applied = 0
+    flags: list[tuple[float, dict]] = []
+    nodes: list[tuple[float, dict]] = []
     view = FleetView(fleet)
+    servers = np.asarray(sc.fleet.servers, dtype=float)
     for t in instants:
         fleet.advance(float(t))
         if t in eval_set:
-            decided.append((float(t), controller.evaluate(view.tsdb(), float(t))))
+            tsdb = view.tsdb()
+            if controller is not None:
+                flags.append((float(t), controller.evaluate(tsdb, float(t))))
+            if chain is not None:
+                ctx = chain.evaluate(tsdb, float(t), clk.window_s, servers,
+                                     signal_age_s=float(sample_age(tsdb, [t])[0]),
+                                     base_weights=sc.fleet.weights)
+                if ctx.repairs:
+                    fleet.repair(ctx.repairs)
+                nodes.append((float(t), ctx.controls()))
         if t in poll_set:  # the data plane reads the config server's latest state
-            while applied < len(decided) and decided[applied][0] + clk.propagation_s <= t:
-                applied += 1
-            if applied:
-                fleet.set_flags(**decided[applied - 1][1])
+            latest = _latest(flags, t - clk.propagation_s)
+            if latest is not None:
+                fleet.set_flags(**latest)
+            latest = _latest(nodes, t - clk.propagation_s)
+            if latest is not None:
+                _apply_node_controls(fleet, latest)
     fleet.advance(sc.duration_s)
-    return controller
+    return controller, chain
+
+
+def _latest(decided: list, cutoff: float):
+    """The newest decision made at or before cutoff (decisions are in time order)."""
+    for t, d in reversed(decided):
+        if t <= cutoff:
+            return d
+    return None
+
+
+def _apply_node_controls(fleet: Fleet, want: dict) -> None:
+    have = fleet.node_controls()
+    for i, routable in enumerate(want["routable"]):
+        if bool(routable) != bool(have["routable"][i]):
+            fleet.set_node_controls(i, routable=bool(routable))
+        if abs(want["weight"][i] - have["weight"][i]) > 1e-12:
+            fleet.set_node_controls(i, weight=float(want["weight"][i]))
+        limit = want["intake_limit"][i]
+        if (-1 if limit is None else limit) != have["intake_limit"][i]:
+            fleet.set_node_controls(i, intake_limit=limit)
+    if want["breaker"] != fleet.flags()["breaker"]:
+        fleet.set_flags(breaker=want["breaker"])
+
+
+def chain_summary(chain, fleet: Fleet) -> dict:
+    """Counts of the chain's actions per stage and action, and each node's end state."""
+    counts: dict = {}
+    for a in chain.actions:
+        key = f"{a['stage']}.{a['action']}"
+        counts[key] = counts.get(key, 0) + 1
+    working = [w for _, w, _ in chain.history]
+    return {"order": list(chain.order), "actions": counts,
+            "min_working_nodes": min(working) if working else None,
+            "working_nodes": [[t, w] for t, w, _ in chain.history],
+            "node_status_at_end": [s.status for s in chain.state.nodes],
+            "stress_at_end": chain.state.stress,
+            "faulty_at_end": np.flatnonzero(fleet.faulty()).tolist()}
 
 
 class FleetView:

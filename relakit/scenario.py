@@ -198,8 +198,9 @@ class Scenario:
     controls: Controls = Controls()
     mitigations: Mitigations = Mitigations()
     metrics: Metrics = Metrics()
-    policy: object = None  # relakit.control.Policy: closes the loop
+    policy: object = None  # relakit.control.Policy: closes the loop on the flags
     clocks: object = None  # relakit.control.Clocks
+    chain: object = None  # relakit.chain.Chain: closes the loop on the nodes
     source: str = "<dict>"
 
     @property
@@ -234,7 +235,7 @@ def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
 
 def _build(r: Reader, base_dir: Path) -> Scenario:
     r.only({"name", "duration_s", "seed", "warmup_s", "workload", "fleet", "faults", "metrics",
-            "controls", "mitigations", "policy", "clocks"})
+            "controls", "mitigations", "policy", "clocks", "chain"})
     duration = r.number("duration_s", lo=0, lo_open=True)
     warmup = r.number("warmup_s", 0.0, lo=0)
     if warmup >= duration:
@@ -242,7 +243,7 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
     fleet = _fleet(r.sub("fleet"))
     workload = _workload(r.sub("workload"), duration, fleet.nodes, base_dir)
     faults = _faults(r, fleet.nodes)
-    policy, clocks = _control(r, base_dir)
+    policy, clocks, chain = _control(r, base_dir)
     name = r.data.get("name", "scenario")
     if not isinstance(name, str) or not name:
         r.fail(f"expected a non-empty string, got {name!r}", "name")
@@ -253,7 +254,7 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
                                                                          fleet.nodes),
         metrics=_metrics(r.sub("metrics"), fleet.nodes, r.number("seed", 1, lo=0, integer=True),
                          clocks),
-        policy=policy, clocks=clocks, source=r.source,
+        policy=policy, clocks=clocks, chain=chain, source=r.source,
     )
 
 
@@ -329,29 +330,34 @@ def _mitigations(r: Reader, nodes: int) -> Mitigations:
 
 
 def _control(r: Reader, base_dir: Path):
-    """`policy:` (a path or inline) closes the loop; `clocks:` (a path or inline) times it."""
+    """`policy:` and/or `chain:` (paths or inline) close the loop; `clocks:` times it."""
+    from relakit.chain import load_chain
     from relakit.control import load_clocks, load_policy
 
-    spec = r.data.get("policy")
-    clocks_spec = r.data.get("clocks")
-    if spec is None:
-        if clocks_spec is not None:
-            r.fail("clocks time a control loop; give a policy too", "clocks")
-        return None, None
-    try:
+    def load(key, loader):
+        spec = r.data.get(key)
+        if spec is None:
+            return None
         if isinstance(spec, str):
-            policy = load_policy(_resolve(r, spec, base_dir, "policy"))
-        elif isinstance(spec, dict):
-            policy = load_policy(spec)
-        else:
-            r.fail(f"expected a path to a policy YAML or a mapping, got {spec!r}", "policy")
-        if isinstance(clocks_spec, str):
-            clocks = load_clocks(_resolve(r, clocks_spec, base_dir, "clocks"))
-        else:
-            clocks = load_clocks(clocks_spec or {})
+            return loader(_resolve(r, spec, base_dir, key))
+        if isinstance(spec, dict):
+            return loader(spec)
+        r.fail(f"expected a path to a {key} YAML or a mapping, got {spec!r}", key)
+
+    try:
+        policy = load("policy", load_policy)
+        chain = load("chain", load_chain)
+        clocks_spec = r.data.get("clocks")
+        if policy is None and chain is None:
+            if clocks_spec is not None:
+                r.fail("clocks time a control loop; give a policy or a chain too", "clocks")
+            return None, None, None
+        clocks = load("clocks", load_clocks) if clocks_spec is not None else load_clocks()
     except ScenarioError as exc:
-        raise ScenarioError(f"{r.source}: in its policy or clocks: {exc}") from None
-    return policy, clocks
+        if str(exc).startswith(r.source):
+            raise
+        raise ScenarioError(f"{r.source}: in its policy, chain or clocks: {exc}") from None
+    return policy, clocks, chain
 
 
 def _metrics(r: Reader, nodes: int, seed: int, clocks=None) -> Metrics:

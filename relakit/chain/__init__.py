@@ -1,0 +1,163 @@
+"""The containment chain: Sentinel → Serpentine → Aegis → Atlas → Punisher → Phoenix.
+
+Six small stages with one interface (``stage.run(ctx)``), run in a configured
+order at every evaluation of the control plane, closed loop or in replay.
+Like the control plane, the chain never imports the kernel: it reads a TSDB
+and says which per-node controls, breaker state and repairs it wants; the
+experiment layer applies them after the clocks' delay. Every action of every
+stage is audited with its stage, target, signal, value, threshold and reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from relakit.chain.aegis import Aegis
+from relakit.chain.atlas import Atlas
+from relakit.chain.phoenix import Phoenix
+from relakit.chain.punisher import Punisher
+from relakit.chain.sentinel import Sentinel
+from relakit.chain.serpentine import Serpentine
+from relakit.chain.state import ChainState, Context
+from relakit.validate import Reader, load_yaml
+
+STAGES = {"sentinel": Sentinel, "serpentine": Serpentine, "aegis": Aegis, "atlas": Atlas,
+          "punisher": Punisher, "phoenix": Phoenix}
+SEED_ORDER = ("sentinel", "serpentine", "aegis", "atlas", "punisher", "phoenix")
+
+
+@dataclass
+class Chain:
+    name: str
+    stages: list
+    servers: tuple | None = None  # per node; None: the scenario's (or busy_servers' max)
+    source: str = "<chain>"
+    state: ChainState | None = field(default=None, repr=False)
+    actions: list = field(default_factory=list, repr=False)
+    history: list = field(default_factory=list, repr=False)  # (t, working nodes, stress)
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.stages)
+
+    def evaluate(self, tsdb, t: float, window_s: float, servers=None,
+                 signal_age_s: float = math.nan, base_weights=None) -> Context:
+        """Run every stage once at time t; return the context with its actions."""
+        nodes = [tgt.node for tgt in tsdb.targets if tgt.node >= 0]
+        n = (max(nodes) + 1) if nodes else 0
+        if self.state is None:
+            self.state = ChainState.fresh(n)
+        srv = np.asarray(servers if servers is not None else (
+            self.servers if self.servers is not None else _servers_seen(tsdb, n)), dtype=float)
+        ctx = Context(t=float(t), tsdb=tsdb, window_s=window_s, servers=srv, state=self.state,
+                      signal_age_s=signal_age_s,
+                      base_weights=None if base_weights is None else np.asarray(base_weights,
+                                                                                dtype=float))
+        if self.state.nodes and all(s.weight == 1.0 for s in self.state.nodes) and not \
+                self.history and ctx.base_weights is not None:
+            for s, w in zip(self.state.nodes, ctx.base_weights, strict=False):
+                s.weight = float(w)  # start from the configured weights
+        for stage in self.stages:
+            ctx.stage = stage.name
+            stage.run(ctx)
+        for a in ctx.actions:
+            a["mode"] = self.state.stress
+        self.actions.extend(ctx.actions)
+        self.history.append((ctx.t, int(self.state.working().sum()), self.state.stress))
+        return ctx
+
+    def reset(self) -> None:
+        self.state, self.actions, self.history = None, [], []
+        for stage in self.stages:
+            if hasattr(stage, "_rng"):
+                stage._rng = None
+
+    def decisions(self, clocks) -> pl.DataFrame:
+        from relakit.control.controller import DECISION_COLUMNS, empty_decisions
+
+        if not self.actions:
+            return empty_decisions()
+        rows = []
+        for a in self.actions:
+            rows.append({**{k: None for k in DECISION_COLUMNS}, **a,
+                         "effective_at_s": float(clocks.effective_at(a["decided_at_s"]))})
+        return pl.DataFrame(rows, schema=DECISION_COLUMNS)
+
+
+def _servers_seen(tsdb, n: int) -> np.ndarray:
+    """Servers per node when nobody said: the most ever seen busy at once (at least 1)."""
+    out = np.ones(n)
+    for tgt in tsdb.targets:
+        if 0 <= tgt.node < n:
+            idx = tgt.select("busy_servers")
+            if idx.size and tgt.values.shape[0]:
+                out[tgt.node] = max(1.0, float(np.nanmax(tgt.values[:, idx])))
+    return out
+
+
+def load_chain(source) -> Chain:
+    """A chain from YAML (a path or a mapping); unknown stages or keys are errors."""
+    if isinstance(source, Chain):
+        return source
+    data, name, _ = load_yaml(source, "chain")
+    r = Reader(data, name)
+    r.only({"name", "order", "servers", *STAGES})
+    order = r.data.get("order", list(SEED_ORDER))
+    if (not isinstance(order, list) or sorted(order) != sorted(set(order))
+            or any(o not in STAGES for o in order) or "sentinel" not in order):
+        r.fail(f"expected a list of distinct stages from {list(STAGES)} including sentinel "
+               f"(the seed's order is {list(SEED_ORDER)}), got {order!r}", "order")
+    stages = [_stage(r.sub(s), STAGES[s]) for s in order]
+    servers = r.data.get("servers")
+    if servers is not None and (not isinstance(servers, list) or not all(
+            isinstance(x, int | float) and x > 0 for x in servers)):
+        r.fail("expected a list of positive server counts, one per node", "servers")
+    return Chain(r.data.get("name", "chain"), stages,
+                 tuple(servers) if servers is not None else None, source=name)
+
+
+def _stage(r: Reader, cls):
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.name.startswith("_")
+              and f.name != "name"}
+    r.only(set(fields))
+    kwargs = {}
+    for key, f in fields.items():
+        if key not in r.data:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else None
+        value = r.data[key]
+        if isinstance(default, bool) or isinstance(default, str):
+            if not isinstance(value, type(default)):
+                r.fail(f"expected {type(default).__name__}, got {value!r}", key)
+            kwargs[key] = value
+        elif isinstance(default, int | float) and not isinstance(default, bool):
+            kwargs[key] = r.number(key, lo=0, integer=isinstance(default, int) and
+                                   not isinstance(default, bool) and key in (
+                                       "isolate_after", "enter_after", "exit_after", "seed"))
+        elif key == "call_graph":
+            if not isinstance(value, list) or not all(
+                    isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) for x in p)
+                    for p in value):
+                r.fail("expected a list of [node, depends_on] pairs", key)
+            kwargs[key] = tuple(tuple(p) for p in value)
+        elif key in ("levels", "classes"):
+            if not isinstance(value, dict):
+                r.fail("expected a mapping", key)
+            kwargs[key] = value
+        elif key == "slo_p99_ms":
+            kwargs[key] = r.number(key, lo=0, lo_open=True, nullable=True)
+        else:
+            kwargs[key] = value
+    if cls is Sentinel and "attribution" in kwargs and kwargs["attribution"] not in (
+            "local", "call_graph"):
+        r.fail(f"{kwargs['attribution']!r} is not one of local, call_graph", "attribution")
+    return cls(**kwargs)
+
+
+__all__ = ["SEED_ORDER", "STAGES", "Aegis", "Atlas", "Chain", "ChainState", "Context",
+           "Phoenix", "Punisher", "Sentinel", "Serpentine", "load_chain"]
