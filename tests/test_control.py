@@ -338,5 +338,5 @@ def test_a_bad_policy_in_a_scenario_is_reported_with_both_files(tmp_path):
     assert "s.yaml" in str(err.value) and "p.yaml" in str(err.value) and "modes" in str(err.value)
     sc.write_text("duration_s: 10\nworkload: {arrival: {kind: poisson, rate_rps: 1}}\n"
                   "fleet: {service: {kind: exponential, mean_ms: 1}}\nclocks: {eval_s: 1}\n")
-    with pytest.raises(relakit.ScenarioError, match="give a policy too"):
+    with pytest.raises(relakit.ScenarioError, match="give a policy or a chain too"):
         relakit.load_scenario(sc)
