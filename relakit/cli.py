@@ -69,8 +69,10 @@ def _replay(args) -> int:
     from relakit.control import load_clocks, replay
     from relakit.io import write_parquet
 
+    if args.policy is None and args.chain is None:
+        raise ValueError("give --policy, --chain, or both")
     result = replay(args.trace, args.policy, load_clocks(args.clocks), start_s=args.start,
-                    end_s=args.end)
+                    end_s=args.end, chain=args.chain)
     out = Path(args.out)
     print(result.format_audit())
     print(f"time in each mode (s): {result.time_in_mode()}")
@@ -93,7 +95,8 @@ def main(argv=None) -> int:
     r = sub.add_parser("replay", help="run a policy open loop over a recorded metric trace")
     r.add_argument("trace", help="trace: Prometheus range-query JSON, long CSV, parquet, "
                                  "or a folder of text-exposition snapshots")
-    r.add_argument("--policy", required=True, help="policy YAML")
+    r.add_argument("--policy", default=None, help="policy YAML")
+    r.add_argument("--chain", default=None, help="containment chain YAML")
     r.add_argument("--clocks", default=None, help="clocks YAML (default: RelA's)")
     r.add_argument("--out", required=True, help="output folder")
     r.add_argument("--start", type=float, default=None, help="first evaluation (s)")

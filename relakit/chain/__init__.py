@@ -156,6 +156,8 @@ def _stage(r: Reader, cls):
     if cls is Sentinel and "attribution" in kwargs and kwargs["attribution"] not in (
             "local", "call_graph"):
         r.fail(f"{kwargs['attribution']!r} is not one of local, call_graph", "attribution")
+    if cls is Atlas and kwargs.get("balance", "capacity") not in ("capacity", "spare"):
+        r.fail(f"{kwargs['balance']!r} is not one of capacity, spare", "balance")
     return cls(**kwargs)
 
 

@@ -30,12 +30,13 @@ class Aegis:
     error_threshold: float = 0.2
     load_threshold: float = 0.95
     isolate_after: int = 1
-    throttle_intake: float = 1.0
-    unthrottle_below: float = 0.8
+    throttle_intake: float = 1.5
+    unthrottle_below: float = 0.7
     classes: dict = field(default_factory=dict)  # name -> {nodes, error_threshold, ...}
     min_volume: float = 0.0
     max_isolated_fraction: float = 1.0
     panic_below: float = 0.0
+    breakers: bool = True  # open the global breakers when catastrophic
 
     def threshold(self, node: int, key: str) -> float:
         for cls in self.classes.values():
@@ -127,6 +128,8 @@ class Aegis:
 
     def _breaker(self, ctx: Context) -> None:
         st = ctx.state
+        if not self.breakers:
+            return
         want = {"catastrophic": "open", "critical": "half_open"}.get(st.stress, "closed")
         if want == "half_open" and st.breaker == "closed":
             want = "closed"  # critical alone does not open breakers; it only eases them

@@ -104,29 +104,53 @@ class Controller:
 class ReplayResult:
     decisions: pl.DataFrame
     timeline: pl.DataFrame  # time_s, mode, one column per signal
-    policy: P.Policy
+    policy: P.Policy | None
     clocks: Clocks
 
     def format_audit(self) -> str:
         return format_audit(self.decisions)
 
     def time_in_mode(self) -> dict:
+        if self.policy is None:
+            return {}
         return time_in_mode(self.timeline, self.clocks.eval_s, self.policy)
 
 
-def replay(trace, policy, clocks=None, start_s: float | None = None,
-           end_s: float | None = None) -> ReplayResult:
-    """Run the controller open loop over a metric trace (long table, file or TSDB)."""
-    pol = P.load_policy(policy)
+def replay(trace, policy=None, clocks=None, start_s: float | None = None,
+           end_s: float | None = None, chain=None, servers=None,
+           weights=None) -> ReplayResult:
+    """Run the controller (a policy, a containment chain, or both) open loop over a
+    metric trace (long table, file or TSDB). The chain's repairs are recorded, not
+    done: a trace cannot be mended."""
+    if policy is None and chain is None:
+        raise ValueError("replay needs a policy, a chain, or both")
     clk = load_clocks(clocks)
     tsdb = as_tsdb(trace)
     times = _eval_times(tsdb, clk, start_s, end_s)
-    sig = signal_matrix(pol, tsdb, times, clk.window_s)
-    modes, events, runs = P.run(times, sig, *pol.compiled())
-    decisions = audit_table(pol, clk, times, sig, modes, events, runs, sample_age(tsdb, times))
-    names = ["normal"] + [m.name for m in pol.modes]
-    timeline = pl.DataFrame({"time_s": times, "mode": [names[m + 1] for m in modes],
-                             **{k: sig[:, i] for i, k in enumerate(pol.signals)}})
+    parts, timeline, pol = [], pl.DataFrame({"time_s": times}), None
+    if policy is not None:
+        pol = P.load_policy(policy)
+        sig = signal_matrix(pol, tsdb, times, clk.window_s)
+        modes, events, runs = P.run(times, sig, *pol.compiled())
+        parts.append(audit_table(pol, clk, times, sig, modes, events, runs,
+                                 sample_age(tsdb, times)))
+        names = ["normal"] + [m.name for m in pol.modes]
+        timeline = pl.DataFrame({"time_s": times, "mode": [names[m + 1] for m in modes],
+                                 **{k: sig[:, i] for i, k in enumerate(pol.signals)}})
+    if chain is not None:
+        from relakit.chain import load_chain
+
+        ch = load_chain(chain)
+        ch.reset()
+        ages = sample_age(tsdb, times)
+        for t, age in zip(times, ages, strict=True):
+            ch.evaluate(tsdb, float(t), clk.window_s, servers, signal_age_s=float(age),
+                        base_weights=weights)
+        parts.append(ch.decisions(clk))
+        timeline = timeline.with_columns(
+            working_nodes=pl.Series([w for _, w, _ in ch.history]),
+            stress=pl.Series([s for _, _, s in ch.history]))
+    decisions = pl.concat(parts).sort("decided_at_s", maintain_order=True)
     return ReplayResult(decisions, timeline, pol, clk)
 
 
