@@ -81,6 +81,21 @@ def _replay(args) -> int:
     return 0
 
 
+def _sweep(args) -> int:
+    from relakit.sweep import load_sweep, manifests, run_sweep
+
+    spec = load_sweep(args.sweep)
+    out = Path(args.out or Path("out") / "sweeps" / spec.name)
+    table = run_sweep(spec, out, scheduler=args.scheduler, workers=args.workers)
+    m = manifests(out)
+    failed = m.filter(m["status"] != "ok") if m.height else m
+    print(f"{m.height} points, {failed.height} failed; results: {out / 'results.parquet'} "
+          f"({table.height} rows)")
+    for row in failed.iter_rows(named=True):
+        print(f"  failed {row['point_id']}: {row['error']}")
+    return 0 if failed.height == 0 else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="relakit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -102,6 +117,12 @@ def main(argv=None) -> int:
     r.add_argument("--start", type=float, default=None, help="first evaluation (s)")
     r.add_argument("--end", type=float, default=None, help="last evaluation (s)")
     r.set_defaults(func=_replay)
+    w = sub.add_parser("sweep", help="run a grid of scenario or notebook points")
+    w.add_argument("sweep", help="sweep YAML")
+    w.add_argument("--out", default=None, help="output folder (default: out/sweeps/<name>)")
+    w.add_argument("--scheduler", default=None, help="Dask scheduler address (default: local)")
+    w.add_argument("--workers", type=int, default=None, help="local processes (default: cores)")
+    w.set_defaults(func=_sweep)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -229,6 +229,12 @@ def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
     if not isinstance(data, dict):
         Reader(data, name)  # reports "expected a mapping"
     for dotted, value in (overrides or {}).items():
+        head = dotted.split(".", 1)[0]
+        if "." in dotted and head in ("policy", "chain", "clocks") and isinstance(
+                data.get(head), str):
+            # reach into a referenced policy/chain/clocks file: inline it first
+            path = _resolve(Reader(data, name), data[head], base_dir, head)
+            data[head] = yaml.safe_load(path.read_text())
         _set_dotted(data, dotted, value)
     return _build(Reader(data, name), base_dir)
 
@@ -605,8 +611,15 @@ def _deepcopy(d):
 
 
 def _set_dotted(data: dict, dotted: str, value):
+    """Set a dotted key; a number indexes a list (``policy.modes.0.exit_after``)."""
     keys = dotted.split(".")
     cur = data
     for k in keys[:-1]:
-        cur = cur.setdefault(k, {})
-    cur[keys[-1]] = value
+        if isinstance(cur, list):
+            cur = cur[int(k)]
+        else:
+            cur = cur.setdefault(k, {})
+    if isinstance(cur, list):
+        cur[int(keys[-1])] = value
+    else:
+        cur[keys[-1]] = value
