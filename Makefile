@@ -5,22 +5,28 @@ BIN := $(VENV)/bin
 export NUMBA_CACHE_DIR := $(CURDIR)/.numba_cache
 export NUMBA_NUM_THREADS ?= 1
 
-.PHONY: setup run test lint bench clean-cache clean
+.PHONY: setup run test lint bench lab figures clean-cache clean
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,notebooks,distributed]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (relakit)"
 	touch $@
 
+# the flagship notebook, executed with papermill: its copy is the run's log, its figures land in figures/
 run: setup
-	$(BIN)/relakit simulate params/scenarios/mmc-demo.yaml --out out/mmc-demo --figure figures/mmc-demo.png
+	mkdir -p out figures
+	$(BIN)/papermill notebooks/04_policy.ipynb out/04_policy.ipynb --kernel python3 --cwd notebooks \
+		-p out_dir ../out/04_policy -p figures_dir ../figures
+	@echo "executed notebook: out/04_policy.ipynb; figures: figures/04_*"
 
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --nbval-lax -p no:cacheprovider notebooks
 
 lint: setup
 	$(BIN)/ruff check .
@@ -28,6 +34,14 @@ lint: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_kernel.py
 	$(BIN)/python benchmarks/bench_replay.py
+
+# JupyterLab on loopback with the relakit kernel
+lab: setup
+	$(BIN)/python -m pip install --quiet -e '.[lab]'
+	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks
+
+figures: setup
+	$(BIN)/relakit figures out/mmc-demo --out figures
 
 # numba's cache does not notice edits to functions imported from other files
 clean-cache:

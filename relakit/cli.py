@@ -96,6 +96,31 @@ def _sweep(args) -> int:
     return 0 if failed.height == 0 else 1
 
 
+def _figures(args) -> int:
+    """The standard views of a run folder (what `relakit simulate` wrote), offline."""
+    import polars as pl
+
+    from relakit import plots
+    from relakit.sim.results import SimulationResult
+
+    run = Path(args.run)
+    req = run / "requests.parquet"
+    if not req.is_file():
+        raise ScenarioError(f"{run}: no requests.parquet here; run `relakit simulate` without "
+                            "--no-requests first")
+    decisions = run / "decisions.parquet"
+    result = SimulationResult(requests=pl.read_parquet(req), metrics=pl.DataFrame(),
+                              summary=pl.DataFrame(),
+                              decisions=pl.read_parquet(decisions) if decisions.is_file()
+                              else None)
+    out = Path(args.out)
+    written = plots.export(plots.run_dashboard(result), out / f"{run.name}-dashboard",
+                           formats=tuple(args.formats.split(",")))
+    for p in written:
+        print(f"wrote {p}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="relakit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -123,6 +148,11 @@ def main(argv=None) -> int:
     w.add_argument("--scheduler", default=None, help="Dask scheduler address (default: local)")
     w.add_argument("--workers", type=int, default=None, help="local processes (default: cores)")
     w.set_defaults(func=_sweep)
+    f = sub.add_parser("figures", help="export a run folder's standard views (PNG, SVG, PDF)")
+    f.add_argument("run", help="a folder written by `relakit simulate`")
+    f.add_argument("--out", default="figures", help="output folder (default: figures)")
+    f.add_argument("--formats", default="png,svg,pdf", help="comma-separated: png,svg,pdf")
+    f.set_defaults(func=_figures)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
