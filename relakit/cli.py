@@ -30,9 +30,12 @@ def _simulate(args) -> int:
     if result.decisions is not None:
         from relakit.control import format_audit
 
-        print("\naudit (mode changes):")
+        print("\naudit (changes):")
         print(format_audit(result.decisions))
-        print(f"time in each mode (s): {result.info['control']['time_in_mode_s']}")
+        if "control" in result.info:
+            print(f"time in each mode (s): {result.info['control']['time_in_mode_s']}")
+        if "chain" in result.info:
+            print(f"chain actions: {result.info['chain']['actions']}")
     for p in written:
         print(f"wrote {p}")
     if args.figure:

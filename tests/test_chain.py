@@ -160,3 +160,14 @@ def test_bad_chain_files_name_the_key(tmp_path):
         with pytest.raises(relakit.ScenarioError) as err:
             load_chain(path)
         assert "c.yaml" in str(err.value) and key in str(err.value)
+
+
+def test_simulate_command_with_a_chain_prints_its_actions(tmp_path, capsys):
+    from relakit.cli import main
+
+    assert main(["simulate", str(SCEN / "chain-one-node.yaml"), "--out", str(tmp_path),
+                 "--no-requests"]) == 0
+    out = capsys.readouterr().out
+    assert "[aegis] isolate" in out and "chain actions" in out
+    d = pl.read_parquet(tmp_path / "decisions.parquet")
+    assert set(d["stage"]) >= {"aegis", "punisher", "phoenix"}

@@ -318,7 +318,7 @@ def test_simulate_command_with_a_policy_writes_decisions(tmp_path, capsys):
     path.write_text(text)
     assert main(["simulate", str(path), "--out", str(tmp_path / "o"), "--no-requests"]) == 0
     out = capsys.readouterr().out
-    assert "audit (mode changes)" in out and "entered" in out
+    assert "audit (changes)" in out and "entered" in out
     d = pl.read_parquet(tmp_path / "o" / "decisions.parquet")
     assert set(d.columns) >= {"decided_at_s", "effective_at_s", "stage", "action", "target",
                               "signal", "value", "threshold", "signal_age_s", "reason"}
