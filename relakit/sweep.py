@@ -163,7 +163,7 @@ def _notebook_point(spec, point, folder, manifest):
     folder.mkdir(parents=True, exist_ok=True)
     params = {**point, "out_dir": str(folder), "seed": point.get("seed", point_seed(point))}
     executed = folder / "notebook.ipynb"
-    tmp = folder / ".notebook.ipynb.tmp"
+    tmp = folder / ".notebook.tmp.ipynb"
     try:
         pm.execute_notebook(spec.target, str(tmp), parameters=params, kernel_name="python3",
                             cwd=str(Path(spec.target).resolve().parent), progress_bar=False)
@@ -191,7 +191,7 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     if scheduler:
         from distributed import Client, as_completed
 
-        with Client(scheduler, set_as_default=False) as client:
+        with Client(scheduler) as client:
             futures = [client.submit(run_point, spec, p, str(out), key=f"point-{point_id(p)}",
                                      pure=False) for p in todo]
             for fut in as_completed(futures):
@@ -208,7 +208,11 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
                 done, failed = done + 1, failed + (m["status"] != "ok")
                 report(done, failed, len(points), t0)
         else:
-            with ProcessPoolExecutor(max_workers=n) as pool:
+            import multiprocessing as mp
+
+            # spawn, not fork: forking a process whose polars/numba thread pools are
+            # running can deadlock the child
+            with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as pool:
                 futs = [pool.submit(run_point, spec, p, str(out)) for p in todo]
                 for fut in as_completed(futs):
                     m = fut.result()
