@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 run: setup
 	mkdir -p out figures
 	$(BIN)/papermill notebooks/04_policy.ipynb out/04_policy.ipynb --kernel python3 --cwd notebooks \
-		-p out_dir ../out/04_policy -p figures_dir ../figures
+		-p out_dir ../out/04_policy -p figures_dir ../figures -p static_figures True
 	@echo "executed notebook: out/04_policy.ipynb; figures: figures/04_*"
 
 test: setup

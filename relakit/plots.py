@@ -183,3 +183,9 @@ def export(chart, stem, formats=("png", "svg", "pdf")) -> list[Path]:
     """Write a chart in several formats (offline); returns the files written."""
     stem = Path(stem)
     return [save(chart, stem.with_suffix(f".{fmt}")) for fmt in formats]
+
+
+def notebook_renderer(static: bool = False) -> None:
+    """Charts in notebooks: interactive (JupyterLab renders them offline), or static
+    PNG through vl-convert, so an executed copy reads anywhere without a network."""
+    alt.renderers.enable("png" if static else "default")
