@@ -99,3 +99,14 @@ def test_a_notebook_sweep_keeps_each_executed_notebook(tmp_path):
         p = manifest["point"]["per_call_success"]
         row = result.filter(pl.col("width") == 20)
         assert row["closed_form"][0] == pytest.approx(p**20)
+
+
+def test_shipped_sweep_and_notebook_parameter_files_are_valid():
+    for path in (ROOT / "params" / "sweeps").glob("*.yaml"):
+        spec = load_sweep(path)
+        assert spec.points() and spec.kind in ("function", "notebook")
+    params = yaml.safe_load((ROOT / "params" / "notebooks" / "04_policy-quick.yaml").read_text())
+    nb = json.loads((ROOT / "notebooks" / "04_policy.ipynb").read_text())
+    tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1
+    assert all(f"{k} =" in "".join(tagged[0]["source"]) for k in params)
