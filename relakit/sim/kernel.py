@@ -637,6 +637,10 @@ def advance(cfg, st, out, t_end):
     elsewhere = cfg_i[CI_ELSEWHERE] != 0
     breaker_mask = cfg_i[CI_BREAKER_MASK]
     has_load_errors = load_x.shape[0] > 0
+    has_deps = False
+    for i in range(dep_node.shape[0]):
+        if dep_node[i] >= 0:
+            has_deps = True
     n_bounds = bounds.shape[0]
     record_cap = rec_f.shape[0]
     samp_cap = out.sample_t.shape[0]
@@ -753,7 +757,7 @@ def advance(cfg, st, out, t_end):
                     n_touched = 1
                     outcome = OK
                     err = node_f[node, NF_ERR_RATE]
-                    dep = dep_node[node]
+                    dep = dep_node[node] if has_deps else -1
                     if dep >= 0:  # its downstream dependency fails its share of calls
                         dep_err = 1.0 if node_i[dep, NI_CRASHED] != 0 else node_f[dep, NF_ERR_RATE]
                         err = 1.0 - (1.0 - err) * (1.0 - dep_share[node] * dep_err)
