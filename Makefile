@@ -12,7 +12,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,notebooks,distributed]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,notebooks,distributed,lab]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (relakit)"
 	touch $@
 
@@ -37,7 +37,7 @@ bench: setup
 
 # JupyterLab on loopback with the relakit kernel
 lab: setup
-	$(BIN)/python -m pip install --quiet -e '.[lab]'
+	$(BIN)/python -m pip install --quiet -e '.[jupyter]'
 	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks
 
 figures: setup

@@ -118,15 +118,17 @@ class ReplayResult:
 
 def replay(trace, policy=None, clocks=None, start_s: float | None = None,
            end_s: float | None = None, chain=None, servers=None,
-           weights=None) -> ReplayResult:
+           weights=None, times=None) -> ReplayResult:
     """Run the controller (a policy, a containment chain, or both) open loop over a
-    metric trace (long table, file or TSDB). The chain's repairs are recorded, not
-    done: a trace cannot be mended."""
+    metric trace (long table, file or TSDB), at the clocks' evaluation instants or at
+    the given ``times`` (e.g. a live controller's, to compare with it). The chain's
+    repairs are recorded, not done: a trace cannot be mended."""
     if policy is None and chain is None:
         raise ValueError("replay needs a policy, a chain, or both")
     clk = load_clocks(clocks)
     tsdb = as_tsdb(trace)
-    times = _eval_times(tsdb, clk, start_s, end_s)
+    times = (_eval_times(tsdb, clk, start_s, end_s) if times is None
+             else np.asarray(times, dtype=float))
     parts, timeline, pol = [], pl.DataFrame({"time_s": times}), None
     if policy is not None:
         pol = P.load_policy(policy)

@@ -37,7 +37,7 @@ names the file, the place in it (line, column, JSON path such as
 from relakit.traces._csvlong import read_csv_long, write_csv_long
 from relakit.traces._dispatch import read_trace
 from relakit.traces._openmetrics import read_openmetrics
-from relakit.traces._promjson import read_prometheus_json
+from relakit.traces._promjson import parse_prometheus_json, read_prometheus_json
 from relakit.traces._schema import SCHEMA, TraceError, natural_key, validate_trace
 from relakit.traces.synthetic import SHAPES, shape_level, synthetic_trace  # noqa: E402
 
@@ -46,6 +46,7 @@ __all__ = [
     "SHAPES",
     "TraceError",
     "natural_key",
+    "parse_prometheus_json",
     "read_csv_long",
     "read_openmetrics",
     "read_prometheus_json",

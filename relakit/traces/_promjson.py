@@ -51,6 +51,12 @@ def read_prometheus_json(path, instances: list[str] | None = None) -> pl.DataFra
     except json.JSONDecodeError as e:
         raise trace_error(source, f"line {e.lineno}, column {e.colno}",
                           f"invalid JSON ({e.msg}); expected a Prometheus query result") from None
+    return parse_prometheus_json(doc, source, instances)
+
+
+def parse_prometheus_json(doc, source: str = "<prometheus>",
+                          instances: list[str] | None = None) -> pl.DataFrame:
+    """The same, from an already decoded body (what an HTTP client returns)."""
     rows = Rows(source)
     if isinstance(doc, list):
         if not doc:

@@ -1,0 +1,284 @@
+"""RelA live: real services, a real Prometheus, relakit's control plane unchanged.
+
+:class:`Lab` starts, on 127.0.0.1 only: a config server, ``instances`` data-plane
+services, and Prometheus (Debian's ``/usr/bin/prometheus``) scraping them on the
+clocks' scrape interval. The :class:`Agent` is the same
+:class:`~relakit.control.Controller` the simulator drives, reading what
+Prometheus holds (an instant query of a range selector returns the raw scraped
+samples, which the trace importer turns into a TSDB) and asserting its
+decisions to the config server. :func:`run_load` is an open-loop load
+generator (tiers, a rate step, hedging when the flag says so). ``record``
+saves what Prometheus scraped in the importer's format, for replay. Every
+process is stopped on :meth:`Lab.down` (or leaving the ``with`` block).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from relakit.control import TSDB, Controller, load_clocks
+from relakit.traces import parse_prometheus_json
+
+SERIES = ("requests_total", "latency_seconds_bucket", "in_flight", "busy_seconds_total")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, timeout_s: float = 20.0) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up within {timeout_s:g} s")
+
+
+@dataclass
+class LabSpec:
+    instances: int = 3
+    servers: int = 2
+    mean_ms: float = 40.0
+    slow_ms: float = 200.0
+    slow_fraction: float = 0.02
+    error_rate: float = 0.0
+    clocks: dict = field(default_factory=lambda: {"scrape_s": 1, "window_s": 5, "eval_s": 1,
+                                                  "poll_s": 1})
+    prometheus: str = "/usr/bin/prometheus"
+
+
+class Lab:
+    """The live system. ``with Lab(spec) as lab:`` brings it up and always down."""
+
+    def __init__(self, spec: LabSpec | None = None, workdir: str | None = None):
+        self.spec = spec or LabSpec()
+        self.clocks = load_clocks(self.spec.clocks)
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="relakit-lab-"))
+        self.token = secrets.token_hex(8)
+        self.procs: list[subprocess.Popen] = []
+        self.config_url = ""
+        self.prom_url = ""
+        self.instance_urls: list[str] = []
+
+    def _spawn(self, args: list[str], name: str) -> subprocess.Popen:
+        log = open(self.workdir / f"{name}.log", "w")
+        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(p)
+        (self.workdir / "pids").open("a").write(f"{p.pid}\n")
+        return p
+
+    def up(self) -> Lab:
+        if not Path(self.spec.prometheus).exists() and not shutil.which("prometheus"):
+            raise RuntimeError("Prometheus is not installed: apt-get install prometheus")
+        py = sys.executable
+        port = free_port()
+        self.config_url = f"http://127.0.0.1:{port}"
+        self._spawn([py, "-m", "relakit.lab.config_server", "--port", str(port), "--token",
+                     self.token], "config")
+        s = self.spec
+        for i in range(s.instances):
+            p = free_port()
+            self.instance_urls.append(f"http://127.0.0.1:{p}")
+            self._spawn([py, "-m", "relakit.lab.dataplane", "--port", str(p), "--config-url",
+                         self.config_url, "--poll-s", str(self.clocks.poll_s), "--servers",
+                         str(s.servers), "--mean-ms", str(s.mean_ms), "--slow-ms",
+                         str(s.slow_ms), "--slow-fraction", str(s.slow_fraction),
+                         "--error-rate", str(s.error_rate), "--seed", str(i)], f"instance{i}")
+        _wait_http(f"{self.config_url}/state")
+        for u in self.instance_urls:
+            _wait_http(f"{u}/metrics")
+        pport = free_port()
+        self.prom_url = f"http://127.0.0.1:{pport}"
+        targets = [u.removeprefix("http://") for u in self.instance_urls]
+        cfg = {"global": {"scrape_interval": f"{self.clocks.scrape_s:g}s",
+                          "evaluation_interval": "15s"},
+               "scrape_configs": [{"job_name": "relakit",
+                                   "static_configs": [{"targets": targets}]}]}
+        (self.workdir / "prometheus.yml").write_text(json.dumps(cfg))  # JSON is YAML
+        self._spawn([shutil.which("prometheus") or s.prometheus,
+                     f"--config.file={self.workdir / 'prometheus.yml'}",
+                     f"--web.listen-address=127.0.0.1:{pport}",
+                     f"--storage.tsdb.path={self.workdir / 'tsdb'}"], "prometheus")
+        _wait_http(f"{self.prom_url}/-/ready", 30)
+        return self
+
+    def down(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        self.procs.clear()
+
+    def __enter__(self) -> Lab:
+        try:
+            return self.up()
+        except BaseException:
+            self.down()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    # ---- what Prometheus holds ----------------------------------------------------------
+    def instances(self) -> list[str]:
+        return [u.removeprefix("http://") for u in self.instance_urls]
+
+    def query_raw(self, range_s: float, at: float | None = None) -> dict:
+        """The raw samples of relakit's series over the last range_s (instant query)."""
+        sel = "{__name__=~\"" + "|".join(SERIES) + "\"}" + f"[{int(max(1, range_s))}s]"
+        params = {"query": sel}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        r = httpx.get(f"{self.prom_url}/api/v1/query", params=params, timeout=10.0)
+        return r.json()
+
+    def tsdb(self, range_s: float, at: float | None = None) -> TSDB:
+        frame = parse_prometheus_json(self.query_raw(range_s, at), "prometheus",
+                                      instances=self.instances())
+        return TSDB.from_long(frame)
+
+    def record(self, path, start_s: float, end_s: float | None = None) -> Path:
+        """Save what Prometheus scraped from start_s (Unix s) in the importer's format."""
+        end = end_s or time.time()
+        body = self.query_raw(end - start_s + 1, at=end)
+        from relakit.io import write_json
+
+        return write_json(body, path)
+
+
+class Agent(threading.Thread):
+    """relakit's controller against the live system: evaluate, assert, audit."""
+
+    def __init__(self, lab: Lab, policy):
+        super().__init__(daemon=True)
+        self.lab = lab
+        self.controller = Controller(policy, lab.clocks)
+        self.stop_event = threading.Event()
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        clk = self.lab.clocks
+        with httpx.Client(timeout=2.0) as client:
+            while not self.stop_event.is_set():
+                t = time.time()
+                try:
+                    tsdb = self.lab.tsdb(clk.window_s + 2 * clk.scrape_s, at=t)
+                    desired = self.controller.evaluate(tsdb, t)
+                    client.put(f"{self.lab.config_url}/state",
+                               json={"flags": desired, "reason": "relakit agent"},
+                               headers={"Authorization": f"Bearer {self.lab.token}"})
+                except Exception as exc:  # the loop goes on; the error is kept
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                self.stop_event.wait(max(0.0, clk.eval_s - (time.time() - t)))
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=10)
+
+
+def run_load(lab: Lab, phases: list[tuple[float, float]], tiers=(0.1, 0.3, 0.6),
+             hedge_delay_s: float = 0.1, timeout_s: float = 2.0, seed: int = 0) -> list[dict]:
+    """Open-loop Poisson arrivals: ``phases`` = [(duration_s, rate_rps), ...].
+
+    Returns one record per request: start (Unix s), tier, outcome, latency_ms,
+    hedged. Bounded by the phases' total time and count.
+    """
+    return asyncio.run(_load(lab, phases, tiers, hedge_delay_s, timeout_s, seed))
+
+
+async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed):
+    rng = random.Random(seed)
+    names = ("gold", "silver", "bronze")
+    records: list[dict] = []
+    flags = {"hedge_enabled": False}
+    limits = httpx.Limits(max_connections=400, max_keepalive_connections=100)
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+        async def poll_flags():
+            while True:
+                try:
+                    flags.update((await client.get(f"{lab.config_url}/state")).json()["flags"])
+                except (httpx.HTTPError, KeyError, ValueError):
+                    pass
+                await asyncio.sleep(lab.clocks.poll_s)
+
+        async def call(url, tier):
+            r = await client.get(f"{url}/work", params={"tier": tier})
+            return r.status_code
+
+        async def one(tier):
+            t0 = time.time()
+            urls = rng.sample(lab.instance_urls, k=min(2, len(lab.instance_urls)))
+            first = asyncio.create_task(call(urls[0], tier))
+            hedged = False
+            try:
+                done, _ = await asyncio.wait({first}, timeout=hedge_delay_s)
+                tasks = {first}
+                if not done and flags.get("hedge_enabled") and len(urls) > 1:
+                    hedged = True
+                    second = asyncio.create_task(call(urls[1], tier))
+                    second.add_done_callback(lambda f: f.cancelled() or f.exception())
+                    tasks.add(second)
+                done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for p in pending:
+                    p.cancel()
+                code = next(iter(done)).result()
+                outcome = "ok" if code == 200 else "dropped" if code == 503 else "error"
+            except (TimeoutError, httpx.TimeoutException):
+                outcome = "timeout"
+            except httpx.HTTPError:
+                outcome = "error"
+            for task in (first,):  # a hedge's loser may fail after we stopped listening
+                task.add_done_callback(lambda f: f.cancelled() or f.exception())
+            records.append({"start_s": t0, "tier": tier, "outcome": outcome,
+                            "latency_ms": (time.time() - t0) * 1000, "hedged": hedged})
+
+        poller = asyncio.create_task(poll_flags())
+        inflight = []
+        t = time.time()
+        for duration, rate in phases:
+            end = t + duration
+            while True:
+                t += rng.expovariate(rate)
+                if t >= end:
+                    t = end
+                    break
+                await asyncio.sleep(max(0.0, t - time.time()))
+                x = rng.random()
+                tier = names[0] if x < tiers[0] else names[1] if x < tiers[0] + tiers[1] \
+                    else names[2]
+                inflight.append(asyncio.create_task(one(tier)))
+        await asyncio.gather(*inflight)
+        poller.cancel()
+    return records
+
+
+__all__ = ["Agent", "Lab", "LabSpec", "free_port", "run_load"]

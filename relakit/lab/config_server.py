@@ -1,0 +1,70 @@
+"""The config server: the source of truth for RelA's flags.
+
+Versioned state; reads for the data plane; writes for the controller, guarded
+by a token and validated (an unknown flag or a non-boolean value is rejected
+with a clear error); a history of every change. Run with
+``python -m relakit.lab.config_server --port P --token T``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from fastapi import FastAPI, Header, HTTPException
+from pydantic import BaseModel
+
+FLAGS = ("hedge_enabled", "shed_bronze", "degraded_mode")
+
+
+class FlagUpdate(BaseModel):
+    flags: dict
+    reason: str = ""
+
+
+def make_app(token: str) -> FastAPI:
+    app = FastAPI(title="relakit config server")
+    state = {"version": 0, "flags": {f: False for f in FLAGS}}
+    history: list[dict] = []
+
+    @app.get("/state")
+    def read_state():
+        return state
+
+    @app.get("/history")
+    def read_history():
+        return history
+
+    @app.put("/state")
+    def write_state(update: FlagUpdate, authorization: str = Header(default="")):
+        if authorization != f"Bearer {token}":
+            raise HTTPException(401, "a valid 'Authorization: Bearer <token>' is required")
+        unknown = sorted(set(update.flags) - set(FLAGS))
+        if unknown:
+            raise HTTPException(422, f"unknown flag(s) {unknown}; flags are {list(FLAGS)}")
+        bad = sorted(k for k, v in update.flags.items() if not isinstance(v, bool))
+        if bad:
+            raise HTTPException(422, f"flag(s) {bad} must be true or false")
+        changed = {k: v for k, v in update.flags.items() if state["flags"][k] != v}
+        if changed:
+            state["flags"] = {**state["flags"], **changed}
+            state["version"] += 1
+            history.append({"version": state["version"], "time_s": time.time(),
+                            "changed": changed, "reason": update.reason})
+        return state
+
+    return app
+
+
+def main() -> None:
+    import uvicorn
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--token", required=True)
+    args = ap.parse_args()
+    uvicorn.run(make_app(args.token), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""One data-plane instance: a web service that acts only on the flags it is given.
+
+``GET /work?tier=gold`` costs a service time (exponential with a slow path,
+``servers`` at a time, the rest queue), fails at the instance's error rate,
+and honours the flags polled from the config server: ``shed_bronze`` answers
+bronze with a fast 503 (a drop, not an error), ``degraded_mode`` serves at
+``degraded_factor`` of the cost. It exposes what relakit's simulator exposes,
+under the same names: ``requests_total{tier,outcome}``,
+``latency_seconds`` (histogram), ``in_flight``, ``busy_seconds_total`` and the
+flags as gauges. Run with ``python -m relakit.lab.dataplane --port P ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import time
+
+import httpx
+from fastapi import FastAPI, Response
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
+             slow_ms: float, slow_fraction: float, error_rate: float,
+             degraded_factor: float = 0.5, seed: int = 0) -> FastAPI:
+    app = FastAPI(title="relakit data plane")
+    reg = CollectorRegistry()
+    requests = Counter("requests", "requests by tier and outcome", ["tier", "outcome"],
+                       registry=reg)
+    latency = Histogram("latency_seconds", "server-side latency", registry=reg)
+    in_flight = Gauge("in_flight", "requests in the instance", registry=reg)
+    busy = Counter("busy_seconds", "server-seconds spent serving", registry=reg)
+    flag_gauge = Gauge("flag", "flags as the instance applies them", ["flag"], registry=reg)
+    flags = {"hedge_enabled": False, "shed_bronze": False, "degraded_mode": False}
+    sem = asyncio.Semaphore(servers)
+    rng = random.Random(seed)
+
+    async def poll():
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while True:
+                try:
+                    state = (await client.get(f"{config_url}/state")).json()
+                    flags.update(state["flags"])
+                    for k, v in flags.items():
+                        flag_gauge.labels(k).set(int(v))
+                except (httpx.HTTPError, KeyError, ValueError):
+                    pass  # keep the last state it knew
+                await asyncio.sleep(poll_s)
+
+    @app.on_event("startup")
+    async def start_polling():
+        app.state.poller = asyncio.create_task(poll())
+
+    @app.get("/work")
+    async def work(tier: str = "bronze"):
+        t0 = time.perf_counter()
+        if tier == "bronze" and flags["shed_bronze"]:
+            requests.labels(tier, "dropped").inc()
+            return Response("shed", status_code=503)
+        in_flight.inc()
+        try:
+            async with sem:
+                cost = (slow_ms if rng.random() < slow_fraction else mean_ms) / 1000.0
+                cost = rng.expovariate(1.0 / cost)
+                if flags["degraded_mode"]:
+                    cost *= degraded_factor
+                await asyncio.sleep(cost)
+                busy.inc(cost)
+            failed = rng.random() < error_rate
+        finally:
+            in_flight.dec()
+        latency.observe(time.perf_counter() - t0)
+        requests.labels(tier, "error" if failed else "ok").inc()
+        return Response("error" if failed else "ok", status_code=500 if failed else 200)
+
+    @app.get("/metrics")
+    def metrics():
+        return Response(generate_latest(reg), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+def main() -> None:
+    import uvicorn
+
+    ap = argparse.ArgumentParser()
+    for name, kind in (("port", int), ("config-url", str), ("poll-s", float),
+                       ("servers", int), ("mean-ms", float), ("slow-ms", float),
+                       ("slow-fraction", float), ("error-rate", float), ("seed", int)):
+        ap.add_argument(f"--{name}", type=kind, required=True)
+    a = ap.parse_args()
+    app = make_app(a.config_url, a.poll_s, a.servers, a.mean_ms, a.slow_ms, a.slow_fraction,
+                   a.error_rate, seed=a.seed)
+    uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
