@@ -124,6 +124,70 @@ def _figures(args) -> int:
     return 0
 
 
+def _lab(args) -> int:
+    """`relakit lab up|load|record|down`: the live system on 127.0.0.1."""
+    import json
+    import os
+    import signal
+    import time
+
+    from relakit.lab import Agent, Lab, LabSpec, run_load
+
+    work = Path(args.dir)
+    if args.action == "up":
+        work.mkdir(parents=True, exist_ok=True)
+        clocks = {"scrape_s": args.scrape_s, "window_s": args.window_s, "eval_s": args.eval_s,
+                  "poll_s": args.poll_s}
+        with Lab(LabSpec(instances=args.instances, clocks=clocks), workdir=str(work)) as lab:
+            lab.save_state()
+            agent = Agent(lab, args.policy)
+            agent.start()
+            print(f"lab up: config {lab.config_url}, prometheus {lab.prom_url}, instances "
+                  f"{', '.join(lab.instance_urls)}; Ctrl-C or `relakit lab down --dir {work}`")
+            stop = []
+            signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+            try:
+                while not stop:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                pass
+            agent.stop()
+            from relakit.io import write_parquet
+
+            write_parquet(agent.controller.decisions(), work / "decisions.parquet")
+        print(f"lab down; audit in {work / 'decisions.parquet'}")
+        return 0
+    if not (work / "state.json").is_file():
+        raise ScenarioError(f"{work}: no running lab here (no state.json); "
+                            f"start one with `relakit lab up --dir {work}`")
+    if args.action == "down":
+        pid = json.loads((work / "state.json").read_text())["owner_pid"]
+        try:
+            os.kill(pid, signal.SIGTERM)
+            print(f"asked the lab (pid {pid}) to stop")
+        except ProcessLookupError:
+            print("the lab was not running")
+        return 0
+    lab = Lab.attach(work)
+    if args.action == "load":
+        phases = []
+        for part in args.phases.split(","):
+            seconds, rate = part.split(":")
+            phases.append((float(seconds), float(rate)))
+        recs = run_load(lab, phases)
+        import polars as pl
+
+        from relakit.io import write_parquet
+
+        table = pl.DataFrame(recs)
+        print(table.group_by("tier", "outcome").len().sort("tier", "outcome"))
+        print(f"wrote {write_parquet(table, work / 'requests.parquet')}")
+        return 0
+    path = lab.record(args.out, time.time() - args.since)
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="relakit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -156,6 +220,20 @@ def main(argv=None) -> int:
     f.add_argument("--out", default="figures", help="output folder (default: figures)")
     f.add_argument("--formats", default="png,svg,pdf", help="comma-separated: png,svg,pdf")
     f.set_defaults(func=_figures)
+    lb = sub.add_parser("lab", help="the live RelA lab on 127.0.0.1: up, load, record, down")
+    lb.add_argument("action", choices=("up", "load", "record", "down"))
+    lb.add_argument("--dir", default="out/lab", help="the lab's working folder")
+    lb.add_argument("--instances", type=int, default=3)
+    lb.add_argument("--policy", default="params/policies/rela.yaml")
+    lb.add_argument("--scrape-s", type=float, default=1.0)
+    lb.add_argument("--window-s", type=float, default=5.0)
+    lb.add_argument("--eval-s", type=float, default=1.0)
+    lb.add_argument("--poll-s", type=float, default=1.0)
+    lb.add_argument("--phases", default="10:50,20:200,10:50",
+                    help="load: seconds:rate pairs, e.g. 10:50,20:200")
+    lb.add_argument("--since", type=float, default=120.0, help="record: seconds back")
+    lb.add_argument("--out", default="out/lab/recorded.json", help="record: output file")
+    lb.set_defaults(func=_lab)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -124,6 +124,23 @@ class Lab:
         _wait_http(f"{self.prom_url}/-/ready", 30)
         return self
 
+    def save_state(self) -> Path:
+        from relakit.io import write_json
+
+        return write_json({"config_url": self.config_url, "prom_url": self.prom_url,
+                           "instance_urls": self.instance_urls, "token": self.token,
+                           "clocks": self.spec.clocks, "pids": [p.pid for p in self.procs],
+                           "owner_pid": os.getpid()}, self.workdir / "state.json")
+
+    @classmethod
+    def attach(cls, workdir) -> Lab:
+        """A handle on a lab another process brought up (for load, record, down)."""
+        state = json.loads((Path(workdir) / "state.json").read_text())
+        lab = cls(LabSpec(clocks=state["clocks"]), workdir=str(workdir))
+        lab.config_url, lab.prom_url = state["config_url"], state["prom_url"]
+        lab.instance_urls, lab.token = state["instance_urls"], state["token"]
+        return lab
+
     def down(self) -> None:
         for p in self.procs:
             if p.poll() is None:
