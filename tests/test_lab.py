@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT
 
 from relakit.analytic import step_delay
-from relakit.control import replay
+from relakit.control import replay, signal_matrix
 from relakit.lab import Agent, Lab, LabSpec, run_load
 
 RELA = ROOT / "params" / "policies" / "rela.yaml"
@@ -35,12 +35,20 @@ def live(tmp_path_factory):
         records = run_load(lab, [(STEP_AT, 50), (22, 200), (8, 50)], seed=3)
         agent.stop()
         history = httpx.get(f"{lab.config_url}/history").json()
+        # the same signals, computed by relakit from raw samples and by Prometheus from
+        # their PromQL renderings, at instants inside the run
+        policy = agent.controller.policy
+        checks = []
+        for at in (t0 + 6.2, t0 + 14.7, t0 + 25.3):
+            ours = signal_matrix(policy, lab.tsdb(30, at=at), [at], lab.clocks.window_s)[0]
+            checks.append((at, ours, lab.promql_signals(policy, at)))
         recorded = lab.record(work / "recorded.json", t0 - 2)
         bad = httpx.put(f"{lab.config_url}/state", json={"flags": {"warp_drive": True}},
                         headers={"Authorization": f"Bearer {lab.token}"})
         anon = httpx.put(f"{lab.config_url}/state", json={"flags": {"shed_bronze": True}})
         pids = [p.pid for p in lab.procs]
     yield {"t0": t0, "agent": agent, "records": pl.DataFrame(records), "history": history,
+           "checks": checks,
            "recorded": recorded, "lab": lab, "bad": bad, "anon": anon, "pids": pids}
 
 
@@ -121,3 +129,14 @@ def test_the_config_server_validates_writes_and_nothing_is_left_running(live):
     for pid in live["pids"]:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_prometheus_evaluates_the_signals_promql_to_the_same_values(live):
+    names = list(live["agent"].controller.policy.signals)
+    compared = set()
+    for at, ours, theirs in live["checks"]:
+        for name, a, b in zip(names, ours, theirs, strict=True):
+            if a == a or b == b:  # both present, or a mismatch
+                assert b == pytest.approx(a, rel=1e-6, abs=1e-9), (at, name, a, b)
+                compared.add(name)
+    assert {"p99_ms", "error_ratio"} <= compared

@@ -79,6 +79,12 @@ class Controller:
     def evaluate(self, tsdb: TSDB, t: float) -> dict:
         """Decide at time t from what the TSDB holds; return the desired flag state."""
         row = signal_matrix(self.policy, tsdb, [t], self.clocks.window_s)[0]
+        return self.decide(t, row, float(sample_age(tsdb, [t])[0]))
+
+    def decide(self, t: float, row, age_s: float = float("nan")) -> dict:
+        """Decide at time t from signal values computed elsewhere (e.g. by Prometheus
+        itself, from the signals' PromQL), in the policy's signal order."""
+        row = np.asarray(row, dtype=float)
         cs, co, ct, when, exit_when, mode_i, mode_f = self._arrays
         mode, event = P.step(self._state[0], self._state[1], float(t), row, cs, co, ct, when,
                              exit_when, mode_i, mode_f, self._buf)
@@ -88,7 +94,7 @@ class Controller:
         self.events.append(int(event))
         self.runs.append(self._state[0][: 2 * m].copy())
         self.values.append(row)
-        self.ages.append(float(sample_age(tsdb, [t])[0]))
+        self.ages.append(age_s)
         return self.policy.desired(int(mode))
 
     def decisions(self) -> pl.DataFrame:

@@ -64,6 +64,8 @@ class LabSpec:
     slow_ms: float = 200.0
     slow_fraction: float = 0.02
     error_rate: float = 0.0
+    error_rates: tuple = ()  # per instance, overriding error_rate
+    slowdowns: tuple = ()  # per instance, 1 = healthy
     clocks: dict = field(default_factory=lambda: {"scrape_s": 1, "window_s": 5, "eval_s": 1,
                                                   "poll_s": 1})
     prometheus: str = "/usr/bin/prometheus"
@@ -105,7 +107,9 @@ class Lab:
                          self.config_url, "--poll-s", str(self.clocks.poll_s), "--servers",
                          str(s.servers), "--mean-ms", str(s.mean_ms), "--slow-ms",
                          str(s.slow_ms), "--slow-fraction", str(s.slow_fraction),
-                         "--error-rate", str(s.error_rate), "--seed", str(i)], f"instance{i}")
+                         "--error-rate", str(s.error_rates[i] if s.error_rates else s.error_rate),
+                         "--slowdown", str(s.slowdowns[i] if s.slowdowns else 1.0),
+                         "--seed", str(i)], f"instance{i}")
         _wait_http(f"{self.config_url}/state")
         for u in self.instance_urls:
             _wait_http(f"{u}/metrics")
@@ -183,6 +187,20 @@ class Lab:
                                       instances=self.instances())
         return TSDB.from_long(frame)
 
+    def promql(self, query: str, at: float) -> float:
+        """A scalar PromQL result at a time (NaN when Prometheus returns nothing)."""
+        r = httpx.get(f"{self.prom_url}/api/v1/query", params={"query": query,
+                                                                "time": f"{at:.3f}"},
+                      timeout=10.0).json()
+        result = r.get("data", {}).get("result", [])
+        return float(result[0]["value"][1]) if result else float("nan")
+
+    def promql_signals(self, policy, at: float) -> list[float]:
+        """Every signal of a policy evaluated by Prometheus from its PromQL rendering."""
+        w = self.clocks.window_s
+        return [self.promql(sig.promql(w), at) if not sig.by_node else float("nan")
+                for sig in policy.signals.values()]
+
     def record(self, path, start_s: float, end_s: float | None = None) -> Path:
         """Save what Prometheus scraped from start_s (Unix s) in the importer's format."""
         end = end_s or time.time()
@@ -193,11 +211,19 @@ class Lab:
 
 
 class Agent(threading.Thread):
-    """relakit's controller against the live system: evaluate, assert, audit."""
+    """relakit's controller against the live system: evaluate, assert, audit.
 
-    def __init__(self, lab: Lab, policy):
+    ``source="samples"`` (default) fetches the raw samples of the window and
+    computes the signals exactly as replay does; ``source="promql"`` asks
+    Prometheus to evaluate each signal's PromQL rendering instead.
+    """
+
+    def __init__(self, lab: Lab, policy, source: str = "samples"):
         super().__init__(daemon=True)
+        if source not in ("samples", "promql"):
+            raise ValueError(f"source must be samples or promql, got {source!r}")
         self.lab = lab
+        self.source = source
         self.controller = Controller(policy, lab.clocks)
         self.stop_event = threading.Event()
         self.errors: list[str] = []
@@ -208,8 +234,12 @@ class Agent(threading.Thread):
             while not self.stop_event.is_set():
                 t = time.time()
                 try:
-                    tsdb = self.lab.tsdb(clk.window_s + 2 * clk.scrape_s, at=t)
-                    desired = self.controller.evaluate(tsdb, t)
+                    if self.source == "promql":
+                        row = self.lab.promql_signals(self.controller.policy, t)
+                        desired = self.controller.decide(t, row)
+                    else:
+                        tsdb = self.lab.tsdb(clk.window_s + 2 * clk.scrape_s, at=t)
+                        desired = self.controller.evaluate(tsdb, t)
                     client.put(f"{self.lab.config_url}/state",
                                json={"flags": desired, "reason": "relakit agent"},
                                headers={"Authorization": f"Bearer {self.lab.token}"})
@@ -223,26 +253,35 @@ class Agent(threading.Thread):
 
 
 def run_load(lab: Lab, phases: list[tuple[float, float]], tiers=(0.1, 0.3, 0.6),
-             hedge_delay_s: float = 0.1, timeout_s: float = 2.0, seed: int = 0) -> list[dict]:
-    """Open-loop Poisson arrivals: ``phases`` = [(duration_s, rate_rps), ...].
+             hedge_delay_s: float = 0.1, timeout_s: float = 2.0, seed: int = 0,
+             fanout: int = 1) -> list[dict]:
+    """The front: open-loop Poisson arrivals, ``phases`` = [(duration_s, rate_rps), ...].
 
-    Returns one record per request: start (Unix s), tier, outcome, latency_ms,
-    hedged. Bounded by the phases' total time and count.
+    Each user request goes to ``fanout`` distinct routable instances (per the config
+    server's per-instance controls) and succeeds only if all do; a call still
+    unanswered after ``hedge_delay_s`` is hedged to another instance while the
+    ``hedge_enabled`` flag is on. Returns one record per user request: start (Unix
+    s), tier, outcome, latency_ms, hedged. Bounded by the phases' time and count.
     """
-    return asyncio.run(_load(lab, phases, tiers, hedge_delay_s, timeout_s, seed))
+    return asyncio.run(_load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout))
 
 
-async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed):
+async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
     rng = random.Random(seed)
     names = ("gold", "silver", "bronze")
     records: list[dict] = []
     flags = {"hedge_enabled": False}
+    routable = {"set": set(range(len(lab.instance_urls)))}
     limits = httpx.Limits(max_connections=400, max_keepalive_connections=100)
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
         async def poll_flags():
             while True:
                 try:
-                    flags.update((await client.get(f"{lab.config_url}/state")).json()["flags"])
+                    state = (await client.get(f"{lab.config_url}/state")).json()
+                    flags.update(state["flags"])
+                    out = {int(k) for k, v in state.get("instances", {}).items()
+                           if not v.get("routable", True)}
+                    routable["set"] = set(range(len(lab.instance_urls))) - out
                 except (httpx.HTTPError, KeyError, ValueError):
                     pass
                 await asyncio.sleep(lab.clocks.poll_s)
@@ -251,9 +290,7 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed):
             r = await client.get(f"{url}/work", params={"tier": tier})
             return r.status_code
 
-        async def one(tier):
-            t0 = time.time()
-            urls = rng.sample(lab.instance_urls, k=min(2, len(lab.instance_urls)))
+        async def one_call(urls, tier):
             first = asyncio.create_task(call(urls[0], tier))
             hedged = False
             try:
@@ -273,10 +310,27 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed):
                 outcome = "timeout"
             except httpx.HTTPError:
                 outcome = "error"
-            for task in (first,):  # a hedge's loser may fail after we stopped listening
-                task.add_done_callback(lambda f: f.cancelled() or f.exception())
+            first.add_done_callback(lambda f: f.cancelled() or f.exception())
+            return outcome, hedged
+
+        async def one(tier):
+            t0 = time.time()
+            pool = [lab.instance_urls[i] for i in sorted(routable["set"])]
+            if not pool:
+                records.append({"start_s": t0, "tier": tier, "outcome": "error",
+                                "latency_ms": 0.0, "hedged": False})
+                return
+            k = min(fanout, len(pool))
+            targets = rng.sample(pool, k=k)
+            spares = [u for u in pool if u not in targets]
+            calls = [one_call([u] + ([rng.choice(spares)] if spares else []), tier)
+                     for u in targets]
+            results = await asyncio.gather(*calls)
+            order = ("ok", "error", "timeout", "dropped")
+            outcome = max((o for o, _ in results), key=order.index)
             records.append({"start_s": t0, "tier": tier, "outcome": outcome,
-                            "latency_ms": (time.time() - t0) * 1000, "hedged": hedged})
+                            "latency_ms": (time.time() - t0) * 1000,
+                            "hedged": any(h for _, h in results)})
 
         poller = asyncio.create_task(poll_flags())
         inflight = []

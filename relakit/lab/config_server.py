@@ -18,13 +18,14 @@ FLAGS = ("hedge_enabled", "shed_bronze", "degraded_mode")
 
 
 class FlagUpdate(BaseModel):
-    flags: dict
+    flags: dict = {}
+    instances: dict = {}  # "0": {"routable": false}, per-instance controls
     reason: str = ""
 
 
 def make_app(token: str) -> FastAPI:
     app = FastAPI(title="relakit config server")
-    state = {"version": 0, "flags": {f: False for f in FLAGS}}
+    state = {"version": 0, "flags": {f: False for f in FLAGS}, "instances": {}}
     history: list[dict] = []
 
     @app.get("/state")
@@ -45,9 +46,20 @@ def make_app(token: str) -> FastAPI:
         bad = sorted(k for k, v in update.flags.items() if not isinstance(v, bool))
         if bad:
             raise HTTPException(422, f"flag(s) {bad} must be true or false")
+        for inst, ctl in update.instances.items():
+            if not str(inst).isdigit() or not isinstance(ctl, dict) or set(ctl) - {
+                    "routable"} or not all(isinstance(v, bool) for v in ctl.values()):
+                raise HTTPException(422, f"instance {inst!r}: controls are "
+                                         "{'routable': true|false} per instance index")
         changed = {k: v for k, v in update.flags.items() if state["flags"][k] != v}
+        inst_changed = {str(k): v for k, v in update.instances.items()
+                        if state["instances"].get(str(k)) != v}
+        if inst_changed:
+            state["instances"] = {**state["instances"], **inst_changed}
+            changed["instances"] = inst_changed
         if changed:
-            state["flags"] = {**state["flags"], **changed}
+            state["flags"] = {**state["flags"], **{k: v for k, v in changed.items()
+                                                   if k in FLAGS}}
             state["version"] += 1
             history.append({"version": state["version"], "time_s": time.time(),
                             "changed": changed, "reason": update.reason})

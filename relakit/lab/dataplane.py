@@ -2,7 +2,8 @@
 
 ``GET /work?tier=gold`` costs a service time (exponential with a slow path,
 ``servers`` at a time, the rest queue), fails at the instance's error rate,
-and honours the flags polled from the config server: ``shed_bronze`` answers
+fails at its own error rate and runs ``slowdown`` times slower (faults set per
+instance), and honours the flags polled from the config server: ``shed_bronze`` answers
 bronze with a fast 503 (a drop, not an error), ``degraded_mode`` serves at
 ``degraded_factor`` of the cost. It exposes what relakit's simulator exposes,
 under the same names: ``requests_total{tier,outcome}``,
@@ -24,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
              slow_ms: float, slow_fraction: float, error_rate: float,
-             degraded_factor: float = 0.5, seed: int = 0) -> FastAPI:
+             degraded_factor: float = 0.5, seed: int = 0, slowdown: float = 1.0) -> FastAPI:
     app = FastAPI(title="relakit data plane")
     reg = CollectorRegistry()
     requests = Counter("requests", "requests by tier and outcome", ["tier", "outcome"],
@@ -63,7 +64,7 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
         try:
             async with sem:
                 cost = (slow_ms if rng.random() < slow_fraction else mean_ms) / 1000.0
-                cost = rng.expovariate(1.0 / cost)
+                cost = rng.expovariate(1.0 / cost) * slowdown
                 if flags["degraded_mode"]:
                     cost *= degraded_factor
                 await asyncio.sleep(cost)
@@ -88,11 +89,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     for name, kind in (("port", int), ("config-url", str), ("poll-s", float),
                        ("servers", int), ("mean-ms", float), ("slow-ms", float),
-                       ("slow-fraction", float), ("error-rate", float), ("seed", int)):
+                       ("slow-fraction", float), ("error-rate", float), ("seed", int),
+                       ("slowdown", float)):
         ap.add_argument(f"--{name}", type=kind, required=True)
     a = ap.parse_args()
     app = make_app(a.config_url, a.poll_s, a.servers, a.mean_ms, a.slow_ms, a.slow_fraction,
-                   a.error_rate, seed=a.seed)
+                   a.error_rate, seed=a.seed, slowdown=a.slowdown)
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
 
 
