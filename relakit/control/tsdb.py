@@ -95,23 +95,44 @@ def window(times: np.ndarray, t_eval: np.ndarray, range_s: float):
     return lo, hi
 
 
+def _per_series(fn, target: Target, cols: np.ndarray, t_eval, *args) -> np.ndarray:
+    """Run fn on the whole block, or series by series where some are missing samples.
+
+    A target's series share its scrape times, except a series that did not exist
+    yet (client libraries create a labelled series on first use): its missing
+    samples are NaN, and for it only its own samples count, as in Prometheus.
+    """
+    v = target.values[:, cols]
+    if not np.isnan(v).any():
+        return fn(target.times, v, t_eval, *args)
+    t_eval = np.atleast_1d(np.asarray(t_eval, dtype=float))
+    out = np.full((t_eval.size, cols.size), np.nan)
+    for k in range(cols.size):
+        ok = ~np.isnan(v[:, k])
+        if ok.any():
+            out[:, k] = fn(target.times[ok], v[ok, k:k + 1], t_eval, *args)[:, 0]
+    return out
+
+
 def increase(target: Target, cols: np.ndarray, t_eval: np.ndarray, range_s: float,
              as_rate: bool = False) -> np.ndarray:
     """``increase(x[range])`` (or ``rate``) per column at each time: shape (T, len(cols)).
 
     NaN where the window holds fewer than two samples, as Prometheus returns nothing.
     """
-    times = target.times
+    return _per_series(_increase, target, cols, t_eval, range_s, as_rate)
+
+
+def _increase(times, v, t_eval, range_s, as_rate):
     t_eval = np.atleast_1d(np.asarray(t_eval, dtype=float))
-    out = np.full((t_eval.size, cols.size), np.nan)
-    if times.size < 2 or cols.size == 0:
+    out = np.full((t_eval.size, v.shape[1]), np.nan)
+    if times.size < 2 or v.shape[1] == 0:
         return out
     lo, hi = window(times, t_eval, range_s)
     ok = hi - lo >= 1
     if not ok.any():
         return out
     lo, hi, te = lo[ok], hi[ok], t_eval[ok]
-    v = target.values[:, cols]
     # counter resets: a drop adds back the value before it (Prometheus' correction)
     drop = np.zeros_like(v)
     drop[1:] = np.where(v[1:] < v[:-1], v[:-1], 0.0)
@@ -140,12 +161,16 @@ def increase(target: Target, cols: np.ndarray, t_eval: np.ndarray, range_s: floa
 def over_time(target: Target, cols: np.ndarray, t_eval: np.ndarray, range_s: float,
               how: str) -> np.ndarray:
     """``avg_over_time`` / ``max_over_time`` / ``min_over_time`` / ``last_over_time``."""
+    return _per_series(_over_time, target, cols, t_eval, range_s, how)
+
+
+def _over_time(times, v, t_eval, range_s, how):
     t_eval = np.atleast_1d(np.asarray(t_eval, dtype=float))
-    out = np.full((t_eval.size, cols.size), np.nan)
-    if target.times.size == 0 or cols.size == 0:
+    out = np.full((t_eval.size, v.shape[1]), np.nan)
+    if times.size == 0 or v.shape[1] == 0:
         return out
-    lo, hi = window(target.times, t_eval, range_s)
-    v = target.values[:, cols]
+    lo, hi = window(times, t_eval, range_s)
+    cols = np.arange(v.shape[1])
     if how == "last":
         ok = hi >= lo
         out[ok] = v[hi[ok]]
