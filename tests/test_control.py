@@ -340,3 +340,9 @@ def test_a_bad_policy_in_a_scenario_is_reported_with_both_files(tmp_path):
                   "fleet: {service: {kind: exponential, mean_ms: 1}}\nclocks: {eval_s: 1}\n")
     with pytest.raises(relakit.ScenarioError, match="give a policy or a chain too"):
         relakit.load_scenario(sc)
+
+
+def test_replay_is_part_of_the_flat_api():
+    rep = relakit.replay(ROOT / "data" / "traces" / "step-errors.csv", RELA)
+    assert rep.decisions.filter(pl.col("mode") == "survival").height > 0
+    assert "replay" in relakit.__all__ and "simulate" in relakit.__all__
