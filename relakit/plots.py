@@ -174,7 +174,8 @@ def heatmap(table: pl.DataFrame, x: str, y: str, color: str, title: str | None =
     """A sweep's outcome over two parameters (one cell per point, means over repeats)."""
     agg = table.group_by(x, y).agg(pl.col(color).mean())
     return (alt.Chart(agg, title=title or color).mark_rect().encode(
-        x=alt.X(f"{x}:O", title=x), y=alt.Y(f"{y}:O", title=y),
+        x=alt.X(f"{x}:O", title=x, axis=alt.Axis(grid=False)),
+        y=alt.Y(f"{y}:O", title=y, axis=alt.Axis(grid=False)),
         color=alt.Color(f"{color}:Q", scale=alt.Scale(scheme="viridis")),
         tooltip=[f"{x}:O", f"{y}:O", alt.Tooltip(f"{color}:Q", format=".3g")]))
 
