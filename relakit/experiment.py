@@ -78,12 +78,13 @@ def run_closed_loop(fleet: Fleet, sc: Scenario):
     eval_set, poll_set = set(evals.tolist()), set(polls.tolist())
     flags: list[tuple[float, dict]] = []
     nodes: list[tuple[float, dict]] = []
-    view = FleetView(fleet)
+    # a window, plus the scrape before it (Prometheus extrapolates towards the edge)
+    view = FleetView(fleet, lookback_s=clk.window_s + 2 * clk.scrape_s)
     servers = np.asarray(sc.fleet.servers, dtype=float)
     for t in instants:
         fleet.advance(float(t))
         if t in eval_set:
-            tsdb = view.tsdb()
+            tsdb = view.tsdb(float(t))
             if controller is not None:
                 flags.append((float(t), controller.evaluate(tsdb, float(t))))
             if chain is not None:
@@ -142,31 +143,43 @@ def chain_summary(chain, fleet: Fleet) -> dict:
 
 
 class FleetView:
-    """What Prometheus would hold of a running fleet: views on the kernel's sample arrays."""
+    """What Prometheus would hold of a running fleet: views on the kernel's sample arrays.
 
-    def __init__(self, fleet: Fleet):
+    The targets are made once and refreshed in place (so their column lookups are
+    remembered), and only the last ``lookback_s`` of samples is handed out: an
+    evaluation costs the same an hour into a run as at its start.
+    """
+
+    def __init__(self, fleet: Fleet, lookback_s: float):
         self.fleet = fleet
+        self.lookback_s = lookback_s
         bounds = fleet.scenario.metrics.latency_buckets_s
-        ncols = node_columns(bounds)
-        fcols = fleet_columns()
+        ncols, fcols = node_columns(bounds), fleet_columns()
         self._node_idx = np.array([c[0] for c in ncols])
-        self._node_keys = [c[1:] for c in ncols]
         self._fleet_idx = np.array([c[0] for c in fcols])
-        self._fleet_keys = [c[1:] for c in fcols]
+        empty = np.zeros(0)
+        self._targets = [Target(i, empty, empty, [c[1:] for c in ncols])
+                         for i in range(fleet.scenario.fleet.nodes)]
+        self._targets.append(Target(-1, empty, empty, [c[1:] for c in fcols]))
 
-    def tsdb(self) -> TSDB:
+    def tsdb(self, t: float) -> TSDB:
         from relakit.sim import kernel as K
 
         out, st = self.fleet.out, self.fleet.st
-        targets = []
-        for i in range(st.node_i.shape[0]):
-            n = int(st.node_i[i, K.NI_NSAMPLE])
-            targets.append(Target(i, out.sample_t[:n, i], out.metrics[:n, i][:, self._node_idx],
-                                  self._node_keys))
-        n_f = int(st.is_[K.IS_NSAMPLE])
-        targets.append(Target(-1, out.fleet_t[:n_f], out.fleet[:n_f][:, self._fleet_idx],
-                              self._fleet_keys))
-        return TSDB(targets)
+        since = t - self.lookback_s
+        for tgt in self._targets:
+            if tgt.node >= 0:
+                n = int(st.node_i[tgt.node, K.NI_NSAMPLE])
+                times = out.sample_t[:n, tgt.node]
+                lo = int(np.searchsorted(times, since))
+                tgt.times = times[lo:]
+                tgt.values = out.metrics[lo:n, tgt.node][:, self._node_idx]
+            else:
+                n = int(st.is_[K.IS_NSAMPLE])
+                lo = int(np.searchsorted(out.fleet_t[:n], since))
+                tgt.times = out.fleet_t[lo:n]
+                tgt.values = out.fleet[lo:n][:, self._fleet_idx]
+        return TSDB(self._targets)
 
 
 def control_summary(decisions: pl.DataFrame, timeline: pl.DataFrame, controller) -> dict:

@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from relakit.io import atomic_write, write_json, write_parquet
-from relakit.validate import Reader, ScenarioError, load_yaml
+from relakit.io import write_json, write_parquet
+from relakit.validate import Reader, load_yaml
 
 
 @dataclass(frozen=True)
@@ -252,5 +252,5 @@ def _print_progress(done, failed, total, t0):
           flush=True)
 
 
-__all__ = ["ScenarioError", "SweepSpec", "atomic_write", "combine", "load_sweep", "manifests",
+__all__ = ["SweepSpec", "combine", "load_sweep", "manifests",
            "point_id", "point_seed", "run_point", "run_sweep"]

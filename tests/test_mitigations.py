@@ -46,7 +46,8 @@ def test_hedging_at_low_load_cuts_the_slow_path_tail_for_about_its_share_of_load
     still_waiting = (plain.requests["latency_ms"] > 20).mean()
     assert still_waiting == pytest.approx(0.05, abs=0.005)
     assert h["amplification"] - 1 == pytest.approx(still_waiting, rel=0.15)
-    assert hedged.info["hedges_won"] > 0.9 * hedged.info["hedges"] * 0.95
+    # a hedge (sent at 20 ms to a slow primary of 200 ms) wins unless it is slow itself
+    assert hedged.info["hedges_won"] / hedged.info["hedges"] == pytest.approx(0.95, abs=0.015)
 
 
 def test_hedging_without_cancellation_makes_p99_worse_near_saturation():

@@ -136,9 +136,7 @@ def _stage(r: Reader, cls):
                 r.fail(f"expected {type(default).__name__}, got {value!r}", key)
             kwargs[key] = value
         elif isinstance(default, int | float) and not isinstance(default, bool):
-            kwargs[key] = r.number(key, lo=0, integer=isinstance(default, int) and
-                                   not isinstance(default, bool) and key in (
-                                       "isolate_after", "enter_after", "exit_after", "seed"))
+            kwargs[key] = r.number(key, lo=0, integer=type(default) is int)
         elif key == "call_graph":
             if not isinstance(value, list) or not all(
                     isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) for x in p)

@@ -33,10 +33,6 @@ DECISION_COLUMNS = {
 }
 
 
-def fleet_signals(policy: P.Policy) -> list:
-    return [s for s in policy.signals.values() if not s.by_node]
-
-
 def signal_matrix(policy: P.Policy, tsdb: TSDB, times, window_s: float) -> np.ndarray:
     """Every fleet signal of the policy at every time: (T, signals), the policy's order."""
     times = np.atleast_1d(np.asarray(times, dtype=float))

@@ -92,14 +92,16 @@ class Signal:
         if self.by_node:
             return stack
         present = ~np.isnan(stack)
-        agg = {"sum": np.nansum, "avg": np.nanmean, "max": np.nanmax, "min": np.nanmin}[how]
-        with np.errstate(all="ignore"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                value = agg(np.where(present, stack, np.nan), axis=1)
-        return np.where(present.any(axis=1), value, np.nan)
+        count = present.sum(axis=1)
+        if how in ("sum", "avg"):
+            value = np.where(present, stack, 0.0).sum(axis=1)
+            if how == "avg":
+                value = value / np.maximum(count, 1)
+        else:
+            fill = -np.inf if how == "max" else np.inf
+            reduce = np.max if how == "max" else np.min
+            value = reduce(np.where(present, stack, fill), axis=1)
+        return np.where(count > 0, value, np.nan)
 
     def _rates(self, tsdb, sel, t_eval, window_s):
         def per(tgt, idx):
@@ -126,14 +128,10 @@ class Signal:
             les = np.array([_le(tgt.columns[i][3]) for i in idx])
             bounds = np.unique(les)
             inc = increase(tgt, idx, t_eval, window_s)
-            by_le = np.zeros((t_eval.size, bounds.size))
-            seen = np.zeros((t_eval.size, bounds.size), dtype=bool)
-            for k, b in enumerate(les):  # sum by (le): same bound, other labels
-                j = np.searchsorted(bounds, b)
-                ok = ~np.isnan(inc[:, k])
-                by_le[ok, j] += inc[ok, k]
-                seen[:, j] |= ok
-            by_le[~seen.any(axis=1)] = np.nan
+            # sum by (le): series with the same bound and other labels add up
+            onehot = (les[:, None] == bounds[None, :]).astype(float)
+            by_le = np.nan_to_num(inc) @ onehot
+            by_le[np.isnan(inc).all(axis=1)] = np.nan
             per_target.append((bounds, by_le))
         if not per_target:
             return np.full((t_eval.size, 1) if self.by_node else t_eval.size, np.nan)

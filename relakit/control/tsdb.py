@@ -33,9 +33,19 @@ class Target:
     times: np.ndarray  # (S,)
     values: np.ndarray  # (S, K)
     columns: list[tuple]  # (name, tier, outcome, le) per column
+    _selected: dict = field(default_factory=dict, repr=False, compare=False)
 
     def select(self, name: str, **labels) -> np.ndarray:
-        """Column indices of the series named ``name`` whose labels match (None: any)."""
+        """Column indices of the series named ``name`` whose labels match (None: any).
+
+        Remembered per target: the columns do not change, and a controller asks the
+        same questions at every evaluation."""
+        key = (name, tuple(sorted((k, v) for k, v in labels.items() if v is not None)))
+        if key not in self._selected:
+            self._selected[key] = self._select(name, labels)
+        return self._selected[key]
+
+    def _select(self, name: str, labels: dict) -> np.ndarray:
         want = {k: v for k, v in labels.items() if v is not None}
         idx = []
         for i, (n, tier, outcome, le) in enumerate(self.columns):
@@ -133,6 +143,10 @@ def _increase(times, v, t_eval, range_s, as_rate):
     if not ok.any():
         return out
     lo, hi, te = lo[ok], hi[ok], t_eval[ok]
+    # only the rows some window touches: the cost follows the windows, not the history
+    start = lo.min()
+    v, times = v[start: hi.max() + 1], times[start: hi.max() + 1]
+    lo, hi = lo - start, hi - start
     # counter resets: a drop adds back the value before it (Prometheus' correction)
     drop = np.zeros_like(v)
     drop[1:] = np.where(v[1:] < v[:-1], v[:-1], 0.0)

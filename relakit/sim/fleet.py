@@ -351,7 +351,7 @@ class Fleet:
         return {
             "routable": ni[:, K.NI_ROUTABLE].astype(bool).copy(),
             "weight": nf[:, K.NF_WEIGHT].copy(),
-            "intake_limit": np.where(ni[:, K.NI_INTAKE_LIMIT] < 0, -1, ni[:, K.NI_INTAKE_LIMIT]),
+            "intake_limit": ni[:, K.NI_INTAKE_LIMIT].copy(),  # -1: no cap
             "intake_rate": nf[:, K.NF_TOKEN_RATE].copy(),
         }
 
