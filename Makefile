@@ -5,9 +5,13 @@ BIN := $(VENV)/bin
 export NUMBA_CACHE_DIR := $(CURDIR)/.numba_cache
 export NUMBA_NUM_THREADS ?= 1
 
-.PHONY: setup run test lint bench lab figures clean-cache clean
+.PHONY: setup system run test lint bench lab figures clean-cache clean
 
-setup: $(VENV)/.installed
+setup: system $(VENV)/.installed
+
+# Prometheus and promtool (Debian's package): installed when missing, before any test runs
+system:
+	@bash tools/system-packages.sh
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
