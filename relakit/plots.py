@@ -363,11 +363,15 @@ def hedging_collapse(hedging: pl.DataFrame, subtitle: str | None = None) -> alt.
         tooltip=["policy:N", alt.Tooltip("load:Q", format=".0%"),
                  alt.Tooltip("p99_ms:Q", format=",.0f")])
     lines = base.mark_line(point=alt.OverlayMarkDef(size=60, filled=True))
-    text = base.mark_text(align="left", dx=8, fontSize=11).encode(
-        text=alt.Text("p99_ms:Q", format=",.0f"))
+    label = alt.Text("p99_ms:Q", format=",.0f")
+    low = float(h["load"].min())  # labels left of the lowest load, right of the others
+    left = base.mark_text(align="right", dx=-8, fontSize=11).encode(text=label).transform_filter(
+        alt.datum.load == low)
+    right = base.mark_text(align="left", dx=8, fontSize=11).encode(text=label).transform_filter(
+        alt.datum.load != low)
     title = alt.TitleParams("Hedging helps at low load; near saturation only if the loser is "
                             "cancelled", subtitle=subtitle or alt.Undefined)
-    return alt.layer(lines, text).properties(title=title, width=420, height=280)
+    return alt.layer(lines, left, right).properties(title=title, width=420, height=280)
 
 
 def step_delay_cdf(closed: pl.DataFrame, replayed: pl.DataFrame, title: str) -> alt.LayerChart:
