@@ -94,6 +94,11 @@ def _sweep(args) -> int:
     failed = m.filter(m["status"] != "ok") if m.height else m
     print(f"{m.height} points, {failed.height} failed; results: {out / 'results.parquet'} "
           f"({table.height} rows)")
+    import json
+
+    ignored = json.loads((out / "sweep.json").read_text()).get("ignored_folders", [])
+    if ignored:  # folders of earlier specs: kept, never mixed into this spec's results
+        print(f"ignored {len(ignored)} point folder(s) of other specs in {out}")
     for row in failed.iter_rows(named=True):
         print(f"  failed {row['point_id']}: {row['error']}")
     return 0 if failed.height == 0 else 1

@@ -301,7 +301,7 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
         say(f"{changed} point(s) ran with other inputs (an edited file, another relakit "
             "version); running them again")
     stale = sorted(f.name for f in out.glob("point=*")
-                   if f.name.removeprefix("point=") not in digest)
+                   if f.is_dir() and f.name.removeprefix("point=") not in digest)
     if stale:
         say(f"ignoring {len(stale)} point folder(s) not in this spec (kept on disk, not "
             "in results.parquet)")
