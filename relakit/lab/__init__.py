@@ -105,7 +105,7 @@ class Lab:
             p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                  start_new_session=True, env=env)
         self.procs.append(p)
-        ident = procs.identity_after_exec(p.pid)
+        ident = procs.identity_after_exec(p.pid, args)
         if ident is not None:
             self.records.append({"name": name, **ident})
         self.save_state()  # recorded before the next one starts: a kill now loses nothing

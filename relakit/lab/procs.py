@@ -31,16 +31,18 @@ def identity(pid: int) -> dict | None:
             "cmdline": [a.decode(errors="replace") for a in cmdline.split(b"\0")[:-1]]}
 
 
-def identity_after_exec(pid: int, timeout_s: float = 5.0) -> dict | None:
-    """The identity of a process just started by :class:`subprocess.Popen`.
+def identity_after_exec(pid: int, args: list[str], timeout_s: float = 5.0) -> dict | None:
+    """The identity of a process just started by :class:`subprocess.Popen` with ``args``.
 
     Popen returns once the exec is past the point of no return, which can be
     before the new program's arguments are mapped: ``/proc/PID/cmdline`` then
-    reads empty for a few milliseconds (seen here with Prometheus). Wait for it."""
+    reads empty for a few milliseconds (seen here with Prometheus and Python; a
+    record taken then would never match, and `down` would leave the process
+    running). Wait until it reads ``args``; after ``timeout_s``, take what is there."""
     deadline = time.monotonic() + timeout_s
     while True:
         ident = identity(pid)
-        if ident is None or ident["cmdline"] or time.monotonic() > deadline:
+        if ident is None or ident["cmdline"] == list(args) or time.monotonic() > deadline:
             return ident
         time.sleep(0.005)
 
