@@ -94,6 +94,11 @@ def _sweep(args) -> int:
     failed = m.filter(m["status"] != "ok") if m.height else m
     print(f"{m.height} points, {failed.height} failed; results: {out / 'results.parquet'} "
           f"({table.height} rows)")
+    import json
+
+    ignored = json.loads((out / "sweep.json").read_text()).get("ignored_folders", [])
+    if ignored:  # folders of earlier specs: kept, never mixed into this spec's results
+        print(f"ignored {len(ignored)} point folder(s) of other specs in {out}")
     for row in failed.iter_rows(named=True):
         print(f"  failed {row['point_id']}: {row['error']}")
     return 0 if failed.height == 0 else 1
@@ -126,12 +131,10 @@ def _figures(args) -> int:
 
 def _lab(args) -> int:
     """`relakit lab up|load|record|down`: the live system on 127.0.0.1."""
-    import json
-    import os
     import signal
     import time
 
-    from relakit.lab import Agent, Lab, LabSpec, run_load
+    from relakit.lab import Agent, Lab, LabSpec, run_load, stop_lab
 
     work = Path(args.dir)
     if args.action == "up":
@@ -161,12 +164,23 @@ def _lab(args) -> int:
         raise ScenarioError(f"{work}: no running lab here (no state.json); "
                             f"start one with `relakit lab up --dir {work}`")
     if args.action == "down":
-        pid = json.loads((work / "state.json").read_text())["owner_pid"]
-        try:
-            os.kill(pid, signal.SIGTERM)
-            print(f"asked the lab (pid {pid}) to stop")
-        except ProcessLookupError:
-            print("the lab was not running")
+        # the owner first (it stops its children and writes its audit), then any
+        # recorded child left behind by an owner that was killed; a pid whose start
+        # time or command line no longer matches its record is someone else's
+        result = stop_lab(work)
+        for r in result["stopped"]:
+            print(f"stopped {r.get('name', 'lab up')} (pid {r['pid']})")
+        for r in result["left_alone"]:
+            print(f"left pid {r['pid']} alone: it is no longer the lab's "
+                  f"{r.get('name', 'lab up')} (another start time or command line)")
+        if result["remaining"]:  # cannot happen short of a process ignoring SIGKILL
+            print(f"still running: {', '.join(str(r['pid']) for r in result['remaining'])}; "
+                  f"kept {work / 'state.json'}")
+            return 1
+        if not result["stopped"]:
+            print("no process of the lab was running")
+        print(f"lab down: none of its {result['recorded']} recorded processes is running; "
+              f"removed {work / 'state.json'}")
         return 0
     lab = Lab.attach(work)
     if args.action == "load":

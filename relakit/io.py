@@ -14,17 +14,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
-    """Call ``write(tmp_path)`` and rename the result to ``path``."""
+def atomic_write(path: str | os.PathLike, write: Callable[[str], None],
+                 mode: int | None = None) -> Path:
+    """Call ``write(tmp_path)`` and rename the result to ``path``; ``mode`` (e.g.
+    0o600 for a file holding a secret) instead of the usual 0666 & ~umask."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
-        umask = os.umask(0)  # mkstemp makes 0600 files; give the usual 0666 & ~umask
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        if mode is None:
+            umask = os.umask(0)  # mkstemp makes 0600 files; give the usual 0666 & ~umask
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -37,13 +41,13 @@ def write_parquet(df, path) -> Path:
     return atomic_write(path, lambda tmp: df.write_parquet(tmp))
 
 
-def write_json(obj, path) -> Path:
+def write_json(obj, path, mode: int | None = None) -> Path:
     def dump(tmp):
         with open(tmp, "w") as fh:
             json.dump(obj, fh, indent=2, sort_keys=False, default=_jsonable)
             fh.write("\n")
 
-    return atomic_write(path, dump)
+    return atomic_write(path, dump, mode)
 
 
 def _jsonable(x):

@@ -47,9 +47,12 @@ def live(tmp_path_factory):
                         headers={"Authorization": f"Bearer {lab.token}"})
         anon = httpx.put(f"{lab.config_url}/state", json={"flags": {"shed_bronze": True}})
         pids = [p.pid for p in lab.procs]
+        state_mode = (work / "state.json").stat().st_mode & 0o777
+    state_left = (work / "state.json").exists()
     yield {"t0": t0, "agent": agent, "records": pl.DataFrame(records), "history": history,
            "checks": checks,
-           "recorded": recorded, "lab": lab, "bad": bad, "anon": anon, "pids": pids}
+           "recorded": recorded, "lab": lab, "bad": bad, "anon": anon, "pids": pids,
+           "state_mode": state_mode, "state_left": state_left}
 
 
 def _survival_spans(decisions, t_end):
@@ -135,6 +138,8 @@ def test_the_config_server_validates_writes_and_nothing_is_left_running(live):
     for pid in live["pids"]:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+    # the state (it holds the token) was private while the lab ran, and is gone after
+    assert live["state_mode"] == 0o600 and not live["state_left"]
 
 
 def test_prometheus_evaluates_the_signals_promql_to_the_same_values(live):

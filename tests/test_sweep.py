@@ -110,3 +110,110 @@ def test_shipped_sweep_and_notebook_parameter_files_are_valid():
     tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1
     assert all(f"{k} =" in "".join(tagged[0]["source"]) for k in params)
+
+
+# ---- identity by content: edits rerun, stale folders are ignored, leftovers go ------------------
+def _table(out):
+    return pl.read_parquet(out / "results.parquet").drop("wall_s", strict=False)
+
+
+def test_editing_the_scenario_reruns_the_point_with_the_new_content(tmp_path):
+    spec = _spec(tmp_path, {})  # one point: the scenario as it is
+    out = tmp_path / "out"
+    old = run_sweep(spec, out, workers=1, progress=_quiet)
+    sc = tmp_path / "sc.yaml"
+    sc.write_text(yaml.safe_dump(make_scenario(rate=150, duration=20, nodes=2, servers=2)))
+    lines = []
+    new = run_sweep(load_sweep(tmp_path / "sweep.yaml"), out, workers=1, progress=_quiet,
+                    notice=lines.append)
+    assert any("1 point(s) ran with other inputs" in line for line in lines)
+    assert old.height == new.height == 1 and old["point_id"][0] == new["point_id"][0]
+    old_n = old.filter(pl.col("point_id") == old["point_id"][0])["requests"][0]
+    new_n = new.filter(pl.col("point_id") == new["point_id"][0])["requests"][0]
+    assert new_n < 0.6 * old_n  # 150 rps now, 300 before: the old result is not served
+    fresh = run_sweep(load_sweep(tmp_path / "sweep.yaml"), tmp_path / "fresh", workers=1,
+                      progress=_quiet)
+    assert fresh.equals(new) and _table(out).equals(new)
+    # the seed comes from the point alone, not from the files' content
+    assert new["seed"].to_list() == old["seed"].to_list()
+    # nothing changed now: a third run reruns nothing
+    stamp = (out / f"point={new['point_id'][0]}" / "manifest.json").stat().st_mtime_ns
+    run_sweep(load_sweep(tmp_path / "sweep.yaml"), out, workers=1, progress=_quiet)
+    assert (out / f"point={new['point_id'][0]}" / "manifest.json").stat().st_mtime_ns == stamp
+
+
+def test_editing_a_referenced_policy_reruns_only_the_points_that_read_it(tmp_path):
+    clocks = {"scrape_s": 1, "window_s": 5, "eval_s": 1, "poll_s": 1}
+    (tmp_path / "clocks.yaml").write_text(yaml.safe_dump(clocks))
+    policy = yaml.safe_load((ROOT / "params" / "policies" / "rela.yaml").read_text())
+    for name in ("pa", "pb"):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(policy))
+    sc = make_scenario(rate=100, duration=20, nodes=2, servers=2)  # utilisation 0.25
+    sc.update(policy="pa.yaml", clocks="clocks.yaml")
+    (tmp_path / "sc.yaml").write_text(yaml.safe_dump(sc))
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(
+        {"name": "p", "scenario": "sc.yaml", "grid": {"policy": ["pa.yaml", "pb.yaml"]}}))
+    out = tmp_path / "out"
+    before = run_sweep(load_sweep(tmp_path / "sweep.yaml"), out, workers=1, progress=_quiet)
+    assert (before["time_in_performance_s"] == 0).all()  # a p99 of ~40 ms never passes 100
+    ids = {r["param.policy"]: r["point_id"] for r in before.iter_rows(named=True)}
+    stamps = {k: (out / f"point={v}" / "manifest.json").stat().st_mtime_ns
+              for k, v in ids.items()}
+    policy["conditions"]["tail_slow"]["threshold"] = 1  # now every evaluation breaches
+    (tmp_path / "pb.yaml").write_text(yaml.safe_dump(policy))
+    after = run_sweep(load_sweep(tmp_path / "sweep.yaml"), out, workers=1, progress=_quiet)
+    assert (out / f"point={ids['pa.yaml']}" / "manifest.json").stat().st_mtime_ns \
+        == stamps["pa.yaml"]  # pa.yaml did not change: not rerun
+    assert (out / f"point={ids['pb.yaml']}" / "manifest.json").stat().st_mtime_ns \
+        != stamps["pb.yaml"]
+    t = {r["param.policy"]: r["time_in_performance_s"] for r in after.iter_rows(named=True)}
+    assert t["pa.yaml"] == 0 and t["pb.yaml"] > 10
+
+
+def test_results_hold_exactly_the_current_specs_points(tmp_path):
+    out = tmp_path / "out"
+    run_sweep(_spec(tmp_path, {"fleet.servers": [2, 3, 4]}), out, workers=1, progress=_quiet)
+    lines = []
+    spec = _spec(tmp_path, {"fleet.servers": [5]})
+    table = run_sweep(spec, out, workers=1, progress=_quiet, notice=lines.append)
+    assert table.height == 1 and table["param.fleet.servers"].to_list() == [5]
+    assert _table(out)["point_id"].to_list() == [point_id(spec.points()[0])]
+    assert json.loads((out / "sweep.json").read_text())["points"] == 1
+    assert manifests(out).height == 1
+    assert any("ignoring 3 point folder(s) not in this spec" in line for line in lines)
+    assert len(list(out.glob("point=*"))) == 4  # kept on disk, not served
+
+
+def test_a_point_that_fails_after_an_edit_drops_its_old_result(tmp_path):
+    out = tmp_path / "out"
+    spec = _spec(tmp_path, {})
+    assert run_sweep(spec, out, workers=1, progress=_quiet).height == 1
+    sc = make_scenario(rate=300, duration=20, nodes=2, servers=2)
+    sc["fleet"]["servers"] = 0
+    (tmp_path / "sc.yaml").write_text(yaml.safe_dump(sc))
+    table = run_sweep(load_sweep(tmp_path / "sweep.yaml"), out, workers=1, progress=_quiet)
+    assert table.height == 0 and _table(out).height == 0
+    m = manifests(out)
+    assert m["status"].to_list() == ["failed"] and "fleet.servers" in m["error"][0]
+    assert not list(out.glob("point=*/result.parquet"))
+
+
+def test_leftover_temporary_files_are_removed_on_resume(tmp_path):
+    import tempfile
+
+    out = tmp_path / "out"
+    spec = _spec(tmp_path, {"fleet.servers": [2, 3]})
+    first = run_sweep(spec, out, workers=1, progress=_quiet)
+    folder = next(out.glob("point=*"))
+    # what a write killed before its rename leaves: relakit.io.atomic_write's name pattern
+    left = [tempfile.mkstemp(prefix=".result.parquet.", suffix=".tmp", dir=folder)[1],
+            tempfile.mkstemp(prefix=".results.parquet.", suffix=".tmp", dir=out)[1],
+            str(folder / ".notebook.tmp.ipynb")]
+    (folder / ".notebook.tmp.ipynb").write_text("")
+    assert all(os.path.getsize(p) == 0 for p in left)
+    lines = []
+    again = run_sweep(spec, out, workers=1, progress=_quiet, notice=lines.append)
+    assert not [p for p in left if os.path.exists(p)]
+    assert not list(out.rglob("*.tmp"))
+    assert any("removed 3 leftover temporary file(s)" in line for line in lines)
+    assert again.equals(first)

@@ -10,6 +10,13 @@ decisions to the config server. :func:`run_load` is an open-loop load
 generator (tiers, a rate step, hedging when the flag says so). ``record``
 saves what Prometheus scraped in the importer's format, for replay. Every
 process is stopped on :meth:`Lab.down` (or leaving the ``with`` block).
+
+``state.json`` in the working folder (mode 0600, rewritten atomically after
+each process starts) records every child's pid, process group, start time and
+command line, and the owner's: :func:`stop_lab` stops a lab whose owner was
+killed, signalling only processes that still match their record
+(:mod:`relakit.lab.procs`). The config server's token travels in its
+environment (``RELAKIT_LAB_TOKEN``), never on a command line.
 """
 
 from __future__ import annotations
@@ -33,7 +40,11 @@ from pathlib import Path
 import httpx
 
 from relakit.control import TSDB, Controller, load_clocks
+from relakit.lab import procs
 from relakit.traces import parse_prometheus_json
+
+STATE = "state.json"
+TOKEN_ENV = "RELAKIT_LAB_TOKEN"
 
 SERIES = ("requests_total", "latency_seconds_bucket", "in_flight", "busy_seconds_total")
 
@@ -80,25 +91,37 @@ class Lab:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="relakit-lab-"))
         self.token = secrets.token_hex(8)
         self.procs: list[subprocess.Popen] = []
+        self.records: list[dict] = []  # pid, pgid, start time, command line of each child
+        self._wrote_state = False  # down() removes only a state.json this lab wrote
+        self.ready = False  # every process started and answering
         self.config_url = ""
         self.prom_url = ""
         self.instance_urls: list[str] = []
 
-    def _spawn(self, args: list[str], name: str) -> subprocess.Popen:
-        log = open(self.workdir / f"{name}.log", "w")
-        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    def _spawn(self, args: list[str], name: str, env: dict | None = None) -> subprocess.Popen:
+        with open(self.workdir / f"{name}.log", "w") as log:
+            # a session of its own: a Ctrl-C in the owner's terminal reaches the owner only,
+            # which stops the children in order; pgid == pid, recorded for `down`
+            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True, env=env)
         self.procs.append(p)
-        (self.workdir / "pids").open("a").write(f"{p.pid}\n")
+        ident = procs.identity_after_exec(p.pid, args)
+        if ident is not None:
+            self.records.append({"name": name, **ident})
+        self.save_state()  # recorded before the next one starts: a kill now loses nothing
         return p
 
     def up(self) -> Lab:
         if not Path(self.spec.prometheus).exists() and not shutil.which("prometheus"):
             raise RuntimeError("Prometheus is not installed: apt-get install prometheus")
+        if (self.workdir / STATE).is_file() and running(self.workdir):
+            raise ValueError(f"{self.workdir}: a lab is already running here; stop it with "
+                             f"`relakit lab down --dir {self.workdir}`")
         py = sys.executable
         port = free_port()
         self.config_url = f"http://127.0.0.1:{port}"
-        self._spawn([py, "-m", "relakit.lab.config_server", "--port", str(port), "--token",
-                     self.token], "config")
+        self._spawn([py, "-m", "relakit.lab.config_server", "--port", str(port)], "config",
+                    env={**os.environ, TOKEN_ENV: self.token})
         s = self.spec
         for i in range(s.instances):
             p = free_port()
@@ -126,20 +149,26 @@ class Lab:
                      f"--web.listen-address=127.0.0.1:{pport}",
                      f"--storage.tsdb.path={self.workdir / 'tsdb'}"], "prometheus")
         _wait_http(f"{self.prom_url}/-/ready", 30)
+        self.ready = True
+        self.save_state()
         return self
 
     def save_state(self) -> Path:
+        """Write ``state.json`` (0600, atomically): URLs, token, clocks, and the
+        identity of the owner and of every child, for :func:`stop_lab`."""
         from relakit.io import write_json
 
+        owner = procs.identity(os.getpid())
+        self._wrote_state = True
         return write_json({"config_url": self.config_url, "prom_url": self.prom_url,
                            "instance_urls": self.instance_urls, "token": self.token,
-                           "clocks": self.spec.clocks, "pids": [p.pid for p in self.procs],
-                           "owner_pid": os.getpid()}, self.workdir / "state.json")
+                           "clocks": self.spec.clocks, "ready": self.ready, "owner": owner,
+                           "processes": self.records}, self.workdir / STATE, mode=0o600)
 
     @classmethod
     def attach(cls, workdir) -> Lab:
         """A handle on a lab another process brought up (for load, record, down)."""
-        state = json.loads((Path(workdir) / "state.json").read_text())
+        state = json.loads((Path(workdir) / STATE).read_text())
         lab = cls(LabSpec(clocks=state["clocks"]), workdir=str(workdir))
         lab.config_url, lab.prom_url = state["config_url"], state["prom_url"]
         lab.instance_urls, lab.token = state["instance_urls"], state["token"]
@@ -156,8 +185,15 @@ class Lab:
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
         self.procs.clear()
+        self.records.clear()
+        if self._wrote_state:
+            (self.workdir / STATE).unlink(missing_ok=True)
 
     def __enter__(self) -> Lab:
         try:
@@ -208,6 +244,56 @@ class Lab:
         from relakit.io import write_json
 
         return write_json(body, path)
+
+
+def running(workdir) -> list[dict]:
+    """The recorded processes of the lab in ``workdir`` that are still alive and ours."""
+    state = _read_state(workdir)
+    return [r for r in [state.get("owner") or {}, *state.get("processes", [])]
+            if r and procs.is_same(r)]
+
+
+def stop_lab(workdir, timeout_s: float = 10.0) -> dict:
+    """Stop the lab in ``workdir`` whatever happened to the process that brought it up.
+
+    The owner (``relakit lab up``) is asked first with SIGTERM, so it stops its
+    children in order and writes its audit; then every recorded child still alive
+    and matching its record is stopped (SIGTERM, SIGKILL after ``timeout_s``).
+    Processes whose pid now belongs to something else are left alone.
+    ``state.json`` is removed once none of the lab's processes is left. Returns
+    {"stopped", "left_alone", "remaining": records, "recorded": count}.
+    """
+    state = _read_state(workdir)
+    owner = [state["owner"]] if state.get("owner") else []
+    children = state.get("processes", [])
+    stopped, alien = procs.stop(owner, timeout_s=3 * timeout_s)
+    more, alien2 = procs.stop(children, timeout_s=timeout_s)
+    remaining = [r for r in owner + children if procs.is_same(r)]
+    if not remaining:
+        (Path(workdir) / STATE).unlink(missing_ok=True)
+    return {"stopped": stopped + more, "left_alone": alien + alien2, "remaining": remaining,
+            "recorded": len(owner) + len(children)}
+
+
+def _read_state(workdir) -> dict:
+    path = Path(workdir) / STATE
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read the lab's state: {exc}") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path}: not a lab state (expected a mapping)")
+    recs = state.get("processes", [])
+    if not isinstance(recs, list):
+        raise ValueError(f"{path}: key 'processes': expected a list of process records")
+    owner = state.get("owner")
+    for key, r in [("owner", owner)] * (owner is not None) + [
+            (f"processes[{i}]", r) for i, r in enumerate(recs)]:
+        if not (isinstance(r, dict) and isinstance(r.get("pid"), int) and r["pid"] > 0
+                and isinstance(r.get("start"), int) and isinstance(r.get("cmdline"), list)):
+            raise ValueError(f"{path}: key '{key}': expected {{pid, start, cmdline}} of a "
+                             "process relakit started; this file was not written by `lab up`")
+    return state
 
 
 class Agent(threading.Thread):
@@ -352,4 +438,4 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
     return records
 
 
-__all__ = ["Agent", "Lab", "LabSpec", "free_port", "run_load"]
+__all__ = ["Agent", "Lab", "LabSpec", "free_port", "run_load", "running", "stop_lab"]

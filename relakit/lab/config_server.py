@@ -3,12 +3,16 @@
 Versioned state; reads for the data plane; writes for the controller, guarded
 by a token and validated (an unknown flag or a non-boolean value is rejected
 with a clear error); a history of every change. Run with
-``python -m relakit.lab.config_server --port P --token T``.
+``RELAKIT_LAB_TOKEN=T python -m relakit.lab.config_server --port P``: the token
+is read from the environment (private to the user) so that it never appears on
+a command line, which every user can read in ``ps``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 from fastapi import FastAPI, Header, HTTPException
@@ -73,9 +77,11 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--token", required=True)
     args = ap.parse_args()
-    uvicorn.run(make_app(args.token), host="127.0.0.1", port=args.port, log_level="warning")
+    token = os.environ.pop("RELAKIT_LAB_TOKEN", "")
+    if not token:
+        sys.exit("config server: set RELAKIT_LAB_TOKEN (the write token) in the environment")
+    uvicorn.run(make_app(token), host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,136 @@
+"""A lab that survives its own crash: `relakit lab up` killed with SIGKILL leaves its
+services and Prometheus running; `relakit lab down` must find and stop every one of
+them from what state.json recorded, leave nothing listening, and never signal a pid
+that now belongs to another process. The token never appears on a command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from relakit.lab import procs
+
+
+def _cli(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "relakit.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, **kw)
+
+
+def _ports(state: dict) -> list[int]:
+    urls = [state["config_url"], state["prom_url"], *state["instance_urls"]]
+    return [int(u.rsplit(":", 1)[1]) for u in urls]
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _all_cmdlines() -> list[bytes]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                out.append((p / "cmdline").read_bytes())
+            except OSError:
+                pass
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_down_stops_every_process_of_a_lab_whose_up_was_killed(tmp_path):
+    work = tmp_path / "lab"
+    up = subprocess.Popen([sys.executable, "-m", "relakit.cli", "lab", "up", "--dir",
+                           str(work), "--instances", "2"], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        state_file = work / "state.json"
+        deadline = time.time() + 90
+        state = {}
+        while time.time() < deadline and up.poll() is None:
+            if state_file.is_file():
+                state = json.loads(state_file.read_text())
+                if state.get("ready"):
+                    break
+            time.sleep(0.2)
+        assert state.get("ready"), up.stdout.read() if up.poll() is not None else "timeout"
+        # the secret: in a 0600 file and the config server's environment, on no command line
+        assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
+        token = state["token"].encode()
+        assert len(token) >= 16 and not any(token in c for c in _all_cmdlines())
+        records = state["processes"]
+        assert [r["name"] for r in records] == ["config", "instance0", "instance1", "prometheus"]
+        ports = _ports(state)
+        assert all(_accepts(p) for p in ports)
+        second = _cli("lab", "up", "--dir", str(work))  # one lab per folder
+        assert second.returncode == 2 and "a lab is already running here" in second.stderr
+        assert json.loads(state_file.read_text())["processes"] == records
+        os.kill(up.pid, signal.SIGKILL)  # the owner dies without cleaning up
+        up.wait(timeout=10)
+        time.sleep(0.5)
+        # what the issue saw: the children outlive their owner
+        gone = [(r["name"], procs.identity(r["pid"])) for r in records if not procs.is_same(r)]
+        assert not gone, (gone, [(w.name, w.read_text()[-400:]) for w in work.glob("*.log")])
+        assert all(_accepts(p) for p in ports)
+        t0 = time.monotonic()
+        down = _cli("lab", "down", "--dir", str(work))
+        took = time.monotonic() - t0
+        assert down.returncode == 0, down.stderr
+        for r in records:
+            assert f"stopped {r['name']} (pid {r['pid']})" in down.stdout
+            assert procs.identity(r["pid"]) is None or not procs.is_same(r)
+        assert not any(_accepts(p) for p in ports)
+        assert not state_file.exists()
+        assert took < 30, took
+        again = _cli("lab", "down", "--dir", str(work))  # nothing left to stop: a clear error
+        assert again.returncode == 2 and "no running lab here" in again.stderr
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+        if (work / "state.json").exists():  # never leave a lab behind a failed test
+            _cli("lab", "down", "--dir", str(work))
+
+
+def test_down_leaves_a_reused_pid_alone(tmp_path):
+    """Three `sleep`s stand in for recorded children: one whose start time differs from
+    its record, one whose command line differs, one that matches exactly. Only the
+    last is the lab's; only the last is stopped."""
+    sleeps = [subprocess.Popen(["sleep", "60"], start_new_session=True) for _ in range(3)]
+    try:
+        ids = [procs.identity(p.pid) for p in sleeps]
+        assert all(ids)
+        records = [
+            {"name": "config", **ids[0], "start": ids[0]["start"] - 1},
+            {"name": "instance0", **ids[1],
+             "cmdline": [sys.executable, "-m", "relakit.lab.dataplane", "--port", "1"]},
+            {"name": "prometheus", **ids[2]},
+        ]
+        state = {"config_url": "http://127.0.0.1:1", "prom_url": "", "instance_urls": [],
+                 "token": "x", "clocks": {}, "owner": None, "processes": records}
+        (tmp_path / "state.json").write_text(json.dumps(state))
+        down = _cli("lab", "down", "--dir", str(tmp_path))
+        assert down.returncode == 0, down.stderr
+        assert sleeps[0].poll() is None and sleeps[1].poll() is None  # someone else's
+        assert sleeps[2].wait(timeout=10) == -signal.SIGTERM  # the lab's: stopped
+        assert f"left pid {sleeps[0].pid} alone" in down.stdout
+        assert f"left pid {sleeps[1].pid} alone" in down.stdout
+        assert f"stopped prometheus (pid {sleeps[2].pid})" in down.stdout
+        assert not (tmp_path / "state.json").exists()
+    finally:
+        for p in sleeps:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
