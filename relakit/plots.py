@@ -87,26 +87,32 @@ def latency_ccdf_frame(latency_ms: np.ndarray, points: int = 200) -> pl.DataFram
 
 
 def latency_ccdf(curves: dict[str, pl.DataFrame], title: str = "Response time",
-                 subtitle: str | None = None) -> alt.Chart:
-    """Exceedance curves on log–log axes: each named curve its own colour and dash, so
-    two curves stay apart in the legend even printed in grey."""
+                 subtitle: str | None = None, colors: dict | None = None) -> alt.Chart:
+    """Exceedance curves on log–log axes: each named curve its own colour and dash, in
+    one legend, so two curves stay apart even printed in grey. Curves named after
+    tiers take the tier colours; ``colors`` pins others."""
     frames = [df.with_columns(pl.lit(name).alias("source")) for name, df in curves.items()]
     data = pl.concat(frames)
     names = list(curves)
+    if colors is None:
+        colors = (TIER_COLORS if set(names) <= set(TIER_COLORS) else
+                  dict(zip(names, (list(CATEGORY) * 3)[:len(names)], strict=True)))
     dashes = [[1, 0], [6, 3], [2, 2], [8, 2, 2, 2], [4, 4], [1, 3]]
     return (
         alt.Chart(data, title=alt.Title(title, subtitle=subtitle or alt.Undefined))
         .mark_line(strokeWidth=2)
         .encode(
-            x=alt.X("latency_ms:Q", scale=alt.Scale(type="log"), title="response time (ms)"),
+            x=alt.X("latency_ms:Q", scale=alt.Scale(type="log"), title="response time (ms)",
+                    axis=alt.Axis(values=[10.0 ** k for k in range(-2, 7)], format=",~g")),
             y=alt.Y("exceedance:Q", scale=alt.Scale(type="log"),
                     title="share of requests slower (P(latency > x))"),
             color=alt.Color("source:N", title=None, sort=names,
+                            scale=alt.Scale(domain=names, range=[colors[n] for n in names]),
                             legend=alt.Legend(orient="bottom-left", direction="vertical",
                                               symbolStrokeWidth=3, symbolSize=300)),
             strokeDash=alt.StrokeDash("source:N", sort=names, title=None,
                                       scale=alt.Scale(domain=names,
-                                                      range=dashes[:len(names)] or [[1, 0]])),
+                                                      range=(dashes * 3)[:len(names)])),
             tooltip=[alt.Tooltip("source:N", title="curve"),
                      alt.Tooltip("latency_ms:Q", format=".2f", title="latency (ms)"),
                      alt.Tooltip("exceedance:Q", format=".2e", title="P(latency > x)")],
@@ -288,7 +294,8 @@ def latency_over_time(requests: pl.DataFrame, bin_s: float = 10.0, quantiles=(0.
     dashes = [[1, 0], [5, 3], [1, 2], [8, 2, 2, 2]]
     return (alt.Chart(long, title=alt.Title(
                 "Latency of successful requests",
-                subtitle=f"quantiles per {bin_s:g} s bin; gaps: no successful request"))
+                subtitle=f"quantiles per {bin_s:g} s bin; gaps: no successful request; tiers "
+                         "sharing one queue overlap (gold widest, bronze thinnest)"))
             .mark_line(invalid="break-paths-show-domains").encode(
                 x=_time_x("time_s", domain),
                 y=alt.Y("latency_ms:Q", scale=alt.Scale(type="log"),
@@ -463,6 +470,65 @@ def run_dashboard(result, bin_s: float = 10.0) -> alt.VConcatChart:
             .resolve_scale(x="shared", color="independent", strokeDash="independent",
                            strokeWidth="independent")
             .resolve_legend(color="independent"))
+
+
+def outcome_shares_by_run(runs: dict[str, pl.DataFrame], bin_s: float = 10.0, domain=None,
+                          band: tuple[float, float] | None = None, band_label: str = "",
+                          title: str = "Outcomes", subtitle: str | None = None):
+    """Several runs' outcome shares side by side, one column per run, on shared axes;
+    ``band`` shades an interval (e.g. a load spike) in every column."""
+    cols = []
+    for name, requests in runs.items():
+        dom = domain or (0.0, float(requests["arrival_s"].max()))
+        area = outcome_shares(requests, bin_s, by_tier=False, domain=dom).properties(
+            title=alt.Title(name, fontSize=12), width=230, height=150)
+        layers = [area]
+        if band is not None:
+            shade = pl.DataFrame({"start_s": [band[0]], "end_s": [band[1]],
+                                  "label": [band_label]})
+            layers.append(alt.Chart(shade).mark_rect(fill="none", stroke="#000000",
+                                                     strokeDash=[4, 3], strokeWidth=1.2)
+                          .encode(x="start_s:Q", x2="end_s:Q",
+                                  tooltip=[alt.Tooltip("label:N", title="interval")]))
+            layers.append(alt.Chart(shade).mark_text(dy=-6, baseline="bottom", fontSize=10)
+                          .encode(x=alt.X("start_s:Q"), y=alt.value(0), text="label:N"))
+        cols.append(alt.layer(*layers))
+    sub = subtitle or f"share of requests arriving in each {bin_s:g} s bin"
+    return (alt.hconcat(*cols, spacing=12, title=alt.Title(title, subtitle=sub, offset=8))
+            .resolve_scale(x="shared", y="shared"))
+
+
+def compare_series(frame: pl.DataFrame, x: str, y: str, series: str, *, title: str,
+                   x_title: str, y_title: str, subtitle: str | None = None, domain=None,
+                   interpolate: str = "linear", rules: dict[str, float] | None = None,
+                   height: int = 200):
+    """A few named series as lines on one chart, each its own colour and dash (so they
+    stay apart in grey too); ``rules`` marks labelled instants (e.g. a fault's start).
+    Nulls in ``y`` break the lines."""
+    names = list(dict.fromkeys(frame[series].to_list()))
+    dashes = [[1, 0], [6, 3], [2, 2], [8, 2, 2, 2], [4, 4], [1, 3]]
+    base = alt.Chart(frame).mark_line(interpolate=interpolate, strokeWidth=2,
+                                      invalid="break-paths-show-domains").encode(
+        x=_time_x(x, domain, x_title),
+        y=alt.Y(f"{y}:Q", title=y_title),
+        color=alt.Color(f"{series}:N", title=None, sort=names,
+                        scale=alt.Scale(domain=names,
+                                        range=(list(CATEGORY) * 3)[:len(names)])),
+        strokeDash=alt.StrokeDash(f"{series}:N", title=None, sort=names,
+                                  scale=alt.Scale(domain=names,
+                                                  range=(dashes * 3)[:len(names)])),
+        tooltip=[f"{series}:N", alt.Tooltip(f"{x}:Q", title=x_title),
+                 alt.Tooltip(f"{y}:Q", title=y_title, format=".3g")])
+    layers = [base]
+    if rules:
+        r = pl.DataFrame({"at": list(rules.values()), "label": list(rules)})
+        layers.append(alt.Chart(r).mark_rule(color="#555555", strokeDash=[2, 2]).encode(
+            x="at:Q", tooltip=["label:N", alt.Tooltip("at:Q", title=x_title)]))
+        layers.append(alt.Chart(r).mark_text(align="left", dx=3, dy=4, baseline="top",
+                                             fontSize=10, color="#555555")
+                      .encode(x="at:Q", y=alt.value(0), text="label:N"))
+    return alt.layer(*layers, title=alt.Title(title, subtitle=subtitle or alt.Undefined)
+                     ).properties(width=PANEL_WIDTH, height=height)
 
 
 def heatmap(table: pl.DataFrame, x: str, y: str, color: str, title: str | None = None):
