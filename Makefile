@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export NUMBA_CACHE_DIR := $(CURDIR)/.numba_cache
 export NUMBA_NUM_THREADS ?= 1
 
-.PHONY: setup system run test lint bench lab figures clean-cache clean
+.PHONY: setup system run test lint bench lab figures figures-only clean-cache clean
 
 setup: system $(VENV)/.installed
 
@@ -44,8 +44,21 @@ lab: setup
 	$(BIN)/python -m pip install --quiet -e '.[jupyter]'
 	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks
 
+# `make figures`: simulate the flagship ramp (RelA's policy, so the dashboard has its mode
+# panel) unless its run folder is already there, then export that run's standard views.
+# tests/test_plots.py runs figures-only with a short scenario and temporary folders.
+FIGURES_SCENARIO ?= params/scenarios/rela-ramp.yaml
+FIGURES_RUN ?= out/rela-ramp
+FIGURES_OUT ?= figures
+
 figures: setup
-	$(BIN)/relakit figures out/mmc-demo --out figures
+	@$(MAKE) --no-print-directory figures-only
+
+figures-only: $(FIGURES_RUN)/summary.json
+	$(BIN)/relakit figures $(FIGURES_RUN) --out $(FIGURES_OUT)
+
+$(FIGURES_RUN)/summary.json: $(FIGURES_SCENARIO)
+	$(BIN)/relakit simulate $(FIGURES_SCENARIO) --out $(FIGURES_RUN)
 
 # numba's cache does not notice edits to functions imported from other files
 clean-cache:

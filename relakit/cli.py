@@ -105,28 +105,50 @@ def _sweep(args) -> int:
 
 
 def _figures(args) -> int:
-    """The standard views of a run folder (what `relakit simulate` wrote), offline."""
-    import polars as pl
+    """The standard views of a run folder (what `relakit simulate` wrote), offline.
 
+    Formats are checked, and every figure rendered, before the first file is written.
+    """
     from relakit import plots
     from relakit.sim.results import SimulationResult
 
+    formats = plots.check_formats(args.formats.split(","))
     run = Path(args.run)
-    req = run / "requests.parquet"
-    if not req.is_file():
-        raise ScenarioError(f"{run}: no requests.parquet here; run `relakit simulate` without "
-                            "--no-requests first")
-    decisions = run / "decisions.parquet"
-    result = SimulationResult(requests=pl.read_parquet(req), metrics=pl.DataFrame(),
-                              summary=pl.DataFrame(),
-                              decisions=pl.read_parquet(decisions) if decisions.is_file()
-                              else None)
+    if not run.is_dir():
+        raise ScenarioError(f"{run}: no such run folder; write one with "
+                            f"`relakit simulate SCENARIO --out {run}`")
+    result = SimulationResult.read(run)
+    charts = {"dashboard": plots.run_dashboard(result)}
+    if result.requests is not None:
+        ok = result.requests.filter(_ok_after_warmup(result))
+        curves = {t: plots.latency_ccdf_frame(ok.filter(ok["tier"] == t)["latency_ms"]
+                                              .to_numpy()) for t in plots.TIERS}
+        charts["latency"] = plots.latency_ccdf(
+            {t: c for t, c in curves.items() if c.height},
+            title=f"{result.info.get('scenario', run.name)}: response time by tier",
+            subtitle="successful requests after warm-up")
+    else:
+        print("note: no requests.parquet (run kept with --no-requests): the dashboard's load "
+              "and outcome panels come from the clients' counters; no latency panel or "
+              "latency figure", file=sys.stderr)
+    blobs = {(name, f): plots.render(chart, f) for name, chart in charts.items()
+             for f in formats}
     out = Path(args.out)
-    written = plots.export(plots.run_dashboard(result), out / f"{run.name}-dashboard",
-                           formats=tuple(args.formats.split(",")))
-    for p in written:
-        print(f"wrote {p}")
+    from relakit.io import atomic_write
+
+    for (name, f), blob in blobs.items():
+        def write(tmp, blob=blob):
+            Path(tmp).write_bytes(blob)
+
+        print(f"wrote {atomic_write(out / f'{run.name}-{name}.{f}', write)}")
     return 0
+
+
+def _ok_after_warmup(result):
+    """Successful requests after the run's warm-up (the ones latency is reported for)."""
+    import polars as pl
+
+    return (pl.col("outcome") == "ok") & (pl.col("arrival_s") >= result.info.get("warmup_s", 0))
 
 
 def _lab(args) -> int:

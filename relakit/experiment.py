@@ -50,6 +50,14 @@ def simulate(scenario, seed: int | None = None, record_requests: bool = True) ->
         if chain is not None:
             parts.append(chain.decisions(sc.clocks))
             result.info["chain"] = chain_summary(chain, fleet)
+            # per evaluation, as `relakit replay` writes it: the chain's panel on a dashboard
+            stress = pl.DataFrame({"time_s": [float(t) for t, _, _ in chain.history],
+                                   "working_nodes": [w for _, w, _ in chain.history],
+                                   "stress": [s for _, _, s in chain.history]},
+                                  schema={"time_s": pl.Float64, "working_nodes": pl.Int64,
+                                          "stress": pl.String})
+            result.timeline = (stress if result.timeline is None else
+                               result.timeline.join(stress, on="time_s", how="left"))
         result.decisions = pl.concat(parts).sort("decided_at_s", maintain_order=True)
     result.info["wall_s"] = round(time.perf_counter() - wall, 4)
     return result

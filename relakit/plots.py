@@ -4,6 +4,14 @@ Charts are built from small, pre-aggregated polars frames (a few hundred
 rows), never from raw per-request tables, so they stay under altair's
 5,000-row limit however long the run. Export goes through vl-convert, which
 renders PNG/SVG/PDF in-process with no browser and no network.
+
+One theme (registered once, on import) and one set of palettes serve every
+chart the project draws, so a colour means one thing everywhere: outcomes,
+tiers, control-plane modes (and the chain's stress levels) and generic series
+each have their own colours, and no two share one. The frame builders
+(``*_frame``) are public so tests can check what a chart is fed: lines carry
+nulls at empty bins (Vega-Lite breaks a line at a null instead of bridging the
+gap), stacked shares are imputed so every bin sums to 1.
 """
 
 from __future__ import annotations
@@ -17,6 +25,19 @@ import polars as pl
 from relakit.io import atomic_write
 
 THEME = "relakit"
+FORMATS = ("png", "svg", "pdf")
+
+# ---- palettes: defined once, one meaning per colour -----------------------------------------
+OUTCOME_COLORS = {"ok": "#59a14f", "error": "#e15759", "timeout": "#f28e2b",
+                  "dropped": "#bab0ac"}
+TIER_COLORS = {"gold": "#c9a227", "silver": "#6b7b8c", "bronze": "#8c564b"}
+# the policy's modes (RelA's) and the chain's stress levels; "normal" means the same in both
+MODE_COLORS = {"normal": "#dce6f0", "performance": "#4e79a7", "survival": "#7b3294",
+               "elevated": "#f1b6da", "critical": "#de77ae", "catastrophic": "#8e0152"}
+# modes a custom policy names: still none of the colours above
+MODE_EXTRA = ("#9ecae1", "#3f007d", "#c2a5cf", "#08519c", "#6baed6")
+# generic series (curves, runs, decision actions): the theme's category range
+CATEGORY = ("#263c5a", "#17becf", "#bcbd22", "#76b7b2", "#000000", "#9467bd", "#637939")
 
 
 @alt.theme.register(THEME, enable=True)
@@ -27,11 +48,29 @@ def _theme() -> alt.theme.ThemeConfig:
             "font": "DejaVu Sans",
             "axis": {"labelFontSize": 11, "titleFontSize": 12, "grid": True,
                      "gridColor": "#e6e6e6"},
-            "legend": {"labelFontSize": 11, "titleFontSize": 12, "orient": "bottom"},
-            "title": {"fontSize": 14, "anchor": "start"},
-            "range": {"category": ["#1b6ca8", "#d1495b", "#edae49", "#66a182", "#7b5ea7"]},
+            "legend": {"labelFontSize": 11, "titleFontSize": 12, "orient": "right"},
+            "title": {"fontSize": 14, "anchor": "start", "subtitleFontSize": 11,
+                      "subtitleColor": "#555555"},
+            "range": {"category": list(CATEGORY)},
         }
     }
+
+
+def _scale(colors: dict, present=None) -> alt.Scale:
+    """A colour scale pinned to a palette (only the entries present, in palette order)."""
+    keys = [k for k in colors if present is None or k in set(present)]
+    return alt.Scale(domain=keys, range=[colors[k] for k in keys])
+
+
+def mode_colors(modes) -> dict:
+    """Colours for these modes: the palette's, then MODE_EXTRA for names it lacks."""
+    extra = iter(MODE_EXTRA * (1 + len(modes) // len(MODE_EXTRA)))
+    return {m: MODE_COLORS[m] if m in MODE_COLORS else next(extra) for m in modes}
+
+
+def _time_x(field: str, domain=None, title: str = "time (s)") -> alt.X:
+    scale = alt.Scale(domain=list(domain), nice=False) if domain is not None else alt.Undefined
+    return alt.X(f"{field}:Q", title=title, scale=scale)
 
 
 def latency_ccdf_frame(latency_ms: np.ndarray, points: int = 200) -> pl.DataFrame:
@@ -47,41 +86,73 @@ def latency_ccdf_frame(latency_ms: np.ndarray, points: int = 200) -> pl.DataFram
     return pl.DataFrame({"latency_ms": xs[keep], "exceedance": sf[keep]})
 
 
-def latency_ccdf(curves: dict[str, pl.DataFrame], title: str = "Response time") -> alt.Chart:
-    """Exceedance curves on log–log axes, one colour per named curve."""
+def latency_ccdf(curves: dict[str, pl.DataFrame], title: str = "Response time",
+                 subtitle: str | None = None, colors: dict | None = None) -> alt.Chart:
+    """Exceedance curves on log–log axes: each named curve its own colour and dash, in
+    one legend, so two curves stay apart even printed in grey. Curves named after
+    tiers take the tier colours; ``colors`` pins others."""
     frames = [df.with_columns(pl.lit(name).alias("source")) for name, df in curves.items()]
     data = pl.concat(frames)
+    names = list(curves)
+    if colors is None:
+        colors = (TIER_COLORS if set(names) <= set(TIER_COLORS) else
+                  dict(zip(names, (list(CATEGORY) * 3)[:len(names)], strict=True)))
+    dashes = [[1, 0], [6, 3], [2, 2], [8, 2, 2, 2], [4, 4], [1, 3]]
     return (
-        alt.Chart(data, title=title)
+        alt.Chart(data, title=alt.Title(title, subtitle=subtitle or alt.Undefined))
         .mark_line(strokeWidth=2)
         .encode(
-            x=alt.X("latency_ms:Q", scale=alt.Scale(type="log"), title="latency (ms)"),
-            y=alt.Y("exceedance:Q", scale=alt.Scale(type="log"), title="P(latency > x)"),
-            color=alt.Color("source:N", title=None,
-                            legend=alt.Legend(orient="bottom-left", direction="vertical")),
-            strokeDash=alt.StrokeDash("source:N", legend=None),
-            tooltip=["source:N", alt.Tooltip("latency_ms:Q", format=".2f"),
-                     alt.Tooltip("exceedance:Q", format=".2e")],
+            x=alt.X("latency_ms:Q", scale=alt.Scale(type="log"), title="response time (ms)",
+                    axis=alt.Axis(values=[10.0 ** k for k in range(-2, 7)], format=",~g")),
+            y=alt.Y("exceedance:Q", scale=alt.Scale(type="log"),
+                    title="share of requests slower (P(latency > x))"),
+            color=alt.Color("source:N", title=None, sort=names,
+                            scale=alt.Scale(domain=names, range=[colors[n] for n in names]),
+                            legend=alt.Legend(orient="bottom-left", direction="vertical",
+                                              symbolStrokeWidth=3, symbolSize=300)),
+            strokeDash=alt.StrokeDash("source:N", sort=names, title=None,
+                                      scale=alt.Scale(domain=names,
+                                                      range=(dashes * 3)[:len(names)])),
+            tooltip=[alt.Tooltip("source:N", title="curve"),
+                     alt.Tooltip("latency_ms:Q", format=".2f", title="latency (ms)"),
+                     alt.Tooltip("exceedance:Q", format=".2e", title="P(latency > x)")],
         )
         .interactive()
     )
 
 
-def save(chart: alt.TopLevelMixin, path, scale: float = 2.0) -> Path:
-    """Write a chart as PNG, SVG or PDF (by suffix), offline and atomically."""
+def render(chart: alt.TopLevelMixin, fmt: str, scale: float = 2.0) -> bytes:
+    """A chart as PNG, SVG or PDF bytes, offline."""
     import vl_convert as vlc
 
-    path = Path(path)
     spec = chart.to_json()
+    if fmt == "png":
+        return vlc.vegalite_to_png(spec, scale=scale)
+    if fmt == "svg":
+        return vlc.vegalite_to_svg(spec).encode()
+    if fmt == "pdf":
+        return vlc.vegalite_to_pdf(spec)
+    raise ValueError(f"unsupported figure type {fmt!r}; use one of {', '.join(FORMATS)}")
+
+
+def check_formats(formats) -> tuple[str, ...]:
+    """The formats as a tuple, or ValueError naming the first one not allowed."""
+    out = tuple(f.strip().lower().lstrip(".") for f in formats)
+    for f in out:
+        if f not in FORMATS:
+            raise ValueError(f"unsupported figure format {f!r}; allowed: {', '.join(FORMATS)}")
+    if not out:
+        raise ValueError(f"no figure format given; allowed: {', '.join(FORMATS)}")
+    return out
+
+
+def save(chart: alt.TopLevelMixin, path, scale: float = 2.0) -> Path:
+    """Write a chart as PNG, SVG or PDF (by suffix), offline and atomically."""
+    path = Path(path)
     suffix = path.suffix.lower()
-    if suffix == ".png":
-        data = vlc.vegalite_to_png(spec, scale=scale)
-    elif suffix == ".svg":
-        data = vlc.vegalite_to_svg(spec).encode()
-    elif suffix == ".pdf":
-        data = vlc.vegalite_to_pdf(spec)
-    else:
+    if suffix.lstrip(".") not in FORMATS:
         raise ValueError(f"{path}: unsupported figure type {suffix!r}; use .png, .svg or .pdf")
+    data = render(chart, suffix.lstrip("."), scale)
 
     def write(tmp):
         Path(tmp).write_bytes(data)
@@ -89,85 +160,375 @@ def save(chart: alt.TopLevelMixin, path, scale: float = 2.0) -> Path:
     return atomic_write(path, write)
 
 
+def export(chart, stem, formats=FORMATS) -> list[Path]:
+    """Write a chart in several formats (offline); returns the files written.
+
+    Every format is checked, then rendered, before the first file is written: a
+    bad format or a failed render leaves nothing behind.
+    """
+    stem = Path(stem)
+    fmts = check_formats(formats)
+    data = {f: render(chart, f) for f in fmts}
+    written = []
+    for f in fmts:
+        def write(tmp, blob=data[f]):
+            Path(tmp).write_bytes(blob)
+
+        written.append(atomic_write(stem.with_suffix(f".{f}"), write))
+    return written
+
+
 # ---- the standard views of a run ------------------------------------------------------------
-OUTCOME_COLORS = {"ok": "#66a182", "error": "#d1495b", "timeout": "#edae49", "dropped": "#8d8d8d"}
-TIER_COLORS = {"gold": "#c9a227", "silver": "#7f8c8d", "bronze": "#a0522d"}
+TIERS = tuple(TIER_COLORS)
+OUTCOMES = tuple(OUTCOME_COLORS)
+PANEL_WIDTH = 560
 
 
-def latency_over_time(requests: pl.DataFrame, bin_s: float = 10.0,
-                      quantiles=(0.5, 0.99)) -> alt.Chart:
-    """p50/p99 latency of successful requests per tier, in time bins."""
+def _bin_starts(duration_s: float, bin_s: float) -> np.ndarray:
+    return np.arange(0.0, duration_s, bin_s)
+
+
+def _span(result) -> float:
+    """The run's length: its own record, else the last time any table mentions."""
+    d = (result.info or {}).get("duration_s") if hasattr(result, "info") else None
+    if d:
+        return float(d)
+    ends = [0.0]
+    if result.requests is not None and result.requests.height:
+        ends.append(float(result.requests["arrival_s"].max()))
+    if result.metrics is not None and result.metrics.height:
+        ends.append(float(result.metrics["time_s"].max()))
+    return max(ends)
+
+
+def request_counts(requests: pl.DataFrame, bin_s: float) -> pl.DataFrame:
+    """Requests per (time bin, tier, outcome), by arrival time. Columns time_s (bin
+    start), tier, outcome, n."""
+    return (requests.with_columns((pl.col("arrival_s") // bin_s * bin_s).alias("time_s"))
+            .group_by("time_s", "tier", "outcome").agg(pl.len().cast(pl.Int64).alias("n")))
+
+
+def metric_counts(metrics: pl.DataFrame, bin_s: float) -> pl.DataFrame:
+    """The same counts from the clients' counters (``client_requests_total``, node -1),
+    for a run kept without per-request records: increments per sample, summed per bin.
+    A request counts when its client saw the outcome, not when it arrived."""
+    c = (metrics.filter((pl.col("name") == "client_requests_total") & (pl.col("node") == -1))
+         .sort("time_s")
+         .with_columns((pl.col("value") - pl.col("value").shift(1).over("tier", "outcome")
+                        .fill_null(0.0)).alias("inc"))
+         # an increment counts (previous sample, t]: a sample at exactly k*bin closes bin k-1
+         .with_columns(((pl.col("time_s") - 1e-9) // bin_s * bin_s).clip(0.0).alias("time_s")))
+    return c.group_by("time_s", "tier", "outcome").agg(
+        pl.col("inc").sum().round(0).cast(pl.Int64).alias("n"))
+
+
+def run_counts(result, bin_s: float) -> tuple[pl.DataFrame, str]:
+    """Counts per bin from the requests table when kept, else from the metrics."""
+    if result.requests is not None:
+        return request_counts(result.requests, bin_s), "requests"
+    if result.metrics is not None and result.metrics.height:
+        return metric_counts(result.metrics, bin_s), "metrics"
+    raise ValueError("the run has neither per-request records nor metrics to count")
+
+
+def offered_load_frame(counts: pl.DataFrame, bin_s: float, duration_s: float) -> pl.DataFrame:
+    """Requests per second per tier in each bin; a bin with none is 0 (no arrivals is
+    a measurement, not a gap). A last row at the run's end closes the step."""
+    grid = pl.DataFrame({"time_s": _bin_starts(duration_s, bin_s)}).join(
+        pl.DataFrame({"tier": list(TIERS)}), how="cross")
+    per = counts.group_by("time_s", "tier").agg(pl.col("n").sum())
+    df = (grid.join(per, on=["time_s", "tier"], how="left")
+          .with_columns((pl.col("n").fill_null(0) / bin_s).alias("rate_rps")).drop("n"))
+    last = df.filter(pl.col("time_s") == df["time_s"].max()).with_columns(
+        pl.lit(float(duration_s)).alias("time_s"))
+    return pl.concat([df, last]).sort("time_s", "tier")
+
+
+def offered_load(counts: pl.DataFrame, bin_s: float, duration_s: float,
+                 source: str = "requests", domain=None) -> alt.Chart:
+    """Offered load over time, stacked by tier (the top edge is the total)."""
+    df = offered_load_frame(counts, bin_s, duration_s)
+    sub = (f"arrivals per second, {bin_s:g} s bins" if source == "requests" else
+           f"from the clients' counters (requests answered per second), {bin_s:g} s bins")
+    return (alt.Chart(df, title=alt.Title("Offered load", subtitle=sub))
+            .mark_area(interpolate="step-after", opacity=0.9).encode(
+                x=_time_x("time_s", domain or (0, duration_s)),
+                y=alt.Y("rate_rps:Q", stack="zero", title="requests per second"),
+                color=alt.Color("tier:N", title="tier", scale=_scale(TIER_COLORS),
+                                sort=list(TIERS)),
+                order=alt.Order("tier_order:Q"),
+                tooltip=[alt.Tooltip("time_s:Q", title="bin start (s)"), "tier:N",
+                         alt.Tooltip("rate_rps:Q", format=",.0f", title="requests/s")])
+            .transform_calculate(tier_order=f"indexof({list(TIERS)!r}, datum.tier)")
+            .properties(width=PANEL_WIDTH, height=130))
+
+
+def latency_frame(requests: pl.DataFrame, bin_s: float = 10.0, quantiles=(0.5, 0.99),
+                  duration_s: float | None = None) -> pl.DataFrame:
+    """Latency quantiles of successful requests per (bin, tier), at bin centres, with
+    a null wherever a bin has no successful request (so the line breaks there)."""
     ok = requests.filter(pl.col("outcome") == "ok").with_columns(
-        (pl.col("arrival_s") // bin_s * bin_s).alias("time_s"))
-    agg = ok.group_by("time_s", "tier").agg(
-        [pl.col("latency_ms").quantile(q).alias(f"p{int(q * 1000) / 10:g}") for q in quantiles])
-    long = agg.unpivot(index=["time_s", "tier"], variable_name="quantile",
-                       value_name="latency_ms").sort("time_s")
-    return (alt.Chart(long, title="Latency of successful requests")
-            .mark_line().encode(
-                x=alt.X("time_s:Q", title="time (s)"),
-                y=alt.Y("latency_ms:Q", scale=alt.Scale(type="log"), title="latency (ms)"),
-                color=alt.Color("tier:N", scale=alt.Scale(domain=list(TIER_COLORS),
-                                                          range=list(TIER_COLORS.values()))),
-                strokeDash=alt.StrokeDash("quantile:N"),
-                tooltip=["time_s:Q", "tier:N", "quantile:N",
-                         alt.Tooltip("latency_ms:Q", format=".1f")])
-            .properties(height=200).interactive(bind_y=False))
+        (pl.col("arrival_s") // bin_s * bin_s).alias("start"))
+    names = [f"p{q * 100:g}" for q in quantiles]
+    agg = ok.group_by("start", "tier").agg(
+        [pl.col("latency_ms").quantile(q, interpolation="linear").alias(n)
+         for q, n in zip(quantiles, names, strict=True)])
+    if duration_s is None:
+        duration_s = float(requests["arrival_s"].max()) + bin_s if requests.height else bin_s
+    tiers = [t for t in TIERS if t in set(requests["tier"].unique().to_list())] or list(TIERS)
+    grid = pl.DataFrame({"start": _bin_starts(duration_s, bin_s)}).join(
+        pl.DataFrame({"tier": tiers}), how="cross")
+    return (grid.join(agg, on=["start", "tier"], how="left")
+            .unpivot(index=["start", "tier"], variable_name="quantile", value_name="latency_ms")
+            .with_columns((pl.col("start") + bin_s / 2).alias("time_s"))
+            .drop("start").sort("quantile", "tier", "time_s"))
 
 
-def outcome_shares(requests: pl.DataFrame, bin_s: float = 10.0, by_tier: bool = True):
-    """Share of each outcome over time (drops apart from errors), per tier."""
+def latency_over_time(requests: pl.DataFrame, bin_s: float = 10.0, quantiles=(0.5, 0.99),
+                      domain=None) -> alt.Chart:
+    """p50/p99 latency of successful requests per tier, in time bins; a bin with no
+    successful request breaks the line instead of being bridged."""
+    duration = domain[1] if domain is not None else None
+    long = latency_frame(requests, bin_s, quantiles, duration)
+    names = [f"p{q * 100:g}" for q in quantiles]
+    dashes = [[1, 0], [5, 3], [1, 2], [8, 2, 2, 2]]
+    return (alt.Chart(long, title=alt.Title(
+                "Latency of successful requests",
+                subtitle=f"quantiles per {bin_s:g} s bin; gaps: no successful request; tiers "
+                         "sharing one queue overlap (gold widest, bronze thinnest)"))
+            .mark_line(invalid="break-paths-show-domains").encode(
+                x=_time_x("time_s", domain),
+                y=alt.Y("latency_ms:Q", scale=alt.Scale(type="log"),
+                        title="latency (ms, log scale)"),
+                color=alt.Color("tier:N", title="tier", scale=_scale(TIER_COLORS),
+                                sort=list(TIERS)),
+                strokeDash=alt.StrokeDash("quantile:N", title="quantile", sort=names,
+                                          scale=alt.Scale(domain=names,
+                                                          range=dashes[:len(names)])),
+                # tiers often overlap (one queue serves all): gold widest, drawn first,
+                # so each stays visible as an outline around the next
+                strokeWidth=alt.StrokeWidth("tier:N", title="tier", sort=list(TIERS),
+                                            scale=alt.Scale(domain=list(TIERS),
+                                                            range=[5.0, 3.0, 1.4])),
+                order=alt.Order("tier_order:Q"),
+                detail="quantile:N",
+                tooltip=[alt.Tooltip("time_s:Q", title="bin centre (s)"), "tier:N",
+                         "quantile:N", alt.Tooltip("latency_ms:Q", format=".1f",
+                                                   title="latency (ms)")])
+            .transform_calculate(tier_order=f"indexof({list(TIERS)!r}, datum.tier)")
+            .properties(width=PANEL_WIDTH, height=170))
+
+
+def outcome_share_frame(counts: pl.DataFrame, by_tier: bool = True,
+                        end_s: float | None = None, bin_s: float | None = None) -> pl.DataFrame:
+    """Each outcome's share of the requests in its bin, every outcome present in every
+    bin that has any request (0 where none), so the stacked shares sum to exactly 1.
+
+    With ``end_s`` and ``bin_s`` a copy of the last bin at the run's end closes the
+    step-after area.
+    """
     keys = ["time_s", "tier"] if by_tier else ["time_s"]
-    binned = requests.with_columns((pl.col("arrival_s") // bin_s * bin_s).alias("time_s"))
-    counts = binned.group_by([*keys, "outcome"]).len().with_columns(
-        (pl.col("len") / pl.col("len").sum().over(keys)).alias("share")).sort("time_s")
-    chart = alt.Chart(counts).mark_area().encode(
-        x=alt.X("time_s:Q", title="time (s)"),
-        y=alt.Y("share:Q", stack="normalize", title="share", axis=alt.Axis(format="%")),
-        color=alt.Color("outcome:N", scale=alt.Scale(domain=list(OUTCOME_COLORS),
-                                                     range=list(OUTCOME_COLORS.values()))),
-        tooltip=["time_s:Q", "outcome:N", alt.Tooltip("share:Q", format=".1%")])
+    per = counts.group_by([*keys, "outcome"]).agg(pl.col("n").sum())
+    present = per.group_by(keys).agg(pl.col("n").sum().alias("total")).filter(
+        pl.col("total") > 0)
+    grid = present.join(pl.DataFrame({"outcome": list(OUTCOMES)}), how="cross")
+    df = (grid.join(per, on=[*keys, "outcome"], how="left")
+          .with_columns(pl.col("n").fill_null(0))
+          .with_columns((pl.col("n") / pl.col("total")).alias("share"))
+          .drop("total").sort(*keys, "outcome"))
+    if end_s is not None and df.height:
+        last = df.filter(pl.col("time_s") == df["time_s"].max())
+        if float(last["time_s"][0]) < end_s:
+            df = pl.concat([df, last.with_columns(pl.lit(float(end_s)).alias("time_s"))])
+    return df
+
+
+def outcome_shares(requests: pl.DataFrame | None, bin_s: float = 10.0, by_tier: bool = True,
+                   domain=None, counts: pl.DataFrame | None = None, source: str = "requests"):
+    """Share of each outcome over time (drops apart from errors), per tier or overall.
+
+    Give the requests table, or ``counts`` (:func:`run_counts`) for a run kept
+    without per-request records.
+    """
+    if counts is None:
+        counts = request_counts(requests, bin_s)
+    end = domain[1] if domain is not None else None
+    data = outcome_share_frame(counts, by_tier, end, bin_s)
+    sub = (f"share of requests arriving in each {bin_s:g} s bin" if source == "requests" else
+           f"share of the outcomes clients saw in each {bin_s:g} s bin")
+    chart = alt.Chart(data).mark_area(interpolate="step-after").encode(
+        x=_time_x("time_s", domain),
+        y=alt.Y("share:Q", stack="normalize", title="share of requests",
+                axis=alt.Axis(format="%")),
+        color=alt.Color("outcome:N", title="outcome", scale=_scale(OUTCOME_COLORS),
+                        sort=list(OUTCOMES)),
+        order=alt.Order("outcome_order:Q"),
+        tooltip=[alt.Tooltip("time_s:Q", title="bin start (s)"), "outcome:N",
+                 alt.Tooltip("n:Q", title="requests"),
+                 alt.Tooltip("share:Q", format=".1%")]).transform_calculate(
+        outcome_order=f"indexof({list(OUTCOMES)!r}, datum.outcome)")
     if by_tier:
         return chart.properties(width=200, height=120).facet(
-            column=alt.Column("tier:N", sort=list(TIER_COLORS)), title="Outcomes by tier")
-    return chart.properties(title="Outcomes", height=150)
+            column=alt.Column("tier:N", sort=list(TIERS), title=None),
+            title=alt.Title("Outcomes by tier", subtitle=sub))
+    return chart.properties(title=alt.Title("Outcomes", subtitle=sub), width=PANEL_WIDTH,
+                            height=130)
 
 
-def mode_timeline(timeline: pl.DataFrame) -> alt.Chart:
-    """The control plane's mode at each evaluation, as coloured spans."""
-    t = timeline.select("time_s", "mode").with_columns(
-        pl.col("time_s").shift(-1).fill_null(pl.col("time_s").max()).alias("end_s"))
-    spans = t.with_columns((pl.col("mode") != pl.col("mode").shift(1)).fill_null(True)
-                           .cum_sum().alias("run")).group_by("run", "mode").agg(
-        pl.col("time_s").min().alias("start_s"), pl.col("end_s").max()).sort("start_s")
-    return (alt.Chart(spans, title="Mode").mark_bar(height=18).encode(
-        x=alt.X("start_s:Q", title="time (s)"), x2="end_s:Q",
-        y=alt.Y("mode:N", title=None),
-        color=alt.Color("mode:N", legend=None),
-        tooltip=["mode:N", "start_s:Q", "end_s:Q"]).properties(height=90))
+def mode_spans(timeline: pl.DataFrame, column: str = "mode",
+               end_s: float | None = None) -> pl.DataFrame:
+    """Runs of one mode as spans [start_s, end_s): a mode holds from its evaluation to
+    the next one; the last holds to ``end_s`` (the run's end) when given."""
+    t = timeline.select("time_s", pl.col(column).alias("mode")).sort("time_s")
+    if t.height == 0:
+        return pl.DataFrame(schema={"mode": pl.String, "start_s": pl.Float64,
+                                    "end_s": pl.Float64})
+    step = float(t["time_s"].diff().median() or 0.0) if t.height > 1 else 0.0
+    last = end_s if end_s is not None else float(t["time_s"].max()) + step
+    t = t.with_columns(pl.col("time_s").shift(-1).fill_null(last).alias("end_s"))
+    return (t.with_columns((pl.col("mode") != pl.col("mode").shift(1)).fill_null(True)
+                           .cum_sum().alias("run"))
+            .group_by("run", "mode").agg(pl.col("time_s").min().alias("start_s"),
+                                         pl.col("end_s").max())
+            .sort("start_s").drop("run"))
 
 
-def audit_events(decisions: pl.DataFrame, holds: bool = False) -> alt.Chart:
-    """Each decision as a tick on the timeline, its reason in the tooltip."""
+def mode_timeline(timeline: pl.DataFrame, column: str = "mode", domain=None,
+                  title: str | None = None) -> alt.Chart:
+    """The control plane's mode (or the chain's stress level, ``column="stress"``) at
+    each evaluation, as coloured spans; mode colours are their own palette."""
+    end = domain[1] if domain is not None else None
+    spans = mode_spans(timeline, column, end)
+    present = spans["mode"].unique().to_list()
+    order = [m for m in MODE_COLORS if m in present] + sorted(
+        m for m in present if m not in MODE_COLORS)
+    colors = mode_colors(order)
+    if title is None:
+        title = "Mode of the control plane" if column == "mode" else "Chain stress level"
+    return (alt.Chart(spans, title=alt.Title(title, subtitle="held from one evaluation to "
+                                                             "the next"))
+            .mark_bar(height=16).encode(
+                x=_time_x("start_s", domain), x2="end_s:Q",
+                y=alt.Y("mode:N", title=None, sort=order),
+                color=alt.Color("mode:N", title="mode" if column == "mode" else "stress",
+                                scale=alt.Scale(domain=order, range=[colors[m] for m in order]),
+                                legend=None),
+                tooltip=["mode:N", alt.Tooltip("start_s:Q", title="from (s)"),
+                         alt.Tooltip("end_s:Q", title="to (s)")])
+            .properties(width=PANEL_WIDTH, height=24 * max(len(order), 1) + 10))
+
+
+def audit_events(decisions: pl.DataFrame, holds: bool = False, domain=None) -> alt.Chart:
+    """Each decision as a mark on the timeline: one row per action (the axis names it),
+    coloured by the stage that decided; its reason is in the tooltip."""
     d = decisions if holds else decisions.filter(pl.col("action") != "hold")
     d = d.select("decided_at_s", "effective_at_s", "stage", "action", "target", "reason")
-    return (alt.Chart(d, title="Decisions").mark_tick(thickness=2, size=14).encode(
-        x=alt.X("decided_at_s:Q", title="time (s)"),
-        y=alt.Y("stage:N", title=None),
-        color=alt.Color("action:N"),
-        tooltip=["decided_at_s:Q", "effective_at_s:Q", "stage:N", "action:N", "target:N",
-                 "reason:N"]).properties(height=120))
+    actions = sorted(d["action"].unique().to_list())
+    title = alt.Title("Decisions", subtitle="each change, by action (holds not shown)"
+                      if not holds else "each evaluation's decision, by action")
+    return (alt.Chart(d, title=title).mark_point(filled=True, size=60, opacity=0.8).encode(
+                x=_time_x("decided_at_s", domain, "time decided (s)"),
+                y=alt.Y("action:N", title=None, sort=actions),
+                color=alt.Color("stage:N", title="decided by"),
+                tooltip=[alt.Tooltip("decided_at_s:Q", title="decided (s)"),
+                         alt.Tooltip("effective_at_s:Q", title="effective (s)"), "stage:N",
+                         "action:N", "target:N", "reason:N"])
+            .properties(width=PANEL_WIDTH, height=20 * max(len(actions), 1) + 10))
 
 
 def run_dashboard(result, bin_s: float = 10.0) -> alt.VConcatChart:
-    """Latency, outcomes, mode timeline and decisions of one run, on one time axis."""
-    parts = [latency_over_time(result.requests, bin_s),
-             outcome_shares(result.requests, bin_s, by_tier=False)]
-    if result.timeline is not None and "mode" in result.timeline.columns:
-        parts.append(mode_timeline(result.timeline))
-    if result.decisions is not None and result.decisions.height:
-        parts.append(audit_events(result.decisions))
-    return alt.vconcat(*parts).resolve_scale(color="independent")
+    """Offered load, latency, outcomes, mode (and chain stress) and decisions of one
+    run, stacked on one shared time axis from 0 to the run's end.
+
+    Works from whatever the run kept: without per-request records the load and
+    outcome panels come from the clients' counters and the latency panel is left
+    out (the subtitle says so).
+    """
+    duration = _span(result)
+    domain = (0.0, duration)
+    counts, source = run_counts(result, bin_s)
+    parts = [offered_load(counts, bin_s, duration, source, domain)]
+    if result.requests is not None:
+        parts.append(latency_over_time(result.requests, bin_s, domain=domain))
+    parts.append(outcome_shares(None, bin_s, by_tier=False, domain=domain, counts=counts,
+                                source=source))
+    tl = result.timeline
+    if tl is not None and "mode" in tl.columns:
+        parts.append(mode_timeline(tl, "mode", domain))
+    if tl is not None and "stress" in tl.columns:
+        parts.append(mode_timeline(tl, "stress", domain))
+    if result.decisions is not None and result.decisions.filter(
+            pl.col("action") != "hold").height:
+        parts.append(audit_events(result.decisions, domain=domain))
+    name = (result.info or {}).get("scenario", "run")
+    note = ("" if result.requests is not None else
+            "; no per-request records (--no-requests): latency per tier not drawn")
+    return (alt.vconcat(*parts, spacing=18, title=alt.Title(
+                f"{name}: one run, {duration:g} s", offset=12,
+                subtitle=f"all panels share the time axis{note}"))
+            .properties(padding={"top": 8, "left": 8, "right": 8, "bottom": 8})
+            .resolve_scale(x="shared", color="independent", strokeDash="independent",
+                           strokeWidth="independent")
+            .resolve_legend(color="independent"))
+
+
+def outcome_shares_by_run(runs: dict[str, pl.DataFrame], bin_s: float = 10.0, domain=None,
+                          band: tuple[float, float] | None = None, band_label: str = "",
+                          title: str = "Outcomes", subtitle: str | None = None):
+    """Several runs' outcome shares side by side, one column per run, on shared axes;
+    ``band`` shades an interval (e.g. a load spike) in every column."""
+    cols = []
+    for name, requests in runs.items():
+        dom = domain or (0.0, float(requests["arrival_s"].max()))
+        area = outcome_shares(requests, bin_s, by_tier=False, domain=dom).properties(
+            title=alt.Title(name, fontSize=12), width=230, height=150)
+        layers = [area]
+        if band is not None:
+            shade = pl.DataFrame({"start_s": [band[0]], "end_s": [band[1]],
+                                  "label": [band_label]})
+            layers.append(alt.Chart(shade).mark_rect(fill="none", stroke="#000000",
+                                                     strokeDash=[4, 3], strokeWidth=1.2)
+                          .encode(x="start_s:Q", x2="end_s:Q",
+                                  tooltip=[alt.Tooltip("label:N", title="interval")]))
+            layers.append(alt.Chart(shade).mark_text(dy=-6, baseline="bottom", fontSize=10)
+                          .encode(x=alt.X("start_s:Q"), y=alt.value(0), text="label:N"))
+        cols.append(alt.layer(*layers))
+    sub = subtitle or f"share of requests arriving in each {bin_s:g} s bin"
+    return (alt.hconcat(*cols, spacing=12, title=alt.Title(title, subtitle=sub, offset=8))
+            .resolve_scale(x="shared", y="shared"))
+
+
+def compare_series(frame: pl.DataFrame, x: str, y: str, series: str, *, title: str,
+                   x_title: str, y_title: str, subtitle: str | None = None, domain=None,
+                   interpolate: str = "linear", rules: dict[str, float] | None = None,
+                   height: int = 200):
+    """A few named series as lines on one chart, each its own colour and dash (so they
+    stay apart in grey too); ``rules`` marks labelled instants (e.g. a fault's start).
+    Nulls in ``y`` break the lines."""
+    names = list(dict.fromkeys(frame[series].to_list()))
+    dashes = [[1, 0], [6, 3], [2, 2], [8, 2, 2, 2], [4, 4], [1, 3]]
+    base = alt.Chart(frame).mark_line(interpolate=interpolate, strokeWidth=2,
+                                      invalid="break-paths-show-domains").encode(
+        x=_time_x(x, domain, x_title),
+        y=alt.Y(f"{y}:Q", title=y_title),
+        color=alt.Color(f"{series}:N", title=None, sort=names,
+                        scale=alt.Scale(domain=names,
+                                        range=(list(CATEGORY) * 3)[:len(names)])),
+        strokeDash=alt.StrokeDash(f"{series}:N", title=None, sort=names,
+                                  scale=alt.Scale(domain=names,
+                                                  range=(dashes * 3)[:len(names)])),
+        tooltip=[f"{series}:N", alt.Tooltip(f"{x}:Q", title=x_title),
+                 alt.Tooltip(f"{y}:Q", title=y_title, format=".3g")])
+    layers = [base]
+    if rules:
+        r = pl.DataFrame({"at": list(rules.values()), "label": list(rules)})
+        layers.append(alt.Chart(r).mark_rule(color="#555555", strokeDash=[2, 2]).encode(
+            x="at:Q", tooltip=["label:N", alt.Tooltip("at:Q", title=x_title)]))
+        layers.append(alt.Chart(r).mark_text(align="left", dx=3, dy=4, baseline="top",
+                                             fontSize=10, color="#555555")
+                      .encode(x="at:Q", y=alt.value(0), text="label:N"))
+    return alt.layer(*layers, title=alt.Title(title, subtitle=subtitle or alt.Undefined)
+                     ).properties(width=PANEL_WIDTH, height=height)
 
 
 def heatmap(table: pl.DataFrame, x: str, y: str, color: str, title: str | None = None, *,
@@ -221,12 +582,6 @@ def _equals(title: str, value) -> str:
     m = re.fullmatch(r"(.*) \((.+)\)", title)
     shown = f"{value:g}" if isinstance(value, (int, float)) else str(value)
     return f"{m[1]} = {shown} {m[2]}" if m else f"{title} = {shown}"
-
-
-def export(chart, stem, formats=("png", "svg", "pdf")) -> list[Path]:
-    """Write a chart in several formats (offline); returns the files written."""
-    stem = Path(stem)
-    return [save(chart, stem.with_suffix(f".{fmt}")) for fmt in formats]
 
 
 def notebook_renderer(static: bool = False) -> None:

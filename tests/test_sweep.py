@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import polars as pl
 import pytest
@@ -109,7 +110,8 @@ def test_shipped_sweep_and_notebook_parameter_files_are_valid():
     nb = json.loads((ROOT / "notebooks" / "04_policy.ipynb").read_text())
     tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1
-    assert all(f"{k} =" in "".join(tagged[0]["source"]) for k in params)
+    source = "".join(tagged[0]["source"])  # parameters may carry a type: `name: float = 1.0`
+    assert all(re.search(rf"^{k}\s*(:[^=\n]*)?=", source, re.M) for k in params), params
 
 
 # ---- identity by content: edits rerun, stale folders are ignored, leftovers go ------------------

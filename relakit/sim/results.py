@@ -100,9 +100,36 @@ class SimulationResult:
         written.append(write_parquet(self.metrics, out_dir / "metrics.parquet"))
         if self.decisions is not None:
             written.append(write_parquet(self.decisions, out_dir / "decisions.parquet"))
+        if self.timeline is not None:
+            written.append(write_parquet(self.timeline, out_dir / "timeline.parquet"))
         doc = {"info": self.info, "tiers": self.summary.to_dicts()}
         written.append(write_json(doc, out_dir / "summary.json"))
         return written
+
+    @classmethod
+    def read(cls, folder) -> SimulationResult:
+        """A run folder written by :meth:`write` (``relakit simulate``), read back.
+
+        ``summary.json`` and ``metrics.parquet`` must be there; ``requests``,
+        ``decisions`` and ``timeline`` are None when the run did not keep them.
+        """
+        import json
+
+        folder = Path(folder)
+        summary_path, metrics_path = folder / "summary.json", folder / "metrics.parquet"
+        for p in (summary_path, metrics_path):
+            if not p.is_file():
+                raise FileNotFoundError(f"{folder}: not a run folder (no {p.name}); write one "
+                                        "with `relakit simulate SCENARIO --out FOLDER`")
+        doc = json.loads(summary_path.read_text())
+
+        def opt(name):
+            p = folder / f"{name}.parquet"
+            return pl.read_parquet(p) if p.is_file() else None
+
+        return cls(requests=opt("requests"), metrics=pl.read_parquet(metrics_path),
+                   summary=pl.DataFrame(doc.get("tiers", [])), info=doc.get("info", {}),
+                   decisions=opt("decisions"), timeline=opt("timeline"))
 
     def format_summary(self) -> str:
         """The summary as a fixed-width text table for a terminal."""
