@@ -237,7 +237,7 @@ def _lab(args) -> int:
         from relakit.io import write_parquet
 
         table = pl.DataFrame(recs)
-        print(table.group_by("tier", "outcome").len().sort("tier", "outcome"))
+        print(_outcome_counts(table))
         print(f"wrote {write_parquet(table, work / 'requests.parquet')}")
         return 0
     path = lab.record(args.out, time.time() - args.since)
@@ -337,6 +337,21 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--out", default="out/lab/recorded.json", help="record: output file")
     lb.set_defaults(func=_lab)
     return parser
+
+
+def _outcome_counts(table) -> str:
+    """User requests by tier (rows) and outcome (columns), as a plain text table."""
+    tiers, outcomes = ("gold", "silver", "bronze"), ("ok", "error", "timeout", "dropped")
+    counts = {(r["tier"], r["outcome"]): r["len"]
+              for r in table.group_by("tier", "outcome").len().iter_rows(named=True)}
+    rows = [["tier", *outcomes, "requests"]]
+    for tier in tiers:
+        n = [counts.get((tier, o), 0) for o in outcomes]
+        rows.append([tier, *map(str, n), str(sum(n))])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(r, widths, strict=True)))
+                      for r in rows)
 
 
 def main(argv=None) -> int:

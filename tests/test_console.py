@@ -266,3 +266,16 @@ def test_simulate_prints_time_in_each_mode_that_adds_up(tmp_path, capsys):
     parts = re.findall(r"(\w+) (\d+\.\d) s", line)
     assert {name for name, _ in parts} >= {"normal", "survival", "performance"}
     assert line.endswith("(120.0 s in all)")
+
+
+def test_lab_load_prints_its_outcomes_as_a_table_by_tier():
+    from relakit.cli import _outcome_counts
+
+    recs = pl.DataFrame({"tier": ["gold", "bronze", "bronze", "silver", "bronze"],
+                         "outcome": ["ok", "dropped", "ok", "timeout", "dropped"]})
+    lines = _outcome_counts(recs).splitlines()
+    header = lines[0].split()
+    assert header == ["tier", "ok", "error", "timeout", "dropped", "requests"]
+    rows = {x.split()[0]: [int(v) for v in x.split()[1:]] for x in lines[1:]}
+    assert rows == {"gold": [1, 0, 0, 0, 1], "silver": [0, 0, 1, 0, 1],
+                    "bronze": [1, 0, 0, 2, 3]}
