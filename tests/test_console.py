@@ -57,7 +57,11 @@ def _subcommands():
     return sub.choices
 
 
-@pytest.mark.parametrize("name", ["simulate", "replay", "sweep", "figures", "lab"])
+def test_the_usual_subcommands_are_there():
+    assert {"simulate", "replay", "sweep", "figures", "lab"} <= set(_subcommands())
+
+
+@pytest.mark.parametrize("name", sorted(_subcommands()))  # every one, also those added later
 def test_every_option_has_help_and_states_its_default(name):
     sp = _subcommands()[name]
     text = sp.format_help()
