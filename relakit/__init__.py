@@ -5,7 +5,12 @@ The flat ``__all__`` below is the documented API; the subpackages
 ``relakit.plots``, ``relakit.lab``) hold the rest.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:  # one source of truth: pyproject.toml, through the installed package's metadata
+    __version__ = version("relakit")
+except PackageNotFoundError:  # pragma: no cover - imported from a tree never installed
+    __version__ = "unknown"
 
 from relakit.control.controller import replay  # noqa: E402
 from relakit.experiment import simulate  # noqa: E402

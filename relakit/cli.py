@@ -1,7 +1,9 @@
-"""``relakit`` on the command line. Nothing imports this module.
+"""The ``relakit`` command (also ``python -m relakit``); nothing else imports it.
 
 Bad input ends with a one-paragraph message and exit status 2, never a
-traceback: the message names the file, the key and what is allowed.
+traceback: the message names the file, the key and what is allowed. A run
+longer than a few seconds shows a progress line on stderr when stderr is a
+terminal (``relakit.progress``); stdout is the same either way.
 """
 
 from __future__ import annotations
@@ -10,7 +12,54 @@ import argparse
 import sys
 from pathlib import Path
 
+from relakit.progress import Progress, Ticker
 from relakit.scenario import ScenarioError, load_scenario
+
+DESCRIPTION = """\
+relakit is a research workbench for reliability control loops: what happens to
+a fleet near saturation when hedging, shedding, isolation, throttling, circuit
+breaking, repair and readmission are decided by a control plane that only sees
+sampled metrics. It simulates the fleet (numba), checks it against closed forms,
+and runs RelA's policy and the containment chain in closed loop, in replay over
+a recorded trace, or against a live lab on 127.0.0.1."""
+
+EPILOG = """\
+examples:
+  relakit simulate params/scenarios/rela-ramp.yaml --no-requests
+  relakit replay data/traces/step-errors.csv --policy params/policies/rela.yaml --out out/replay
+  relakit sweep params/sweeps/rela-thresholds.yaml
+  relakit <command> --help    options of one command, with their defaults"""
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Keeps the texts' line breaks and ends every option's help with its default."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (not action.option_strings or action.default is argparse.SUPPRESS
+                or "(default" in text):
+            return text
+        if action.required:
+            return f"{text} (required)"
+        if isinstance(action, argparse._StoreTrueAction):
+            return f"{text} (default: off)"
+        return f"{text} (default: %(default)s)"
+
+
+def _version() -> str:
+    """The installed distribution's version (package metadata), not a copy of it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("relakit")
+    except PackageNotFoundError:  # pragma: no cover - running from an uninstalled tree
+        return "unknown (not installed)"
+
+
+def _seconds(spent: dict) -> str:
+    """{name: seconds} as one line with one decimal, and the total."""
+    parts = [f"{k} {v:.1f} s" for k, v in spent.items()]
+    return ", ".join(parts) + f" ({sum(spent.values()):.1f} s in all)"
 
 
 def _simulate(args) -> int:
@@ -23,7 +72,9 @@ def _simulate(args) -> int:
         if Path(args.figure).suffix.lower() not in (".png", ".svg", ".pdf"):
             raise ScenarioError(f"{args.figure}: unsupported figure type "
                                 f"{Path(args.figure).suffix!r}; use .png, .svg or .pdf")
-    result = simulate(sc, seed=args.seed, record_requests=not args.no_requests)
+    with Progress(f"simulate {sc.name}", sc.duration_s, "s simulated") as progress:
+        result = simulate(sc, seed=args.seed, record_requests=not args.no_requests,
+                          progress=progress)
     out = Path(args.out or Path("out") / sc.name)
     written = result.write(out)
     print(result.format_summary())
@@ -33,9 +84,11 @@ def _simulate(args) -> int:
         print("\naudit (changes):")
         print(format_audit(result.decisions))
         if "control" in result.info:
-            print(f"time in each mode (s): {result.info['control']['time_in_mode_s']}")
+            print(f"time in each mode: {_seconds(result.info['control']['time_in_mode_s'])}")
         if "chain" in result.info:
-            print(f"chain actions: {result.info['chain']['actions']}")
+            actions = result.info["chain"]["actions"]
+            print("chain actions: " + (", ".join(f"{k} {n}" for k, n in actions.items())
+                                       or "none"))
     for p in written:
         print(f"wrote {p}")
     if args.figure:
@@ -74,11 +127,13 @@ def _replay(args) -> int:
 
     if args.policy is None and args.chain is None:
         raise ValueError("give --policy, --chain, or both")
-    result = replay(args.trace, args.policy, load_clocks(args.clocks), start_s=args.start,
-                    end_s=args.end, chain=args.chain)
+    with Progress("replay", 1.0, "evaluations") as progress:
+        result = replay(args.trace, args.policy, load_clocks(args.clocks), start_s=args.start,
+                        end_s=args.end, chain=args.chain, progress=progress)
     out = Path(args.out)
     print(result.format_audit())
-    print(f"time in each mode (s): {result.time_in_mode()}")
+    if result.policy is not None:
+        print(f"time in each mode: {_seconds(result.time_in_mode())}")
     for name, table in (("decisions", result.decisions), ("timeline", result.timeline)):
         print(f"wrote {write_parquet(table, out / f'{name}.parquet')}")
     return 0
@@ -210,13 +265,15 @@ def _lab(args) -> int:
         for part in args.phases.split(","):
             seconds, rate = part.split(":")
             phases.append((float(seconds), float(rate)))
-        recs = run_load(lab, phases)
+        total = sum(seconds for seconds, _ in phases)
+        with Ticker(Progress("lab load", total, "s of load"), wall=True):
+            recs = run_load(lab, phases)
         import polars as pl
 
         from relakit.io import write_parquet
 
         table = pl.DataFrame(recs)
-        print(table.group_by("tier", "outcome").len().sort("tier", "outcome"))
+        print(_outcome_counts(table))
         print(f"wrote {write_parquet(table, work / 'requests.parquet')}")
         return 0
     path = lab.record(args.out, time.time() - args.since)
@@ -224,52 +281,117 @@ def _lab(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="relakit", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("simulate", help="run a scenario end to end and write its tables")
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line; every option's help ends with its default."""
+    parser = argparse.ArgumentParser(prog="relakit", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=_Help)
+    parser.add_argument("--version", action="version", version=f"relakit {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+
+    def command(name, help_text, description, wrap=True):
+        import textwrap
+
+        if wrap:
+            description = textwrap.fill(description, 79, break_on_hyphens=False)
+        return sub.add_parser(name, help=help_text, formatter_class=_Help,
+                              description=description)
+
+    p = command("simulate", "run a scenario end to end and write its tables",
+                "Simulate a scenario (with its policy and chain, if it has them), print the "
+                "per-tier summary, the mode changes and the chain's actions, and write "
+                "requests.parquet, metrics.parquet, decisions.parquet and summary.json.")
     p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    p.add_argument("--seed", type=int, default=None,
+                   help="random seed (default: the scenario's `seed`)")
     p.add_argument("--out", default=None, help="output folder (default: out/<scenario name>)")
     p.add_argument("--no-requests", action="store_true",
-                   help="keep no per-request records (memory stays flat)")
-    p.add_argument("--figure", default=None, help="also write a latency figure (.png/.svg/.pdf)")
+                   help="keep no per-request records, so memory stays flat")
+    p.add_argument("--figure", default=None,
+                   help="also write a response-time figure to this .png/.svg/.pdf "
+                        "(default: none)")
     p.set_defaults(func=_simulate)
-    r = sub.add_parser("replay", help="run a policy open loop over a recorded metric trace")
+    r = command("replay", "run a policy or chain open loop over a recorded metric trace",
+                "Run the controller (a policy, a containment chain, or both) over a metric "
+                "trace at the clocks' evaluation instants; print the audit and the time in "
+                "each mode, and write decisions.parquet and timeline.parquet.")
     r.add_argument("trace", help="trace: Prometheus range-query JSON, long CSV, parquet, "
                                  "or a folder of text-exposition snapshots")
-    r.add_argument("--policy", default=None, help="policy YAML")
-    r.add_argument("--chain", default=None, help="containment chain YAML")
-    r.add_argument("--clocks", default=None, help="clocks YAML (default: RelA's)")
+    r.add_argument("--policy", default=None, help="policy YAML (default: none; give "
+                                                  "--policy, --chain or both)")
+    r.add_argument("--chain", default=None, help="containment chain YAML (default: none)")
+    r.add_argument("--clocks", default=None, help="clocks YAML (default: RelA's clocks)")
     r.add_argument("--out", required=True, help="output folder")
-    r.add_argument("--start", type=float, default=None, help="first evaluation (s)")
-    r.add_argument("--end", type=float, default=None, help="last evaluation (s)")
+    r.add_argument("--start", type=float, default=None,
+                   help="first evaluation, seconds (default: the trace's first sample)")
+    r.add_argument("--end", type=float, default=None,
+                   help="last evaluation, seconds (default: the trace's last sample)")
     r.set_defaults(func=_replay)
-    w = sub.add_parser("sweep", help="run a grid of scenario or notebook points")
+    w = command("sweep", "run a grid of scenario or notebook points",
+                "Run every point of a sweep file that is not done yet (a resumed sweep "
+                "skips finished points), each into its own folder, and combine them into "
+                "results.parquet.")
     w.add_argument("sweep", help="sweep YAML")
     w.add_argument("--out", default=None, help="output folder (default: out/sweeps/<name>)")
-    w.add_argument("--scheduler", default=None, help="Dask scheduler address (default: local)")
-    w.add_argument("--workers", type=int, default=None, help="local processes (default: cores)")
+    w.add_argument("--scheduler", default=None,
+                   help="Dask scheduler address, e.g. tcp://127.0.0.1:8786 "
+                        "(default: local processes)")
+    w.add_argument("--workers", type=int, default=None,
+                   help="local processes (default: one per core)")
     w.set_defaults(func=_sweep)
-    f = sub.add_parser("figures", help="export a run folder's standard views (PNG, SVG, PDF)")
+    f = command("figures", "export a run folder's standard views (PNG, SVG, PDF)",
+                "Draw the dashboard of a folder written by `relakit simulate` (without "
+                "--no-requests) and export it offline.")
     f.add_argument("run", help="a folder written by `relakit simulate`")
-    f.add_argument("--out", default="figures", help="output folder (default: figures)")
+    f.add_argument("--out", default="figures", help="output folder")
     f.add_argument("--formats", default="png,svg,pdf", help="comma-separated: png,svg,pdf")
     f.set_defaults(func=_figures)
-    lb = sub.add_parser("lab", help="the live RelA lab on 127.0.0.1: up, load, record, down")
-    lb.add_argument("action", choices=("up", "load", "record", "down"))
+    lb = command("lab", "the live RelA lab on 127.0.0.1: up, load, record, down",
+                 "RelA itself, on 127.0.0.1 only (Prometheus: Debian's package).\n\n"
+                 "  up      start the config server, the data-plane instances, Prometheus\n"
+                 "          and the agent (RelA's controller); runs until Ctrl-C or `down`\n"
+                 "  load    send open-loop load to the running lab, phase by phase\n"
+                 "  record  save what Prometheus scraped, for `relakit replay`\n"
+                 "  down    stop the lab", wrap=False)
+    lb.add_argument("action", choices=("up", "load", "record", "down"), help="what to do")
     lb.add_argument("--dir", default="out/lab", help="the lab's working folder")
-    lb.add_argument("--instances", type=int, default=3)
-    lb.add_argument("--policy", default="params/policies/rela.yaml")
-    lb.add_argument("--scrape-s", type=float, default=1.0)
-    lb.add_argument("--window-s", type=float, default=5.0)
-    lb.add_argument("--eval-s", type=float, default=1.0)
-    lb.add_argument("--poll-s", type=float, default=1.0)
+    lb.add_argument("--instances", type=int, default=3, help="up: data-plane instances")
+    lb.add_argument("--policy", default="params/policies/rela.yaml",
+                    help="up: the agent's policy YAML")
+    lb.add_argument("--scrape-s", type=float, default=1.0,
+                    help="up: Prometheus scrape interval, seconds")
+    lb.add_argument("--window-s", type=float, default=5.0,
+                    help="up: the signals' query window, seconds")
+    lb.add_argument("--eval-s", type=float, default=1.0,
+                    help="up: the agent's evaluation interval, seconds")
+    lb.add_argument("--poll-s", type=float, default=1.0,
+                    help="up: the instances' and load generator's config poll interval, "
+                         "seconds")
     lb.add_argument("--phases", default="10:50,20:200,10:50",
-                    help="load: seconds:rate pairs, e.g. 10:50,20:200")
-    lb.add_argument("--since", type=float, default=120.0, help="record: seconds back")
+                    help="load: seconds:rate pairs (rate in requests/s), run in order")
+    lb.add_argument("--since", type=float, default=120.0,
+                    help="record: how far back to record, seconds")
     lb.add_argument("--out", default="out/lab/recorded.json", help="record: output file")
     lb.set_defaults(func=_lab)
+    return parser
+
+
+def _outcome_counts(table) -> str:
+    """User requests by tier (rows) and outcome (columns), as a plain text table."""
+    tiers, outcomes = ("gold", "silver", "bronze"), ("ok", "error", "timeout", "dropped")
+    counts = {(r["tier"], r["outcome"]): r["len"]
+              for r in table.group_by("tier", "outcome").len().iter_rows(named=True)}
+    rows = [["tier", *outcomes, "requests"]]
+    for tier in tiers:
+        n = [counts.get((tier, o), 0) for o in outcomes]
+        rows.append([tier, *map(str, n), str(sum(n))])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(r, widths, strict=True)))
+                      for r in rows)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.func(args)

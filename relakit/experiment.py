@@ -20,21 +20,32 @@ from relakit.scenario import Scenario, load_scenario
 from relakit.sim import Fleet, SimulationResult
 from relakit.sim.results import fleet_columns, node_columns
 
+PROGRESS_STEPS = 200  # open loop, with progress: the run is advanced in this many steps
 
-def simulate(scenario, seed: int | None = None, record_requests: bool = True) -> SimulationResult:
+
+def simulate(scenario, seed: int | None = None, record_requests: bool = True,
+             progress=None) -> SimulationResult:
     """Run a scenario (a path, a dict or a :class:`Scenario`) end to end.
 
     The same scenario and seed always give identical tables. With
     ``record_requests=False`` memory stays flat however long the run.
+    ``progress`` (e.g. a :class:`relakit.progress.Progress`) is told the
+    simulated time reached, ``progress.update(t)``, as the run goes; the fleet
+    is then advanced in steps, which gives bit-identical tables.
     """
     sc: Scenario = load_scenario(scenario)
     wall = time.perf_counter()
     fleet = Fleet(sc, seed=seed, record_requests=record_requests)
     if sc.policy is None and sc.chain is None:
-        fleet.advance(sc.duration_s)
+        steps = [sc.duration_s] if progress is None else np.linspace(
+            0.0, sc.duration_s, PROGRESS_STEPS + 1)[1:]
+        for t in steps:
+            fleet.advance(float(t))
+            if progress is not None:
+                progress.update(float(t))
         result = fleet.result()
     else:
-        controller, chain = run_closed_loop(fleet, sc)
+        controller, chain = run_closed_loop(fleet, sc, progress)
         result = fleet.result()
         parts = []
         if controller is not None:
@@ -46,7 +57,8 @@ def simulate(scenario, seed: int | None = None, record_requests: bool = True) ->
                 **{k: np.array([v[i] for v in controller.values])
                    for i, k in enumerate(controller.policy.signals)},
             })
-            result.info["control"] = control_summary(parts[0], result.timeline, controller)
+            result.info["control"] = control_summary(parts[0], result.timeline, controller,
+                                                     sc.duration_s)
         if chain is not None:
             parts.append(chain.decisions(sc.clocks))
             result.info["chain"] = chain_summary(chain, fleet)
@@ -63,7 +75,7 @@ def simulate(scenario, seed: int | None = None, record_requests: bool = True) ->
     return result
 
 
-def run_closed_loop(fleet: Fleet, sc: Scenario):
+def run_closed_loop(fleet: Fleet, sc: Scenario, progress=None):
     """Evaluate at every eval instant; apply the latest decisions at every config poll.
 
     At an instant that is both, the evaluation comes first, so a decision with
@@ -109,6 +121,8 @@ def run_closed_loop(fleet: Fleet, sc: Scenario):
             latest = _latest(nodes, t - clk.propagation_s)
             if latest is not None:
                 _apply_node_controls(fleet, latest)
+        if progress is not None:
+            progress.update(float(t))
     fleet.advance(sc.duration_s)
     return controller, chain
 
@@ -190,7 +204,8 @@ class FleetView:
         return TSDB(self._targets)
 
 
-def control_summary(decisions: pl.DataFrame, timeline: pl.DataFrame, controller) -> dict:
+def control_summary(decisions: pl.DataFrame, timeline: pl.DataFrame, controller,
+                    duration_s: float) -> dict:
     """Time in each mode, and for each mode change its detection and actuation delays.
 
     Detection delay: from the first evaluation of the breaching run that led to
@@ -207,6 +222,5 @@ def control_summary(decisions: pl.DataFrame, timeline: pl.DataFrame, controller)
                         "effective_at_s": r["effective_at_s"],
                         "detection_delay_s": r["decided_at_s"] - first,
                         "actuation_delay_s": r["effective_at_s"] - r["decided_at_s"]})
-    return {"time_in_mode_s": time_in_mode(timeline, controller.clocks.eval_s,
-                                           controller.policy),
+    return {"time_in_mode_s": time_in_mode(timeline, controller.policy, 0.0, duration_s),
             "mode_changes": changes}

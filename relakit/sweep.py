@@ -27,6 +27,7 @@ same sweep give the same results. Local runs use one process per core;
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -42,6 +43,7 @@ import numpy as np
 import polars as pl
 
 from relakit.io import write_json, write_parquet
+from relakit.progress import Progress, Ticker
 from relakit.validate import Reader, load_yaml
 
 # scenario keys whose string value names another file the point reads
@@ -308,41 +310,47 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     write_json({"name": spec.name, "kind": spec.kind, "target": spec.target,
                 "points": len(points), "inputs": digest, "ignored_folders": stale},
                out / "sweep.json")
-    report = progress or _print_progress
+    line = None
+    if progress is None:  # a line on stderr when it is a terminal (relakit.progress)
+        line = Progress("sweep", len(points), "points", start=len(points) - len(todo))
+        progress = _line_reporter(line)
+    report = progress
     done, failed, t0 = len(points) - len(todo), 0, time.perf_counter()
     report(done, failed, len(points), t0)
-    if scheduler:
-        from distributed import Client, as_completed
+    with Ticker(line) if line is not None else contextlib.nullcontext():
+        if scheduler:
+            from distributed import Client, as_completed
 
-        with Client(scheduler) as client:
-            futures = [client.submit(run_point, spec, p, str(out), digest[point_id(p)],
-                                     key=f"point-{point_id(p)}-{digest[point_id(p)]}",
-                                     pure=False) for p in todo]
-            for fut in as_completed(futures):
-                m = fut.result()
-                done, failed = done + 1, failed + (m["status"] != "ok")
-                report(done, failed, len(points), t0)
-    elif todo:
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        n = workers or min(len(todo), os.cpu_count() or 1)
-        if n <= 1 or len(todo) == 1:
-            for p in todo:
-                m = run_point(spec, p, str(out), digest[point_id(p)])
-                done, failed = done + 1, failed + (m["status"] != "ok")
-                report(done, failed, len(points), t0)
-        else:
-            import multiprocessing as mp
-
-            # spawn, not fork: forking a process whose polars/numba thread pools are
-            # running can deadlock the child
-            with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as pool:
-                futs = [pool.submit(run_point, spec, p, str(out), digest[point_id(p)])
-                        for p in todo]
-                for fut in as_completed(futs):
+            with Client(scheduler) as client:
+                futures = [client.submit(run_point, spec, p, str(out), digest[point_id(p)],
+                                         key=f"point-{point_id(p)}-{digest[point_id(p)]}",
+                                         pure=False) for p in todo]
+                for fut in as_completed(futures):
                     m = fut.result()
                     done, failed = done + 1, failed + (m["status"] != "ok")
                     report(done, failed, len(points), t0)
+        elif todo:
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            n = workers or min(len(todo), os.cpu_count() or 1)
+            if n <= 1 or len(todo) == 1:
+                for p in todo:
+                    m = run_point(spec, p, str(out), digest[point_id(p)])
+                    done, failed = done + 1, failed + (m["status"] != "ok")
+                    report(done, failed, len(points), t0)
+            else:
+                import multiprocessing as mp
+
+                # spawn, not fork: forking a process whose polars/numba thread pools are
+                # running can deadlock the child
+                spawn = mp.get_context("spawn")
+                with ProcessPoolExecutor(max_workers=n, mp_context=spawn) as pool:
+                    futs = [pool.submit(run_point, spec, p, str(out), digest[point_id(p)])
+                            for p in todo]
+                    for fut in as_completed(futs):
+                        m = fut.result()
+                        done, failed = done + 1, failed + (m["status"] != "ok")
+                        report(done, failed, len(points), t0)
     return combine(out)
 
 
@@ -426,13 +434,12 @@ def manifests(out_dir) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
-def _print_progress(done, failed, total, t0):
-    elapsed = time.perf_counter() - t0
-    rate = done / elapsed if elapsed > 0 and done else 0
-    left = (total - done) / rate if rate else float("nan")
-    print(f"\rsweep: {done}/{total} done, {failed} failed, {elapsed:.0f} s elapsed, "
-          f"~{left:.0f} s left   ", end="" if done < total else "\n", file=sys.stderr,
-          flush=True)
+def _line_reporter(line: Progress):
+    """The default report: the sweep's progress line (points done, failed, time left;
+    no estimate until a point of this run has finished)."""
+    def report(done, failed, total, t0):
+        line.update(done, f"{failed} failed")
+    return report
 
 
 __all__ = ["SweepSpec", "combine", "load_sweep", "manifests", "point_id", "point_inputs",

@@ -108,6 +108,8 @@ class ReplayResult:
     timeline: pl.DataFrame  # time_s, mode, one column per signal
     policy: P.Policy | None
     clocks: Clocks
+    start_s: float = 0.0  # the replayed span: time in each mode sums to end_s - start_s
+    end_s: float = 0.0
 
     def format_audit(self) -> str:
         return format_audit(self.decisions)
@@ -115,23 +117,28 @@ class ReplayResult:
     def time_in_mode(self) -> dict:
         if self.policy is None:
             return {}
-        return time_in_mode(self.timeline, self.clocks.eval_s, self.policy)
+        return time_in_mode(self.timeline, self.policy, self.start_s, self.end_s)
 
 
 def replay(trace, policy=None, clocks=None, start_s: float | None = None,
            end_s: float | None = None, chain=None, servers=None,
-           weights=None, times=None) -> ReplayResult:
+           weights=None, times=None, progress=None) -> ReplayResult:
     """Run the controller (a policy, a containment chain, or both) open loop over a
     metric trace (long table, file or TSDB), at the clocks' evaluation instants or at
     the given ``times`` (e.g. a live controller's, to compare with it). The chain's
-    repairs are recorded, not done: a trace cannot be mended."""
+    repairs are recorded, not done: a trace cannot be mended. ``progress`` (e.g. a
+    :class:`relakit.progress.Progress`) is told the evaluations done."""
     if policy is None and chain is None:
         raise ValueError("replay needs a policy, a chain, or both")
     clk = load_clocks(clocks)
     tsdb = as_tsdb(trace)
-    times = (_eval_times(tsdb, clk, start_s, end_s) if times is None
-             else np.asarray(times, dtype=float))
+    lo, hi = _span(tsdb, start_s, end_s)
+    times = clk.eval_times(lo, hi) if times is None else np.asarray(times, dtype=float)
+    if times.size:  # given instants may reach past the trace
+        lo, hi = min(lo, float(times[0])), max(hi, float(times[-1]))
     parts, timeline, pol = [], pl.DataFrame({"time_s": times}), None
+    if progress is not None:
+        progress.update(0, total=times.size)
     if policy is not None:
         pol = P.load_policy(policy)
         sig = signal_matrix(pol, tsdb, times, clk.window_s)
@@ -147,15 +154,19 @@ def replay(trace, policy=None, clocks=None, start_s: float | None = None,
         ch = load_chain(chain)
         ch.reset()
         ages = sample_age(tsdb, times)
-        for t, age in zip(times, ages, strict=True):
+        for k, (t, age) in enumerate(zip(times, ages, strict=True)):
             ch.evaluate(tsdb, float(t), clk.window_s, servers, signal_age_s=float(age),
                         base_weights=weights)
+            if progress is not None:
+                progress.update(k + 1)
         parts.append(ch.decisions(clk))
         timeline = timeline.with_columns(
             working_nodes=pl.Series([w for _, w, _ in ch.history]),
             stress=pl.Series([s for _, _, s in ch.history]))
+    if progress is not None:
+        progress.update(times.size)
     decisions = pl.concat(parts).sort("decided_at_s", maintain_order=True)
-    return ReplayResult(decisions, timeline, pol, clk)
+    return ReplayResult(decisions, timeline, pol, clk, lo, hi)
 
 
 def as_tsdb(trace) -> TSDB:
@@ -169,9 +180,10 @@ def as_tsdb(trace) -> TSDB:
     return TSDB.from_long(read_trace(trace))
 
 
-def _eval_times(tsdb: TSDB, clk: Clocks, start_s, end_s) -> np.ndarray:
+def _span(tsdb: TSDB, start_s, end_s) -> tuple[float, float]:
+    """The replayed span: the trace's, unless start or end is given."""
     lo, hi = tsdb.span
-    return clk.eval_times(lo if start_s is None else start_s, hi if end_s is None else end_s)
+    return (float(lo if start_s is None else start_s), float(hi if end_s is None else end_s))
 
 
 # ---- the audit ------------------------------------------------------------------------------
@@ -288,10 +300,30 @@ def format_audit(decisions: pl.DataFrame, holds: bool = False) -> str:
     return "\n".join(lines) if lines else "(no decisions)"
 
 
-def time_in_mode(timeline: pl.DataFrame, eval_s: float, policy: P.Policy) -> dict:
-    counts = dict(timeline.group_by("mode").len().iter_rows())
-    return {name: counts.get(name, 0) * eval_s
-            for name in ["normal"] + [m.name for m in policy.modes]}
+def hold_times(times, start_s: float, end_s: float) -> tuple[float, np.ndarray]:
+    """How long each evaluation's decision stands, and the time before the first.
+
+    A mode decided at an evaluation holds until the next evaluation, the last
+    one until ``end_s``; before the first evaluation the controller is in
+    normal. So the lead plus the hold times is ``end_s - start_s``, the run's
+    duration. (Counting one evaluation interval per evaluation instead counted
+    the instants at both ends of [0, duration]: 902 s for a 900 s run.)
+    """
+    times = np.asarray(times, dtype=float)
+    if times.size == 0:
+        return float(end_s - start_s), times
+    return float(times[0] - start_s), np.diff(np.append(times, float(end_s)))
+
+
+def time_in_mode(timeline: pl.DataFrame, policy: P.Policy, start_s: float,
+                 end_s: float) -> dict:
+    """Seconds in each mode (normal first) over [start_s, end_s]; they sum to its length."""
+    lead, held = hold_times(timeline["time_s"].to_numpy(), start_s, end_s)
+    names = ["normal"] + [m.name for m in policy.modes]
+    spent = dict(pl.DataFrame({"mode": timeline["mode"], "held": held})
+                 .group_by("mode").agg(pl.col("held").sum()).iter_rows()) if held.size else {}
+    spent["normal"] = spent.get("normal", 0.0) + lead
+    return {name: round(float(spent.get(name, 0.0)), 6) for name in names}
 
 
 def sweep_thresholds(trace, policy, clocks=None, settings=None, start_s=None,
@@ -322,11 +354,14 @@ def sweep_thresholds(trace, policy, clocks=None, settings=None, start_s=None,
     thresholds = np.tile(base, (grid.height, 1))
     for col in grid.columns:
         thresholds[:, cond_names.index(col)] = grid[col].cast(pl.Float64).to_numpy()
-    times = _eval_times(tsdb, clk, start_s, end_s)
+    lo, hi = _span(tsdb, start_s, end_s)
+    times = clk.eval_times(lo, hi)
     sig = signal_matrix(pol, tsdb, times, clk.window_s)
     cs, co, _, when, exit_when, mode_i, mode_f = pol.compiled()
+    lead, held = hold_times(times, lo, hi)
     time_in, changes, first = P.sweep(times, sig, cs, co, thresholds, when, exit_when, mode_i,
-                                      mode_f, clk.eval_s)
+                                      mode_f, held)
+    time_in[:, -1] += lead  # normal before the first evaluation
     cols = {f"time_in_{m.name}_s": time_in[:, i] for i, m in enumerate(pol.modes)}
     cols["time_in_normal_s"] = time_in[:, -1]
     cols.update({f"first_{m.name}_s": first[:, i] for i, m in enumerate(pol.modes)})

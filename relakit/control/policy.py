@@ -224,11 +224,13 @@ def run(times, signals, cond_sig, cond_op, cond_thr, when, exit_when, mode_i, mo
 
 @njit(cache=True)
 def sweep(times, signals, cond_sig, cond_op, thresholds, when, exit_when, mode_i, mode_f,
-          eval_s):
+          held):
     """Many threshold settings (rows of ``thresholds``) over one trace, no records kept.
 
-    Returns per setting: seconds in each mode (then normal), mode changes, and
-    the first entry time of each mode (NaN if never).
+    ``held[i]`` is how long the mode decided at ``times[i]`` stands (until the
+    next evaluation; see ``controller.hold_times``). Returns per setting:
+    seconds in each mode (then normal), mode changes, and the first entry time
+    of each mode (NaN if never).
     """
     n = thresholds.shape[0]
     m = when.shape[0]
@@ -244,7 +246,7 @@ def sweep(times, signals, cond_sig, cond_op, thresholds, when, exit_when, mode_i
         for i in range(times.shape[0]):
             mode, _ = step(state_i, state_f, times[i], signals[i], cond_sig, cond_op,
                            thresholds[s], when, exit_when, mode_i, mode_f, buf)
-            time_in[s, mode if mode >= 0 else m] += eval_s
+            time_in[s, mode if mode >= 0 else m] += held[i]
             if mode != prev:
                 changes[s] += 1
                 if mode >= 0 and first[s, mode] != first[s, mode]:

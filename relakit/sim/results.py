@@ -86,6 +86,8 @@ class SimulationResult:
             "hedges_won": int(fc[K.F_HEDGES_WON]),
             "cancelled": int(st.node_c[:, K.NC_CANCELLED].sum()),
             "flags_at_end": fleet.flags(),
+            # a fault can answer wrongly (with success status): the summary shows `wrong`
+            "wrong_possible": any(f.wrong_rate > 0 for f in sc.faults),
             "latency_note": "latency quantiles are over successful (ok) requests",
             "versions": versions(),
         }
@@ -131,13 +133,31 @@ class SimulationResult:
                    summary=pl.DataFrame(doc.get("tiers", [])), info=doc.get("info", {}),
                    decisions=opt("decisions"), timeline=opt("timeline"))
 
-    def format_summary(self) -> str:
-        """The summary as a fixed-width text table for a terminal."""
+    def format_summary(self, wrong: bool | None = None) -> str:
+        """The summary as a fixed-width text table for a terminal.
+
+        The ``wrong`` column (ok to the client, but a wrong answer) is shown
+        whenever a fault can answer wrongly or a wrong answer was counted
+        (``wrong=None``), so a silent failure is not silent on the console.
+        Every column has one number format: counts as integers, the success
+        ratio with 4 decimals, amplification with 3, and the latency columns
+        all with the decimals that give their smallest value 3 digits.
+        """
+        if wrong is None:
+            wrong = bool(self.info.get("wrong_possible")) or (
+                "wrong" in self.summary.columns and int(self.summary["wrong"].sum()) > 0)
         cols = ["tier", "requests", "success_ratio", "error", "timeout", "dropped",
-                "mean_ms", "p50_ms", "p99_ms", "p999_ms", "amplification"]
-        rows = [cols] + [[_fmt(r[c]) for c in cols] for r in self.summary.iter_rows(named=True)]
+                *(["wrong"] if wrong else []), "mean_ms", "p50_ms", "p99_ms", "p999_ms",
+                "amplification"]
+        ms = [c for c in cols if c.endswith("_ms")]
+        ms_dec = _decimals(np.concatenate([self.summary[c].to_numpy() for c in ms]))
+        decimals = {"success_ratio": 4, "amplification": 3, **dict.fromkeys(ms, ms_dec)}
+        rows = [cols] + [[_fmt(r[c], decimals.get(c)) for c in cols]
+                         for r in self.summary.iter_rows(named=True)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
-        lines = ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in rows]
+        lines = ["  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                           for i, (v, w) in enumerate(zip(row, widths, strict=True)))
+                 for row in rows]
         i = self.info
         head = (f"scenario {i['scenario']}  seed {i['seed']}  {i['duration_s']:g} s simulated  "
                 f"offered {i['offered_rps']:.1f} rps  goodput {i['goodput_rps']:.1f} rps  "
@@ -145,9 +165,20 @@ class SimulationResult:
         return "\n".join([head, *lines])
 
 
-def _fmt(v) -> str:
+def _decimals(values: np.ndarray, digits: int = 3, most: int = 3) -> int:
+    """Decimals that show the smallest nonzero |value| with ``digits`` significant digits."""
+    v = np.abs(values[np.isfinite(values) & (values != 0)])
+    if v.size == 0:
+        return 1
+    return int(np.clip(digits - 1 - np.floor(np.log10(v.min())), 0, most))
+
+
+def _fmt(v, decimals: int | None = None) -> str:
+    """One cell: integers as they are, floats with the column's decimals, no data as '-'."""
     if isinstance(v, float):
-        return "nan" if v != v else f"{v:.4g}" if abs(v) < 1e5 else f"{v:.0f}"
+        if v != v:
+            return "-"
+        return f"{v:.{decimals}f}" if decimals is not None else f"{v:g}"
     return str(v)
 
 
