@@ -18,7 +18,7 @@ from relakit.control import TSDB, Controller, Target
 from relakit.control.controller import sample_age, time_in_mode
 from relakit.scenario import Scenario, load_scenario
 from relakit.sim import Fleet, SimulationResult
-from relakit.sim.results import fleet_columns, node_columns
+from relakit.sim.longtable import fleet_columns, node_columns
 
 
 def simulate(scenario, seed: int | None = None, record_requests: bool = True) -> SimulationResult:

@@ -37,6 +37,29 @@ def write_parquet(df, path) -> Path:
     return atomic_write(path, lambda tmp: df.write_parquet(tmp))
 
 
+def write_parquet_chunks(frames, path) -> Path:
+    """One parquet file from frames of one schema, each a row group, none held after it is
+    written: a long table goes to disk in the memory of one chunk."""
+    import pyarrow.parquet as pq
+
+    def write(tmp):
+        writer = None
+        try:
+            for df in frames:
+                table = df.to_arrow()
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+                writer.write_table(table)
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is None:
+            raise ValueError(f"{path}: no frames to write (expected at least one, "
+                             "possibly empty, to give the schema)")
+
+    return atomic_write(path, write)
+
+
 def write_json(obj, path) -> Path:
     def dump(tmp):
         with open(tmp, "w") as fh:
