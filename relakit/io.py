@@ -7,6 +7,7 @@ either the old file or the whole new one.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tempfile
@@ -38,26 +39,33 @@ def write_parquet(df, path) -> Path:
 
 
 def write_parquet_chunks(frames, path) -> Path:
-    """One parquet file from frames of one schema, each a row group, none held after it is
-    written: a long table goes to disk in the memory of one chunk."""
-    import pyarrow.parquet as pq
+    """One parquet file from a stream of frames of one schema, none held after it is written.
 
-    def write(tmp):
-        writer = None
-        try:
-            for df in frames:
-                table = df.to_arrow()
-                if writer is None:
-                    writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
-                writer.write_table(table)
-        finally:
-            if writer is not None:
-                writer.close()
-        if writer is None:
-            raise ValueError(f"{path}: no frames to write (expected at least one, "
-                             "possibly empty, to give the schema)")
+    polars' streaming sink pulls the frames one at a time (through its IO-source
+    hook), so a long table goes to disk in the memory of about one frame.
+    """
+    from polars.io.plugins import register_io_source
 
-    return atomic_write(path, write)
+    frames = iter(frames)
+    first = next(frames, None)
+    if first is None:
+        raise ValueError(f"{path}: no frames to write (expected at least one, possibly "
+                         "empty, to give the schema)")
+    schema, pending = first.schema, [first]
+    del first
+
+    def source(with_columns, predicate, n_rows, batch_size):
+        if not pending:  # a second pull would find the stream spent: never write half
+            raise RuntimeError(f"{path}: the frames were already consumed")
+        for df in itertools.chain([pending.pop()], frames):
+            if with_columns is not None:
+                df = df.select(with_columns)
+            if predicate is not None:
+                df = df.filter(predicate)
+            yield df
+
+    lazy = register_io_source(source, schema=schema)
+    return atomic_write(path, lambda tmp: lazy.sink_parquet(tmp))
 
 
 def write_json(obj, path) -> Path:

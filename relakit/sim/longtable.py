@@ -5,8 +5,9 @@ fleet-wide series into ``out.fleet[sample, column]``; the long table has one
 row per (time, node, series), ordered by ``time_s``, ``node``, ``name``.
 
 Why this module exists: building that table as one small frame per series,
-concatenated and then sorted, held about eight copies of it at once (1.24 GB
-at the peak for a 166 MB table after 50 M requests). Here the order is
+concatenated and then sorted, held several copies of it at once (a
+``relakit simulate --no-requests`` of 50 M requests peaked at 1,327 MB, against
+388 MB with this module; see ``benchmarks/bench_memory.py``). Here the order is
 computed rather than sorted: the (time, node) *blocks* of the grid are put in
 time order with one ``lexsort`` over blocks (not rows), and every block lists
 its series in the same name order. Each column is then filled straight from
@@ -32,8 +33,10 @@ import polars as pl
 
 from relakit.sim import kernel as K
 
-#: rows built at a time: bounds the builder's working memory (a few tens of MB)
-CHUNK_ROWS = 1 << 20
+#: rows built (and written) at a time: bounds the working memory to a few MB a chunk
+CHUNK_ROWS = 1 << 16
+#: rows a piece of the in-memory table (:meth:`MetricsGrid.table`)
+TABLE_CHUNK_ROWS = 1 << 18
 
 _NODE_SERIES = {K.M_BUSY: "busy_servers", K.M_QLEN: "queue_length", K.M_IN_FLIGHT: "in_flight",
                 K.M_BUSY_SECONDS: "busy_seconds_total", K.M_WRONG: "wrong_answers_total",
@@ -141,11 +144,12 @@ class MetricsGrid:
             fleet_cols)
 
     # ---- the table --------------------------------------------------------------------
-    def chunks(self, rows: int = CHUNK_ROWS) -> Iterator[pl.DataFrame]:
-        """The long table in consecutive pieces of about ``rows`` rows (whole blocks each).
-
-        Always yields at least one frame (an empty one for a run with no samples).
+    def chunks(self, rows: int | None = None) -> Iterator[pl.DataFrame]:
+        """The long table in consecutive pieces of about ``rows`` rows (whole blocks each;
+        default :data:`CHUNK_ROWS`). Always yields at least one frame (an empty one for a
+        run with no samples).
         """
+        rows = CHUNK_ROWS if rows is None else rows
         node_cols, fleet_cols = self._series()
         n_node = len(node_cols)
         labels = _Labels(node_cols + fleet_cols)
@@ -185,5 +189,9 @@ class MetricsGrid:
                 return
 
     def table(self) -> pl.DataFrame:
-        """The whole long table (its chunks side by side, not copied into one)."""
-        return pl.concat(list(self.chunks()), rechunk=False)
+        """The whole long table (its chunks side by side, not copied into one).
+
+        Larger pieces than :meth:`chunks` gives a writer: the table is held anyway, and
+        fewer pieces keep later operations on it quick.
+        """
+        return pl.concat(list(self.chunks(TABLE_CHUNK_ROWS)), rechunk=False)
