@@ -15,7 +15,9 @@ Each run is a fresh ``relakit simulate`` process (after one small warm-up run
 fills numba's cache, so no figure includes compiling); its peak resident set
 comes from ``os.wait4`` (the kernel's ``ru_maxrss`` for that child alone),
 the whole process: interpreter, imports, kernel, tables and the parquet
-write. A benchmark, not a test: nothing here asserts a size.
+write. MB here are MiB (``ru_maxrss`` is in KiB on Linux). The figure moves by
+tens of MB between sessions on a shared machine: compare rows of one run.
+A benchmark, not a test: nothing here asserts a size.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ row per (time, node, series), ordered by ``time_s``, ``node``, ``name``.
 
 Why this module exists: building that table as one small frame per series,
 concatenated and then sorted, held several copies of it at once (a
-``relakit simulate --no-requests`` of 50 M requests peaked at 1,327 MB, against
-388 MB with this module; see ``benchmarks/bench_memory.py``). Here the order is
+``relakit simulate --no-requests`` of 50 M requests peaked at 1,250 MB, against
+312 MB with this module; see ``benchmarks/bench_memory.py``). Here the order is
 computed rather than sorted: the (time, node) *blocks* of the grid are put in
 time order with one ``lexsort`` over blocks (not rows), and every block lists
 its series in the same name order. Each column is then filled straight from
