@@ -44,9 +44,13 @@ def write_parquet_chunks(frames, path) -> Path:
     polars' streaming sink pulls the frames one at a time (through its IO-source
     hook), so a long table goes to disk in the memory of about one frame.
     """
-    from polars.io.plugins import register_io_source
-
     frames = iter(frames)
+    try:
+        from polars.io.plugins import register_io_source
+    except ImportError:  # an older polars without IO sources: one frame, as before
+        import polars as pl
+
+        return write_parquet(pl.concat(list(frames)), path)
     first = next(frames, None)
     if first is None:
         raise ValueError(f"{path}: no frames to write (expected at least one, possibly "
