@@ -38,6 +38,7 @@ lint: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_kernel.py
 	$(BIN)/python benchmarks/bench_replay.py
+	$(BIN)/python benchmarks/bench_memory.py
 
 # JupyterLab on loopback with the relakit kernel
 lab: setup

@@ -18,7 +18,7 @@ from relakit.control import TSDB, Controller, Target
 from relakit.control.controller import sample_age, time_in_mode
 from relakit.scenario import Scenario, load_scenario
 from relakit.sim import Fleet, SimulationResult
-from relakit.sim.results import fleet_columns, node_columns
+from relakit.sim.longtable import fleet_columns, node_columns
 
 PROGRESS_STEPS = 200  # open loop, with progress: the run is advanced in this many steps
 

@@ -7,6 +7,7 @@ either the old file or the whole new one.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tempfile
@@ -39,6 +40,40 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None],
 
 def write_parquet(df, path) -> Path:
     return atomic_write(path, lambda tmp: df.write_parquet(tmp))
+
+
+def write_parquet_chunks(frames, path) -> Path:
+    """One parquet file from a stream of frames of one schema, none held after it is written.
+
+    polars' streaming sink pulls the frames one at a time (through its IO-source
+    hook), so a long table goes to disk in the memory of about one frame.
+    """
+    frames = iter(frames)
+    try:
+        from polars.io.plugins import register_io_source
+    except ImportError:  # an older polars without IO sources: one frame, as before
+        import polars as pl
+
+        return write_parquet(pl.concat(list(frames)), path)
+    first = next(frames, None)
+    if first is None:
+        raise ValueError(f"{path}: no frames to write (expected at least one, possibly "
+                         "empty, to give the schema)")
+    schema, pending = first.schema, [first]
+    del first
+
+    def source(with_columns, predicate, n_rows, batch_size):
+        if not pending:  # a second pull would find the stream spent: never write half
+            raise RuntimeError(f"{path}: the frames were already consumed")
+        for df in itertools.chain([pending.pop()], frames):
+            if with_columns is not None:
+                df = df.select(with_columns)
+            if predicate is not None:
+                df = df.filter(predicate)
+            yield df
+
+    lazy = register_io_source(source, schema=schema)
+    return atomic_write(path, lambda tmp: lazy.sink_parquet(tmp))
 
 
 def write_json(obj, path, mode: int | None = None) -> Path:

@@ -10,14 +10,14 @@ when records are switched off.
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from relakit.io import write_json, write_parquet
+from relakit.io import write_json, write_parquet, write_parquet_chunks
 from relakit.sim import kernel as K
+from relakit.sim.longtable import MetricsGrid
 
 QUANTILES = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
 
@@ -46,16 +46,40 @@ def versions() -> dict:
             "polars": polars.__version__, "python": platform.python_version()}
 
 
-@dataclass
 class SimulationResult:
-    """What one run produced: three tables and a small dict of run facts."""
+    """What one run produced: three tables and a small dict of run facts.
 
-    requests: pl.DataFrame | None
-    metrics: pl.DataFrame
-    summary: pl.DataFrame
-    info: dict = field(default_factory=dict)
-    decisions: pl.DataFrame | None = None  # the control plane's audit log, closed loop only
-    timeline: pl.DataFrame | None = None  # per evaluation: time_s, mode, signal values
+    ``metrics`` may be given as a :class:`~relakit.sim.longtable.MetricsGrid`
+    (what a run hands over): the long table is then built on first use, and
+    :meth:`write` streams it to parquet in chunks without ever holding it
+    whole, so a long run with records off writes its results in flat memory.
+    """
+
+    def __init__(self, requests: pl.DataFrame | None, metrics: pl.DataFrame | MetricsGrid,
+                 summary: pl.DataFrame, info: dict | None = None,
+                 decisions: pl.DataFrame | None = None, timeline: pl.DataFrame | None = None):
+        self.requests = requests
+        self.metrics = metrics
+        self.summary = summary
+        self.info = {} if info is None else info
+        self.decisions = decisions  # the control plane's audit log, closed loop only
+        self.timeline = timeline  # per evaluation: time_s, mode, signal values
+
+    @property
+    def metrics(self) -> pl.DataFrame:
+        """The long metrics table (``relakit.traces.SCHEMA``), built on first use."""
+        if isinstance(self._metrics, MetricsGrid):
+            self._metrics = self._metrics.table()
+        return self._metrics
+
+    @metrics.setter
+    def metrics(self, value: pl.DataFrame | MetricsGrid) -> None:
+        self._metrics = value
+
+    def __repr__(self) -> str:
+        return (f"SimulationResult(scenario={self.info.get('scenario')!r}, "
+                f"requests={None if self.requests is None else self.requests.height}, "
+                f"summary={self.summary.height} tiers)")
 
     @classmethod
     def from_fleet(cls, fleet) -> SimulationResult:
@@ -64,7 +88,7 @@ class SimulationResult:
         requests = None
         if fleet.cfg.cfg_i[K.CI_RECORD]:
             requests = requests_table(out.rec_f[:n_rec], out.rec_i[:n_rec])
-        metrics = metrics_table(out, st, sc.metrics.latency_buckets_s)
+        metrics = MetricsGrid.from_kernel(out, st, sc.metrics.latency_buckets_s)
         summary = summary_table(out.tier_cnt, out.tier_ext, out.hist, out.lat_sum)
         span = max(fleet.now - sc.warmup_s, 1e-12)
         busy_s = st.node_f[:, K.NF_BUSY_AREA] + st.node_i[:, K.NI_BUSY] * (
@@ -99,7 +123,11 @@ class SimulationResult:
         written = []
         if self.requests is not None:
             written.append(write_parquet(self.requests, out_dir / "requests.parquet"))
-        written.append(write_parquet(self.metrics, out_dir / "metrics.parquet"))
+        if isinstance(self._metrics, MetricsGrid):  # never built: stream it, chunk by chunk
+            written.append(write_parquet_chunks(self._metrics.chunks(),
+                                                out_dir / "metrics.parquet"))
+        else:
+            written.append(write_parquet(self.metrics, out_dir / "metrics.parquet"))
         if self.decisions is not None:
             written.append(write_parquet(self.decisions, out_dir / "decisions.parquet"))
         if self.timeline is not None:
@@ -196,74 +224,6 @@ def requests_table(rec_f: np.ndarray, rec_i: np.ndarray) -> pl.DataFrame:
         "degraded": rec_i[:, 5].astype(bool),
         "correct": rec_i[:, 6].astype(bool),  # false: a silent failure answered it
     })
-
-
-_NODE_SERIES = {K.M_BUSY: "busy_servers", K.M_QLEN: "queue_length", K.M_IN_FLIGHT: "in_flight",
-                K.M_BUSY_SECONDS: "busy_seconds_total", K.M_WRONG: "wrong_answers_total",
-                K.M_CANCELLED: "cancelled_total", K.M_LAT_SUM: "latency_seconds_sum",
-                K.M_LAT_COUNT: "latency_seconds_count"}
-_FLEET_SERIES = {K.F_ATTEMPTS: "attempts_total", K.F_RETRIES: "retries_total",
-                 K.F_RETRIES_DENIED: "retries_denied_total", K.F_HEDGES: "hedges_total",
-                 K.F_HEDGES_WON: "hedges_won_total", K.F_DEGRADED: "degraded_total",
-                 K.F_BREAKER: "breaker_state", K.F_HEDGE_ON: "hedge_enabled",
-                 K.F_DEGRADED_ON: "degraded_mode"}
-_LABELS = ("tier", "outcome", "le")
-
-
-def _long(t, node, name, values, **labels) -> pl.DataFrame:
-    n = len(values)
-    cols = {"time_s": t, "node": node, "name": pl.Series([name] * n, dtype=pl.String)}
-    for lab in _LABELS:
-        v = labels.get(lab)
-        cols[lab] = (pl.Series(v, dtype=pl.String) if v is not None and not isinstance(v, str)
-                     else pl.Series([v] * n, dtype=pl.String))
-    cols["value"] = values
-    return pl.DataFrame(cols)
-
-
-def node_columns(bounds_s) -> list[tuple]:
-    """(column in out.metrics, name, tier, outcome, le) for every per-node series."""
-    cols = [(ti * len(K.OUTCOMES) + oi, "requests_total", tier, outcome, None)
-            for ti, tier in enumerate(K.TIERS) for oi, outcome in enumerate(K.OUTCOMES)]
-    cols += [(col, name, None, None, None) for col, name in _NODE_SERIES.items()]
-    les = [f"{b:g}" for b in bounds_s] + ["+Inf"]
-    cols += [(K.M_BUCKETS + b, "latency_seconds_bucket", None, None, le)
-             for b, le in enumerate(les)]
-    return cols
-
-
-def fleet_columns() -> list[tuple]:
-    """(column in out.fleet, name, tier, outcome, le) for every fleet-wide series."""
-    cols = [(ti * len(K.OUTCOMES) + oi, "client_requests_total", tier, outcome, None)
-            for ti, tier in enumerate(K.TIERS) for oi, outcome in enumerate(K.OUTCOMES)]
-    cols += [(K.F_SHEDDING + ti, "shedding", tier, None, None) for ti, tier in enumerate(K.TIERS)]
-    cols += [(col, name, None, None, None) for col, name in _FLEET_SERIES.items()]
-    return cols
-
-
-def metrics_table(out, st, bounds_s) -> pl.DataFrame:
-    """Long form, as Prometheus would hold it: one row per (time, node, series).
-
-    Columns ``time_s``, ``node``, ``name``, ``tier``, ``outcome``, ``le``, ``value``;
-    a label a series does not have is null. Node -1 holds the fleet-wide series
-    (the clients' view: ``client_requests_total``, attempts, retries, hedges,
-    flags). Each node is sampled on its own phase of the grid.
-    """
-    n_s = st.node_i[:, K.NI_NSAMPLE]
-    s_max = int(n_s.max()) if n_s.size else 0
-    m = out.metrics[:s_max]
-    valid = (np.arange(s_max)[:, None] < n_s[None, :]).ravel()
-    t_flat = out.sample_t[:s_max].ravel()[valid]
-    node_flat = np.tile(np.arange(m.shape[1], dtype=np.int32), s_max)[valid]
-    rows = m.reshape(-1, m.shape[2])[valid]
-    parts = [_long(t_flat, node_flat, name, rows[:, col], tier=tier, outcome=outcome, le=le)
-             for col, name, tier, outcome, le in node_columns(bounds_s)]
-    n_f = int(st.is_[K.IS_NSAMPLE])
-    f, ft = out.fleet[:n_f], out.fleet_t[:n_f]
-    fleet_node = np.full(n_f, -1, dtype=np.int32)
-    parts += [_long(ft, fleet_node, name, f[:, col], tier=tier, outcome=outcome, le=le)
-              for col, name, tier, outcome, le in fleet_columns()]
-    return pl.concat(parts).sort(["time_s", "node", "name"], maintain_order=True)
 
 
 def summary_table(tier_cnt: np.ndarray, tier_ext: np.ndarray, hist: np.ndarray,
