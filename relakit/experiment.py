@@ -25,9 +25,14 @@ def simulate(scenario, seed: int | None = None, record_requests: bool = True) ->
     """Run a scenario (a path, a dict or a :class:`Scenario`) end to end.
 
     The same scenario and seed always give identical tables. With
-    ``record_requests=False`` memory stays flat however long the run.
+    ``record_requests=False`` memory stays flat however long the run. The semantic
+    checks (:mod:`relakit.checks`) run first: errors raise before anything is
+    allocated, warnings are :class:`~relakit.checks.RelakitWarning`.
     """
+    from relakit.checks import check_run, enforce
+
     sc: Scenario = load_scenario(scenario)
+    enforce(check_run(sc, record_requests))
     wall = time.perf_counter()
     fleet = Fleet(sc, seed=seed, record_requests=record_requests)
     if sc.policy is None and sc.chain is None:

@@ -104,7 +104,7 @@ def load_sweep(source) -> SweepSpec:
         r.fail("expected a mapping of fixed overrides", "base")
     return SweepSpec(r.data.get("name", Path(name).stem), kind, str(target), grid, n,
                      {k: tuple(v) for k, v in ranges.items()},
-                     r.number("seed", 0, lo=0, integer=True), base,
+                     r.number("seed", 0, lo=0, hi=2**64 - 1, integer=True), base,
                      bool(r.data.get("record_requests", False)), source=name)
 
 
@@ -132,13 +132,18 @@ def run_point(spec: SweepSpec, point: dict, out_dir: str) -> dict:
 
 
 def _function_point(spec, point, folder, manifest):
+    import warnings
+
+    from relakit.checks import RelakitWarning
     from relakit.experiment import simulate
     from relakit.scenario import load_scenario
 
     overrides = {k: v for k, v in point.items() if k != "seed"}
     sc = load_scenario(spec.target, overrides=overrides)
     seed = int(point["seed"]) if "seed" in point else point_seed(point)
-    result = simulate(sc, seed=seed, record_requests=spec.record_requests)
+    with warnings.catch_warnings():  # the sweep reported them once, before it started
+        warnings.simplefilter("ignore", RelakitWarning)
+        result = simulate(sc, seed=seed, record_requests=spec.record_requests)
     row = result.summary.filter(pl.col("tier") == "all").row(0, named=True)
     flat = {f"param.{k}": v for k, v in point.items()}
     by_tier = {f"{r['tier']}.success_ratio": r["success_ratio"]
@@ -178,7 +183,10 @@ def _notebook_point(spec, point, folder, manifest):
 def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | None = None,
               progress=None) -> pl.DataFrame:
     """Run every point not done yet; return the combined results (done points only)."""
+    from relakit.checks import check_sweep, enforce
+
     spec = spec if isinstance(spec, SweepSpec) else load_sweep(spec)
+    enforce(check_sweep(spec))  # every point's scenario, before any point runs
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     points = spec.points()

@@ -11,6 +11,11 @@ import math
 from typing import Any
 
 
+#: Seeds are 64-bit words (``relakit.sim.rng`` takes them modulo 2**64): the YAML and the
+#: command line both accept exactly 0 .. SEED_MAX.
+SEED_MAX = 2**64 - 1
+
+
 class ScenarioError(ValueError):
     """An input file is not valid; the message says which file, which key and why."""
 
@@ -21,8 +26,10 @@ class Reader:
     def __init__(self, data: Any, source: str, path: str = ""):
         self.source = source
         self.path = path
+        if data is None and not path:
+            self.fail("the file is empty; expected a mapping of keys to values")
         if not isinstance(data, dict):
-            self.fail(f"expected a mapping, got {type(data).__name__}")
+            self.fail(f"expected a mapping, got {_kind(data)}")
         self.data = data
 
     def fail(self, problem: str, key: str | None = None):
@@ -46,11 +53,13 @@ class Reader:
                 return None
             self.fail("is required" if key not in self.data else "must not be null", key)
         if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(f"expected a number, got {value!r}", key)
-        if integer and (not float(value).is_integer()):
-            self.fail(f"expected a whole number, got {value!r}", key)
-        if not math.isfinite(value):
+            self.fail(f"expected a number, got {_kind(value)} {_short(value)}", key)
+        if isinstance(value, float) and not math.isfinite(value):
             self.fail(f"expected a finite number, got {value!r}", key)
+        if integer and isinstance(value, float) and not value.is_integer():
+            self.fail(f"expected a whole number, got {value!r}", key)
+        if not integer and isinstance(value, int) and abs(value) > 1e300:
+            self.fail(f"{_short(value)} is too large", key)
         if lo is not None and (value < lo or (lo_open and value == lo)):
             self.fail(f"{value!r} is out of range: must be {'>' if lo_open else '>='} {lo}", key)
         if hi is not None and value > hi:
@@ -59,9 +68,21 @@ class Reader:
 
     def choice(self, key, allowed, default=None):
         value = self.data.get(key, default)
-        if value not in allowed:
-            self.fail(f"{value!r} is not one of {', '.join(allowed)}", key)
+        if not isinstance(value, str | type(None)) or value not in allowed:
+            self.fail(f"{_short(value)} is not one of {', '.join(map(str, allowed))}", key)
         return value
+
+
+def _kind(value) -> str:
+    """A YAML reader's word for a value's type."""
+    return {type(None): "nothing (null)", bool: "true/false", int: "a number",
+            float: "a number", str: "a string", list: "a list",
+            dict: "a mapping"}.get(type(value), type(value).__name__)
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 
@@ -78,7 +99,18 @@ def load_yaml(source, kind: str):
     if not path.is_file():
         raise ScenarioError(f"{path}: no such {kind} file")
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not a text file (byte {exc.start} is not UTF-8); "
+                            f"expected a {kind} YAML") from None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read the {kind} file: "
+                            f"{exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ScenarioError(f"{path}: not valid YAML{at}: {problem}") from None
     return data, str(path), path.resolve().parent
