@@ -50,7 +50,7 @@ def kind_of(data) -> str:
         return "policy"
     if keys & ({"order"} | set(STAGES)):
         return "chain"
-    if keys <= set(CLOCK_KEYS):
+    if keys & set(CLOCK_KEYS):  # the clocks loader then names any stray key
         return "clocks"
     return "unknown"
 
@@ -85,13 +85,14 @@ def check_files(paths) -> tuple[list[C.Finding], dict]:
             findings.append(C.Finding(C.ERROR, str(path), "(file)", "no such file or folder"))
             kinds[raw] = "missing"
             continue
+        kinds[raw] = "unreadable"
         try:
             if _is_trace(path):
                 kinds[raw] = "trace"
                 frame = read_trace(path)
                 loaded["trace"].append((frame, str(path)))
                 continue
-            data, _, _ = load_yaml(path, "input")
+            data, _, _ = load_yaml(path, "relakit")
             kind = kind_of(data)
             kinds[raw] = kind
             if kind == "unknown":

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relakit.validate import ScenarioError
+from relakit.validate import ScenarioError, display_path
 
 ERROR, WARNING = "error", "warning"
 # a rate needs two samples in its window; Prometheus advises a window of four scrapes
@@ -124,13 +124,15 @@ def _selectors(sig):
     return [("", sig.selector.metric, sig.selector)]
 
 
-def _why_no_match(name, sel, series, asked) -> str:
-    """A hint for a selector that matches nothing: wrong source, label, or a typo."""
+def _why_no_match(name, sel, series) -> tuple[str, str]:
+    """A hint for a selector that matches nothing (wrong source, label, or a typo), and
+    the key under the selector it points at."""
     same_name = [s for s in series if s[1] == name]
     if same_name and all(s[0] != sel.source for s in same_name):
         other = same_name[0][0]
         return (f"'{name}' is a {'fleet-wide (client)' if other == 'client' else 'per-node'} "
-                f"series here: {'add source: client' if other == 'client' else 'drop source'}")
+                f"series here: {'add source: client' if other == 'client' else 'drop source'}",
+                "source")
     if same_name:
         for label, want in sel.labels.items():
             idx = {"tier": 2, "outcome": 3, "le": 4}[label]
@@ -138,16 +140,16 @@ def _why_no_match(name, sel, series, asked) -> str:
             wanted = want if isinstance(want, tuple | list) else (want,)
             if not set(wanted) & set(present):
                 return (f"no '{name}' series has {label} {' or '.join(map(repr, wanted))} "
-                        f"(present: {', '.join(present)})")
-        return f"no '{name}' series has all of the labels {dict(sel.labels)}"
-    if asked.endswith("_bucket_bucket"):
-        return "give a histogram's name without '_bucket' (the signal adds it)"
+                        f"(present: {', '.join(present)})", label)
+        return f"no '{name}' series has all of the labels {dict(sel.labels)}", "metric"
+    if name.endswith("_bucket_bucket"):
+        return "give a histogram's name without '_bucket' (the signal adds it)", "metric"
     names = sorted({s[1] for s in series})
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
     if close:
-        return f"did you mean '{close[0].removesuffix('_bucket')}'?"
+        return f"did you mean '{close[0].removesuffix('_bucket')}'?", "metric"
     shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
-    return f"the series are: {shown}" if names else "there are no series at all"
+    return (f"the series are: {shown}" if names else "there are no series at all"), "metric"
 
 
 def check_signals(policy, series, *, missing: str, what: str, parent: str | None = None,
@@ -163,13 +165,14 @@ def check_signals(policy, series, *, missing: str, what: str, parent: str | None
     for name, sig in policy.signals.items():
         for part, asked, sel in _selectors(sig):
             key = f"{pre}signals.{name}.{part}"
-            found = _matches(sel.source, asked, sel.labels, series)
+            found = _matches(sel.source, asked, sel.labels if labels else {}, series)
             if not found:
-                hint = _why_no_match(asked, sel, series, asked)
+                hint, sub = _why_no_match(asked, sel, series)
                 shown = dataclasses.replace(sel, metric=asked).promql()
-                out.append(Finding(missing, file, key + "metric",
-                                   f"{what} has no series {shown} for signal '{name}', so it is always 'no data' and conditions "
-                                   f"on it never hold: {hint}"))
+                out.append(Finding(missing, file, key + sub,
+                                   f"{what} has no series {shown} for signal '{name}', so "
+                                   f"it is always 'no data' and conditions on it never hold: "
+                                   f"{hint}"))
                 continue
             for label, want in (sel.labels if labels else {}).items():
                 if not isinstance(want, tuple | list):
@@ -243,7 +246,7 @@ def check_window(window_s: float, scrape_s: float, file: str, key: str, scrape_w
                         f"{2 * scrape_s:g} s (Prometheus advises {4 * scrape_s:g} s)")]
     if window_s < 2 * scrape_s:
         return [Finding(WARNING, file, key,
-                        f"a {window_s:g} s window holds only one or two samples {scrape_what} "
+                        f"a {window_s:g} s window holds only one or two samples at {scrape_what} "
                         f"({scrape_s:g} s): rates are 'no data' at some evaluations; make it "
                         f"at least {2 * scrape_s:g} s (Prometheus advises {4 * scrape_s:g} s)")]
     return []
@@ -439,7 +442,7 @@ def check_sweep(spec) -> list[Finding]:
     for point in points:
         overrides = {k: v for k, v in point.items() if k != "seed"}
         try:
-            sc = load_scenario(spec.target, overrides=overrides)
+            sc = load_scenario(display_path(spec.target), overrides=overrides)
             got = check_run(sc, spec.record_requests)
         except OverrideError as exc:
             got = [Finding(ERROR, spec.source, _sweep_key(spec, exc.key), exc.problem)]
@@ -539,10 +542,9 @@ def check_replay(frame, source: str, policy=None, chain=None, clocks=None, start
                            f"{', '.join(wanted)}, and the trace holds only {shown}"))
         return out
     tsdb = TSDB.from_long(frame)
-    nodes = len([t for t in tsdb.targets if t.node >= 0])
     if chain is not None:
         out += check_chain(chain, max(tsdb.nodes) + 1 if tsdb.nodes else 0,
-                           what=f"the trace ({nodes} node(s))")
+                           what="the trace")
     needs_rates = _policy_needs_rates(policy) or chain is not None
     gap = scrape_interval(tsdb)
     if gap is None and needs_rates:
@@ -574,6 +576,7 @@ def check_replay(frame, source: str, policy=None, chain=None, clocks=None, start
 
 
 __all__ = ["ERROR", "WARNING", "CheckError", "Finding", "RelakitWarning", "available_memory",
-           "check_chain", "check_clocks", "check_lab", "check_load", "check_memory", "check_policy",
-           "check_replay", "check_run", "check_scenario", "check_signals", "check_sweep", "check_trace",
-           "enforce", "run_memory", "scrape_interval", "simulator_series", "trace_series"]
+           "check_chain", "check_clocks", "check_lab", "check_load", "check_memory",
+           "check_policy", "check_replay", "check_run", "check_scenario", "check_signals",
+           "check_sweep", "check_trace", "enforce", "run_memory", "scrape_interval",
+           "simulator_series", "trace_series"]

@@ -118,7 +118,7 @@ def _simulate(args) -> int:
         if args.no_requests:
             raise ScenarioError("--figure needs per-request records; drop --no-requests")
         if Path(args.figure).suffix.lower() not in (".png", ".svg", ".pdf"):
-            raise ScenarioError(f"{args.figure}: unsupported figure type "
+            raise ScenarioError(f"--figure {args.figure}: unsupported figure type "
                                 f"{Path(args.figure).suffix!r}; use .png, .svg or .pdf")
     out = _writable_dir(args.out or Path("out") / sc.name)
     result = simulate(sc, seed=args.seed, record_requests=not args.no_requests)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from relakit.validate import SEED_MAX, Reader, ScenarioError, load_yaml
+from relakit.validate import SEED_MAX, Reader, ScenarioError, display_path, load_yaml
 
 TIER_NAMES = ("gold", "silver", "bronze")
 SERVICE_PARAMS = {
@@ -257,7 +257,8 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
         r.fail(f"expected a non-empty string, got {name!r}", "name")
     return Scenario(
         name=name, duration_s=duration,
-        seed=r.number("seed", 1, lo=0, hi=SEED_MAX, integer=True), workload=workload, fleet=fleet, faults=faults, warmup_s=warmup,
+        seed=r.number("seed", 1, lo=0, hi=SEED_MAX, integer=True), workload=workload,
+        fleet=fleet, faults=faults, warmup_s=warmup,
         controls=_controls(r.sub("controls")), mitigations=_mitigations(r.sub("mitigations"),
                                                                          fleet.nodes),
         metrics=_metrics(r.sub("metrics"), fleet.nodes, r.number("seed", 1, lo=0, integer=True),
@@ -381,8 +382,7 @@ def _metrics(r: Reader, nodes: int, seed: int, clocks=None) -> Metrics:
     elif isinstance(phase, list):
         if len(phase) != nodes:
             r.fail(f"a list must have one entry per node ({nodes}), got {len(phase)}", "phase_s")
-        phases = tuple(Reader({"p": p}, r.source, f"{r.path}.phase_s").number(
-            "p", lo=0, hi=interval) for p in phase)
+        phases = _items(r, "phase_s", phase, lo=0, hi=interval)
     else:
         phases = (r.number("phase_s", 0.0, lo=0, hi=interval),) * nodes
     buckets = r.data.get("latency_buckets_s", list(PROMETHEUS_BUCKETS_S))
@@ -396,6 +396,12 @@ def _metrics(r: Reader, nodes: int, seed: int, clocks=None) -> Metrics:
                    latency_buckets_s=tuple(float(b) for b in buckets))
 
 
+def _items(r: Reader, key: str, values: list, **rules) -> tuple:
+    """Each number of a list checked like a key of its own: ``fleet.servers[1]``."""
+    return tuple(Reader({f"{key}[{i}]": v}, r.source, r.path).number(f"{key}[{i}]", **rules)
+                 for i, v in enumerate(values))
+
+
 def _fleet(r: Reader) -> FleetSpec:
     r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights", "load_errors",
             "dependencies"})
@@ -405,8 +411,7 @@ def _fleet(r: Reader) -> FleetSpec:
         if len(servers) != nodes:
             r.fail(f"a list must have one entry per node ({nodes}), got {len(servers)}",
                    "servers")
-        servers = tuple(Reader({"s": s}, r.source, f"{r.path}.servers").number(
-            "s", lo=1, hi=MAX_SERVERS, integer=True) for s in servers)
+        servers = _items(r, "servers", servers, lo=1, hi=MAX_SERVERS, integer=True)
     else:
         servers = (r.number("servers", 1, lo=1, hi=MAX_SERVERS, integer=True),) * nodes
     weights = r.data.get("weights")
@@ -415,8 +420,7 @@ def _fleet(r: Reader) -> FleetSpec:
     elif not isinstance(weights, list) or len(weights) != nodes:
         r.fail(f"expected a list of {nodes} non-negative numbers (one per node)", "weights")
     else:
-        weights = tuple(Reader({"w": w}, r.source, f"{r.path}.weights").number("w", lo=0)
-                        for w in weights)
+        weights = _items(r, "weights", weights, lo=0)
         if sum(weights) <= 0:
             r.fail("at least one weight must be positive", "weights")
     return FleetSpec(
@@ -585,8 +589,8 @@ def _resolve(r: Reader, value, base_dir: Path, key: str = "path") -> Path:
     tried = [base_dir / value, Path.cwd() / value]
     for p in tried:
         if p.is_file():
-            return p
-    r.fail(f"file not found (looked in {', '.join(str(p) for p in tried)})", key)
+            return Path(display_path(p))
+    r.fail(f"file not found (looked in {', '.join(display_path(p) for p in tried)})", key)
 
 
 def _faults(r: Reader, nodes: int) -> tuple[Fault, ...]:

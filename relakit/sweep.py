@@ -34,7 +34,7 @@ import numpy as np
 import polars as pl
 
 from relakit.io import write_json, write_parquet
-from relakit.validate import Reader, load_yaml
+from relakit.validate import Reader, display_path, load_yaml
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,8 @@ def load_sweep(source) -> SweepSpec:
     if not target.is_absolute():
         target = base_dir / target if (base_dir / target).exists() else Path.cwd() / target
     if not target.exists():
-        r.fail(f"file not found: {target}", "scenario" if kind == "function" else "notebook")
+        r.fail(f"file not found: {display_path(target)}",
+               "scenario" if kind == "function" else "notebook")
     grid = r.data.get("grid") or {}
     if not isinstance(grid, dict) or any(not isinstance(v, list) or not v
                                          for v in grid.values()):
