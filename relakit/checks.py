@@ -439,6 +439,7 @@ def check_sweep(spec) -> list[Finding]:
         return []
     points = spec.points()
     found: dict = {}
+    failing = 0  # points that cannot run
     for point in points:
         overrides = {k: v for k, v in point.items() if k != "seed"}
         try:
@@ -459,17 +460,24 @@ def check_sweep(spec) -> list[Finding]:
                                f"{point[hit[0]]!r} is refused by the scenario: {text}")]
             else:
                 got = [Finding(ERROR, spec.source, "scenario", text)]
+        failing += any(f.severity == ERROR for f in got)
         for f in got:
             k = (f.severity, f.file, f.key)
             if k not in found:
                 found[k] = [f, 0]
             found[k][1] += 1
+    # a point that cannot run is recorded as failed and the rest go on (a sweep is
+    # often a search of where things break); only when no point can run is it refused
+    demote = 0 < failing < len(points)
     out = []
     for f, n in found.values():
+        sev = WARNING if demote else f.severity
+        msg = f.message
         if len(points) > 1:
-            f = Finding(f.severity, f.file, f.key, f"{f.message} (in {n} of {len(points)} "
-                        "points)")
-        out.append(f)
+            msg += f" (in {n} of {len(points)} points"
+            msg += "; they will be recorded as failed)" if demote and f.severity == ERROR \
+                else ")"
+        out.append(Finding(sev, f.file, f.key, msg))
     return out
 
 
@@ -520,7 +528,9 @@ def check_replay(frame, source: str, policy=None, chain=None, clocks=None, start
     what = f"the trace {source}"
     if policy is not None:
         out += check_policy(policy)
-        out += check_signals(policy, series, missing=WARNING, what=what)
+        # names only: a labelled series appears in a trace on its first event, so a
+        # missing outcome="timeout" may only mean there was none
+        out += check_signals(policy, series, missing=WARNING, what=what, labels=False)
     chain_reads = False
     if chain is not None:
         chain_reads = bool(_matches("nodes", "requests_total", {}, series))
@@ -529,7 +539,7 @@ def check_replay(frame, source: str, policy=None, chain=None, clocks=None, start
                                f"{what} has no per-node requests_total series: Sentinel reads "
                                "nothing, so the chain never acts"))
     policy_reads = policy is not None and any(
-        _matches(sel.source, asked, sel.labels, series)
+        _matches(sel.source, asked, {}, series)
         for sig in policy.signals.values() for _, asked, sel in _selectors(sig))
     if not policy_reads and not chain_reads:
         names = sorted({s[1] for s in series})
