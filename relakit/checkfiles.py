@@ -69,57 +69,73 @@ def _is_trace(path: Path) -> bool:
 
 
 def check_files(paths) -> tuple[list[C.Finding], dict]:
-    """Every finding for the given files, and each file's kind (in the order given)."""
+    """Every finding for the given files, and per file given: (its kind, the findings
+    its own check produced, whichever file they name: a scenario's error may be in
+    the chain it links to)."""
+    findings: list[C.Finding] = []
+    kinds: dict = {}
+    loaded: dict = {"policy": [], "chain": [], "clocks": [], "trace": []}
+    mine: dict = {}
+    for raw in paths:
+        before = len(findings)
+        _one(raw, findings, kinds, loaded)
+        mine[raw] = findings[before:]
+    cross = _cross_checks(loaded)
+    for raw in paths:
+        mine[raw] = _dedupe(mine[raw] + [f for f in cross if f.file == str(Path(raw))])
+    findings += cross
+    return _dedupe(findings), {raw: (kinds[raw], mine[raw]) for raw in paths}
+
+
+def _one(raw, findings: list, kinds: dict, loaded: dict) -> None:
+    """Load one file by its kind and run its own checks (cross checks come later)."""
     from relakit.chain import load_chain
     from relakit.control import load_clocks, load_policy
     from relakit.scenario import load_scenario
     from relakit.sweep import load_sweep
     from relakit.traces import read_trace
 
-    findings: list[C.Finding] = []
-    kinds: dict = {}
-    loaded: dict = {"policy": [], "chain": [], "clocks": [], "trace": []}
-    for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            findings.append(C.Finding(C.ERROR, str(path), "(file)", "no such file or folder"))
-            kinds[raw] = "missing"
-            continue
-        kinds[raw] = "unreadable"
-        try:
-            if _is_trace(path):
-                kinds[raw] = "trace"
-                frame = read_trace(path)
-                loaded["trace"].append((frame, str(path)))
-                continue
-            data, _, _ = load_yaml(path, "relakit")
-            kind = kind_of(data)
-            kinds[raw] = kind
-            if kind == "unknown":
-                findings.append(C.Finding(
-                    C.ERROR, str(path), "(top level)",
-                    "cannot tell what this file is: expected a scenario (fleet, workload, "
-                    "duration_s), a policy (signals, conditions, modes), a chain (order or "
-                    "stage names), clocks (scrape_s, window_s, eval_s, poll_s ...) or a sweep "
-                    "(scenario or notebook, grid); a trace by its suffix"
-                    if data else "the file is empty; expected a mapping of keys to values"))
-            elif kind == "scenario":
-                sc = load_scenario(path)
-                findings += C.check_run(sc, record_requests=True)
-            elif kind == "sweep":
-                findings += C.check_sweep(load_sweep(path))
-            elif kind == "policy":
-                loaded["policy"].append(load_policy(path))
-            elif kind == "chain":
-                loaded["chain"].append(load_chain(path))
-            else:
-                loaded["clocks"].append(load_clocks(path))
-        except C.CheckError as exc:
-            findings += exc.findings
-        except (ScenarioError, ValueError, OSError) as exc:
-            findings.append(as_finding(exc, path))
-    findings += _cross_checks(loaded)
-    return _dedupe(findings), kinds
+    path = Path(raw)
+    if not path.exists():
+        findings.append(C.Finding(C.ERROR, str(path), "(file)", "no such file or folder"))
+        kinds[raw] = "missing"
+        return
+    kinds[raw] = "unreadable"
+    try:
+        if _is_trace(path):
+            kinds[raw] = "trace"
+            frame = read_trace(path)
+            loaded["trace"].append((frame, str(path)))
+            return
+        data, _, _ = load_yaml(path, "relakit")
+        kind = kind_of(data)
+        kinds[raw] = kind
+        if kind == "unknown":
+            findings.append(C.Finding(
+                C.ERROR, str(path), "(top level)",
+                "cannot tell what this file is: expected a scenario (fleet, workload, "
+                "duration_s), a policy (signals, conditions, modes), a chain (order or "
+                "stage names), clocks (scrape_s, window_s, eval_s, poll_s ...) or a sweep "
+                "(scenario or notebook, grid); a trace by its suffix"
+                if isinstance(data, dict) and data else
+                "the file is empty; expected a mapping of keys to values" if data is None else
+                f"expected a mapping of keys to values, got {type(data).__name__} "
+                f"{str(data)[:40]!r}"))
+        elif kind == "scenario":
+            sc = load_scenario(path)
+            findings += C.check_run(sc, record_requests=True)
+        elif kind == "sweep":
+            findings += C.check_sweep(load_sweep(path))
+        elif kind == "policy":
+            loaded["policy"].append(load_policy(path))
+        elif kind == "chain":
+            loaded["chain"].append(load_chain(path))
+        else:
+            loaded["clocks"].append(load_clocks(path))
+    except C.CheckError as exc:
+        findings += exc.findings
+    except (ScenarioError, ValueError, OSError) as exc:
+        findings.append(as_finding(exc, path))
 
 
 def _cross_checks(loaded: dict) -> list[C.Finding]:

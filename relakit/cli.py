@@ -298,8 +298,7 @@ def _check(args) -> int:
     findings, kinds = check_files(args.files)
     for f in findings:
         print(f.line(), file=sys.stderr)
-    for path, kind in kinds.items():
-        mine = [f for f in findings if f.file == str(path)]
+    for path, (kind, mine) in kinds.items():
         errors = sum(f.severity == "error" for f in mine)
         state = (f"{errors} error(s)" if errors else f"{len(mine)} warning(s)" if mine
                  else "ok")

@@ -122,7 +122,8 @@ def load_chain(source) -> Chain:
     r = Reader(data, name)
     r.only({"name", "order", "servers", *STAGES})
     order = r.data.get("order", list(SEED_ORDER))
-    if (not isinstance(order, list) or sorted(order) != sorted(set(order))
+    if (not isinstance(order, list) or not all(isinstance(o, str) for o in order)
+            or sorted(order) != sorted(set(order))
             or any(o not in STAGES for o in order) or "sentinel" not in order):
         r.fail(f"expected a list of distinct stages from {list(STAGES)} including sentinel "
                f"(the seed's order is {list(SEED_ORDER)}), got {order!r}", "order")
