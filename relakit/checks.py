@@ -361,7 +361,9 @@ def run_memory(sc, record_requests: bool) -> dict:
 
     The metrics grid (one row per node per ``metrics.interval_s``, and its long
     table afterwards), the per-request records when kept, and the kernel's pools.
-    Estimates in bytes; the long table is about 80 bytes a sample."""
+    Estimates in bytes, a floor rather than a ceiling (the Python and numba runtime,
+    about 130 MB, and transient copies come on top); the long table is about 80 bytes
+    a sample."""
     from relakit.sim import kernel as K
     from relakit.sim.results import fleet_columns, node_columns
 
@@ -372,7 +374,9 @@ def run_memory(sc, record_requests: bool) -> dict:
     table = samples * (n * len(node_columns(sc.metrics.latency_buckets_s))
                        + len(fleet_columns())) * 80
     requests = sc.workload.arrival.mean_rate(sc.duration_s) * sc.duration_s
-    records = requests * 1.05 * (2 * 8 + 7 * 4 + 60) if record_requests else 0.0
+    # the kernel's record arrays, then the requests table: about 200 bytes a request in
+    # all (measured: mmc-demo, 1.3 M requests, 270 MB over the run without records)
+    records = requests * 1.05 * 200 if record_requests else 0.0
     jobs = 4 * sum(sc.fleet.servers) + 8 * sc.workload.fanout
     pools = jobs * (K.N_JI + K.N_JF + K.N_CL + K.N_UI + K.N_UF + 12) * 8
     return {"samples": samples, "grid": grid, "table": table, "records": records,
