@@ -521,8 +521,9 @@ def check_trace(frame, source: str) -> list[Finding]:
 
 
 def check_replay(frame, source: str, policy=None, chain=None, clocks=None, start_s=None,
-                 end_s=None, times=None) -> list[Finding]:
-    """A policy and/or chain against the trace it is about to be replayed over."""
+                 end_s=None, times=None, tsdb=None) -> list[Finding]:
+    """A policy and/or chain against the trace it is about to be replayed over
+    (``tsdb``: the frame already pivoted, if the caller has it)."""
     from relakit.control.tsdb import TSDB
 
     out = check_trace(frame, source)
@@ -555,7 +556,7 @@ def check_replay(frame, source: str, policy=None, chain=None, clocks=None, start
                            f"no samples for any signal: the controller reads "
                            f"{', '.join(wanted)}, and the trace holds only {shown}"))
         return out
-    tsdb = TSDB.from_long(frame)
+    tsdb = TSDB.from_long(frame) if tsdb is None else tsdb
     if chain is not None:
         out += check_chain(chain, max(tsdb.nodes) + 1 if tsdb.nodes else 0,
                            what="the trace")

@@ -171,8 +171,9 @@ def _checked_tsdb(trace, policy, chain, clocks, start_s, end_s, times) -> TSDB:
     if isinstance(trace, TSDB):
         return trace  # already pivoted (tests, the lab): nothing left to learn from it
     frame, source = _as_frame(trace)
-    enforce(check_replay(frame, source, policy, chain, clocks, start_s, end_s, times))
-    return TSDB.from_long(frame)
+    tsdb = TSDB.from_long(frame) if frame.height else TSDB()
+    enforce(check_replay(frame, source, policy, chain, clocks, start_s, end_s, times, tsdb))
+    return tsdb
 
 
 def _as_frame(trace):
