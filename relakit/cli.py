@@ -9,11 +9,108 @@ terminal (``relakit.progress``); stdout is the same either way.
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
+import warnings
 from pathlib import Path
 
 from relakit.progress import Progress, Ticker
 from relakit.scenario import ScenarioError, load_scenario
+from relakit.validate import SEED_MAX
+
+MAX_WORKERS = 1024
+MAX_LAB_RATE_RPS = 10_000.0  # the lab's load generator keeps at most 400 connections
+MAX_LAB_PHASE_S = 86_400.0
+
+
+# ---- command-line values, checked with the same ranges as the YAML ------------------------
+def _number(text: str, *, lo=None, hi=None, lo_open=False, integer=False):
+    """A number from the command line, with the YAML reader's rules and wording."""
+    try:
+        value = int(text, 10) if integer else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected {'a whole number' if integer else 'a number'}, got {text!r}") from None
+    if not integer and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    if lo is not None and (value < lo or (lo_open and value == lo)):
+        raise argparse.ArgumentTypeError(
+            f"{text} is out of range: must be {'>' if lo_open else '>='} {lo}")
+    if hi is not None and value > hi:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: must be <= {hi}")
+    return value
+
+
+def _seed(text: str) -> int:
+    """As the scenario's ``seed``: a whole number from 0 to 2**64 - 1."""
+    return _number(text, lo=0, hi=SEED_MAX, integer=True)
+
+
+def _workers(text: str) -> int:
+    return _number(text, lo=1, hi=MAX_WORKERS, integer=True)
+
+
+def _positive(text: str) -> float:
+    return _number(text, lo=0, lo_open=True)
+
+
+def _time(text: str) -> float:
+    return _number(text)
+
+
+def _instances(text: str) -> int:
+    return _number(text, lo=1, hi=64, integer=True)
+
+
+def _phases(text: str) -> list[tuple[float, float]]:
+    """``seconds:rate`` pairs, comma-separated: 10:50,20:200 (seconds > 0, rate >= 0)."""
+    phases = []
+    for i, part in enumerate(text.split(",")):
+        fields = part.strip().split(":")
+        if len(fields) != 2:
+            raise argparse.ArgumentTypeError(
+                f"phase {i + 1} {part!r}: expected seconds:rate, e.g. 10:50,20:200")
+        try:
+            seconds = _number(fields[0], lo=0, lo_open=True, hi=MAX_LAB_PHASE_S)
+            rate = _number(fields[1], lo=0, hi=MAX_LAB_RATE_RPS)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"phase {i + 1} {part!r}: {exc}") from None
+        phases.append((seconds, rate))
+    if not any(rate > 0 for _, rate in phases):
+        raise argparse.ArgumentTypeError("every phase has rate 0: nothing would be sent")
+    return phases
+
+
+def _formats(text: str) -> tuple[str, ...]:
+    chosen = tuple(f.strip().lower() for f in text.split(","))
+    bad = [f for f in chosen if f not in ("png", "svg", "pdf")]
+    if bad or not chosen:
+        raise argparse.ArgumentTypeError(f"{bad[0] if bad else text!r} is not one of png, svg, "
+                                         "pdf")
+    return chosen
+
+
+def _writable_dir(path, option: str = "--out") -> Path:
+    """Check an output folder can be made and written, before any work is done."""
+    path = Path(path)
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ScenarioError(f"{option} {path}: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ScenarioError(f"{option} {path}: cannot write in {probe} (permission denied)")
+    return path
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line in relakit's form (no usage dump)."""
+
+    def error(self, message):
+        self.exit(2, f"relakit: error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 DESCRIPTION = """\
 relakit is a research workbench for reliability control loops: what happens to
@@ -70,12 +167,12 @@ def _simulate(args) -> int:
         if args.no_requests:
             raise ScenarioError("--figure needs per-request records; drop --no-requests")
         if Path(args.figure).suffix.lower() not in (".png", ".svg", ".pdf"):
-            raise ScenarioError(f"{args.figure}: unsupported figure type "
+            raise ScenarioError(f"--figure {args.figure}: unsupported figure type "
                                 f"{Path(args.figure).suffix!r}; use .png, .svg or .pdf")
+    out = _writable_dir(args.out or Path("out") / sc.name)
     with Progress(f"simulate {sc.name}", sc.duration_s, "s simulated") as progress:
         result = simulate(sc, seed=args.seed, record_requests=not args.no_requests,
                           progress=progress)
-    out = Path(args.out or Path("out") / sc.name)
     written = result.write(out)
     print(result.format_summary())
     if result.decisions is not None:
@@ -127,10 +224,13 @@ def _replay(args) -> int:
 
     if args.policy is None and args.chain is None:
         raise ValueError("give --policy, --chain, or both")
+    if args.start is not None and args.end is not None and args.start > args.end:
+        raise ScenarioError(f"--start {args.start:g} is after --end {args.end:g}: the first "
+                            "evaluation must come before the last")
+    out = _writable_dir(args.out)
     with Progress("replay", 1.0, "evaluations") as progress:
         result = replay(args.trace, args.policy, load_clocks(args.clocks), start_s=args.start,
                         end_s=args.end, chain=args.chain, progress=progress)
-    out = Path(args.out)
     print(result.format_audit())
     if result.policy is not None:
         print(f"time in each mode: {_seconds(result.time_in_mode())}")
@@ -143,7 +243,7 @@ def _sweep(args) -> int:
     from relakit.sweep import load_sweep, manifests, run_sweep
 
     spec = load_sweep(args.sweep)
-    out = Path(args.out or Path("out") / "sweeps" / spec.name)
+    out = _writable_dir(args.out or Path("out") / "sweeps" / spec.name)
     table = run_sweep(spec, out, scheduler=args.scheduler, workers=args.workers)
     m = manifests(out)
     failed = m.filter(m["status"] != "ok") if m.height else m
@@ -167,7 +267,7 @@ def _figures(args) -> int:
     from relakit import plots
     from relakit.sim.results import SimulationResult
 
-    formats = plots.check_formats(args.formats.split(","))
+    formats = plots.check_formats(args.formats)
     run = Path(args.run)
     if not run.is_dir():
         raise ScenarioError(f"{run}: no such run folder; write one with "
@@ -188,7 +288,7 @@ def _figures(args) -> int:
               "latency figure", file=sys.stderr)
     blobs = {(name, f): plots.render(chart, f) for name, chart in charts.items()
              for f in formats}
-    out = Path(args.out)
+    out = _writable_dir(args.out)
     from relakit.io import atomic_write
 
     for (name, f), blob in blobs.items():
@@ -215,12 +315,18 @@ def _lab(args) -> int:
 
     work = Path(args.dir)
     if args.action == "up":
-        work.mkdir(parents=True, exist_ok=True)
+        from relakit.checks import check_lab, enforce
+        from relakit.control import load_clocks, load_policy
+
+        _writable_dir(work, "--dir")
         clocks = {"scrape_s": args.scrape_s, "window_s": args.window_s, "eval_s": args.eval_s,
                   "poll_s": args.poll_s}
+        policy = load_policy(args.policy)
+        enforce(check_lab(policy, load_clocks({}, **clocks)))
+        work.mkdir(parents=True, exist_ok=True)
         with Lab(LabSpec(instances=args.instances, clocks=clocks), workdir=str(work)) as lab:
             lab.save_state()
-            agent = Agent(lab, args.policy)
+            agent = Agent(lab, policy)
             agent.start()
             print(f"lab up: config {lab.config_url}, prometheus {lab.prom_url}, instances "
                   f"{', '.join(lab.instance_urls)}; Ctrl-C or `relakit lab down --dir {work}`")
@@ -261,10 +367,7 @@ def _lab(args) -> int:
         return 0
     lab = Lab.attach(work)
     if args.action == "load":
-        phases = []
-        for part in args.phases.split(","):
-            seconds, rate = part.split(":")
-            phases.append((float(seconds), float(rate)))
+        phases = args.phases
         total = sum(seconds for seconds, _ in phases)
         with Ticker(Progress("lab load", total, "s of load"), wall=True):
             recs = run_load(lab, phases)
@@ -276,14 +379,54 @@ def _lab(args) -> int:
         print(_outcome_counts(table))
         print(f"wrote {write_parquet(table, work / 'requests.parquet')}")
         return 0
+    _writable_dir(Path(args.out).parent)
     path = lab.record(args.out, time.time() - args.since)
     print(f"wrote {path}")
     return 0
 
 
+def _check(args) -> int:
+    """`relakit check FILE...`: every check, nothing run; 0 clean, 1 warnings, 2 errors."""
+    from relakit.checkfiles import check_files
+
+    findings, kinds = check_files(args.files)
+    for f in findings:
+        print(f.line(), file=sys.stderr)
+    for path, (kind, mine) in kinds.items():
+        errors = sum(f.severity == "error" for f in mine)
+        state = (f"{errors} error(s)" if errors else f"{len(mine)} warning(s)" if mine
+                 else "ok")
+        print(f"{path}: {kind}: {state}")
+    if any(f.severity == "error" for f in findings):
+        return 2
+    return 1 if findings else 0
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings as one line each: ``relakit: warning: FILE: key 'K': what and why``."""
+    from relakit.checks import RelakitWarning
+
+    if issubclass(category, RelakitWarning):
+        text = f"relakit: warning: {message}"
+    else:
+        text = f"relakit: warning: {category.__name__}: {message}"
+    print(text.replace("\n", " "), file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    """The command line; returns the exit status (0 ok, 1 warnings or failures, 2 bad
+    input, 3 a bug)."""
+    with warnings.catch_warnings():
+        from relakit.checks import RelakitWarning
+
+        warnings.simplefilter("always", RelakitWarning)
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line; every option's help ends with its default."""
-    parser = argparse.ArgumentParser(prog="relakit", description=DESCRIPTION, epilog=EPILOG,
+    parser = _Parser(prog="relakit", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=_Help)
     parser.add_argument("--version", action="version", version=f"relakit {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
@@ -299,10 +442,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("simulate", "run a scenario end to end and write its tables",
                 "Simulate a scenario (with its policy and chain, if it has them), print the "
                 "per-tier summary, the mode changes and the chain's actions, and write "
-                "requests.parquet, metrics.parquet, decisions.parquet and summary.json.")
+                "requests.parquet, metrics.parquet, summary.json and, when a policy or chain "
+                "ran, decisions.parquet and timeline.parquet.")
     p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument("--seed", type=int, default=None,
-                   help="random seed (default: the scenario's `seed`)")
+    p.add_argument("--seed", type=_seed, default=None,
+                   help="random seed, 0 to 2**64 - 1 (default: the scenario's `seed`)")
     p.add_argument("--out", default=None, help="output folder (default: out/<scenario name>)")
     p.add_argument("--no-requests", action="store_true",
                    help="keep no per-request records, so memory stays flat")
@@ -321,9 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--chain", default=None, help="containment chain YAML (default: none)")
     r.add_argument("--clocks", default=None, help="clocks YAML (default: RelA's clocks)")
     r.add_argument("--out", required=True, help="output folder")
-    r.add_argument("--start", type=float, default=None,
+    r.add_argument("--start", type=_time, default=None,
                    help="first evaluation, seconds (default: the trace's first sample)")
-    r.add_argument("--end", type=float, default=None,
+    r.add_argument("--end", type=_time, default=None,
                    help="last evaluation, seconds (default: the trace's last sample)")
     r.set_defaults(func=_replay)
     w = command("sweep", "run a grid of scenario or notebook points",
@@ -335,15 +479,16 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--scheduler", default=None,
                    help="Dask scheduler address, e.g. tcp://127.0.0.1:8786 "
                         "(default: local processes)")
-    w.add_argument("--workers", type=int, default=None,
-                   help="local processes (default: one per core)")
+    w.add_argument("--workers", type=_workers, default=None,
+                   help="local processes, 1 or more (default: one per core)")
     w.set_defaults(func=_sweep)
     f = command("figures", "export a run folder's standard views (PNG, SVG, PDF)",
                 "Draw the dashboard of a folder written by `relakit simulate` (without "
                 "--no-requests) and export it offline.")
     f.add_argument("run", help="a folder written by `relakit simulate`")
     f.add_argument("--out", default="figures", help="output folder")
-    f.add_argument("--formats", default="png,svg,pdf", help="comma-separated: png,svg,pdf")
+    f.add_argument("--formats", type=_formats, default="png,svg,pdf",
+                   help="comma-separated, from png, svg and pdf")
     f.set_defaults(func=_figures)
     lb = command("lab", "the live RelA lab on 127.0.0.1: up, load, record, down",
                  "RelA itself, on 127.0.0.1 only (Prometheus: Debian's package).\n\n"
@@ -354,24 +499,32 @@ def build_parser() -> argparse.ArgumentParser:
                  "  down    stop the lab", wrap=False)
     lb.add_argument("action", choices=("up", "load", "record", "down"), help="what to do")
     lb.add_argument("--dir", default="out/lab", help="the lab's working folder")
-    lb.add_argument("--instances", type=int, default=3, help="up: data-plane instances")
+    lb.add_argument("--instances", type=_instances, default=3, help="up: data-plane instances")
     lb.add_argument("--policy", default="params/policies/rela.yaml",
                     help="up: the agent's policy YAML")
-    lb.add_argument("--scrape-s", type=float, default=1.0,
+    lb.add_argument("--scrape-s", type=_positive, default=1.0,
                     help="up: Prometheus scrape interval, seconds")
-    lb.add_argument("--window-s", type=float, default=5.0,
+    lb.add_argument("--window-s", type=_positive, default=5.0,
                     help="up: the signals' query window, seconds")
-    lb.add_argument("--eval-s", type=float, default=1.0,
+    lb.add_argument("--eval-s", type=_positive, default=1.0,
                     help="up: the agent's evaluation interval, seconds")
-    lb.add_argument("--poll-s", type=float, default=1.0,
+    lb.add_argument("--poll-s", type=_positive, default=1.0,
                     help="up: the instances' and load generator's config poll interval, "
                          "seconds")
-    lb.add_argument("--phases", default="10:50,20:200,10:50",
+    lb.add_argument("--phases", type=_phases, default="10:50,20:200,10:50",
                     help="load: seconds:rate pairs (rate in requests/s), run in order")
-    lb.add_argument("--since", type=float, default=120.0,
+    lb.add_argument("--since", type=_positive, default=120.0,
                     help="record: how far back to record, seconds")
     lb.add_argument("--out", default="out/lab/recorded.json", help="record: output file")
     lb.set_defaults(func=_lab)
+    c = command("check", "check input files without running anything (exit 0 clean, "
+                "1 warnings, 2 errors)",
+                "Run every semantic check on the given files without simulating: "
+                "scenarios, policies, chains, clocks, sweeps and traces, each recognised "
+                "by its content; files given together are checked against each other "
+                "(a policy against a trace).")
+    c.add_argument("files", nargs="+", help="the files to check")
+    c.set_defaults(func=_check)
     return parser
 
 
@@ -390,14 +543,38 @@ def _outcome_counts(table) -> str:
                       for r in rows)
 
 
-def main(argv=None) -> int:
+def _main(argv=None) -> int:
+    from relakit.checks import CheckError
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad argument (reported in one line)
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         return args.func(args)
-    except (ScenarioError, ValueError, OSError) as exc:
-        print(f"relakit: error: {exc}", file=sys.stderr)
+    except CheckError as exc:
+        for f in exc.findings:
+            print(f.line(), file=sys.stderr)
         return 2
+    except (ScenarioError, ValueError, OSError) as exc:
+        print(f"relakit: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("relakit: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug, not an input mistake: still one line, no traceback
+        if os.environ.get("RELAKIT_DEBUG"):
+            raise
+        print(f"relakit: internal error: {type(exc).__name__}: {_one_line(exc)} (a bug in "
+              "relakit; RELAKIT_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 3
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return " ".join(str(exc).split("\n")).strip() or type(exc).__name__
 
 
 if __name__ == "__main__":  # pragma: no cover

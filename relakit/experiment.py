@@ -32,8 +32,13 @@ def simulate(scenario, seed: int | None = None, record_requests: bool = True,
     ``progress`` (e.g. a :class:`relakit.progress.Progress`) is told the
     simulated time reached, ``progress.update(t)``, as the run goes; the fleet
     is then advanced in steps, which gives bit-identical tables.
+    The semantic checks (:mod:`relakit.checks`) run first: errors raise before anything is
+    allocated, warnings are :class:`~relakit.checks.RelakitWarning`.
     """
+    from relakit.checks import check_run, enforce
+
     sc: Scenario = load_scenario(scenario)
+    enforce(check_run(sc, record_requests))
     wall = time.perf_counter()
     fleet = Fleet(sc, seed=seed, record_requests=record_requests)
     if sc.policy is None and sc.chain is None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from relakit.validate import Reader, ScenarioError, load_yaml
+from relakit.validate import SEED_MAX, Reader, ScenarioError, display_path, load_yaml
 
 TIER_NAMES = ("gold", "silver", "bronze")
 SERVICE_PARAMS = {
@@ -39,6 +39,8 @@ ROUTINGS = ("random", "round_robin", "jsq", "p2c")
 CANCEL_POLICIES = ("queued", "started", "never")
 BREAKER_STATES = ("closed", "half_open", "open")
 RETRYABLE = ("error", "timeout", "dropped")
+MAX_NODES = 100_000  # the kernel keeps per-node arrays; past this the metrics grid alone is huge
+MAX_SERVERS = 1_000_000  # per node
 # Prometheus client libraries' default histogram buckets, in seconds
 PROMETHEUS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -234,8 +236,8 @@ def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
                 data.get(head), str):
             # reach into a referenced policy/chain/clocks file: inline it first
             path = _resolve(Reader(data, name), data[head], base_dir, head)
-            data[head] = yaml.safe_load(path.read_text())
-        _set_dotted(data, dotted, value)
+            data[head], _, _ = load_yaml(path, head)
+        _set_dotted(data, dotted, value, name)
     return _build(Reader(data, name), base_dir)
 
 
@@ -254,8 +256,9 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
     if not isinstance(name, str) or not name:
         r.fail(f"expected a non-empty string, got {name!r}", "name")
     return Scenario(
-        name=name, duration_s=duration, seed=r.number("seed", 1, lo=0, integer=True),
-        workload=workload, fleet=fleet, faults=faults, warmup_s=warmup,
+        name=name, duration_s=duration,
+        seed=r.number("seed", 1, lo=0, hi=SEED_MAX, integer=True), workload=workload,
+        fleet=fleet, faults=faults, warmup_s=warmup,
         controls=_controls(r.sub("controls")), mitigations=_mitigations(r.sub("mitigations"),
                                                                          fleet.nodes),
         metrics=_metrics(r.sub("metrics"), fleet.nodes, r.number("seed", 1, lo=0, integer=True),
@@ -379,8 +382,7 @@ def _metrics(r: Reader, nodes: int, seed: int, clocks=None) -> Metrics:
     elif isinstance(phase, list):
         if len(phase) != nodes:
             r.fail(f"a list must have one entry per node ({nodes}), got {len(phase)}", "phase_s")
-        phases = tuple(Reader({"p": p}, r.source, f"{r.path}.phase_s").number(
-            "p", lo=0, hi=interval) for p in phase)
+        phases = _items(r, "phase_s", phase, lo=0, hi=interval)
     else:
         phases = (r.number("phase_s", 0.0, lo=0, hi=interval),) * nodes
     buckets = r.data.get("latency_buckets_s", list(PROMETHEUS_BUCKETS_S))
@@ -394,32 +396,36 @@ def _metrics(r: Reader, nodes: int, seed: int, clocks=None) -> Metrics:
                    latency_buckets_s=tuple(float(b) for b in buckets))
 
 
+def _items(r: Reader, key: str, values: list, **rules) -> tuple:
+    """Each number of a list checked like a key of its own: ``fleet.servers[1]``."""
+    return tuple(Reader({f"{key}[{i}]": v}, r.source, r.path).number(f"{key}[{i}]", **rules)
+                 for i, v in enumerate(values))
+
+
 def _fleet(r: Reader) -> FleetSpec:
     r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights", "load_errors",
             "dependencies"})
-    nodes = r.number("nodes", 1, lo=1, integer=True)
+    nodes = r.number("nodes", 1, lo=1, hi=MAX_NODES, integer=True)
     servers = r.data.get("servers", 1)
     if isinstance(servers, list):
         if len(servers) != nodes:
             r.fail(f"a list must have one entry per node ({nodes}), got {len(servers)}",
                    "servers")
-        servers = tuple(Reader({"s": s}, r.source, f"{r.path}.servers").number(
-            "s", lo=1, integer=True) for s in servers)
+        servers = _items(r, "servers", servers, lo=1, hi=MAX_SERVERS, integer=True)
     else:
-        servers = (r.number("servers", 1, lo=1, integer=True),) * nodes
+        servers = (r.number("servers", 1, lo=1, hi=MAX_SERVERS, integer=True),) * nodes
     weights = r.data.get("weights")
     if weights is None:
         weights = (1.0,) * nodes
     elif not isinstance(weights, list) or len(weights) != nodes:
         r.fail(f"expected a list of {nodes} non-negative numbers (one per node)", "weights")
     else:
-        weights = tuple(Reader({"w": w}, r.source, f"{r.path}.weights").number("w", lo=0)
-                        for w in weights)
+        weights = _items(r, "weights", weights, lo=0)
         if sum(weights) <= 0:
             r.fail("at least one weight must be positive", "weights")
     return FleetSpec(
         nodes=nodes, servers=servers, service=_service(r.sub("service")),
-        queue_limit=r.number("queue_limit", None, lo=0, integer=True, nullable=True),
+        queue_limit=r.number("queue_limit", None, lo=0, hi=2**62, integer=True, nullable=True),
         routing=r.choice("routing", ROUTINGS, "random"), weights=weights,
         load_errors=_load_errors(r), dependencies=_dependencies(r, nodes),
     )
@@ -523,7 +529,12 @@ def _arrival(r: Reader, duration: float, base_dir: Path) -> Arrival:
         mean, amp = rate("mean_rps"), r.number("amplitude", 0.5, lo=0, hi=1)
         period = r.number("period_s", 86400.0, lo=0, lo_open=True)
         phase = r.number("phase_s", 0.0)
-        t = np.linspace(0.0, duration, max(2, int(96 * duration / period) + 2))
+        steps = 96 * duration / period + 2  # 96 straight pieces a period
+        if steps > 1e6:
+            r.fail(f"{period:g} s is too short for a {duration:g} s run: the rate table would "
+                   f"have {steps:.3g} pieces (at most 1e6: period_s >= duration_s / 1e4)",
+                   "period_s")
+        t = np.linspace(0.0, duration, max(2, int(steps)))
         v = mean * (1 + amp * np.sin(2 * np.pi * (t - phase) / period))
         pts = list(zip(t.tolist(), v.tolist(), strict=True))
     else:
@@ -578,8 +589,8 @@ def _resolve(r: Reader, value, base_dir: Path, key: str = "path") -> Path:
     tried = [base_dir / value, Path.cwd() / value]
     for p in tried:
         if p.is_file():
-            return p
-    r.fail(f"file not found (looked in {', '.join(str(p) for p in tried)})", key)
+            return Path(display_path(p))
+    r.fail(f"file not found (looked in {', '.join(display_path(p) for p in tried)})", key)
 
 
 def _faults(r: Reader, nodes: int) -> tuple[Fault, ...]:
@@ -610,16 +621,46 @@ def _deepcopy(d):
     return yaml.safe_load(yaml.safe_dump(d))
 
 
-def _set_dotted(data: dict, dotted: str, value):
-    """Set a dotted key; a number indexes a list (``policy.modes.0.exit_after``)."""
+class OverrideError(ScenarioError):
+    """A dotted override key that does not lead anywhere in the scenario.
+
+    ``key`` is the dotted key as given and ``problem`` says where it went wrong, so
+    a sweep can name its own file and key (``grid.policy.modes.9.exit_after``)."""
+
+    def __init__(self, source: str, key: str, problem: str):
+        super().__init__(f"{source}: override key '{key}': {problem}")
+        self.key, self.problem = key, problem
+
+
+def _set_dotted(data: dict, dotted: str, value, source: str = "<scenario>"):
+    """Set a dotted key; a number indexes a list (``policy.modes.0.exit_after``).
+
+    A key that runs into a number or a string, or an index past a list's end, is an
+    :class:`OverrideError` naming the part that does not fit."""
+    if not isinstance(dotted, str) or not dotted or "" in dotted.split("."):
+        raise OverrideError(source, str(dotted), "expected a dotted key such as "
+                                                 "'fleet.servers' or 'policy.modes.0.exit_after'")
     keys = dotted.split(".")
-    cur = data
-    for k in keys[:-1]:
+    cur, walked = data, []
+    for i, k in enumerate(keys):
+        last = i == len(keys) - 1
+        where = ".".join(walked) or "the top level"
         if isinstance(cur, list):
-            cur = cur[int(k)]
+            if not k.lstrip("-").isdigit() or not 0 <= int(k) < len(cur):
+                raise OverrideError(source, dotted, f"{where} is a list of {len(cur)}; "
+                                    f"'{k}' must be an index from 0 to {len(cur) - 1}")
+            k = int(k)
+        elif not isinstance(cur, dict):
+            raise OverrideError(source, dotted, f"{where} is {_what(cur)}, not a mapping or "
+                                f"a list, so it has no '{k}'")
+        if last:
+            cur[k] = value
         else:
-            cur = cur.setdefault(k, {})
-    if isinstance(cur, list):
-        cur[int(keys[-1])] = value
-    else:
-        cur[keys[-1]] = value
+            if isinstance(cur, dict) and k not in cur:
+                cur[k] = {}
+            cur = cur[k]
+        walked.append(str(k))
+
+
+def _what(value) -> str:
+    return f"the value {value!r}" if not isinstance(value, str) else f"the string {value!r}"

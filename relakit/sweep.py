@@ -44,7 +44,7 @@ import polars as pl
 
 from relakit.io import write_json, write_parquet
 from relakit.progress import Progress, Ticker
-from relakit.validate import Reader, load_yaml
+from relakit.validate import Reader, display_path, load_yaml
 
 # scenario keys whose string value names another file the point reads
 _REFERENCES = (("policy",), ("chain",), ("clocks",), ("workload", "arrival", "path"))
@@ -166,7 +166,8 @@ def load_sweep(source) -> SweepSpec:
     if not target.is_absolute():
         target = base_dir / target if (base_dir / target).exists() else Path.cwd() / target
     if not target.exists():
-        r.fail(f"file not found: {target}", "scenario" if kind == "function" else "notebook")
+        r.fail(f"file not found: {display_path(target)}",
+               "scenario" if kind == "function" else "notebook")
     grid = r.data.get("grid") or {}
     if not isinstance(grid, dict) or any(not isinstance(v, list) or not v
                                          for v in grid.values()):
@@ -187,7 +188,7 @@ def load_sweep(source) -> SweepSpec:
         r.fail("expected a mapping of fixed overrides", "base")
     return SweepSpec(r.data.get("name", Path(name).stem), kind, str(target), grid, n,
                      {k: tuple(v) for k, v in ranges.items()},
-                     r.number("seed", 0, lo=0, integer=True), base,
+                     r.number("seed", 0, lo=0, hi=2**64 - 1, integer=True), base,
                      bool(r.data.get("record_requests", False)), source=name)
 
 
@@ -220,13 +221,18 @@ def run_point(spec: SweepSpec, point: dict, out_dir: str, inputs: str | None = N
 
 
 def _function_point(spec, point, folder, manifest):
+    import warnings
+
+    from relakit.checks import RelakitWarning
     from relakit.experiment import simulate
     from relakit.scenario import load_scenario
 
     overrides = {k: v for k, v in point.items() if k != "seed"}
     sc = load_scenario(spec.target, overrides=overrides)
     seed = int(point["seed"]) if "seed" in point else point_seed(point)
-    result = simulate(sc, seed=seed, record_requests=spec.record_requests)
+    with warnings.catch_warnings():  # the sweep reported them once, before it started
+        warnings.simplefilter("ignore", RelakitWarning)
+        result = simulate(sc, seed=seed, record_requests=spec.record_requests)
     row = result.summary.filter(pl.col("tier") == "all").row(0, named=True)
     flat = {f"param.{k}": v for k, v in point.items()}
     by_tier = {f"{r['tier']}.success_ratio": r["success_ratio"]
@@ -282,7 +288,10 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     of the spec's points (done points only). ``notice`` receives one line per thing
     worth saying (temporary files removed, points rerun, folders ignored); by
     default it prints to stderr."""
+    from relakit.checks import check_sweep, enforce
+
     spec = spec if isinstance(spec, SweepSpec) else load_sweep(spec)
+    enforce(check_sweep(spec))  # every point's scenario, before any point runs
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     say = notice or (lambda line: print(f"sweep: {line}", file=sys.stderr, flush=True))

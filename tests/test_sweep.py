@@ -13,6 +13,7 @@ import pytest
 import yaml
 from conftest import ROOT, make_scenario
 
+from relakit.checks import CheckError, RelakitWarning
 from relakit.sweep import load_sweep, manifests, point_id, run_sweep
 
 
@@ -188,16 +189,34 @@ def test_results_hold_exactly_the_current_specs_points(tmp_path):
 
 def test_a_point_that_fails_after_an_edit_drops_its_old_result(tmp_path):
     out = tmp_path / "out"
+    spec = _spec(tmp_path, {"fleet.nodes": [2, 3]})
+    assert run_sweep(spec, out, workers=1, progress=_quiet).height == 2
+    # the edit adds a fault on node 2: fine for the 3-node point, outside the 2-node fleet
+    sc = make_scenario(rate=300, duration=20, nodes=2, servers=2,
+                       faults=[{"node": 2, "start_s": 5, "end_s": 10, "error_rate": 0.5}])
+    (tmp_path / "sc.yaml").write_text(yaml.safe_dump(sc))
+    with pytest.warns(RelakitWarning, match="faults"):
+        table = run_sweep(load_sweep(tmp_path / "sweep.yaml"), out, workers=1,
+                          progress=_quiet)
+    assert table["param.fleet.nodes"].unique().to_list() == [3]
+    assert _table(out)["param.fleet.nodes"].unique().to_list() == [3]
+    ids = {p["fleet.nodes"]: point_id(p) for p in spec.points()}
+    m = manifests(out)
+    status = dict(zip(m["point_id"].to_list(), m["status"].to_list(), strict=True))
+    assert status == {ids[2]: "failed", ids[3]: "ok"}
+    assert "faults" in m.filter(pl.col("point_id") == ids[2])["error"][0]
+    assert not (out / f"point={ids[2]}" / "result.parquet").exists()
+
+
+def test_a_sweep_none_of_whose_points_can_run_is_refused_before_any_runs(tmp_path):
+    out = tmp_path / "out"
     spec = _spec(tmp_path, {})
-    assert run_sweep(spec, out, workers=1, progress=_quiet).height == 1
     sc = make_scenario(rate=300, duration=20, nodes=2, servers=2)
     sc["fleet"]["servers"] = 0
     (tmp_path / "sc.yaml").write_text(yaml.safe_dump(sc))
-    table = run_sweep(load_sweep(tmp_path / "sweep.yaml"), out, workers=1, progress=_quiet)
-    assert table.height == 0 and _table(out).height == 0
-    m = manifests(out)
-    assert m["status"].to_list() == ["failed"] and "fleet.servers" in m["error"][0]
-    assert not list(out.glob("point=*/result.parquet"))
+    with pytest.raises(CheckError, match="fleet.servers"):
+        run_sweep(spec, out, workers=1, progress=_quiet)
+    assert not list(out.glob("point=*"))
 
 
 def test_leftover_temporary_files_are_removed_on_resume(tmp_path):

@@ -29,6 +29,20 @@ from relakit.validate import Reader, load_yaml
 STAGES = {"sentinel": Sentinel, "serpentine": Serpentine, "aegis": Aegis, "atlas": Atlas,
           "punisher": Punisher, "phoenix": Phoenix}
 SEED_ORDER = ("sentinel", "serpentine", "aegis", "atlas", "punisher", "phoenix")
+# (low, high, low open) per stage key: ratios, shares and probabilities live in [0, 1],
+# so a value outside can only be a mistake (error_threshold: 5 would never isolate)
+RANGES = {
+    "error_threshold": (0, 1, False), "unhealthy_error_rate": (0, 1, False),
+    "success_probability": (0, 1, False), "probation_weight": (0, 1, False),
+    "max_isolated_fraction": (0, 1, False), "panic_below": (0, 1, False),
+    "unthrottle_below": (0, 1, False), "floor": (0, 1, False), "gain": (0, 1, True),
+    "max_shift": (0, 1, False), "isolate_after": (1, None, False),
+    "enter_after": (1, None, False), "exit_after": (1, None, False),
+    "throttle_intake": (0, None, True), "backoff_factor": (1, None, False),
+    "seed": (0, 2**64 - 1, False),
+}
+LEVEL_KEYS = {"unhealthy_share": 1, "error_rate": 1, "utilisation": 1, "p99_over_slo": None}
+CLASS_KEYS = ("error_threshold", "load_threshold")
 
 
 @dataclass
@@ -108,14 +122,16 @@ def load_chain(source) -> Chain:
     r = Reader(data, name)
     r.only({"name", "order", "servers", *STAGES})
     order = r.data.get("order", list(SEED_ORDER))
-    if (not isinstance(order, list) or sorted(order) != sorted(set(order))
+    if (not isinstance(order, list) or not all(isinstance(o, str) for o in order)
+            or sorted(order) != sorted(set(order))
             or any(o not in STAGES for o in order) or "sentinel" not in order):
         r.fail(f"expected a list of distinct stages from {list(STAGES)} including sentinel "
                f"(the seed's order is {list(SEED_ORDER)}), got {order!r}", "order")
     stages = [_stage(r.sub(s), STAGES[s]) for s in order]
     servers = r.data.get("servers")
-    if servers is not None and (not isinstance(servers, list) or not all(
-            isinstance(x, int | float) and x > 0 for x in servers)):
+    if servers is not None and (not isinstance(servers, list) or not servers or not all(
+            isinstance(x, int | float) and not isinstance(x, bool) and 0 < x < 1e9
+            for x in servers)):
         r.fail("expected a list of positive server counts, one per node", "servers")
     return Chain(r.data.get("name", "chain"), stages,
                  tuple(servers) if servers is not None else None, source=name)
@@ -136,17 +152,21 @@ def _stage(r: Reader, cls):
                 r.fail(f"expected {type(default).__name__}, got {value!r}", key)
             kwargs[key] = value
         elif isinstance(default, int | float) and not isinstance(default, bool):
-            kwargs[key] = r.number(key, lo=0, integer=type(default) is int)
+            lo, hi, lo_open = RANGES.get(key, (0, None, False))
+            kwargs[key] = r.number(key, lo=lo, hi=hi, lo_open=lo_open,
+                                   integer=type(default) is int)
         elif key == "call_graph":
             if not isinstance(value, list) or not all(
-                    isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) for x in p)
-                    for p in value):
-                r.fail("expected a list of [node, depends_on] pairs", key)
+                    isinstance(p, list) and len(p) == 2 and all(
+                        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in p)
+                    and p[0] != p[1] for p in value):
+                r.fail("expected a list of [node, depends_on] pairs of two different node "
+                       f"numbers (0 or more), got {value!r}", key)
             kwargs[key] = tuple(tuple(p) for p in value)
-        elif key in ("levels", "classes"):
-            if not isinstance(value, dict):
-                r.fail("expected a mapping", key)
-            kwargs[key] = value
+        elif key == "levels":
+            kwargs[key] = _levels(r.sub(key))
+        elif key == "classes":
+            kwargs[key] = _classes(r.sub(key))
         elif key == "slo_p99_ms":
             kwargs[key] = r.number(key, lo=0, lo_open=True, nullable=True)
         else:
@@ -157,6 +177,41 @@ def _stage(r: Reader, cls):
     if cls is Atlas and kwargs.get("balance", "capacity") not in ("capacity", "spare"):
         r.fail(f"{kwargs['balance']!r} is not one of capacity, spare", "balance")
     return cls(**kwargs)
+
+
+def _levels(r: Reader) -> dict:
+    """Serpentine's thresholds: {elevated|critical|catastrophic: {reading: threshold}}."""
+    from relakit.chain.serpentine import LEVELS
+
+    r.only(LEVELS[1:])
+    out = {}
+    for level in LEVELS[1:]:
+        if level not in r.data:
+            continue
+        lv = r.sub(level)
+        lv.only(set(LEVEL_KEYS))
+        out[level] = {k: lv.number(k, lo=0, hi=LEVEL_KEYS[k]) for k in LEVEL_KEYS
+                      if k in lv.data}
+    return out
+
+
+def _classes(r: Reader) -> dict:
+    """Aegis' node classes: {name: {nodes: [i, ...], error_threshold, load_threshold}}."""
+    out = {}
+    for name in r.data:
+        c = r.sub(str(name)) if isinstance(name, str) else r.fail(
+            f"expected class names, got {name!r}")
+        c.only({"nodes", *CLASS_KEYS})
+        nodes = c.data.get("nodes")
+        if not isinstance(nodes, list) or not nodes or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in nodes):
+            c.fail(f"expected a non-empty list of node numbers (0 or more), got {nodes!r}",
+                   "nodes")
+        spec = {"nodes": list(nodes)}
+        spec.update({k: c.number(k, lo=0, hi=1 if k == "error_threshold" else None)
+                     for k in CLASS_KEYS if k in c.data})
+        out[name] = spec
+    return out
 
 
 __all__ = ["SEED_ORDER", "STAGES", "Aegis", "Atlas", "Chain", "ChainState", "Context",

@@ -9,7 +9,7 @@ config poll at or after ``t + propagation_s``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +29,7 @@ class Clocks:
     poll_s: float = 2.0
     poll_phase_s: float = 0.0
     propagation_s: float = 0.0
+    source: str = field(default="<clocks>", compare=False, repr=False)  # for messages
 
     def eval_times(self, start_s: float, end_s: float) -> np.ndarray:
         """Evaluation instants in [start, end]."""
@@ -48,6 +49,7 @@ def load_clocks(source=None, **overrides) -> Clocks:
     if isinstance(source, Clocks):
         return source
     data, name, _ = load_yaml(source if source is not None else {}, "clocks")
+    Reader(data, name)  # an empty file or a list is reported here, with the file's name
     data = {**data, **overrides}
     r = Reader(data, name, "clocks" if name == "<clocks>" else "")
     r.only(KEYS)
@@ -59,4 +61,5 @@ def load_clocks(source=None, **overrides) -> Clocks:
                       ("poll_phase_s", "poll_s")):
         if phases[k] >= periods[period]:
             r.fail(f"{phases[k]} must be shorter than {period} ({periods[period]})", k)
-    return Clocks(**periods, **phases, propagation_s=r.number("propagation_s", 0.0, lo=0))
+    return Clocks(**periods, **phases, propagation_s=r.number("propagation_s", 0.0, lo=0),
+                  source=name)

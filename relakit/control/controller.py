@@ -131,16 +131,21 @@ def replay(trace, policy=None, clocks=None, start_s: float | None = None,
     if policy is None and chain is None:
         raise ValueError("replay needs a policy, a chain, or both")
     clk = load_clocks(clocks)
-    tsdb = as_tsdb(trace)
+    pol = P.load_policy(policy) if policy is not None else None
+    if chain is not None:
+        from relakit.chain import load_chain
+
+        chain = load_chain(chain)
+    tsdb = _checked_tsdb(trace, pol, chain, clk, start_s, end_s, times)
     lo, hi = _span(tsdb, start_s, end_s)
     times = clk.eval_times(lo, hi) if times is None else np.asarray(times, dtype=float)
-    if times.size:  # given instants may reach past the trace
-        lo, hi = min(lo, float(times[0])), max(hi, float(times[-1]))
-    parts, timeline, pol = [], pl.DataFrame({"time_s": times}), None
+    if times.size == 0:
+        raise ValueError(f"no evaluation instant between {start_s} s and {end_s} s")
+    lo, hi = min(lo, float(times[0])), max(hi, float(times[-1]))  # given instants may reach past
+    parts, timeline = [], pl.DataFrame({"time_s": times})
     if progress is not None:
         progress.update(0, total=times.size)
-    if policy is not None:
-        pol = P.load_policy(policy)
+    if pol is not None:
         sig = signal_matrix(pol, tsdb, times, clk.window_s)
         modes, events, runs = P.run(times, sig, *pol.compiled())
         parts.append(audit_table(pol, clk, times, sig, modes, events, runs,
@@ -167,6 +172,26 @@ def replay(trace, policy=None, clocks=None, start_s: float | None = None,
         progress.update(times.size)
     decisions = pl.concat(parts).sort("decided_at_s", maintain_order=True)
     return ReplayResult(decisions, timeline, pol, clk, lo, hi)
+
+
+def _checked_tsdb(trace, policy, chain, clocks, start_s, end_s, times) -> TSDB:
+    """The trace as a TSDB, after the semantic checks against what will read it."""
+    from relakit.checks import check_replay, enforce
+
+    if isinstance(trace, TSDB):
+        return trace  # already pivoted (tests, the lab): nothing left to learn from it
+    frame, source = _as_frame(trace)
+    tsdb = TSDB.from_long(frame) if frame.height else TSDB()
+    enforce(check_replay(frame, source, policy, chain, clocks, start_s, end_s, times, tsdb))
+    return tsdb
+
+
+def _as_frame(trace):
+    from relakit.traces import read_trace, validate_trace
+
+    if isinstance(trace, pl.DataFrame):
+        return validate_trace(trace), "<trace>"
+    return read_trace(trace), str(trace)
 
 
 def as_tsdb(trace) -> TSDB:
@@ -339,7 +364,7 @@ def sweep_thresholds(trace, policy, clocks=None, settings=None, start_s=None,
 
     pol = P.load_policy(policy)
     clk = load_clocks(clocks)
-    tsdb = as_tsdb(trace)
+    tsdb = _checked_tsdb(trace, pol, None, clk, start_s, end_s, None)
     if isinstance(settings, dict):
         names = list(settings)
         grid = pl.DataFrame(list(itertools.product(*settings.values())), schema=names,

@@ -303,10 +303,29 @@ def load_policy(source) -> Policy:
         mode_names.append(mname)
     modes = tuple(_mode(Reader(item, name, f"modes[{i}]"), names, mode_names)
                   for i, item in enumerate(raw_modes))
+    _escalation_cycles(modes, name)
     normal = _asserts(r.sub("normal", {f: False for f in FLAGS}))
     normal = {f: normal.get(f, False) for f in FLAGS}
     return Policy(r.data.get("name", "policy"), signals, tuple(conditions), modes, normal,
                   source=name)
+
+
+def _escalation_cycles(modes, source: str) -> None:
+    """``escalate_to`` chains must end: a cycle of modes with maximum durations never
+    returns to normal, it only hands the fleet round the loop (the issue saw 25 hops)."""
+    index = {m.name: i for i, m in enumerate(modes)}
+    for i, start in enumerate(modes):
+        seen, cur = [start.name], start
+        while cur.escalate_to is not None and cur.max_duration_s > 0:
+            nxt = modes[index[cur.escalate_to]]
+            if nxt.name in seen:
+                loop = seen[seen.index(nxt.name):] + [nxt.name]
+                Reader({}, source, f"modes[{i}]").fail(
+                    f"escalation never ends: {' -> '.join(loop)} is a cycle (each mode "
+                    "escalates to the next when its max_duration_s runs out); end the chain "
+                    "with a mode that has no escalate_to", "escalate_to")
+            seen.append(nxt.name)
+            cur = nxt
 
 
 def _names(r: Reader, key: str, allowed, required: bool):

@@ -191,9 +191,9 @@ def _over_time(times, v, t_eval, range_s, how):
         return out
     if how == "avg":
         c = np.vstack([np.zeros((1, cols.size)), np.cumsum(v, axis=0)])
-        n = (hi - lo + 1)[:, None]
-        ok = hi >= lo
-        out[ok] = ((c[hi + 1] - c[lo]) / n)[ok]
+        ok = hi >= lo  # an empty window has no average (and must not divide by zero)
+        lo, hi = lo[ok], hi[ok]
+        out[ok] = (c[hi + 1] - c[lo]) / (hi - lo + 1)[:, None]
         return out
     reducer = np.max if how == "max" else np.min
     for i in np.flatnonzero(hi >= lo):  # per evaluation time; windows hold few samples

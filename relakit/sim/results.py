@@ -105,6 +105,8 @@ class SimulationResult:
             "utilisation": float(busy_s.sum() / (servers.sum() * max(fleet.now, 1e-12))),
             "utilisation_by_node": (busy_s / (servers * max(fleet.now, 1e-12))).round(4).tolist(),
             "in_flight_at_end": fleet.users_in_flight,
+            "arrived_rps": fleet.n_arrived / max(fleet.now, 1e-12),
+            "offered_utilisation": round(sc.offered_utilisation, 4),
             "attempts": int(fc[K.F_ATTEMPTS]), "retries": int(fc[K.F_RETRIES]),
             "retries_denied": int(fc[K.F_RETRIES_DENIED]), "hedges": int(fc[K.F_HEDGES]),
             "hedges_won": int(fc[K.F_HEDGES_WON]),
@@ -115,6 +117,7 @@ class SimulationResult:
             "latency_note": "latency quantiles are over successful (ok) requests",
             "versions": versions(),
         }
+        info["steady_state"] = steady_state(info, sc)
         return cls(requests, metrics, summary, info)
 
     def write(self, out_dir) -> list[Path]:
@@ -190,7 +193,28 @@ class SimulationResult:
         head = (f"scenario {i['scenario']}  seed {i['seed']}  {i['duration_s']:g} s simulated  "
                 f"offered {i['offered_rps']:.1f} rps  goodput {i['goodput_rps']:.1f} rps  "
                 f"utilisation {i['utilisation']:.3f}")
-        return "\n".join([head, *lines])
+        tail = []
+        if i.get("in_flight_at_end"):
+            share = i["in_flight_at_end"] / max(i["user_requests"], 1)
+            tail.append(f"{i['in_flight_at_end']} requests ({share:.1%} of arrivals) were still "
+                        "in flight at the end and are not counted above")
+        if i.get("steady_state") is False:
+            why = (f"the offered load is {i['offered_utilisation']:.2f}x capacity with "
+                   "unbounded queues" if i["offered_utilisation"] >= 1 else
+                   "the backlog at the end is large")
+            tail.append(f"the run did not reach a steady state: {why} (arrived "
+                        f"{i['arrived_rps']:.1f} rps, counted {i['offered_rps']:.1f} rps), so "
+                        "these figures depend on the run's length")
+        return "\n".join([head, *lines, *tail])
+
+
+def steady_state(info: dict, sc) -> bool:
+    """False when the run cannot have settled: offered load at or over capacity with
+    unbounded queues, or more than 5 % of arrivals still in flight at the end (the
+    summary leaves those out, so its ratios and quantiles are of a biased sample)."""
+    overloaded = sc.offered_utilisation >= 1.0 and sc.fleet.queue_limit is None
+    backlog = info["in_flight_at_end"] > 0.05 * max(info["user_requests"], 1)
+    return not (overloaded or backlog)
 
 
 def _decimals(values: np.ndarray, digits: int = 3, most: int = 3) -> int:

@@ -1,0 +1,597 @@
+"""Semantic checks: mistakes that pass the type checks but make a run say nothing.
+
+The loaders (:mod:`relakit.validate` and each ``load_*``) check every value on
+its own: its type, its range, the keys around it. What they cannot see is a
+value that is fine alone and wrong in its context: a signal on a metric the
+simulator does not export, a query window that never holds two scrapes, a
+fleet offered more than it can serve with nowhere to drop the excess, a run
+whose metrics grid would not fit in memory. Those are found here, before
+anything runs, and every entry point (``simulate``, ``replay``, sweeps, the
+lab and ``relakit check``) asks the same functions.
+
+Each finding is an error (the run would be meaningless or would crash: it is
+refused) or a warning (the run is possible, and probably not what was meant:
+it goes on, and says so on stderr). The table of cases and their severity is
+in the README ("Checking inputs") and docs/design.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from relakit.validate import ScenarioError, display_path
+
+ERROR, WARNING = "error", "warning"
+# a rate needs two samples in its window; Prometheus advises a window of four scrapes
+RATE_KINDS = ("rate", "ratio", "histogram_quantile")
+MEMORY_WARN_SHARE = 0.5  # of the memory available now: warn above, refuse above 1
+
+
+class RelakitWarning(UserWarning):
+    """A semantic warning: the run goes on, but probably does not do what was meant."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # error | warning
+    file: str
+    key: str
+    message: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.file}: key '{self.key}': {self.message}"
+
+    def line(self) -> str:
+        """The one line the command line prints: ``relakit: warning: FILE: key 'K': ...``."""
+        return f"relakit: {self.severity}: {self.text}"
+
+
+class CheckError(ScenarioError):
+    """One or more error findings: the input is refused before anything runs."""
+
+    def __init__(self, findings):
+        self.findings = [f for f in findings if f.severity == ERROR]
+        super().__init__("\n".join(f.text for f in self.findings))
+
+
+def enforce(findings) -> list[Finding]:
+    """Warn (as :class:`RelakitWarning`) for each warning; raise :class:`CheckError` on errors.
+
+    Warnings come first, so a refused run still shows everything that was found."""
+    findings = list(findings)
+    for f in findings:
+        if f.severity == WARNING:
+            warnings.warn(f.text, RelakitWarning, stacklevel=3)
+    if any(f.severity == ERROR for f in findings):
+        raise CheckError(findings)
+    return findings
+
+
+# ---- where a finding points ---------------------------------------------------------------
+def _where(obj_source: str, parent_source: str | None, prefix: str) -> tuple[str, str]:
+    """(file, key prefix): an inline policy/chain/clocks is reported in its scenario."""
+    if obj_source.startswith("<") and parent_source:
+        return parent_source, prefix + "."
+    return obj_source, ""
+
+
+# ---- series: what a signal can read --------------------------------------------------------
+# (source, name, tier, outcome, le): source is "nodes" (per-target) or "client" (fleet-wide)
+def simulator_series(bounds_s) -> list[tuple]:
+    """Every series the simulator exports, for histogram bounds ``bounds_s``."""
+    from relakit.sim.longtable import fleet_columns, node_columns
+
+    return ([("nodes", *c[1:]) for c in node_columns(bounds_s)]
+            + [("client", *c[1:]) for c in fleet_columns()])
+
+
+def trace_series(frame) -> list[tuple]:
+    """The series of a long metrics frame that hold at least one sample (not NaN)."""
+    import polars as pl
+
+    have = frame.filter(pl.col("value").is_not_null() & ~pl.col("value").is_nan())
+    keys = have.select(pl.when(pl.col("node") < 0).then(pl.lit("client"))
+                       .otherwise(pl.lit("nodes")).alias("source"),
+                       "name", "tier", "outcome", "le").unique()
+    return [tuple(r) for r in keys.iter_rows()]
+
+
+def _matches(sel_source, name, labels, series) -> list[tuple]:
+    out = []
+    for src, n, tier, outcome, le in series:
+        if src != sel_source or n != name:
+            continue
+        have = {"tier": tier, "outcome": outcome, "le": le}
+        if all((have[k] in v) if isinstance(v, tuple | list) else have[k] == v
+               for k, v in labels.items()):
+            out.append((src, n, tier, outcome, le))
+    return out
+
+
+def _selectors(sig):
+    """(key under the signal, metric name asked for, selector) for each series a signal reads."""
+    if sig.kind == "ratio":
+        return [("num.", sig.selector.metric, sig.selector), ("den.", sig.den.metric, sig.den)]
+    if sig.kind == "histogram_quantile":
+        return [("", sig.selector.metric + "_bucket", sig.selector)]
+    return [("", sig.selector.metric, sig.selector)]
+
+
+def _why_no_match(name, sel, series) -> tuple[str, str]:
+    """A hint for a selector that matches nothing (wrong source, label, or a typo), and
+    the key under the selector it points at."""
+    same_name = [s for s in series if s[1] == name]
+    if same_name and all(s[0] != sel.source for s in same_name):
+        other = same_name[0][0]
+        return (f"'{name}' is a {'fleet-wide (client)' if other == 'client' else 'per-node'} "
+                f"series here: {'add source: client' if other == 'client' else 'drop source'}",
+                "source")
+    if same_name:
+        for label, want in sel.labels.items():
+            idx = {"tier": 2, "outcome": 3, "le": 4}[label]
+            present = sorted({str(s[idx]) for s in same_name if s[0] == sel.source})
+            wanted = want if isinstance(want, tuple | list) else (want,)
+            if not set(wanted) & set(present):
+                return (f"no '{name}' series has {label} {' or '.join(map(repr, wanted))} "
+                        f"(present: {', '.join(present)})", label)
+        return f"no '{name}' series has all of the labels {dict(sel.labels)}", "metric"
+    if name.endswith("_bucket_bucket"):
+        return "give a histogram's name without '_bucket' (the signal adds it)", "metric"
+    names = sorted({s[1] for s in series})
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    if close:
+        return f"did you mean '{close[0].removesuffix('_bucket')}'?", "metric"
+    shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+    return (f"the series are: {shown}" if names else "there are no series at all"), "metric"
+
+
+def check_signals(policy, series, *, missing: str, what: str, parent: str | None = None,
+                  labels: bool = True) -> list[Finding]:
+    """Each signal's metric and labels against the series that exist.
+
+    ``missing`` is the severity of a signal that reads nothing (error where the
+    series are known in advance, the simulator's; warning for one trace);
+    ``what`` names where the series come from, for the message. A label value in a
+    list that matches nothing while the others do is a warning: probably a typo."""
+    file, pre = _where(policy.source, parent, "policy")
+    out = []
+    for name, sig in policy.signals.items():
+        for part, asked, sel in _selectors(sig):
+            key = f"{pre}signals.{name}.{part}"
+            found = _matches(sel.source, asked, sel.labels if labels else {}, series)
+            if not found:
+                hint, sub = _why_no_match(asked, sel, series)
+                shown = dataclasses.replace(sel, metric=asked).promql()
+                out.append(Finding(missing, file, key + sub,
+                                   f"{what} has no series {shown} for signal '{name}', so "
+                                   f"it is always 'no data' and conditions on it never hold: "
+                                   f"{hint}"))
+                continue
+            for label, want in (sel.labels if labels else {}).items():
+                if not isinstance(want, tuple | list):
+                    continue
+                for v in want:
+                    if not _matches(sel.source, asked, {**sel.labels, label: v}, series):
+                        out.append(Finding(WARNING, file, key + label,
+                                           f"{label} '{v}' matches no '{asked}' series in "
+                                           f"{what}; a typo?"))
+    return out
+
+
+# ---- a policy on its own --------------------------------------------------------------------
+def _signal_range(sig) -> tuple[float, float] | None:
+    """The values a signal can take (scale applied), or None when it is not known."""
+    scale = sig.scale
+    if scale <= 0:
+        return None
+    if sig.kind == "ratio":
+        return 0.0, scale
+    if sig.kind in ("rate", "histogram_quantile"):
+        return 0.0, math.inf
+    return None
+
+
+def _never_or_always(op, thr, lo, hi) -> str | None:
+    never = {">": thr >= hi, ">=": thr > hi, "<": thr <= lo, "<=": thr < lo}[op]
+    always = {">": thr < lo, ">=": thr <= lo, "<": thr > hi, "<=": thr >= hi}[op]
+    return "can never hold" if never else "always holds (whenever there is data)" if always \
+        else None
+
+
+def check_policy(policy, parent: str | None = None) -> list[Finding]:
+    """Thresholds outside their signal's range; escalations that cannot happen."""
+    file, pre = _where(policy.source, parent, "policy")
+    out = []
+    for c in policy.conditions:
+        sig = policy.signals[c.signal]
+        rng = _signal_range(sig)
+        if rng is None:
+            continue
+        verdict = _never_or_always(c.op, c.threshold, *rng)
+        if verdict:
+            kind = {"ratio": "a ratio", "rate": "a rate",
+                    "histogram_quantile": "a latency quantile"}[sig.kind]
+            span = f"between {rng[0]:g} and {rng[1]:g}" if math.isfinite(rng[1]) else \
+                f"{rng[0]:g} or more"
+            out.append(Finding(ERROR, file, f"{pre}conditions.{c.name}.threshold",
+                               f"'{c.signal} {c.op} {c.threshold:g}' {verdict}: {c.signal} is "
+                               f"{kind}, {span}"))
+    for i, m in enumerate(policy.modes):
+        if m.escalate_to is not None and m.max_duration_s <= 0:
+            out.append(Finding(WARNING, file, f"{pre}modes[{i}].escalate_to",
+                               f"mode '{m.name}' never escalates to '{m.escalate_to}': "
+                               "escalation happens when max_duration_s runs out, and it has "
+                               "none"))
+    return out
+
+
+# ---- clocks -----------------------------------------------------------------------------------
+def check_window(window_s: float, scrape_s: float, file: str, key: str, scrape_what: str,
+                 needs_rates: bool = True) -> list[Finding]:
+    """A window must hold two scrapes for a rate; Prometheus advises four."""
+    if not needs_rates:
+        return []
+    if window_s < scrape_s:
+        return [Finding(ERROR, file, key,
+                        f"a {window_s:g} s window is shorter than {scrape_what} ({scrape_s:g} s): "
+                        "it holds at most one sample, so every rate, ratio and quantile is "
+                        "'no data' and nothing is ever decided; make it at least "
+                        f"{2 * scrape_s:g} s (Prometheus advises {4 * scrape_s:g} s)")]
+    if window_s < 2 * scrape_s:
+        return [Finding(WARNING, file, key,
+                        f"a {window_s:g} s window holds only one or two samples at {scrape_what} "
+                        f"({scrape_s:g} s): rates are 'no data' at some evaluations; make it "
+                        f"at least {2 * scrape_s:g} s (Prometheus advises {4 * scrape_s:g} s)")]
+    return []
+
+
+def check_clocks(clocks, parent: str | None = None, needs_rates: bool = True
+                 ) -> list[Finding]:
+    file, pre = _where(clocks.source, parent, "clocks")
+    out = check_window(clocks.window_s, clocks.scrape_s, file, f"{pre}window_s",
+                       "the scrape interval", needs_rates)
+    if clocks.eval_s > clocks.window_s:
+        out.append(Finding(WARNING, file, f"{pre}eval_s",
+                           f"evaluations every {clocks.eval_s:g} s look at {clocks.window_s:g} s "
+                           "windows: what happens between two windows is never seen"))
+    return out
+
+
+def _policy_needs_rates(policy) -> bool:
+    return policy is not None and any(s.kind in RATE_KINDS for s in policy.signals.values())
+
+
+# ---- a chain ------------------------------------------------------------------------------------
+def check_chain(chain, nodes: int | None, parent: str | None = None, what: str = "the fleet"
+                ) -> list[Finding]:
+    """Nodes the chain names must exist; a load threshold above 1 never throttles."""
+    from relakit.chain import Aegis, Sentinel
+
+    file, pre = _where(chain.source, parent, "chain")
+    out = []
+    for st in chain.stages:
+        if isinstance(st, Sentinel) and nodes is not None:
+            bad = [p for p in st.call_graph if max(p) >= nodes]
+            if bad:
+                out.append(Finding(ERROR, file, f"{pre}sentinel.call_graph",
+                                   f"{bad[0]} names node {max(bad[0])}, but {what} has "
+                                   f"{nodes} node(s), numbered 0 to {nodes - 1}"))
+        if isinstance(st, Aegis):
+            if st.load_threshold > 1:
+                out.append(Finding(WARNING, file, f"{pre}aegis.load_threshold",
+                                   f"{st.load_threshold:g} is above 1: utilisation (busy "
+                                   "servers over servers) never exceeds 1, so Aegis never "
+                                   "throttles"))
+            for cname, spec in st.classes.items():
+                bad = [n for n in spec["nodes"] if nodes is not None and n >= nodes]
+                if bad:
+                    out.append(Finding(ERROR, file, f"{pre}aegis.classes.{cname}.nodes",
+                                       f"node {bad[0]} is outside {what} ({nodes} node(s), "
+                                       f"0 to {nodes - 1})"))
+    if chain.servers is not None and nodes is not None and len(chain.servers) != nodes:
+        out.append(Finding(ERROR, file, f"{pre}servers",
+                           f"{len(chain.servers)} server counts for {what} of {nodes} "
+                           "node(s): give one per node"))
+    return out
+
+
+# ---- a scenario, before it runs ------------------------------------------------------------
+def check_scenario(sc) -> list[Finding]:
+    """Everything that can be known about a scenario without running it."""
+    out = []
+    src = sc.source
+    if sc.policy is not None:
+        out += check_policy(sc.policy, src)
+        out += check_signals(sc.policy, simulator_series(sc.metrics.latency_buckets_s),
+                             missing=ERROR, what="the simulator", parent=src)
+    if sc.chain is not None:
+        out += check_chain(sc.chain, sc.fleet.nodes, src)
+    if sc.clocks is not None and (sc.policy is not None or sc.chain is not None):
+        out += check_clocks(sc.clocks, src, _policy_needs_rates(sc.policy)
+                            or sc.chain is not None)
+    out += check_load(sc)
+    for i, f in enumerate(sc.faults):
+        if f.start_s >= sc.duration_s:
+            out.append(Finding(WARNING, src, f"faults[{i}].start_s",
+                               f"{f.start_s:g} s is not before the end of the run "
+                               f"(duration_s {sc.duration_s:g}): this fault never happens"))
+    return out
+
+
+def check_load(sc) -> list[Finding]:
+    """Offered load at or over capacity with unbounded queues: no steady state."""
+    fl, wl = sc.fleet, sc.workload
+    util = sc.offered_utilisation
+    if fl.queue_limit is not None or util < 1.0:
+        return []
+    rate = wl.arrival.mean_rate(sc.duration_s, sc.warmup_s)
+    fan = f" x fan-out {wl.fanout}" if wl.fanout > 1 else ""
+    return [Finding(WARNING, sc.source, "workload.arrival",
+                    f"the offered load ({rate:.4g} rps{fan}) is {util:.2f}x the fleet's "
+                    f"capacity ({fl.capacity_rps:.4g} rps: {sum(fl.servers)} servers at "
+                    f"{fl.service.mean_ms:g} ms) and fleet.queue_limit is unset: queues grow "
+                    "without bound, the run never reaches a steady state, and requests still "
+                    "queued at the end are not in the summary; lower the rate, add servers or "
+                    "set fleet.queue_limit")]
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (Linux: MemAvailable), else the physical total."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def run_memory(sc, record_requests: bool) -> dict:
+    """What a run will allocate, estimated from the scenario before any allocation.
+
+    The metrics grid (one row per node per ``metrics.interval_s``, and its long
+    table afterwards), the per-request records when kept, and the kernel's pools.
+    Estimates in bytes, a floor rather than a ceiling (the Python and numba runtime,
+    about 130 MB, and transient copies come on top); the long table is about 80 bytes
+    a sample."""
+    from relakit.sim import kernel as K
+    from relakit.sim.longtable import fleet_columns, node_columns
+
+    n = sc.fleet.nodes
+    samples = sc.duration_s / sc.metrics.interval_s + 2
+    n_buckets = len(sc.metrics.latency_buckets_s) + 1
+    grid = samples * (n * (K.M_BUCKETS + n_buckets + 1) + K.N_FLEET + 1) * 8
+    table = samples * (n * len(node_columns(sc.metrics.latency_buckets_s))
+                       + len(fleet_columns())) * 80
+    requests = sc.workload.arrival.mean_rate(sc.duration_s) * sc.duration_s
+    # the kernel's record arrays, then the requests table: about 200 bytes a request in
+    # all (measured: mmc-demo, 1.3 M requests, 270 MB over the run without records)
+    records = requests * 1.05 * 200 if record_requests else 0.0
+    jobs = 4 * sum(sc.fleet.servers) + 8 * sc.workload.fanout
+    pools = jobs * (K.N_JI + K.N_JF + K.N_CL + K.N_UI + K.N_UF + 12) * 8
+    return {"samples": samples, "grid": grid, "table": table, "records": records,
+            "pools": pools, "total": grid + table + records + pools}
+
+
+def _size(b: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if b < 1024 or unit == "PiB":
+            return f"{b:.3g} {unit}"
+        b /= 1024
+    return f"{b:.3g} PiB"  # pragma: no cover
+
+
+def check_memory(sc, record_requests: bool, available: int | None = None) -> list[Finding]:
+    """Refuse a run that cannot fit in memory; warn about one that would take most of it."""
+    est = run_memory(sc, record_requests)
+    avail = available_memory() if available is None else available
+    if est["total"] <= MEMORY_WARN_SHARE * avail:
+        return []
+    parts = [f"metrics grid and table {_size(est['grid'] + est['table'])} "
+             f"({est['samples']:.3g} samples x {sc.fleet.nodes} node(s))"]
+    if est["records"] > 0.1 * est["total"]:
+        parts.append(f"per-request records {_size(est['records'])}")
+    if est["pools"] > 0.1 * est["total"]:
+        parts.append(f"request pools {_size(est['pools'])}")
+    advice = ("raise metrics.interval_s (samples = duration_s / interval_s) or shorten "
+              "duration_s" + ("; --no-requests drops the records" if record_requests and
+                             est["records"] > 0.1 * est["total"] else ""))
+    sev = ERROR if est["total"] > avail else WARNING
+    verb = "needs" if sev == ERROR else "would take"
+    key = "duration_s" if est["pools"] < 0.5 * est["total"] else "fleet.servers"
+    return [Finding(sev, sc.source, key,
+                    f"a {sc.duration_s:g} s run {verb} about {_size(est['total'])} "
+                    f"({'; '.join(parts)}), and {_size(avail)} of memory is available: "
+                    f"{advice}")]
+
+
+def check_run(sc, record_requests: bool = True) -> list[Finding]:
+    """A scenario's checks plus the memory its run needs (used by ``simulate``)."""
+    return check_scenario(sc) + check_memory(sc, record_requests)
+
+
+# ---- a sweep, before any point runs ---------------------------------------------------------
+def _sweep_key(spec, key: str) -> str:
+    if key in spec.grid:
+        return f"grid.{key}"
+    if key in spec.ranges:
+        return f"samples.ranges.{key}"
+    return f"base.{key}"
+
+
+def check_sweep(spec) -> list[Finding]:
+    """Every point's scenario, loaded with its overrides and checked, before any runs.
+
+    A key that leads nowhere or a value the scenario refuses is an error naming
+    the sweep's key; a warning that many points share is reported once, with the
+    number of points it concerns."""
+    import re
+
+    from relakit.scenario import OverrideError, load_scenario
+
+    if spec.kind != "function":
+        return []
+    points = spec.points()
+    found: dict = {}
+    failing = 0  # points that cannot run
+    for point in points:
+        overrides = {k: v for k, v in point.items() if k != "seed"}
+        try:
+            sc = load_scenario(display_path(spec.target), overrides=overrides)
+            got = check_run(sc, spec.record_requests)
+        except OverrideError as exc:
+            got = [Finding(ERROR, spec.source, _sweep_key(spec, exc.key), exc.problem)]
+        except CheckError as exc:
+            got = exc.findings
+        except ScenarioError as exc:
+            text = " ".join(str(exc).split())
+            m = re.match(r"^.*?: key '([^']*)': (.*)$", text)
+            inner = m[1] if m else ""
+            hit = [k for k in overrides if inner == k or inner.startswith(k + ".")
+                   or k.startswith(inner + ".")] if inner else []
+            if hit:
+                got = [Finding(ERROR, spec.source, _sweep_key(spec, hit[0]),
+                               f"{point[hit[0]]!r} is refused by the scenario: {text}")]
+            else:
+                got = [Finding(ERROR, spec.source, "scenario", text)]
+        failing += any(f.severity == ERROR for f in got)
+        for f in got:
+            k = (f.severity, f.file, f.key)
+            if k not in found:
+                found[k] = [f, 0]
+            found[k][1] += 1
+    # a point that cannot run is recorded as failed and the rest go on (a sweep is
+    # often a search of where things break); only when no point can run is it refused
+    demote = 0 < failing < len(points)
+    out = []
+    for f, n in found.values():
+        sev = WARNING if demote else f.severity
+        msg = f.message
+        if len(points) > 1:
+            msg += f" (in {n} of {len(points)} points"
+            msg += "; they will be recorded as failed)" if demote and f.severity == ERROR \
+                else ")"
+        out.append(Finding(sev, f.file, f.key, msg))
+    return out
+
+
+# ---- the live lab ------------------------------------------------------------------------------
+#: what the lab's data plane exports (relakit/lab/dataplane.py), per instance
+LAB_SERIES = ("requests_total", "latency_seconds_bucket", "latency_seconds_sum",
+              "latency_seconds_count", "in_flight", "busy_seconds_total", "flag")
+
+
+def check_lab(policy, clocks) -> list[Finding]:
+    """The agent's policy against the data plane's metric names; the lab's clocks."""
+    series = [("nodes", n, None, None, None) for n in LAB_SERIES]
+    return (check_policy(policy)
+            + check_signals(policy, series, missing=ERROR, what="the lab's data plane",
+                            labels=False)
+            + [Finding(f.severity, "lab", "--" + f.key.replace("_", "-"), f.message)
+               for f in check_clocks(clocks, needs_rates=_policy_needs_rates(policy))])
+
+
+# ---- a trace, before a replay ------------------------------------------------------------------
+def scrape_interval(tsdb) -> float | None:
+    """The median gap between a trace's scrapes (over its targets), or None (< 2 scrapes)."""
+    gaps = [np.diff(t.times) for t in tsdb.targets if t.times.size >= 2]
+    gaps = [g[g > 0] for g in gaps]
+    gaps = np.concatenate(gaps) if gaps else np.zeros(0)
+    return float(np.median(gaps)) if gaps.size else None
+
+
+def check_trace(frame, source: str) -> list[Finding]:
+    """A trace on its own: it must hold samples."""
+    import polars as pl
+
+    if frame.height == 0 or frame.filter(pl.col("value").is_not_nan()).height == 0:
+        return [Finding(ERROR, source, "value",
+                        "the trace holds no samples (only a header, or only NaN values)")]
+    return []
+
+
+def check_replay(frame, source: str, policy=None, chain=None, clocks=None, start_s=None,
+                 end_s=None, times=None, tsdb=None) -> list[Finding]:
+    """A policy and/or chain against the trace it is about to be replayed over
+    (``tsdb``: the frame already pivoted, if the caller has it)."""
+    from relakit.control.tsdb import TSDB
+
+    out = check_trace(frame, source)
+    if out:
+        return out
+    series = trace_series(frame)
+    what = f"the trace {source}"
+    if policy is not None:
+        out += check_policy(policy)
+        # names only: a labelled series appears in a trace on its first event, so a
+        # missing outcome="timeout" may only mean there was none
+        out += check_signals(policy, series, missing=WARNING, what=what, labels=False)
+    chain_reads = False
+    if chain is not None:
+        chain_reads = bool(_matches("nodes", "requests_total", {}, series))
+        if not chain_reads:
+            out.append(Finding(WARNING, chain.source, "sentinel",
+                               f"{what} has no per-node requests_total series: Sentinel reads "
+                               "nothing, so the chain never acts"))
+    policy_reads = policy is not None and any(
+        _matches(sel.source, asked, {}, series)
+        for sig in policy.signals.values() for _, asked, sel in _selectors(sig))
+    if not policy_reads and not chain_reads:
+        names = sorted({s[1] for s in series})
+        shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+        wanted = sorted({asked for sig in (policy.signals.values() if policy else ())
+                         for _, asked, _ in _selectors(sig)} | (
+            {"requests_total"} if chain is not None else set()))
+        out.append(Finding(ERROR, source, "name",
+                           f"no samples for any signal: the controller reads "
+                           f"{', '.join(wanted)}, and the trace holds only {shown}"))
+        return out
+    tsdb = TSDB.from_long(frame) if tsdb is None else tsdb
+    if chain is not None:
+        out += check_chain(chain, max(tsdb.nodes) + 1 if tsdb.nodes else 0,
+                           what="the trace")
+    needs_rates = _policy_needs_rates(policy) or chain is not None
+    gap = scrape_interval(tsdb)
+    if gap is None and needs_rates:
+        out.append(Finding(ERROR, source, "time_s",
+                           "every series has a single sample (one scrape: a single snapshot?); "
+                           "rates need two scrapes in a window: record over time, or give a "
+                           "folder of snapshots"))
+    elif gap is not None and clocks is not None:
+        out += check_window(clocks.window_s, gap, clocks.source, "window_s",
+                            f"the trace's scrape interval in {source}", needs_rates)
+    lo, hi = tsdb.span
+    if times is None and start_s is not None and end_s is not None and start_s > end_s:
+        out.append(Finding(ERROR, source, "start_s", f"the first evaluation ({start_s:g} s) is "
+                           f"after the last ({end_s:g} s)"))
+    elif times is None and clocks is not None:
+        a = lo if start_s is None else start_s
+        b = hi if end_s is None else end_s
+        if clocks.eval_times(a, b).size == 0:
+            out.append(Finding(ERROR, source, "start_s",
+                               f"no evaluation instant between {a:g} s and {b:g} s "
+                               f"(every {clocks.eval_s:g} s from phase "
+                               f"{clocks.eval_phase_s:g} s)"))
+        elif (start_s is not None and start_s > hi) or (end_s is not None and end_s < lo):
+            out.append(Finding(WARNING, source, "start_s" if start_s is not None and
+                               start_s > hi else "end_s",
+                               f"the evaluations ({a:g} s to {b:g} s) lie outside the trace, "
+                               f"which covers {lo:g} s to {hi:g} s: they see no data"))
+    return out
+
+
+__all__ = ["ERROR", "WARNING", "CheckError", "Finding", "RelakitWarning", "available_memory",
+           "check_chain", "check_clocks", "check_lab", "check_load", "check_memory",
+           "check_policy", "check_replay", "check_run", "check_scenario", "check_signals",
+           "check_sweep", "check_trace", "enforce", "run_memory", "scrape_interval",
+           "simulator_series", "trace_series"]

@@ -1,0 +1,127 @@
+"""Semantic checks through the Python API (the corpus in test_bad_inputs.py covers the CLI)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import make_scenario
+
+from relakit.checks import CheckError, RelakitWarning, check_memory, run_memory
+from relakit.control import Clocks, load_policy, replay
+from relakit.control.tsdb import Target, over_time
+from relakit.experiment import simulate
+from relakit.scenario import OverrideError, load_scenario
+
+POLICY = {
+    "signals": {"errors": {"kind": "ratio", "num": {"metric": "requests_total",
+                                                   "outcome": ["error", "timeout"]},
+                           "den": {"metric": "requests_total"}}},
+    "conditions": {"failing": {"signal": "errors", "op": ">", "threshold": 0.05}},
+    "modes": [{"name": "survival", "when": {"any": ["failing"]}}],
+}
+
+
+def test_avg_over_time_of_an_empty_window_is_nan_without_a_runtime_warning():
+    tgt = Target(0, np.array([0.0, 10.0]), np.array([[1.0], [3.0]]), [("g", None, None, None)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = over_time(tgt, np.array([0]), np.array([5.0, 10.0, 30.0]), 2.0, "avg")
+    assert np.isnan(got[0, 0]) and got[1, 0] == 3.0 and np.isnan(got[2, 0])
+
+
+def test_an_overloaded_run_counts_what_is_in_flight_against_the_fluid_limit():
+    # M/M/4 offered 500 rps for 400 rps of capacity, unbounded: the backlog grows by
+    # (lambda - c mu) T = 100 x 60 = 6,000 (plus the 4 in service); the noise of
+    # arrivals and departures over 60 s is about sqrt(500 x 60 + 400 x 60) ~ 232.
+    sc = make_scenario(rate=500.0, duration=60.0, servers=4)
+    with pytest.warns(RelakitWarning, match="1.25x the fleet's capacity"):
+        r = simulate(sc, record_requests=False)
+    info = r.info
+    assert info["user_requests"] == info["counted_requests"] + info["in_flight_at_end"]
+    assert abs(info["in_flight_at_end"] - 6004) < 5 * 232
+    assert info["steady_state"] is False
+    assert info["offered_utilisation"] == pytest.approx(1.25)
+    text = r.format_summary()
+    assert f"{info['in_flight_at_end']} requests" in text
+    assert "did not reach a steady state" in text
+
+
+def test_a_stable_run_is_a_steady_state_and_says_nothing_more():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RelakitWarning)
+        r = simulate(make_scenario(rate=200.0, duration=20.0, servers=4), record_requests=False)
+    assert r.info["steady_state"] is True
+    assert r.info["in_flight_at_end"] < 20
+    assert "steady state" not in r.format_summary()
+
+
+def test_a_closed_loop_on_a_metric_the_simulator_does_not_export_is_refused():
+    pol = {**POLICY, "signals": {"errors": {**POLICY["signals"]["errors"],
+                                            "num": {"metric": "requests_totl"}}}}
+    sc = {**make_scenario(rate=50.0, duration=10.0, interval=1.0), "policy": pol,
+          "clocks": {"scrape_s": 1, "window_s": 4, "eval_s": 1, "poll_s": 1}}
+    with pytest.raises(CheckError) as info:
+        simulate(sc)
+    (f,) = info.value.findings
+    assert f.key == "policy.signals.errors.num.metric" and "requests_total" in f.message
+
+
+def _trace(names=("requests_total",)) -> pl.DataFrame:
+    rows = [(float(t), 0, n, "gold", "ok", None, float(10 * t)) for t in range(30) for n in names]
+    return pl.DataFrame(rows, orient="row", schema={"time_s": pl.Float64, "node": pl.Int32,
+                                                    "name": pl.String, "tier": pl.String,
+                                                    "outcome": pl.String, "le": pl.String,
+                                                    "value": pl.Float64})
+
+
+def test_replay_refuses_a_trace_without_any_signal_and_warns_about_one_missing():
+    clocks = Clocks(scrape_s=1, window_s=5, eval_s=1, poll_s=1)
+    with pytest.raises(CheckError, match="no samples for any signal"):
+        replay(_trace(("node_cpu_seconds_total",)), POLICY, clocks)
+    two = {**POLICY, "signals": {**POLICY["signals"],
+                                 "late": {"kind": "rate", "metric": "hedges_total",
+                                          "source": "client"}}}
+    with pytest.warns(RelakitWarning, match="hedges_total"):
+        rep = replay(_trace(), two, clocks)
+    assert rep.timeline.height == 30
+    with pytest.raises(CheckError, match="after the last"):
+        replay(_trace(), POLICY, clocks, start_s=20.0, end_s=10.0)
+
+
+def test_memory_is_estimated_before_allocating_and_judged_against_what_is_free():
+    sc = load_scenario(make_scenario(duration=3600.0, nodes=10, interval=1.0))
+    est = run_memory(sc, record_requests=False)
+    assert est["samples"] == pytest.approx(3602)
+    need = est["total"]
+    assert check_memory(sc, False, available=int(4 * need)) == []
+    (warn,) = check_memory(sc, False, available=int(1.5 * need))
+    (err,) = check_memory(sc, False, available=int(0.5 * need))
+    assert (warn.severity, err.severity) == ("warning", "error")
+    assert warn.key == "duration_s" and "metrics.interval_s" in err.message
+
+
+def test_override_keys_that_lead_nowhere_say_where():
+    with pytest.raises(OverrideError, match="'x'") as info:
+        load_scenario(make_scenario(), overrides={"duration_s.x": 1})
+    assert info.value.key == "duration_s.x"
+    pol = {**make_scenario(), "policy": POLICY}
+    with pytest.raises(OverrideError, match="index from 0 to 0"):
+        load_scenario(pol, overrides={"policy.modes.9.enter_after": 2})
+
+
+def test_cyclic_escalation_is_refused_and_an_impossible_threshold_too():
+    cyc = {**POLICY, "modes": [
+        {"name": "a", "when": {"any": ["failing"]}, "max_duration_s": 5, "escalate_to": "b"},
+        {"name": "b", "when": {"any": ["failing"]}, "max_duration_s": 5, "escalate_to": "a"}]}
+    with pytest.raises(ValueError, match="a -> b -> a"):
+        load_policy(cyc)
+    bad = {**POLICY, "conditions": {"failing": {"signal": "errors", "op": ">", "threshold": 5}}}
+    sc = {**make_scenario(rate=50.0, duration=10.0, interval=1.0), "policy": bad,
+          "clocks": {"scrape_s": 1, "window_s": 4, "eval_s": 1, "poll_s": 1}}
+    with pytest.raises(CheckError, match="can never hold"):
+        simulate(sc)
+    assert math.isfinite(load_policy(POLICY).conditions[0].threshold)
