@@ -110,8 +110,9 @@ def test_down_leaves_a_reused_pid_alone(tmp_path):
     last is the lab's; only the last is stopped."""
     sleeps = [subprocess.Popen(["sleep", "60"], start_new_session=True) for _ in range(3)]
     try:
-        ids = [procs.identity(p.pid) for p in sleeps]
-        assert all(ids)
+        # as the lab records its children: once the exec has mapped the new arguments
+        ids = [procs.identity_after_exec(p.pid, ["sleep", "60"]) for p in sleeps]
+        assert all(i is not None and i["cmdline"] == ["sleep", "60"] for i in ids), ids
         records = [
             {"name": "config", **ids[0], "start": ids[0]["start"] - 1},
             {"name": "instance0", **ids[1],
