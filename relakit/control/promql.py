@@ -800,7 +800,7 @@ def _vector_vector(node: Binary, lhs: Vector, rhs: Vector) -> Vector:
     matched: dict = {}
     for lab, val, ok in lhs.series:
         sig = _signature(lab, node)
-        for rlab, rval, rok in right.get(sig, []):
+        for _rlab, rval, rok in right.get(sig, []):
             both = ok & rok
             if not both.any():
                 continue

@@ -162,7 +162,8 @@ def _increase(times, v, t_eval, range_s, as_rate, counter=True):
     avg_gap = sampled / (hi - lo)[:, None]
     # counters cannot go below zero: never extrapolate past the zero point
     with np.errstate(divide="ignore", invalid="ignore"):
-        to_zero = np.where(counter & (result > 0) & (first >= 0), sampled * (first / result), np.inf)
+        to_zero = np.where(counter & (result > 0) & (first >= 0), sampled * (first / result),
+                           np.inf)
     to_start = np.minimum(to_start, to_zero)
     threshold = avg_gap * 1.1
     interval = sampled + np.where(to_start < threshold, to_start, avg_gap / 2) + np.where(
