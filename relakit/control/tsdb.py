@@ -125,15 +125,16 @@ def _per_series(fn, target: Target, cols: np.ndarray, t_eval, *args) -> np.ndarr
 
 
 def increase(target: Target, cols: np.ndarray, t_eval: np.ndarray, range_s: float,
-             as_rate: bool = False) -> np.ndarray:
+             as_rate: bool = False, counter: bool = True) -> np.ndarray:
     """``increase(x[range])`` (or ``rate``) per column at each time: shape (T, len(cols)).
 
     NaN where the window holds fewer than two samples, as Prometheus returns nothing.
+    ``counter=False`` is ``delta``: no reset correction, no clamp at the zero point.
     """
-    return _per_series(_increase, target, cols, t_eval, range_s, as_rate)
+    return _per_series(_increase, target, cols, t_eval, range_s, as_rate, counter)
 
 
-def _increase(times, v, t_eval, range_s, as_rate):
+def _increase(times, v, t_eval, range_s, as_rate, counter=True):
     t_eval = np.atleast_1d(np.asarray(t_eval, dtype=float))
     out = np.full((t_eval.size, v.shape[1]), np.nan)
     if times.size < 2 or v.shape[1] == 0:
@@ -149,7 +150,8 @@ def _increase(times, v, t_eval, range_s, as_rate):
     lo, hi = lo - start, hi - start
     # counter resets: a drop adds back the value before it (Prometheus' correction)
     drop = np.zeros_like(v)
-    drop[1:] = np.where(v[1:] < v[:-1], v[:-1], 0.0)
+    if counter:
+        drop[1:] = np.where(v[1:] < v[:-1], v[:-1], 0.0)
     corr = np.cumsum(drop, axis=0)
     first, last = v[lo], v[hi]
     result = last - first + (corr[hi] - corr[lo])
@@ -160,14 +162,16 @@ def _increase(times, v, t_eval, range_s, as_rate):
     avg_gap = sampled / (hi - lo)[:, None]
     # counters cannot go below zero: never extrapolate past the zero point
     with np.errstate(divide="ignore", invalid="ignore"):
-        to_zero = np.where((result > 0) & (first >= 0), sampled * (first / result), np.inf)
+        to_zero = np.where(counter & (result > 0) & (first >= 0), sampled * (first / result),
+                           np.inf)
     to_start = np.minimum(to_start, to_zero)
     threshold = avg_gap * 1.1
     interval = sampled + np.where(to_start < threshold, to_start, avg_gap / 2) + np.where(
         to_end < threshold, to_end, avg_gap / 2)
-    result = result * (interval / sampled)
+    factor = interval / sampled  # in Prometheus' order of operations, to the last bit
     if as_rate:
-        result = result / range_s
+        factor = factor / range_s
+    result = result * factor
     out[ok] = result
     return out
 
@@ -224,7 +228,7 @@ def bucket_quantile(q: float, upper: np.ndarray, counts: np.ndarray) -> np.ndarr
     below = np.where(b > 0, counts[np.arange(b.size), np.maximum(b - 1, 0)], 0.0)
     in_bucket = counts[np.arange(b.size), np.minimum(b, upper.size - 1)] - below
     with np.errstate(divide="ignore", invalid="ignore"):
-        value = start + (end - start) * (rank - below) / in_bucket
+        value = start + (end - start) * ((rank - below) / in_bucket)  # bucketQuantile's order
     value = np.where(in_inf, upper[-2], value)
     value = np.where((b == 0) & (upper[0] <= 0), upper[0], value)
     out[has] = value[has]
