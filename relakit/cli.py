@@ -219,8 +219,9 @@ def _figure(sc, result, path) -> Path:
 
 
 def _replay(args) -> int:
-    from relakit.control import load_clocks, replay
+    from relakit.control import load_clocks
     from relakit.io import write_parquet
+    from relakit.replay import replay
 
     if args.policy is None and args.chain is None:
         raise ValueError("give --policy, --chain, or both")

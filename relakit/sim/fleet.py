@@ -1,8 +1,8 @@
 """The stepping interface to the fleet kernel.
 
 :class:`Fleet` owns the kernel's arrays and is the only thing that calls it.
-It turns a validated :class:`~relakit.scenario.Scenario` into flat arrays once
-(so the kernel compiles once, whatever the scenario), grows pools and buffers
+It turns a validated scenario's data plane (:class:`~relakit.sim.spec.DataPlane`)
+into flat arrays once (so the kernel compiles once, whatever the scenario), grows pools and buffers
 when the kernel asks, and exposes the seam a control plane needs: advance to
 a time, change per-node controls or global flags, advance again. A change
 takes effect in the kernel at exactly the time it is made; delays are the
@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 
-from relakit.scenario import BREAKER_STATES, TIER_NAMES, Scenario
 from relakit.sim import kernel as K
 from relakit.sim.rng import new_state
+from relakit.sim.spec import BREAKER_STATES, TIER_NAMES, DataPlane
 
 _UNSET = object()
 
@@ -41,7 +41,7 @@ def _tier_mask(tiers) -> int:
     return sum(1 << TIER_NAMES.index(t) for t in tiers)
 
 
-def build_config(sc: Scenario, record_requests: bool) -> K.Config:
+def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
     wl, fl, mit = sc.workload, sc.fleet, sc.mitigations
     cfg_f = np.zeros(K.N_CF)
     cfg_i = np.zeros(K.N_CI, np.int64)
@@ -127,7 +127,7 @@ def _grown_rings(tq_t, tq_k, tq_n) -> dict:
 class Fleet:
     """A fleet in mid-run: ``advance(t)``, change controls, ``advance`` again."""
 
-    def __init__(self, scenario: Scenario, seed: int | None = None, record_requests: bool = True):
+    def __init__(self, scenario: DataPlane, seed: int | None = None, record_requests: bool = True):
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else int(seed)
         self.cfg = build_config(scenario, record_requests)
