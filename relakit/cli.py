@@ -531,7 +531,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _outcome_counts(table) -> str:
     """User requests by tier (rows) and outcome (columns), as a plain text table."""
-    tiers, outcomes = ("gold", "silver", "bronze"), ("ok", "error", "timeout", "dropped")
+    from relakit.vocab import OUTCOMES as outcomes
+    from relakit.vocab import TIERS as tiers
+
     counts = {(r["tier"], r["outcome"]): r["len"]
               for r in table.group_by("tier", "outcome").len().iter_rows(named=True)}
     rows = [["tier", *outcomes, "requests"]]

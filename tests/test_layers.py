@@ -113,8 +113,9 @@ def test_the_control_plane_and_the_chain_never_reach_the_kernel():
     assert not {m for m in _reach_layer("relakit.control") if m.startswith("relakit.chain")}
 
 
-def test_closed_forms_stand_alone_and_nothing_imports_the_command_line():
+def test_closed_forms_and_the_vocabulary_stand_alone_and_nothing_imports_the_command_line():
     assert _reach_layer("relakit.analytic") <= _layer("relakit.analytic")
+    assert not _reach("relakit.vocab")
     for m in MODULES:
         if m not in ("relakit.cli", "relakit.__main__"):  # the command line's own entry points
             assert "relakit.cli" not in _reach(m), m

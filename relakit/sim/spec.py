@@ -18,8 +18,9 @@ from typing import Protocol
 import numpy as np
 
 from relakit.validate import SEED_MAX, Reader, ScenarioError, display_path
+from relakit.vocab import BREAKER_STATES, TIERS, Flags  # noqa: F401 - re-exported
 
-TIER_NAMES = ("gold", "silver", "bronze")
+TIER_NAMES = TIERS  # the name scenarios have always used
 SERVICE_PARAMS = {
     "exponential": ("mean_ms",),
     "deterministic": ("mean_ms",),
@@ -37,7 +38,6 @@ ARRIVAL_PARAMS = {
 }
 ROUTINGS = ("random", "round_robin", "jsq", "p2c")
 CANCEL_POLICIES = ("queued", "started", "never")
-BREAKER_STATES = ("closed", "half_open", "open")
 RETRYABLE = ("error", "timeout", "dropped")
 MAX_NODES = 100_000  # the kernel keeps per-node arrays; past this the metrics grid alone is huge
 MAX_SERVERS = 1_000_000  # per node
@@ -113,6 +113,12 @@ class Controls:
     @property
     def shed_bronze(self) -> bool:
         return "bronze" in self.shed_tiers
+
+    @property
+    def flags(self) -> Flags:
+        """The flags at t = 0, typed as every layer passes them."""
+        return Flags(hedge_enabled=self.hedge_enabled, degraded_mode=self.degraded_mode,
+                     shed_tiers=self.shed_tiers, breaker=self.breaker)
 
 
 @dataclass(frozen=True)
