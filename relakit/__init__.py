@@ -3,8 +3,13 @@
 The flat ``__all__`` below is the documented API; the subpackages
 (``relakit.analytic``, ``relakit.control``, ``relakit.chain``, ``relakit.traces``,
 ``relakit.plots``, ``relakit.lab``) hold the rest.
+
+The names are imported when first asked for (PEP 562), not with the package:
+``import relakit.analytic`` (numpy and scipy only) must not pay for numba and
+the kernel, and each layer loads only what it uses.
 """
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 
 try:  # one source of truth: pyproject.toml, through the installed package's metadata
@@ -12,20 +17,29 @@ try:  # one source of truth: pyproject.toml, through the installed package's met
 except PackageNotFoundError:  # pragma: no cover - imported from a tree never installed
     __version__ = "unknown"
 
-from relakit.control.controller import replay  # noqa: E402
-from relakit.experiment import simulate  # noqa: E402
-from relakit.scenario import Scenario, ScenarioError, load_scenario  # noqa: E402
-from relakit.sim import Fleet, SimulationResult  # noqa: E402
-from relakit.sweep import load_sweep, run_sweep  # noqa: E402
+_LAZY = {  # public name -> the module that defines it
+    "Fleet": "relakit.sim",
+    "Scenario": "relakit.scenario",
+    "ScenarioError": "relakit.scenario",
+    "SimulationResult": "relakit.sim",
+    "load_scenario": "relakit.scenario",
+    "load_sweep": "relakit.sweep",
+    "replay": "relakit.replay",
+    "run_sweep": "relakit.sweep",
+    "simulate": "relakit.experiment",
+}
 
-__all__ = [
-    "Fleet",
-    "Scenario",
-    "ScenarioError",
-    "SimulationResult",
-    "load_scenario",
-    "load_sweep",
-    "replay",
-    "run_sweep",
-    "simulate",
-]
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'relakit' has no attribute {name!r}")
+    value = getattr(import_module(_LAZY[name]), name)
+    globals()[name] = value  # once: later look-ups do not come back here
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = sorted(_LAZY)

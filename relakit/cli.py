@@ -219,8 +219,9 @@ def _figure(sc, result, path) -> Path:
 
 
 def _replay(args) -> int:
-    from relakit.control import load_clocks, replay
+    from relakit.control import load_clocks
     from relakit.io import write_parquet
+    from relakit.replay import replay
 
     if args.policy is None and args.chain is None:
         raise ValueError("give --policy, --chain, or both")
@@ -530,7 +531,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _outcome_counts(table) -> str:
     """User requests by tier (rows) and outcome (columns), as a plain text table."""
-    tiers, outcomes = ("gold", "silver", "bronze"), ("ok", "error", "timeout", "dropped")
+    from relakit.vocab import OUTCOMES as outcomes
+    from relakit.vocab import TIERS as tiers
+
     counts = {(r["tier"], r["outcome"]): r["len"]
               for r in table.group_by("tier", "outcome").len().iter_rows(named=True)}
     rows = [["tier", *outcomes, "requests"]]

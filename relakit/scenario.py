@@ -9,183 +9,38 @@ a complete scenario.
 
 from __future__ import annotations
 
-import csv
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import yaml
 
-from relakit.validate import SEED_MAX, Reader, ScenarioError, display_path, load_yaml
-
-TIER_NAMES = ("gold", "silver", "bronze")
-SERVICE_PARAMS = {
-    "exponential": ("mean_ms",),
-    "deterministic": ("mean_ms",),
-    "lognormal": ("mean_ms", "cv"),
-    "pareto": ("mean_ms", "alpha"),
-    "bimodal": ("fast_ms", "slow_ms", "slow_fraction"),
-}
-ARRIVAL_PARAMS = {
-    "poisson": ("rate_rps",),
-    "step": ("rate_rps", "to_rps", "at_s"),
-    "spike": ("rate_rps", "peak_rps", "start_s", "width_s"),
-    "ramp": ("from_rps", "to_rps", "start_s", "end_s"),
-    "diurnal": ("mean_rps", "amplitude", "period_s", "phase_s"),
-    "trace": ("path", "points", "interpolation"),
-}
-ROUTINGS = ("random", "round_robin", "jsq", "p2c")
-CANCEL_POLICIES = ("queued", "started", "never")
-BREAKER_STATES = ("closed", "half_open", "open")
-RETRYABLE = ("error", "timeout", "dropped")
-MAX_NODES = 100_000  # the kernel keeps per-node arrays; past this the metrics grid alone is huge
-MAX_SERVERS = 1_000_000  # per node
-# Prometheus client libraries' default histogram buckets, in seconds
-PROMETHEUS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-@dataclass(frozen=True)
-class Arrival:
-    """The user-request arrival rate over time, as a piecewise-linear table."""
-
-    kind: str
-    times_s: tuple[float, ...]
-    rates_rps: tuple[float, ...]
-
-    @property
-    def constant(self) -> bool:
-        return len(set(self.rates_rps)) == 1
-
-    def rate_at(self, t_s):
-        """Rate at time(s) t; a repeated time in the table is a step (later value wins)."""
-        t = np.atleast_1d(np.asarray(t_s, dtype=float))
-        times = np.asarray(self.times_s)
-        rates = np.asarray(self.rates_rps)
-        i = np.clip(np.searchsorted(times, t, side="right") - 1, 0, len(times) - 1)
-        j = np.minimum(i + 1, len(times) - 1)
-        dt = times[j] - times[i]
-        frac = np.where(dt > 0, (t - times[i]) / np.where(dt > 0, dt, 1.0), 1.0)
-        frac = np.clip(frac, 0.0, 1.0)
-        out = np.where(t < times[0], rates[0], rates[i] + (rates[j] - rates[i]) * frac)
-        return out if np.ndim(t_s) else float(out[0])
-
-    def mean_rate(self, duration_s: float, warmup_s: float = 0.0) -> float:
-        t = np.linspace(warmup_s, duration_s, 20001)
-        return float(np.mean(self.rate_at(t)))
-
-
-@dataclass(frozen=True)
-class Service:
-    kind: str
-    params: dict
-
-    @property
-    def mean_ms(self) -> float:
-        if self.kind == "bimodal":
-            p = self.params["slow_fraction"]
-            return (1 - p) * self.params["fast_ms"] + p * self.params["slow_ms"]
-        return self.params["mean_ms"]
-
-
-@dataclass(frozen=True)
-class Fault:
-    node: int
-    start_s: float
-    end_s: float
-    error_rate: float = 0.0
-    slowdown: float = 1.0
-    crash: bool = False
-    wrong_rate: float = 0.0  # silent failure: answers wrong, reports success
-
-
-@dataclass(frozen=True)
-class Controls:
-    """The control state at t = 0; a control plane changes it later."""
-
-    hedge_enabled: bool = False
-    shed_tiers: tuple[str, ...] = ()
-    degraded_mode: bool = False
-    breaker: str = "closed"
-    isolation: str = "finish"  # work queued on a node made unroutable: finish | failover
-    throttle_excess: str = "reject"  # over a node's intake limit: reject | elsewhere
-
-    @property
-    def shed_bronze(self) -> bool:
-        return "bronze" in self.shed_tiers
-
-
-@dataclass(frozen=True)
-class Hedge:
-    delay_ms: float = 20.0
-    delay_quantile: float | None = None  # adaptive: this quantile of observed latency
-    cancel: str = "queued"
-    max_hedges: int = 1
-
-
-@dataclass(frozen=True)
-class Retries:
-    max_attempts: int = 1
-    backoff_ms: float = 10.0
-    backoff_max_ms: float = 1000.0
-    jitter: bool = True  # full jitter: uniform in [0, backoff]
-    budget_ratio: float | None = None  # retries / first attempts over the window; None: none
-    budget_window_s: float = 10.0
-    retry_on: tuple[str, ...] = ("error", "timeout")
-
-
-@dataclass(frozen=True)
-class Degraded:
-    service_factor: float = 0.5
-    fanout: int | None = None  # partial fan-out while degraded
-
-
-@dataclass(frozen=True)
-class Breaker:
-    reject_tiers: tuple[str, ...] = ("silver", "bronze")
-    half_open_admit: float = 0.1
-
-
-@dataclass(frozen=True)
-class Mitigations:
-    hedge: Hedge = Hedge()
-    retries: Retries = Retries()
-    degraded: Degraded = Degraded()
-    breaker: Breaker = Breaker()
-
-
-@dataclass(frozen=True)
-class Metrics:
-    interval_s: float = 1.0
-    phase_s: tuple[float, ...] = ()  # per node; empty: all at 0
-    latency_buckets_s: tuple[float, ...] = PROMETHEUS_BUCKETS_S
-
-
-@dataclass(frozen=True)
-class Workload:
-    arrival: Arrival
-    tiers: dict
-    fanout: int = 1
-    deadline_ms: float | None = None
-
-
-@dataclass(frozen=True)
-class FleetSpec:
-    nodes: int
-    servers: tuple[int, ...]
-    service: Service
-    queue_limit: int | None = None
-    routing: str = "random"
-    weights: tuple[float, ...] = ()
-    # error probability against load (in flight per server): ((load, p), ...), linear between
-    load_errors: tuple[tuple[float, float], ...] = ()
-    # (node, depends_on, share): that share of node's work calls depends_on, and fails with it
-    dependencies: tuple[tuple[int, int, float], ...] = ()
-
-    @property
-    def capacity_rps(self) -> float:
-        """Requests per second the fleet serves at 100 % utilisation."""
-        return sum(self.servers) / (self.service.mean_ms / 1000.0)
+from relakit.sim.spec import (  # noqa: F401 - the data plane's names, as scenarios know them
+    ARRIVAL_PARAMS,
+    BREAKER_STATES,
+    CANCEL_POLICIES,
+    MAX_NODES,
+    MAX_SERVERS,
+    PROMETHEUS_BUCKETS_S,
+    RETRYABLE,
+    ROUTINGS,
+    SERVICE_PARAMS,
+    TIER_NAMES,
+    Arrival,
+    Breaker,
+    Controls,
+    Degraded,
+    Fault,
+    FleetSpec,
+    Hedge,
+    Metrics,
+    Mitigations,
+    Retries,
+    Service,
+    Workload,
+    _resolve,
+    read_data_plane,
+)
+from relakit.validate import Reader, ScenarioError, load_yaml
 
 
 @dataclass(frozen=True)
@@ -242,100 +97,10 @@ def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
 
 
 def _build(r: Reader, base_dir: Path) -> Scenario:
+    """The data plane's spec (:mod:`relakit.sim.spec`) composed with policy, chain, clocks."""
     r.only({"name", "duration_s", "seed", "warmup_s", "workload", "fleet", "faults", "metrics",
             "controls", "mitigations", "policy", "clocks", "chain"})
-    duration = r.number("duration_s", lo=0, lo_open=True)
-    warmup = r.number("warmup_s", 0.0, lo=0)
-    if warmup >= duration:
-        r.fail(f"{warmup} must be shorter than duration_s ({duration})", "warmup_s")
-    fleet = _fleet(r.sub("fleet"))
-    workload = _workload(r.sub("workload"), duration, fleet.nodes, base_dir)
-    faults = _faults(r, fleet.nodes)
-    policy, clocks, chain = _control(r, base_dir)
-    name = r.data.get("name", "scenario")
-    if not isinstance(name, str) or not name:
-        r.fail(f"expected a non-empty string, got {name!r}", "name")
-    return Scenario(
-        name=name, duration_s=duration,
-        seed=r.number("seed", 1, lo=0, hi=SEED_MAX, integer=True), workload=workload,
-        fleet=fleet, faults=faults, warmup_s=warmup,
-        controls=_controls(r.sub("controls")), mitigations=_mitigations(r.sub("mitigations"),
-                                                                         fleet.nodes),
-        metrics=_metrics(r.sub("metrics"), fleet.nodes, r.number("seed", 1, lo=0, integer=True),
-                         clocks),
-        policy=policy, clocks=clocks, chain=chain, source=r.source,
-    )
-
-
-def _flag(r: Reader, key, default=False) -> bool:
-    value = r.data.get(key, default)
-    if not isinstance(value, bool):
-        r.fail(f"expected true or false, got {value!r}", key)
-    return value
-
-
-def _tiers(r: Reader, key, default=()) -> tuple[str, ...]:
-    value = r.data.get(key, list(default))
-    if not isinstance(value, list) or any(v not in TIER_NAMES for v in value):
-        r.fail(f"expected a list of tiers from {', '.join(TIER_NAMES)}, got {value!r}", key)
-    return tuple(t for t in TIER_NAMES if t in value)
-
-
-def _controls(r: Reader) -> Controls:
-    r.only({"hedge_enabled", "shed_bronze", "shed_tiers", "degraded_mode", "breaker",
-            "isolation", "throttle_excess"})
-    shed = set(_tiers(r, "shed_tiers"))
-    if _flag(r, "shed_bronze"):
-        shed.add("bronze")
-    if "gold" in shed:
-        r.fail("gold bypasses shedding and cannot be shed; allowed: silver, bronze", "shed_tiers")
-    return Controls(
-        hedge_enabled=_flag(r, "hedge_enabled"),
-        shed_tiers=tuple(t for t in TIER_NAMES if t in shed),
-        degraded_mode=_flag(r, "degraded_mode"),
-        breaker=r.choice("breaker", BREAKER_STATES, "closed"),
-        isolation=r.choice("isolation", ("finish", "failover"), "finish"),
-        throttle_excess=r.choice("throttle_excess", ("reject", "elsewhere"), "reject"),
-    )
-
-
-def _mitigations(r: Reader, nodes: int) -> Mitigations:
-    r.only({"hedge", "retries", "degraded", "breaker"})
-    h = r.sub("hedge")
-    h.only({"delay_ms", "delay_quantile", "cancel", "max_hedges"})
-    hedge = Hedge(
-        delay_ms=h.number("delay_ms", 20.0, lo=0),
-        delay_quantile=h.number("delay_quantile", None, lo=0, hi=1, lo_open=True,
-                                nullable=True),
-        cancel=h.choice("cancel", CANCEL_POLICIES, "queued"),
-        max_hedges=h.number("max_hedges", 1, lo=1, hi=3, integer=True),
-    )
-    t = r.sub("retries")
-    t.only({"max_attempts", "backoff_ms", "backoff_max_ms", "jitter", "budget_ratio",
-            "budget_window_s", "retry_on"})
-    retry_on = t.data.get("retry_on", ["error", "timeout"])
-    if not isinstance(retry_on, list) or any(v not in RETRYABLE for v in retry_on):
-        t.fail(f"expected a list from {', '.join(RETRYABLE)}, got {retry_on!r}", "retry_on")
-    retries = Retries(
-        max_attempts=t.number("max_attempts", 1, lo=1, hi=100, integer=True),
-        backoff_ms=t.number("backoff_ms", 10.0, lo=0),
-        backoff_max_ms=t.number("backoff_max_ms", 1000.0, lo=0),
-        jitter=_flag(t, "jitter", True),
-        budget_ratio=t.number("budget_ratio", None, lo=0, nullable=True),
-        budget_window_s=t.number("budget_window_s", 10.0, lo=0, lo_open=True),
-        retry_on=tuple(v for v in RETRYABLE if v in retry_on),
-    )
-    d = r.sub("degraded")
-    d.only({"service_factor", "fanout"})
-    degraded = Degraded(
-        service_factor=d.number("service_factor", 0.5, lo=0, hi=1, lo_open=True),
-        fanout=d.number("fanout", None, lo=1, hi=nodes, integer=True, nullable=True),
-    )
-    b = r.sub("breaker")
-    b.only({"reject_tiers", "half_open_admit"})
-    breaker = Breaker(reject_tiers=_tiers(b, "reject_tiers", ("silver", "bronze")),
-                      half_open_admit=b.number("half_open_admit", 0.1, lo=0, hi=1))
-    return Mitigations(hedge=hedge, retries=retries, degraded=degraded, breaker=breaker)
+    return Scenario(**read_data_plane(r, base_dir, control=lambda: _control(r, base_dir)))
 
 
 def _control(r: Reader, base_dir: Path):
@@ -367,254 +132,6 @@ def _control(r: Reader, base_dir: Path):
             raise
         raise ScenarioError(f"{r.source}: in its policy, chain or clocks: {exc}") from None
     return policy, clocks, chain
-
-
-def _metrics(r: Reader, nodes: int, seed: int, clocks=None) -> Metrics:
-    r.only({"interval_s", "phase_s", "latency_buckets_s"})
-    default_interval = 1.0 if clocks is None else clocks.scrape_s
-    interval = r.number("interval_s", default_interval, lo=0, lo_open=True)
-    if clocks is not None and interval != clocks.scrape_s:
-        r.fail(f"{interval} differs from clocks.scrape_s ({clocks.scrape_s}): with a control "
-               "loop the scrape interval is the clocks'", "interval_s")
-    phase = r.data.get("phase_s", 0.0 if clocks is None else clocks.scrape_phase_s)
-    if phase == "random":  # each target scraped at its own offset, reproducibly
-        phases = tuple(np.random.default_rng(seed).uniform(0, interval, nodes).tolist())
-    elif isinstance(phase, list):
-        if len(phase) != nodes:
-            r.fail(f"a list must have one entry per node ({nodes}), got {len(phase)}", "phase_s")
-        phases = _items(r, "phase_s", phase, lo=0, hi=interval)
-    else:
-        phases = (r.number("phase_s", 0.0, lo=0, hi=interval),) * nodes
-    buckets = r.data.get("latency_buckets_s", list(PROMETHEUS_BUCKETS_S))
-    if (not isinstance(buckets, list) or not buckets
-            or any(isinstance(b, bool) or not isinstance(b, int | float) or b <= 0
-                   for b in buckets)
-            or any(b2 <= b1 for b1, b2 in zip(buckets, buckets[1:], strict=False))):
-        r.fail("expected an increasing list of positive bucket bounds in seconds "
-               "(+Inf is implied)", "latency_buckets_s")
-    return Metrics(interval_s=interval, phase_s=phases,
-                   latency_buckets_s=tuple(float(b) for b in buckets))
-
-
-def _items(r: Reader, key: str, values: list, **rules) -> tuple:
-    """Each number of a list checked like a key of its own: ``fleet.servers[1]``."""
-    return tuple(Reader({f"{key}[{i}]": v}, r.source, r.path).number(f"{key}[{i}]", **rules)
-                 for i, v in enumerate(values))
-
-
-def _fleet(r: Reader) -> FleetSpec:
-    r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights", "load_errors",
-            "dependencies"})
-    nodes = r.number("nodes", 1, lo=1, hi=MAX_NODES, integer=True)
-    servers = r.data.get("servers", 1)
-    if isinstance(servers, list):
-        if len(servers) != nodes:
-            r.fail(f"a list must have one entry per node ({nodes}), got {len(servers)}",
-                   "servers")
-        servers = _items(r, "servers", servers, lo=1, hi=MAX_SERVERS, integer=True)
-    else:
-        servers = (r.number("servers", 1, lo=1, hi=MAX_SERVERS, integer=True),) * nodes
-    weights = r.data.get("weights")
-    if weights is None:
-        weights = (1.0,) * nodes
-    elif not isinstance(weights, list) or len(weights) != nodes:
-        r.fail(f"expected a list of {nodes} non-negative numbers (one per node)", "weights")
-    else:
-        weights = _items(r, "weights", weights, lo=0)
-        if sum(weights) <= 0:
-            r.fail("at least one weight must be positive", "weights")
-    return FleetSpec(
-        nodes=nodes, servers=servers, service=_service(r.sub("service")),
-        queue_limit=r.number("queue_limit", None, lo=0, hi=2**62, integer=True, nullable=True),
-        routing=r.choice("routing", ROUTINGS, "random"), weights=weights,
-        load_errors=_load_errors(r), dependencies=_dependencies(r, nodes),
-    )
-
-
-def _dependencies(r: Reader, nodes: int) -> tuple[tuple[int, int, float], ...]:
-    raw = r.data.get("dependencies") or []
-    if not isinstance(raw, list):
-        r.fail("expected a list of {node, depends_on, share}", "dependencies")
-    out, seen = [], set()
-    for i, item in enumerate(raw):
-        d = Reader(item, r.source, f"{r.path}.dependencies[{i}]")
-        d.only({"node", "depends_on", "share"})
-        node = d.number("node", lo=0, hi=nodes - 1, integer=True)
-        dep = d.number("depends_on", lo=0, hi=nodes - 1, integer=True)
-        if dep == node or node in seen:
-            d.fail("a node depends on one other node (not itself), listed once", "depends_on")
-        seen.add(node)
-        out.append((node, dep, d.number("share", 1.0, lo=0, hi=1)))
-    return tuple(out)
-
-
-def _load_errors(r: Reader) -> tuple[tuple[float, float], ...]:
-    """`load_errors: {points: [[load, p], ...]}`, load = requests in flight per server."""
-    if r.data.get("load_errors") is None:
-        return ()
-    le = r.sub("load_errors")
-    le.only({"points"})
-    pts = le.data.get("points")
-    if not isinstance(pts, list) or not pts:
-        le.fail("expected a non-empty list of [load, error_probability] pairs", "points")
-    out = []
-    for i, item in enumerate(pts):
-        ok = isinstance(item, list) and len(item) == 2 and all(
-            isinstance(v, int | float) and not isinstance(v, bool) for v in item)
-        if not ok or item[0] < 0 or not 0 <= item[1] <= 1 or (out and item[0] <= out[-1][0]):
-            le.fail(f"point {i}: expected [load >= 0, 0 <= p <= 1] with increasing load, "
-                    f"got {item!r}", "points")
-        out.append((float(item[0]), float(item[1])))
-    return tuple(out)
-
-
-def _service(r: Reader) -> Service:
-    if not r.data:
-        r.fail(f"is required: a mapping with 'kind' (one of {', '.join(SERVICE_PARAMS)})")
-    kind = r.choice("kind", tuple(SERVICE_PARAMS))
-    r.only({"kind", *SERVICE_PARAMS[kind]})
-    p = {}
-    if kind == "bimodal":
-        p["fast_ms"] = r.number("fast_ms", lo=0, lo_open=True)
-        p["slow_ms"] = r.number("slow_ms", lo=0, lo_open=True)
-        p["slow_fraction"] = r.number("slow_fraction", lo=0, hi=1)
-    else:
-        p["mean_ms"] = r.number("mean_ms", lo=0, lo_open=True)
-    if kind == "lognormal":
-        p["cv"] = r.number("cv", lo=0, lo_open=True)
-    if kind == "pareto":
-        p["alpha"] = r.number("alpha", lo=1, lo_open=True)
-    return Service(kind, p)
-
-
-def _workload(r: Reader, duration: float, nodes: int, base_dir: Path) -> Workload:
-    r.only({"arrival", "tiers", "fanout", "deadline_ms"})
-    tiers_r = r.sub("tiers", {"gold": 0.1, "silver": 0.3, "bronze": 0.6})
-    tiers_r.only(set(TIER_NAMES))
-    tiers = {t: tiers_r.number(t, 0.0, lo=0, hi=1) for t in TIER_NAMES}
-    if abs(sum(tiers.values()) - 1.0) > 1e-6:
-        tiers_r.fail(f"tier fractions must sum to 1, got {sum(tiers.values()):g}")
-    fanout = r.number("fanout", 1, lo=1, integer=True)
-    if fanout > nodes:
-        r.fail(f"{fanout} sub-requests need {fanout} distinct nodes; the fleet has {nodes}",
-               "fanout")
-    return Workload(
-        arrival=_arrival(r.sub("arrival"), duration, base_dir), tiers=tiers, fanout=fanout,
-        deadline_ms=r.number("deadline_ms", None, lo=0, lo_open=True, nullable=True),
-    )
-
-
-def _arrival(r: Reader, duration: float, base_dir: Path) -> Arrival:
-    kind = r.choice("kind", tuple(ARRIVAL_PARAMS))
-    r.only({"kind", *ARRIVAL_PARAMS[kind]})
-
-    def rate(key, default=None):
-        return r.number(key, default, lo=0)
-
-    if kind == "poisson":
-        pts = [(0.0, rate("rate_rps"))]
-    elif kind == "step":
-        at = r.number("at_s", lo=0)
-        pts = [(0.0, rate("rate_rps")), (at, rate("rate_rps")), (at, rate("to_rps"))]
-    elif kind == "spike":
-        base, peak = rate("rate_rps"), rate("peak_rps")
-        t0, w = r.number("start_s", lo=0), r.number("width_s", lo=0, lo_open=True)
-        pts = [(0.0, base), (t0, base), (t0, peak), (t0 + w, peak), (t0 + w, base)]
-    elif kind == "ramp":
-        t0, t1 = r.number("start_s", lo=0), r.number("end_s", lo=0)
-        if t1 <= t0:
-            r.fail(f"{t1} must be after start_s ({t0})", "end_s")
-        pts = [(0.0, rate("from_rps")), (t0, rate("from_rps")), (t1, rate("to_rps"))]
-    elif kind == "diurnal":
-        mean, amp = rate("mean_rps"), r.number("amplitude", 0.5, lo=0, hi=1)
-        period = r.number("period_s", 86400.0, lo=0, lo_open=True)
-        phase = r.number("phase_s", 0.0)
-        steps = 96 * duration / period + 2  # 96 straight pieces a period
-        if steps > 1e6:
-            r.fail(f"{period:g} s is too short for a {duration:g} s run: the rate table would "
-                   f"have {steps:.3g} pieces (at most 1e6: period_s >= duration_s / 1e4)",
-                   "period_s")
-        t = np.linspace(0.0, duration, max(2, int(steps)))
-        v = mean * (1 + amp * np.sin(2 * np.pi * (t - phase) / period))
-        pts = list(zip(t.tolist(), v.tolist(), strict=True))
-    else:
-        pts = _trace_points(r, base_dir)
-    times = tuple(float(t) for t, _ in pts)
-    rates = tuple(float(v) for _, v in pts)
-    if max(rates) <= 0:
-        r.fail("the arrival rate is zero everywhere: nothing would arrive")
-    return Arrival(kind, times, rates)
-
-
-def _trace_points(r: Reader, base_dir: Path):
-    """A rate table from `points: [[t, rate], ...]` or a CSV with time_s, rate_rps."""
-    interp = r.choice("interpolation", ("linear", "step"), "linear")
-    if ("path" in r.data) == ("points" in r.data):
-        r.fail("give exactly one of 'path' (a CSV with columns time_s, rate_rps) or 'points'")
-    if "points" in r.data:
-        raw, where = r.data["points"], f"{r.source}: key '{r.path}.points'"
-        if not isinstance(raw, list):
-            r.fail("expected a list of [time_s, rate_rps] pairs", "points")
-    else:
-        path = _resolve(r, r.data["path"], base_dir)
-        where = str(path)
-        with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-        if not rows or not {"time_s", "rate_rps"} <= set(rows[0]):
-            raise ScenarioError(f"{where}: expected a CSV header with columns time_s, rate_rps")
-        raw = [(row["time_s"], row["rate_rps"]) for row in rows]
-    pts = []
-    for i, item in enumerate(raw):
-        try:
-            t, v = (float(x) for x in item)
-        except (TypeError, ValueError):
-            raise ScenarioError(f"{where}: row {i + 1}: expected [time_s, rate_rps] numbers, "
-                                f"got {item!r}") from None
-        if v < 0 or not math.isfinite(v) or not math.isfinite(t):
-            raise ScenarioError(f"{where}: row {i + 1}: rate must be finite and >= 0, got {v}")
-        if pts and t <= pts[-1][0]:
-            raise ScenarioError(f"{where}: row {i + 1}: times must increase ({t} after "
-                                f"{pts[-1][0]})")
-        if interp == "step" and pts:
-            pts.append((t, pts[-1][1]))
-        pts.append((t, v))
-    if not pts:
-        raise ScenarioError(f"{where}: the trace has no rows")
-    return pts
-
-
-def _resolve(r: Reader, value, base_dir: Path, key: str = "path") -> Path:
-    if not isinstance(value, str):
-        r.fail(f"expected a file path, got {value!r}", key)
-    tried = [base_dir / value, Path.cwd() / value]
-    for p in tried:
-        if p.is_file():
-            return Path(display_path(p))
-    r.fail(f"file not found (looked in {', '.join(display_path(p) for p in tried)})", key)
-
-
-def _faults(r: Reader, nodes: int) -> tuple[Fault, ...]:
-    raw = r.data.get("faults") or []
-    if not isinstance(raw, list):
-        r.fail("expected a list of faults", "faults")
-    out = []
-    for i, item in enumerate(raw):
-        f = Reader(item, r.source, f"faults[{i}]")
-        f.only({"node", "start_s", "end_s", "error_rate", "slowdown", "crash", "wrong_rate"})
-        start = f.number("start_s", lo=0)
-        end = f.number("end_s", lo=0)
-        if end <= start:
-            f.fail(f"{end} must be after start_s ({start})", "end_s")
-        crash = f.data.get("crash", False)
-        if not isinstance(crash, bool):
-            f.fail(f"expected true or false, got {crash!r}", "crash")
-        out.append(Fault(
-            node=f.number("node", lo=0, hi=nodes - 1, integer=True), start_s=start, end_s=end,
-            error_rate=f.number("error_rate", 0.0, lo=0, hi=1),
-            slowdown=f.number("slowdown", 1.0, lo=0, lo_open=True), crash=crash,
-            wrong_rate=f.number("wrong_rate", 0.0, lo=0, hi=1),
-        ))
-    return tuple(out)
 
 
 def _deepcopy(d):

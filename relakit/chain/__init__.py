@@ -24,6 +24,7 @@ from relakit.chain.punisher import Punisher
 from relakit.chain.sentinel import Sentinel
 from relakit.chain.serpentine import Serpentine
 from relakit.chain.state import ChainState, Context
+from relakit.control.audit import DECISION_COLUMNS, empty_decisions
 from relakit.validate import Reader, load_yaml
 
 STAGES = {"sentinel": Sentinel, "serpentine": Serpentine, "aegis": Aegis, "atlas": Atlas,
@@ -92,8 +93,6 @@ class Chain:
                 stage._rng = None
 
     def decisions(self, clocks) -> pl.DataFrame:
-        from relakit.control.controller import DECISION_COLUMNS, empty_decisions
-
         if not self.actions:
             return empty_decisions()
         rows = []

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from relakit.chain.state import HEALTHY, ISOLATED, SUSPECT, WORKING, Context, pct
+from relakit.vocab import STRESS_LEVELS
 
 
 @dataclass
@@ -135,7 +136,7 @@ class Aegis:
             want = "closed"  # critical alone does not open breakers; it only eases them
         if want != st.breaker:
             prev, st.breaker = st.breaker, want
-            ctx.act("breaker", "fleet", "stress", float(["normal", "elevated", "critical",
-                                                         "catastrophic"].index(st.stress)),
-                    3.0, f"breakers {prev} → {want}: fleet stress is {st.stress}",
+            ctx.act("breaker", "fleet", "stress", float(STRESS_LEVELS.index(st.stress)),
+                    float(STRESS_LEVELS.index("catastrophic")),
+                    f"breakers {prev} → {want}: fleet stress is {st.stress}",
                     breaker=want)

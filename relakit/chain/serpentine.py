@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from relakit.chain.state import WORKING, Context, pct
+from relakit.vocab import STRESS_LEVELS
 
-LEVELS = ("normal", "elevated", "critical", "catastrophic")
+LEVELS = STRESS_LEVELS  # relakit.vocab's, rising
 DEFAULT_LEVELS = {
     "elevated": {"unhealthy_share": 0.1, "error_rate": 0.02, "utilisation": 0.8},
     "critical": {"unhealthy_share": 0.25, "error_rate": 0.1, "utilisation": 0.9},

@@ -28,9 +28,10 @@ from numba import njit
 
 from relakit.control.signals import parse_signal
 from relakit.validate import Reader, load_yaml
+from relakit.vocab import POLICY_FLAGS
 
 OPS = (">", ">=", "<", "<=")
-FLAGS = ("hedge_enabled", "shed_bronze", "degraded_mode")
+FLAGS = POLICY_FLAGS  # relakit.vocab's: the flags a mode asserts
 # events of one evaluation
 EV_NONE, EV_HOLD, EV_ENTER, EV_EXIT, EV_MAX_DURATION, EV_PREEMPT, EV_ESCALATE = range(7)
 EVENT_NAMES = ("none", "hold", "enter", "exit", "max_duration", "preempt", "escalate")

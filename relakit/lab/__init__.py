@@ -42,6 +42,7 @@ import httpx
 from relakit.control import TSDB, Controller, load_clocks
 from relakit.lab import procs
 from relakit.traces import parse_prometheus_json
+from relakit.vocab import OUTCOMES, TIERS
 
 STATE = "state.json"
 TOKEN_ENV = "RELAKIT_LAB_TOKEN"
@@ -354,7 +355,7 @@ def run_load(lab: Lab, phases: list[tuple[float, float]], tiers=(0.1, 0.3, 0.6),
 
 async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
     rng = random.Random(seed)
-    names = ("gold", "silver", "bronze")
+    names = TIERS
     records: list[dict] = []
     flags = {"hedge_enabled": False}
     routable = {"set": set(range(len(lab.instance_urls)))}
@@ -412,7 +413,7 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
             calls = [one_call([u] + ([rng.choice(spares)] if spares else []), tier)
                      for u in targets]
             results = await asyncio.gather(*calls)
-            order = ("ok", "error", "timeout", "dropped")
+            order = OUTCOMES
             outcome = max((o for o, _ in results), key=order.index)
             records.append({"start_s": t0, "tier": tier, "outcome": outcome,
                             "latency_ms": (time.time() - t0) * 1000,

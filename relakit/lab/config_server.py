@@ -18,7 +18,9 @@ import time
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel
 
-FLAGS = ("hedge_enabled", "shed_bronze", "degraded_mode")
+from relakit.vocab import POLICY_FLAGS
+
+FLAGS = POLICY_FLAGS  # relakit.vocab's: what a policy asserts
 
 
 class FlagUpdate(BaseModel):

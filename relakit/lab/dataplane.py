@@ -22,6 +22,8 @@ import httpx
 from fastapi import FastAPI, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from relakit.vocab import POLICY_FLAGS
+
 
 def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
              slow_ms: float, slow_fraction: float, error_rate: float,
@@ -34,7 +36,7 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
     in_flight = Gauge("in_flight", "requests in the instance", registry=reg)
     busy = Counter("busy_seconds", "server-seconds spent serving", registry=reg)
     flag_gauge = Gauge("flag", "flags as the instance applies them", ["flag"], registry=reg)
-    flags = {"hedge_enabled": False, "shed_bronze": False, "degraded_mode": False}
+    flags = {f: False for f in POLICY_FLAGS}  # relakit.vocab's
     sem = asyncio.Semaphore(servers)
     rng = random.Random(seed)
 

@@ -1,8 +1,8 @@
 """The stepping interface to the fleet kernel.
 
 :class:`Fleet` owns the kernel's arrays and is the only thing that calls it.
-It turns a validated :class:`~relakit.scenario.Scenario` into flat arrays once
-(so the kernel compiles once, whatever the scenario), grows pools and buffers
+It turns a validated scenario's data plane (:class:`~relakit.sim.spec.DataPlane`)
+into flat arrays once (so the kernel compiles once, whatever the scenario), grows pools and buffers
 when the kernel asks, and exposes the seam a control plane needs: advance to
 a time, change per-node controls or global flags, advance again. A change
 takes effect in the kernel at exactly the time it is made; delays are the
@@ -15,9 +15,10 @@ import math
 
 import numpy as np
 
-from relakit.scenario import BREAKER_STATES, TIER_NAMES, Scenario
 from relakit.sim import kernel as K
 from relakit.sim.rng import new_state
+from relakit.sim.spec import DataPlane
+from relakit.vocab import BREAKER_STATES, TIERS, Flags
 
 _UNSET = object()
 
@@ -38,10 +39,10 @@ def _service_params(service) -> tuple[int, float, float, float]:
 
 
 def _tier_mask(tiers) -> int:
-    return sum(1 << TIER_NAMES.index(t) for t in tiers)
+    return sum(1 << TIERS.index(t) for t in tiers)
 
 
-def build_config(sc: Scenario, record_requests: bool) -> K.Config:
+def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
     wl, fl, mit = sc.workload, sc.fleet, sc.mitigations
     cfg_f = np.zeros(K.N_CF)
     cfg_i = np.zeros(K.N_CI, np.int64)
@@ -77,7 +78,7 @@ def build_config(sc: Scenario, record_requests: bool) -> K.Config:
     cfg_i[K.CI_BREAKER_MASK] = _tier_mask(mit.breaker.reject_tiers)
     cfg_i[K.CI_FAILOVER] = int(sc.controls.isolation == "failover")
     cfg_i[K.CI_ELSEWHERE] = int(sc.controls.throttle_excess == "elsewhere")
-    tier_cum = np.cumsum([wl.tiers[t] for t in TIER_NAMES])
+    tier_cum = np.cumsum([wl.tiers[t] for t in TIERS])
     tier_cum[-1] = 1.0
     faults = sc.faults
     fault_f = np.array([[f.start_s, f.end_s, f.error_rate, f.slowdown, f.wrong_rate]
@@ -127,7 +128,7 @@ def _grown_rings(tq_t, tq_k, tq_n) -> dict:
 class Fleet:
     """A fleet in mid-run: ``advance(t)``, change controls, ``advance`` again."""
 
-    def __init__(self, scenario: Scenario, seed: int | None = None, record_requests: bool = True):
+    def __init__(self, scenario: DataPlane, seed: int | None = None, record_requests: bool = True):
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else int(seed)
         self.cfg = build_config(scenario, record_requests)
@@ -190,9 +191,7 @@ class Fleet:
             tier_ext=np.zeros((len(K.TIERS), K.N_TX), np.int64),
             lat_sum=np.zeros((len(K.TIERS), 2)),
         )
-        c = scenario.controls
-        self.set_flags(hedge_enabled=c.hedge_enabled, degraded_mode=c.degraded_mode,
-                       shed_tiers=c.shed_tiers, breaker=c.breaker)
+        self.set_flags(scenario.controls.flags)
         K.start(self.cfg, self.st)
 
     # ---- time -------------------------------------------------------------------
@@ -307,44 +306,33 @@ class Fleet:
         return (nf[:, K.NF_ERR_RATE] > 0) | (nf[:, K.NF_WRONG_RATE] > 0) | (
             nf[:, K.NF_SLOWDOWN] != 1) | (ni[:, K.NI_CRASHED] != 0)
 
-    def set_flags(self, *, hedge_enabled: bool | None = None, degraded_mode: bool | None = None,
-                  shed_bronze: bool | None = None, shed_tiers=None,
-                  breaker: str | None = None) -> None:
-        """Global flags from now on (RelA's flags, generalised).
+    def set_flags(self, flags: Flags | None = None, **changes) -> None:
+        """Global flags from now on (RelA's flags, generalised): a whole
+        :class:`~relakit.vocab.Flags`, or some of its fields by name (None: left as is).
 
         ``shed_tiers``: tiers dropped at admission (gold never is); ``shed_bronze``
         is RelA's flag for the bronze tier alone. ``breaker``: closed, half_open or
         open (rejecting the scenario's ``mitigations.breaker.reject_tiers``).
         """
+        new = (flags if flags is not None else self.flag_state()).updated(**changes)
         isv = self.st.is_
-        if hedge_enabled is not None:
-            isv[K.IS_HEDGE_ON] = int(bool(hedge_enabled))
-        if degraded_mode is not None:
-            isv[K.IS_DEGRADED_ON] = int(bool(degraded_mode))
-        if shed_tiers is not None:
-            unknown = set(shed_tiers) - set(TIER_NAMES)
-            if unknown:
-                raise ValueError(f"unknown tier(s) {sorted(unknown)}; tiers are {TIER_NAMES}")
-            isv[K.IS_SHED_MASK] = _tier_mask(t for t in shed_tiers if t != "gold")
-        if shed_bronze is not None:
-            bit = 1 << TIER_NAMES.index("bronze")
-            isv[K.IS_SHED_MASK] = (isv[K.IS_SHED_MASK] | bit) if shed_bronze else (
-                isv[K.IS_SHED_MASK] & ~bit)
-        if breaker is not None:
-            if breaker not in BREAKER_STATES:
-                raise ValueError(f"breaker must be one of {BREAKER_STATES}, got {breaker!r}")
-            isv[K.IS_BREAKER] = BREAKER_STATES.index(breaker)
+        isv[K.IS_HEDGE_ON] = int(new.hedge_enabled)
+        isv[K.IS_DEGRADED_ON] = int(new.degraded_mode)
+        isv[K.IS_SHED_MASK] = _tier_mask(new.shed_tiers)
+        isv[K.IS_BREAKER] = BREAKER_STATES.index(new.breaker)
 
-    def flags(self) -> dict:
+    def flag_state(self) -> Flags:
+        """The flags in force now, typed."""
         isv = self.st.is_
         mask = int(isv[K.IS_SHED_MASK])
-        return {
-            "hedge_enabled": bool(isv[K.IS_HEDGE_ON]),
-            "degraded_mode": bool(isv[K.IS_DEGRADED_ON]),
-            "shed_tiers": tuple(t for i, t in enumerate(TIER_NAMES) if mask >> i & 1),
-            "shed_bronze": bool(mask >> TIER_NAMES.index("bronze") & 1),
-            "breaker": BREAKER_STATES[int(isv[K.IS_BREAKER])],
-        }
+        return Flags(hedge_enabled=bool(isv[K.IS_HEDGE_ON]),
+                     degraded_mode=bool(isv[K.IS_DEGRADED_ON]),
+                     shed_tiers=tuple(t for i, t in enumerate(TIERS) if mask >> i & 1),
+                     breaker=BREAKER_STATES[int(isv[K.IS_BREAKER])])
+
+    def flags(self) -> dict:
+        """The flags in force now, as a mapping (:meth:`flag_state` typed)."""
+        return self.flag_state().as_dict()
 
     def node_controls(self) -> dict:
         ni, nf = self.st.node_i, self.st.node_f

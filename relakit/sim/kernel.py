@@ -37,12 +37,12 @@ import numpy as np
 from numba import njit
 
 from relakit.sim.rng import exponential, normal, uniform
+from relakit.vocab import BREAKER_STATES, OUTCOMES, TIERS  # noqa: F401 - re-exported codes' words
 
 # ---- codes shared with the Python side -------------------------------------
-TIERS = ("gold", "silver", "bronze")
-OUTCOMES = ("ok", "error", "timeout", "dropped")
-OK, ERROR, TIMEOUT, DROPPED = 0, 1, 2, 3
-GOLD = 0
+# the words are relakit.vocab's; the codes are their positions, never counted by hand
+OK, ERROR, TIMEOUT, DROPPED = (OUTCOMES.index(o) for o in ("ok", "error", "timeout", "dropped"))
+GOLD = TIERS.index("gold")
 
 SERVICE_KINDS = ("exponential", "deterministic", "lognormal", "pareto", "bimodal")
 S_EXP, S_DET, S_LOGNORMAL, S_PARETO, S_BIMODAL = 0, 1, 2, 3, 4
@@ -52,8 +52,8 @@ R_RANDOM, R_RR, R_JSQ, R_P2C = 0, 1, 2, 3
 
 CANCELS = ("queued", "started", "never")
 CANCEL_QUEUED, CANCEL_STARTED, CANCEL_NEVER = 0, 1, 2
-BREAKER_STATES = ("closed", "half_open", "open")
-BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = 0, 1, 2
+BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = (BREAKER_STATES.index(b) for b in (
+    "closed", "half_open", "open"))
 
 # status returned by advance
 DONE, GROW_POOLS, GROW_RECORDS, GROW_SAMPLES = 0, 1, 2, 3

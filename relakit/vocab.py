@@ -1,0 +1,81 @@
+"""The words every layer shares, written once: tiers, outcomes, breaker states, stress
+levels, and the flags a control plane sets on a data plane.
+
+The kernel's integer codes are positions in these tuples (``relakit.sim.kernel``
+derives them, never counts them by hand); the scenario reader, the policy, the
+chain, ``Fleet.set_flags`` and the live lab's config server and services all
+check names against the same tuples, so a new tier or state is one edit here.
+Nothing here imports anything of relakit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+TIERS = ("gold", "silver", "bronze")  # priority order: gold is never shed
+OUTCOMES = ("ok", "error", "timeout", "dropped")
+BREAKER_STATES = ("closed", "half_open", "open")
+STRESS_LEVELS = ("normal", "elevated", "critical", "catastrophic")  # Serpentine's, rising
+# the booleans a policy mode asserts and the lab's config server serves (RelA's flags)
+POLICY_FLAGS = ("hedge_enabled", "shed_bronze", "degraded_mode")
+
+
+@dataclass(frozen=True)
+class Flags:
+    """The global flag state of a data plane, typed: what a policy asserts, what
+    ``Fleet.set_flags`` applies, what the config server serves.
+
+    ``shed_bronze`` is RelA's flag for the bronze tier alone; ``shed_tiers`` the
+    general form. They always agree: bronze is in ``shed_tiers`` exactly when
+    ``shed_bronze`` is true (given either, the other follows).
+    """
+
+    hedge_enabled: bool = False
+    degraded_mode: bool = False
+    shed_bronze: bool = False
+    shed_tiers: tuple[str, ...] = ()
+    breaker: str = "closed"
+
+    def __post_init__(self):
+        for name in ("hedge_enabled", "degraded_mode", "shed_bronze"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"flag {name} must be true or false, got "
+                                 f"{getattr(self, name)!r}")
+        tiers = set(self.shed_tiers)
+        unknown = tiers - set(TIERS)
+        if unknown:
+            raise ValueError(f"unknown tier(s) {sorted(unknown)}; tiers are {TIERS}")
+        if self.breaker not in BREAKER_STATES:
+            raise ValueError(f"breaker must be one of {BREAKER_STATES}, got {self.breaker!r}")
+        if self.shed_bronze:
+            tiers.add("bronze")
+        tiers.discard("gold")  # gold bypasses shedding
+        object.__setattr__(self, "shed_tiers", tuple(t for t in TIERS if t in tiers))
+        object.__setattr__(self, "shed_bronze", "bronze" in tiers)
+
+    def updated(self, **changes) -> Flags:
+        """These flags with some changed (None: left as is). ``shed_bronze`` alone adds or
+        removes bronze from the tiers shed; with ``shed_tiers`` it is applied after them."""
+        changes = {k: v for k, v in changes.items() if v is not None}
+        unknown = set(changes) - set(FLAG_NAMES)
+        if unknown:
+            raise ValueError(f"unknown flag(s) {sorted(unknown)}; flags are {list(FLAG_NAMES)}")
+        tiers = set(changes.pop("shed_tiers", self.shed_tiers))
+        if "shed_bronze" in changes:
+            (tiers.add if changes["shed_bronze"] else tiers.discard)("bronze")
+        changes["shed_bronze"] = "bronze" in tiers
+        return replace(self, **changes, shed_tiers=tuple(tiers))
+
+    @classmethod
+    def from_mapping(cls, data: dict) -> Flags:
+        """From a mapping of flag names (a policy's desired state, a config server's JSON)."""
+        return cls().updated(**dict(data))
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+FLAG_NAMES = tuple(f.name for f in fields(Flags))
+
+__all__ = ["BREAKER_STATES", "FLAG_NAMES", "OUTCOMES", "POLICY_FLAGS", "STRESS_LEVELS", "TIERS",
+           "Flags"]

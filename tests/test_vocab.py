@@ -1,0 +1,65 @@
+"""One vocabulary: every layer's words and the kernel's codes come from relakit.vocab."""
+
+from __future__ import annotations
+
+import pytest
+
+from relakit import vocab
+from relakit.vocab import Flags
+
+
+def test_the_kernel_codes_are_positions_in_the_vocabulary():
+    from relakit.sim import kernel as K
+
+    assert K.TIERS is vocab.TIERS and K.OUTCOMES is vocab.OUTCOMES
+    assert [K.OK, K.ERROR, K.TIMEOUT, K.DROPPED] == [vocab.OUTCOMES.index(o) for o in (
+        "ok", "error", "timeout", "dropped")]
+    assert (K.BREAKER_CLOSED, K.BREAKER_HALF_OPEN, K.BREAKER_OPEN) == (0, 1, 2)
+    assert vocab.BREAKER_STATES[K.BREAKER_OPEN] == "open" and vocab.TIERS[K.GOLD] == "gold"
+
+
+def test_every_layer_reads_the_same_words():
+    from relakit.chain.serpentine import LEVELS
+    from relakit.control.policy import FLAGS
+    from relakit.lab.config_server import FLAGS as SERVED
+    from relakit.scenario import BREAKER_STATES, TIER_NAMES
+
+    assert LEVELS is vocab.STRESS_LEVELS and FLAGS is vocab.POLICY_FLAGS is SERVED
+    assert TIER_NAMES is vocab.TIERS and BREAKER_STATES is vocab.BREAKER_STATES
+    assert set(vocab.POLICY_FLAGS) <= set(vocab.FLAG_NAMES)
+
+
+def test_flags_keep_shed_bronze_and_shed_tiers_in_agreement():
+    assert Flags(shed_bronze=True).shed_tiers == ("bronze",)
+    assert Flags(shed_tiers=("bronze", "silver", "gold")) == Flags(
+        shed_tiers=("silver",), shed_bronze=True)  # ordered, gold never shed
+    f = Flags(shed_tiers=("silver", "bronze"))
+    assert f.updated(shed_bronze=False).shed_tiers == ("silver",)  # bronze alone removed
+    assert f.updated(shed_tiers=()).shed_bronze is False
+    assert Flags.from_mapping({"hedge_enabled": True, "shed_bronze": True}).as_dict() == {
+        "hedge_enabled": True, "degraded_mode": False, "shed_bronze": True,
+        "shed_tiers": ("bronze",), "breaker": "closed"}
+    with pytest.raises(ValueError, match="breaker must be one of"):
+        Flags(breaker="ajar")
+    with pytest.raises(ValueError, match="unknown flag"):
+        Flags().updated(hedging=True)
+    with pytest.raises(ValueError, match="true or false"):
+        Flags(hedge_enabled="yes")
+
+
+def test_the_fleet_takes_typed_flags_and_names_alike():
+    from relakit.scenario import load_scenario
+    from relakit.sim import Fleet
+
+    sc = load_scenario({"duration_s": 2,
+                        "workload": {"arrival": {"kind": "poisson", "rate_rps": 10}},
+                        "fleet": {"service": {"kind": "exponential", "mean_ms": 10}},
+                        "controls": {"shed_tiers": ["silver"]}})
+    fleet = Fleet(sc, record_requests=False)
+    assert fleet.flag_state() == Flags(shed_tiers=("silver",))
+    fleet.set_flags(shed_bronze=True, hedge_enabled=True)  # partial: silver stays shed
+    assert fleet.flags()["shed_tiers"] == ("silver", "bronze") and fleet.flags()["hedge_enabled"]
+    fleet.set_flags(Flags(breaker="open"))  # whole: everything else back to its default
+    assert fleet.flag_state() == Flags(breaker="open")
+    fleet.advance(2.0)
+    assert fleet.now == 2.0
