@@ -125,7 +125,7 @@ def load_chain(source) -> Chain:
             or sorted(order) != sorted(set(order))
             or any(o not in STAGES for o in order) or "sentinel" not in order):
         r.fail(f"expected a list of distinct stages from {list(STAGES)} including sentinel "
-               f"(the seed's order is {list(SEED_ORDER)}), got {order!r}", "order")
+               f"(the designed order is {list(SEED_ORDER)}), got {order!r}", "order")
     stages = [_stage(r.sub(s), STAGES[s]) for s in order]
     servers = r.data.get("servers")
     if servers is not None and (not isinstance(servers, list) or not servers or not all(

@@ -9,7 +9,7 @@
   half-open them when it eases, close them when it is normal.
 
 Thresholds can differ per node class (heterogeneous fleets). The guards real
-systems use are each off by default, so the seed's behaviour can be
+systems use are each off by default, so the unguarded design's behaviour can be
 reproduced: ``min_volume`` (requests in the window before a node is judged),
 ``max_isolated_fraction`` (a cap), and ``panic_below`` (when the working
 fraction falls below it, stop isolating and readmit everything: panic mode).
