@@ -40,6 +40,7 @@ from pathlib import Path
 import httpx
 
 from relakit.control import TSDB, Controller, load_clocks
+from relakit.control.decider import Decision
 from relakit.lab import procs
 from relakit.traces import parse_prometheus_json
 from relakit.vocab import OUTCOMES, TIERS
@@ -312,6 +313,7 @@ class Agent(threading.Thread):
         self.lab = lab
         self.source = source
         self.controller = Controller(policy, lab.clocks)
+        self.deciders = [self.controller]
         self.stop_event = threading.Event()
         self.errors: list[str] = []
 
@@ -323,13 +325,16 @@ class Agent(threading.Thread):
                 try:
                     if self.source == "promql":
                         row = self.lab.promql_signals(self.controller.policy, t)
-                        desired = self.controller.decide(t, row)
-                    else:
-                        tsdb = self.lab.tsdb(clk.window_s + 2 * clk.scrape_s, at=t)
-                        desired = self.controller.evaluate(tsdb, t)
-                    client.put(f"{self.lab.config_url}/state",
-                               json={"flags": desired, "reason": "relakit agent"},
-                               headers={"Authorization": f"Bearer {self.lab.token}"})
+                        decisions = [Decision(flags=self.controller.decide_row(t, row))]
+                    else:  # the deciders' protocol, as in the closed loop and replay
+                        tsdb = self.lab.tsdb(clk.lookback_s, at=t)
+                        decisions = [d.decide(tsdb, t) for d in self.deciders]
+                    for decision in decisions:
+                        if decision.flags is not None:
+                            client.put(f"{self.lab.config_url}/state",
+                                       json={"flags": decision.flags,
+                                             "reason": "relakit agent"},
+                                       headers={"Authorization": f"Bearer {self.lab.token}"})
                 except Exception as exc:  # the loop goes on; the error is kept
                     self.errors.append(f"{type(exc).__name__}: {exc}")
                 self.stop_event.wait(max(0.0, clk.eval_s - (time.time() - t)))
