@@ -101,6 +101,8 @@ class ChainRun:
         """Run every stage once at time t; return the context with its actions."""
         nodes = [tgt.node for tgt in tsdb.targets if tgt.node >= 0]
         n = (max(nodes) + 1) if nodes else 0
+        if self.servers is not None:  # known nodes count even before any was scraped (live)
+            n = max(n, len(self.servers))
         if self.state is None:
             self.state = ChainState.fresh(n)
         srv = np.asarray(self.servers if self.servers is not None else
