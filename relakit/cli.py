@@ -322,12 +322,21 @@ def _lab(args) -> int:
         _writable_dir(work, "--dir")
         clocks = {"scrape_s": args.scrape_s, "window_s": args.window_s, "eval_s": args.eval_s,
                   "poll_s": args.poll_s}
-        policy = load_policy(args.policy)
-        enforce(check_lab(policy, load_clocks({}, **clocks)))
+        if args.no_policy and args.chain is None:
+            raise ScenarioError("lab up: --no-policy needs --chain (the agent needs a "
+                                "policy, a chain, or both)")
+        policy = None if args.no_policy else load_policy(args.policy)
+        chain = None
+        if args.chain is not None:
+            from relakit.chain import load_chain
+
+            chain = load_chain(args.chain)
+        if policy is not None:
+            enforce(check_lab(policy, load_clocks({}, **clocks)))
         work.mkdir(parents=True, exist_ok=True)
         with Lab(LabSpec(instances=args.instances, clocks=clocks), workdir=str(work)) as lab:
             lab.save_state()
-            agent = Agent(lab, policy)
+            agent = Agent(lab, policy, chain=chain)
             agent.start()
             print(f"lab up: config {lab.config_url}, prometheus {lab.prom_url}, instances "
                   f"{', '.join(lab.instance_urls)}; Ctrl-C or `relakit lab down --dir {work}`")
@@ -341,7 +350,7 @@ def _lab(args) -> int:
             agent.stop()
             from relakit.io import write_parquet
 
-            write_parquet(agent.controller.decisions(), work / "decisions.parquet")
+            write_parquet(agent.decisions(), work / "decisions.parquet")
         print(f"lab down; audit in {work / 'decisions.parquet'}")
         return 0
     if not (work / "state.json").is_file():
@@ -494,7 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
     lb = command("lab", "the live RelA lab on 127.0.0.1: up, load, record, down",
                  "RelA itself, on 127.0.0.1 only (Prometheus: Debian's package).\n\n"
                  "  up      start the config server, the data-plane instances, Prometheus\n"
-                 "          and the agent (RelA's controller); runs until Ctrl-C or `down`\n"
+                 "          and the agent (RelA's controller, and a chain with --chain);\n"
+                 "          runs until Ctrl-C or `down`\n"
                  "  load    send open-loop load to the running lab, phase by phase\n"
                  "  record  save what Prometheus scraped, for `relakit replay`\n"
                  "  down    stop the lab", wrap=False)
@@ -503,6 +513,11 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--instances", type=_instances, default=3, help="up: data-plane instances")
     lb.add_argument("--policy", default="params/policies/rela.yaml",
                     help="up: the agent's policy YAML")
+    lb.add_argument("--no-policy", action="store_true",
+                    help="up: no policy (then give --chain)")
+    lb.add_argument("--chain", default=None,
+                    help="up: a containment chain YAML the agent runs too (it isolates "
+                         "and readmits instances through the config server)")
     lb.add_argument("--scrape-s", type=_positive, default=1.0,
                     help="up: Prometheus scrape interval, seconds")
     lb.add_argument("--window-s", type=_positive, default=5.0,

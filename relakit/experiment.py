@@ -14,11 +14,12 @@ import time
 import numpy as np
 import polars as pl
 
+from relakit.chain import load_chain
 from relakit.control import TSDB, Controller, Target
-from relakit.control.controller import sample_age, time_in_mode
+from relakit.control.controller import time_in_mode
+from relakit.control.decider import Decision, latest_in_force
 from relakit.scenario import Scenario, load_scenario
 from relakit.sim import Fleet, SimulationResult
-from relakit.sim.longtable import fleet_columns, node_columns
 
 PROGRESS_STEPS = 200  # open loop, with progress: the run is advanced in this many steps
 
@@ -50,94 +51,73 @@ def simulate(scenario, seed: int | None = None, record_requests: bool = True,
                 progress.update(float(t))
         result = fleet.result()
     else:
-        controller, chain = run_closed_loop(fleet, sc, progress)
+        deciders = run_closed_loop(fleet, sc, progress)
         result = fleet.result()
-        parts = []
-        if controller is not None:
-            parts.append(controller.decisions())
-            result.timeline = pl.DataFrame({
-                "time_s": controller.times,
-                "mode": [(["normal"] + [m.name for m in controller.policy.modes])[m + 1]
-                         for m in controller.modes],
-                **{k: np.array([v[i] for v in controller.values])
-                   for i, k in enumerate(controller.policy.signals)},
-            })
-            result.info["control"] = control_summary(parts[0], result.timeline, controller,
-                                                     sc.duration_s)
-        if chain is not None:
-            parts.append(chain.decisions(sc.clocks))
-            result.info["chain"] = chain_summary(chain, fleet)
-            # per evaluation, as `relakit replay` writes it: the chain's panel on a dashboard
-            stress = pl.DataFrame({"time_s": [float(t) for t, _, _ in chain.history],
-                                   "working_nodes": [w for _, w, _ in chain.history],
-                                   "stress": [s for _, _, s in chain.history]},
-                                  schema={"time_s": pl.Float64, "working_nodes": pl.Int64,
-                                          "stress": pl.String})
-            result.timeline = (stress if result.timeline is None else
-                               result.timeline.join(stress, on="time_s", how="left"))
-        result.decisions = pl.concat(parts).sort("decided_at_s", maintain_order=True)
+        for d in deciders:
+            line = d.timeline()
+            result.timeline = (line if result.timeline is None else
+                               result.timeline.join(line, on="time_s", how="left"))
+            if isinstance(d, Controller):
+                result.info["control"] = control_summary(d.decisions(), line, d,
+                                                         sc.duration_s)
+            else:
+                result.info["chain"] = chain_summary(d, fleet)
+        result.decisions = pl.concat([d.decisions() for d in deciders]).sort(
+            "decided_at_s", maintain_order=True)
     result.info["wall_s"] = round(time.perf_counter() - wall, 4)
     return result
 
 
-def run_closed_loop(fleet: Fleet, sc: Scenario, progress=None):
-    """Evaluate at every eval instant; apply the latest decisions at every config poll.
+def deciders_of(sc: Scenario) -> list:
+    """The scenario's deciders, in the order their wishes are applied: the policy's
+    flags first, then the chain's per-node controls (which may set the breaker)."""
+    out = []
+    if sc.policy is not None:
+        out.append(Controller(sc.policy, sc.clocks))
+    if sc.chain is not None:
+        out.append(load_chain(sc.chain).run(sc.clocks, servers=sc.fleet.servers,
+                                            base_weights=sc.fleet.weights))
+    return out
 
-    At an instant that is both, the evaluation comes first, so a decision with
-    no propagation delay takes effect at a poll at the same instant. Repairs
-    are work on the node, not configuration: they take effect when done.
+
+def run_closed_loop(fleet: Fleet, sc: Scenario, progress=None) -> list:
+    """Evaluate at every eval instant; apply what is in force at every config poll.
+
+    Every decider decides from what was scraped by then; a decision is in force
+    from ``Clocks.effective_at`` on, so at an instant that is both an evaluation
+    and a poll, the evaluation comes first and a decision with no propagation
+    delay takes effect at once. Repairs are work on the node, not configuration:
+    they take effect when done. Returns the deciders, with their audits.
     """
     clk = sc.clocks
-    controller = Controller(sc.policy, clk) if sc.policy is not None else None
-    chain = None
-    if sc.chain is not None:
-        from relakit.chain import load_chain
-
-        chain = load_chain(sc.chain)
-        chain.reset()
+    deciders = deciders_of(sc)
     evals = clk.eval_times(0.0, sc.duration_s)
-    k = np.arange(np.ceil(-clk.poll_phase_s / clk.poll_s),
-                  np.floor((sc.duration_s - clk.poll_phase_s) / clk.poll_s) + 1)
-    polls = clk.poll_phase_s + k * clk.poll_s
+    polls = clk.poll_times(0.0, sc.duration_s)
     instants = np.union1d(evals, polls)
     eval_set, poll_set = set(evals.tolist()), set(polls.tolist())
-    flags: list[tuple[float, dict]] = []
-    nodes: list[tuple[float, dict]] = []
-    # a window, plus the scrape before it (Prometheus extrapolates towards the edge)
-    view = FleetView(fleet, lookback_s=clk.window_s + 2 * clk.scrape_s)
-    servers = np.asarray(sc.fleet.servers, dtype=float)
+    pending: list[tuple[float, Decision]] = []  # (effective at, decision), in decision order
+    view = FleetView(fleet, lookback_s=clk.lookback_s)
     for t in instants:
         fleet.advance(float(t))
         if t in eval_set:
             tsdb = view.tsdb(float(t))
-            if controller is not None:
-                flags.append((float(t), controller.evaluate(tsdb, float(t))))
-            if chain is not None:
-                ctx = chain.evaluate(tsdb, float(t), clk.window_s, servers,
-                                     signal_age_s=float(sample_age(tsdb, [t])[0]),
-                                     base_weights=sc.fleet.weights)
-                if ctx.repairs:
-                    fleet.repair(ctx.repairs)
-                nodes.append((float(t), ctx.controls()))
+            effective = float(clk.effective_at(float(t)))
+            for d in deciders:
+                decision = d.decide(tsdb, float(t))
+                if decision.repairs:
+                    fleet.repair(list(decision.repairs))
+                pending.append((effective, decision))
         if t in poll_set:  # the data plane reads the config server's latest state
-            latest = _latest(flags, t - clk.propagation_s)
-            if latest is not None:
-                fleet.set_flags(**latest)
-            latest = _latest(nodes, t - clk.propagation_s)
-            if latest is not None:
-                _apply_node_controls(fleet, latest)
+            flags = latest_in_force(pending, float(t), "flags")
+            if flags is not None:
+                fleet.set_flags(**flags)
+            nodes = latest_in_force(pending, float(t), "nodes")
+            if nodes is not None:
+                _apply_node_controls(fleet, nodes)
         if progress is not None:
             progress.update(float(t))
     fleet.advance(sc.duration_s)
-    return controller, chain
-
-
-def _latest(decided: list, cutoff: float):
-    """The newest decision made at or before cutoff (decisions are in time order)."""
-    for t, d in reversed(decided):
-        if t <= cutoff:
-            return d
-    return None
+    return deciders
 
 
 def _apply_node_controls(fleet: Fleet, want: dict) -> None:
@@ -170,7 +150,8 @@ def chain_summary(chain, fleet: Fleet) -> dict:
 
 
 class FleetView:
-    """What Prometheus would hold of a running fleet: views on the kernel's sample arrays.
+    """What Prometheus would hold of a running fleet: its samples (``Fleet.samples``) as
+    a TSDB of the last ``lookback_s``.
 
     The targets are made once and refreshed in place (so their column lookups are
     remembered), and only the last ``lookback_s`` of samples is handed out: an
@@ -180,32 +161,16 @@ class FleetView:
     def __init__(self, fleet: Fleet, lookback_s: float):
         self.fleet = fleet
         self.lookback_s = lookback_s
-        bounds = fleet.scenario.metrics.latency_buckets_s
-        ncols, fcols = node_columns(bounds), fleet_columns()
-        self._node_idx = np.array([c[0] for c in ncols])
-        self._fleet_idx = np.array([c[0] for c in fcols])
+        node_series, fleet_series = fleet.sample_series()
         empty = np.zeros(0)
-        self._targets = [Target(i, empty, empty, [c[1:] for c in ncols])
+        self._targets = [Target(i, empty, empty, node_series)
                          for i in range(fleet.scenario.fleet.nodes)]
-        self._targets.append(Target(-1, empty, empty, [c[1:] for c in fcols]))
+        self._targets.append(Target(-1, empty, empty, fleet_series))
 
     def tsdb(self, t: float) -> TSDB:
-        from relakit.sim import kernel as K
-
-        out, st = self.fleet.out, self.fleet.st
-        since = t - self.lookback_s
-        for tgt in self._targets:
-            if tgt.node >= 0:
-                n = int(st.node_i[tgt.node, K.NI_NSAMPLE])
-                times = out.sample_t[:n, tgt.node]
-                lo = int(np.searchsorted(times, since))
-                tgt.times = times[lo:]
-                tgt.values = out.metrics[lo:n, tgt.node][:, self._node_idx]
-            else:
-                n = int(st.is_[K.IS_NSAMPLE])
-                lo = int(np.searchsorted(out.fleet_t[:n], since))
-                tgt.times = out.fleet_t[lo:n]
-                tgt.values = out.fleet[lo:n][:, self._fleet_idx]
+        for tgt, (_, times, values) in zip(self._targets, self.fleet.samples(t - self.lookback_s),
+                                           strict=True):
+            tgt.times, tgt.values = times, values
         return TSDB(self._targets)
 
 

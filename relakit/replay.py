@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from relakit.chain import load_chain
+from relakit.chain import ChainRun, load_chain
 from relakit.control import policy as P
-from relakit.control.audit import audit_table, format_audit
+from relakit.control.audit import format_audit
 from relakit.control.clocks import Clocks, load_clocks
-from relakit.control.controller import hold_times, sample_age, signal_matrix, time_in_mode
+from relakit.control.controller import Controller, hold_times, signal_matrix, time_in_mode
 from relakit.control.tsdb import TSDB
 
 
@@ -62,33 +62,21 @@ def replay(trace, policy=None, clocks=None, start_s: float | None = None,
     if times.size == 0:
         raise ValueError(f"no evaluation instant between {start_s} s and {end_s} s")
     lo, hi = min(lo, float(times[0])), max(hi, float(times[-1]))  # given instants may reach past
-    parts, timeline = [], pl.DataFrame({"time_s": times})
+    deciders = []
+    if pol is not None:
+        deciders.append(Controller(pol, clk))
+    if chain is not None:
+        deciders.append(chain.run(clk, servers=servers, base_weights=weights))
     if progress is not None:
         progress.update(0, total=times.size)
-    if pol is not None:
-        sig = signal_matrix(pol, tsdb, times, clk.window_s)
-        modes, events, runs = P.run(times, sig, *pol.compiled())
-        parts.append(audit_table(pol, clk, times, sig, modes, events, runs,
-                                 sample_age(tsdb, times)))
-        names = ["normal"] + [m.name for m in pol.modes]
-        timeline = pl.DataFrame({"time_s": times, "mode": [names[m + 1] for m in modes],
-                                 **{k: sig[:, i] for i, k in enumerate(pol.signals)}})
-    if chain is not None:
-        ch = load_chain(chain)
-        ch.reset()
-        ages = sample_age(tsdb, times)
-        for k, (t, age) in enumerate(zip(times, ages, strict=True)):
-            ch.evaluate(tsdb, float(t), clk.window_s, servers, signal_age_s=float(age),
-                        base_weights=weights)
-            if progress is not None:
-                progress.update(k + 1)
-        parts.append(ch.decisions(clk))
-        timeline = timeline.with_columns(
-            working_nodes=pl.Series([w for _, w, _ in ch.history]),
-            stress=pl.Series([s for _, _, s in ch.history]))
+    timeline = pl.DataFrame({"time_s": times})
+    for d in deciders:  # the same deciders as the closed loop's, each over every instant
+        d.run(tsdb, times, progress=progress if isinstance(d, ChainRun) else None)
+        timeline = timeline.hstack(d.timeline().drop("time_s"))
     if progress is not None:
         progress.update(times.size)
-    decisions = pl.concat(parts).sort("decided_at_s", maintain_order=True)
+    decisions = pl.concat([d.decisions() for d in deciders]).sort("decided_at_s",
+                                                                  maintain_order=True)
     return ReplayResult(decisions, timeline, pol, clk, lo, hi)
 
 

@@ -10,9 +10,10 @@ stage is audited with its stage, target, signal, value, threshold and reason.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -25,6 +26,8 @@ from relakit.chain.sentinel import Sentinel
 from relakit.chain.serpentine import Serpentine
 from relakit.chain.state import ChainState, Context
 from relakit.control.audit import DECISION_COLUMNS, empty_decisions
+from relakit.control.controller import sample_age
+from relakit.control.decider import Decision
 from relakit.validate import Reader, load_yaml
 
 STAGES = {"sentinel": Sentinel, "serpentine": Serpentine, "aegis": Aegis, "atlas": Atlas,
@@ -46,33 +49,67 @@ LEVEL_KEYS = {"unhealthy_share": 1, "error_rate": 1, "utilisation": 1, "p99_over
 CLASS_KEYS = ("error_threshold", "load_threshold")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Chain:
+    """A chain's configuration, frozen: its stages in order and their settings.
+
+    Running it is :meth:`run`'s job: a :class:`ChainRun` holds the run state (node
+    states, actions, history) and its own reset copies of the stages, so one chain
+    (e.g. a scenario's) can be run any number of times, each from the start.
+    """
+
     name: str
-    stages: list
+    stages: tuple
     servers: tuple | None = None  # per node; None: the scenario's (or busy_servers' max)
     source: str = "<chain>"
-    state: ChainState | None = field(default=None, repr=False)
-    actions: list = field(default_factory=list, repr=False)
-    history: list = field(default_factory=list, repr=False)  # (t, working nodes, stress)
 
     @property
     def order(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.stages)
 
-    def evaluate(self, tsdb, t: float, window_s: float, servers=None,
-                 signal_age_s: float = math.nan, base_weights=None) -> Context:
+    def run(self, clocks, servers=None, base_weights=None) -> ChainRun:
+        """A fresh run of this chain, timed by ``clocks``."""
+        return ChainRun(self, clocks, servers, base_weights)
+
+
+class ChainRun:
+    """The chain as a decider (:mod:`relakit.control.decider`): its run state, evaluated
+    once per evaluation, closed loop, in replay or live."""
+
+    def __init__(self, chain: Chain, clocks, servers=None, base_weights=None):
+        self.chain, self.clocks = chain, clocks
+        self.stages = [copy.copy(s) for s in chain.stages]
+        for stage in self.stages:
+            stage.reset()
+        self.servers = servers if servers is not None else chain.servers
+        self.base_weights = None if base_weights is None else np.asarray(base_weights,
+                                                                          dtype=float)
+        self.state: ChainState | None = None
+        self.actions: list = []
+        self.history: list = []  # (t, working nodes, stress)
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        return self.chain.order
+
+    def decide(self, tsdb, t: float) -> Decision:
+        """Every stage once at time t: the per-node controls wanted, and repairs done now."""
+        ctx = self.evaluate(tsdb, t, signal_age_s=float(sample_age(tsdb, [t])[0]))
+        return Decision(nodes=ctx.controls(), repairs=tuple(ctx.repairs))
+
+    def evaluate(self, tsdb, t: float, signal_age_s: float = math.nan) -> Context:
         """Run every stage once at time t; return the context with its actions."""
         nodes = [tgt.node for tgt in tsdb.targets if tgt.node >= 0]
         n = (max(nodes) + 1) if nodes else 0
+        if self.servers is not None:  # known nodes count even before any was scraped (live)
+            n = max(n, len(self.servers))
         if self.state is None:
             self.state = ChainState.fresh(n)
-        srv = np.asarray(servers if servers is not None else (
-            self.servers if self.servers is not None else _servers_seen(tsdb, n)), dtype=float)
-        ctx = Context(t=float(t), tsdb=tsdb, window_s=window_s, servers=srv, state=self.state,
-                      signal_age_s=signal_age_s,
-                      base_weights=None if base_weights is None else np.asarray(base_weights,
-                                                                                dtype=float))
+        srv = np.asarray(self.servers if self.servers is not None else
+                         _servers_seen(tsdb, n), dtype=float)
+        ctx = Context(t=float(t), tsdb=tsdb, window_s=self.clocks.window_s, servers=srv,
+                      state=self.state, signal_age_s=signal_age_s,
+                      base_weights=self.base_weights)
         if self.state.nodes and all(s.weight == 1.0 for s in self.state.nodes) and not \
                 self.history and ctx.base_weights is not None:
             for s, w in zip(self.state.nodes, ctx.base_weights, strict=False):
@@ -86,20 +123,30 @@ class Chain:
         self.history.append((ctx.t, int(self.state.working().sum()), self.state.stress))
         return ctx
 
-    def reset(self) -> None:
-        self.state, self.actions, self.history = None, [], []
-        for stage in self.stages:
-            if hasattr(stage, "_rng"):
-                stage._rng = None
+    def run(self, tsdb, times, progress=None) -> None:
+        """Every evaluation of a trace in turn (replay); ``progress`` is told each one."""
+        ages = sample_age(tsdb, times)
+        for k, (t, age) in enumerate(zip(times, ages, strict=True)):
+            self.evaluate(tsdb, float(t), signal_age_s=float(age))
+            if progress is not None:
+                progress.update(k + 1)
 
-    def decisions(self, clocks) -> pl.DataFrame:
+    def decisions(self) -> pl.DataFrame:
         if not self.actions:
             return empty_decisions()
         rows = []
         for a in self.actions:
             rows.append({**{k: None for k in DECISION_COLUMNS}, **a,
-                         "effective_at_s": float(clocks.effective_at(a["decided_at_s"]))})
+                         "effective_at_s": float(self.clocks.effective_at(a["decided_at_s"]))})
         return pl.DataFrame(rows, schema=DECISION_COLUMNS)
+
+    def timeline(self) -> pl.DataFrame:
+        """Per evaluation: time_s, the nodes working, and the fleet's stress level."""
+        return pl.DataFrame({"time_s": [float(t) for t, _, _ in self.history],
+                             "working_nodes": [w for _, w, _ in self.history],
+                             "stress": [s for _, _, s in self.history]},
+                            schema={"time_s": pl.Float64, "working_nodes": pl.Int64,
+                                    "stress": pl.String})
 
 
 def _servers_seen(tsdb, n: int) -> np.ndarray:
@@ -132,7 +179,7 @@ def load_chain(source) -> Chain:
             isinstance(x, int | float) and not isinstance(x, bool) and 0 < x < 1e9
             for x in servers)):
         r.fail("expected a list of positive server counts, one per node", "servers")
-    return Chain(r.data.get("name", "chain"), stages,
+    return Chain(r.data.get("name", "chain"), tuple(stages),
                  tuple(servers) if servers is not None else None, source=name)
 
 
@@ -213,5 +260,5 @@ def _classes(r: Reader) -> dict:
     return out
 
 
-__all__ = ["SEED_ORDER", "STAGES", "Aegis", "Atlas", "Chain", "ChainState", "Context",
+__all__ = ["SEED_ORDER", "STAGES", "Aegis", "Atlas", "Chain", "ChainRun", "ChainState", "Context",
            "Phoenix", "Punisher", "Sentinel", "Serpentine", "load_chain"]

@@ -45,6 +45,9 @@ class Aegis:
                 return cls[key]
         return getattr(self, key)
 
+    def reset(self) -> None:
+        """Before a run: nothing to clear (this stage keeps its state in ctx.state)."""
+
     def run(self, ctx: Context) -> None:
         st = ctx.state
         r = ctx.readings

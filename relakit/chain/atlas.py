@@ -36,6 +36,9 @@ class Atlas:
     max_shift: float = 0.5
     balance: str = "capacity"  # capacity | spare
 
+    def reset(self) -> None:
+        """Before a run: nothing to clear (this stage keeps its state in ctx.state)."""
+
     def run(self, ctx: Context) -> None:
         st = ctx.state
         util = np.nan_to_num(ctx.readings["utilisation"], nan=0.0)

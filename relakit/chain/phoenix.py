@@ -24,6 +24,9 @@ class Phoenix:
     backoff_s: float = 30.0
     backoff_factor: float = 2.0
 
+    def reset(self) -> None:
+        """Before a run: nothing to clear (this stage keeps its state in ctx.state)."""
+
     def run(self, ctx: Context) -> None:
         errors = ctx.readings.get("own_error_rate", ctx.readings["error_rate"])
         for i, s in enumerate(ctx.state.nodes):

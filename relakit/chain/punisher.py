@@ -24,9 +24,13 @@ class Punisher:
     seed: int = 0
     _rng: np.random.Generator = field(default=None, repr=False)
 
+    def reset(self) -> None:
+        """Before a run: the repair outcomes start again from the seed."""
+        self._rng = np.random.default_rng(self.seed)
+
     def run(self, ctx: Context) -> None:
         if self._rng is None:
-            self._rng = np.random.default_rng(self.seed)
+            self.reset()
         for i, s in enumerate(ctx.state.nodes):
             if s.status == ISOLATED and ctx.t >= s.next_repair_at:
                 s.status, s.repair_due = REPAIRING, ctx.t + self.repair_s

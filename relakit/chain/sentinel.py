@@ -37,6 +37,9 @@ class Sentinel:
     attribution: str = "local"  # local | call_graph
     call_graph: tuple = ()  # (node, depends_on) pairs
 
+    def reset(self) -> None:
+        """Before a run: nothing to clear (this stage keeps its state in ctx.state)."""
+
     def run(self, ctx: Context) -> None:
         tsdb, t, w = ctx.tsdb, [ctx.t], ctx.window_s
         n = len(ctx.state.nodes)

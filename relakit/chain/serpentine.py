@@ -45,6 +45,9 @@ class Serpentine:
             obs["p99_over_slo"] = ctx.fleet["p99_ms"] / self.slo_p99_ms
         return obs
 
+    def reset(self) -> None:
+        """Before a run: nothing to clear (this stage keeps its state in ctx.state)."""
+
     def run(self, ctx: Context) -> None:
         st = ctx.state
         obs = self.observed(ctx)

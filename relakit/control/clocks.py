@@ -5,6 +5,10 @@ scrape cadence, the query window, the controller's evaluation interval and the
 application's config poll interval (plus any propagation delay). Each clock
 has a period and a phase; a decision made at ``t`` takes effect at the first
 config poll at or after ``t + propagation_s``.
+
+These rules are written here once (evaluation and poll grids, when a decision
+takes effect, how far back an evaluation reads) and every loop (closed loop,
+replay, the live lab's agent) uses them.
 """
 
 from __future__ import annotations
@@ -36,6 +40,18 @@ class Clocks:
         k0 = np.ceil((start_s - self.eval_phase_s) / self.eval_s - 1e-9)
         k1 = np.floor((end_s - self.eval_phase_s) / self.eval_s + 1e-9)
         return self.eval_phase_s + np.arange(k0, k1 + 1) * self.eval_s
+
+    def poll_times(self, start_s: float, end_s: float) -> np.ndarray:
+        """Config poll instants in [start, end]: when a data plane reads the desired state."""
+        k = np.arange(np.ceil((start_s - self.poll_phase_s) / self.poll_s),
+                      np.floor((end_s - self.poll_phase_s) / self.poll_s) + 1)
+        return self.poll_phase_s + k * self.poll_s
+
+    @property
+    def lookback_s(self) -> float:
+        """How far back an evaluation reads: its window, plus the scrape before it
+        (Prometheus extrapolates a rate towards the window's edge)."""
+        return self.window_s + 2 * self.scrape_s
 
     def effective_at(self, decided_s):
         """The config poll that first carries a decision made at ``decided_s``."""

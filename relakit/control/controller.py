@@ -16,6 +16,7 @@ import polars as pl
 from relakit.control import policy as P
 from relakit.control.audit import DECISION_COLUMNS, audit_table, empty_decisions, format_audit
 from relakit.control.clocks import Clocks
+from relakit.control.decider import Decision
 from relakit.control.tsdb import TSDB
 
 __all__ = ["DECISION_COLUMNS", "Controller", "empty_decisions", "format_audit", "hold_times",
@@ -41,7 +42,9 @@ def sample_age(tsdb: TSDB, times) -> np.ndarray:
 
 
 class Controller:
-    """Stateful controller for the closed loop: one :meth:`evaluate` per evaluation."""
+    """The policy as a decider (:mod:`relakit.control.decider`): one :meth:`decide` per
+    evaluation in the closed loop and the lab, or :meth:`run` over a whole trace at once
+    (replay: the same state machine, vectorised)."""
 
     def __init__(self, policy, clocks: Clocks | None = None):
         self.policy = P.load_policy(policy)
@@ -60,12 +63,16 @@ class Controller:
     def mode(self) -> int:
         return self.modes[-1] if self.modes else P.NORMAL
 
+    def decide(self, tsdb: TSDB, t: float) -> Decision:
+        """Decide at time t from what the TSDB holds: the desired flag state."""
+        return Decision(flags=self.evaluate(tsdb, t))
+
     def evaluate(self, tsdb: TSDB, t: float) -> dict:
         """Decide at time t from what the TSDB holds; return the desired flag state."""
         row = signal_matrix(self.policy, tsdb, [t], self.clocks.window_s)[0]
-        return self.decide(t, row, float(sample_age(tsdb, [t])[0]))
+        return self.decide_row(t, row, float(sample_age(tsdb, [t])[0]))
 
-    def decide(self, t: float, row, age_s: float = float("nan")) -> dict:
+    def decide_row(self, t: float, row, age_s: float = float("nan")) -> dict:
         """Decide at time t from signal values computed elsewhere (e.g. by Prometheus
         itself, from the signals' PromQL), in the policy's signal order."""
         row = np.asarray(row, dtype=float)
@@ -81,12 +88,34 @@ class Controller:
         self.ages.append(age_s)
         return self.policy.desired(int(mode))
 
+    def run(self, tsdb: TSDB, times, progress=None) -> None:
+        """Every evaluation of a trace at once (a fresh controller): the signals as one
+        matrix, the state machine in one numba loop — what :meth:`decide` would give."""
+        if self.times:
+            raise RuntimeError("Controller.run needs a fresh controller")
+        times = np.asarray(times, dtype=float)
+        sig = signal_matrix(self.policy, tsdb, times, self.clocks.window_s)
+        modes, events, runs = P.run(times, sig, *self.policy.compiled())
+        self.times, self.values, self.modes, self.events, self.runs = (times, sig, modes,
+                                                                       events, runs)
+        self.ages = sample_age(tsdb, times)
+
     def decisions(self) -> pl.DataFrame:
-        if not self.times:
+        if not len(self.times):
             return empty_decisions()
-        return audit_table(self.policy, self.clocks, np.array(self.times),
-                           np.vstack(self.values), np.array(self.modes), np.array(self.events),
-                           np.vstack(self.runs), np.array(self.ages))
+        return audit_table(self.policy, self.clocks, np.asarray(self.times),
+                           np.vstack(self.values), np.asarray(self.modes),
+                           np.asarray(self.events), np.vstack(self.runs),
+                           np.asarray(self.ages))
+
+    def timeline(self) -> pl.DataFrame:
+        """Per evaluation: time_s, the mode, and every signal's value."""
+        names = ["normal"] + [m.name for m in self.policy.modes]
+        values = (np.vstack(self.values) if len(self.values) else
+                  np.zeros((0, len(self.policy.signals))))
+        return pl.DataFrame({"time_s": np.asarray(self.times, dtype=float),
+                             "mode": [names[m + 1] for m in self.modes],
+                             **{k: values[:, i] for i, k in enumerate(self.policy.signals)}})
 
 
 def hold_times(times, start_s: float, end_s: float) -> tuple[float, np.ndarray]:

@@ -8,7 +8,8 @@ bronze with a fast 503 (a drop, not an error), ``degraded_mode`` serves at
 ``degraded_factor`` of the cost. It exposes what relakit's simulator exposes,
 under the same names: ``requests_total{tier,outcome}``,
 ``latency_seconds`` (histogram), ``in_flight``, ``busy_seconds_total`` and the
-flags as gauges. Run with ``python -m relakit.lab.dataplane --port P ...``.
+flags as gauges. ``POST /repair`` mends its fault (error rate 0, no slowdown): the
+chain's repair, done live. Run with ``python -m relakit.lab.dataplane --port P ...``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
     flag_gauge = Gauge("flag", "flags as the instance applies them", ["flag"], registry=reg)
     flags = {f: False for f in POLICY_FLAGS}  # relakit.vocab's
     sem = asyncio.Semaphore(servers)
+    fault = {"error_rate": error_rate, "slowdown": slowdown}  # mended by POST /repair
     rng = random.Random(seed)
 
     async def poll():
@@ -66,17 +68,24 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
         try:
             async with sem:
                 cost = (slow_ms if rng.random() < slow_fraction else mean_ms) / 1000.0
-                cost = rng.expovariate(1.0 / cost) * slowdown
+                cost = rng.expovariate(1.0 / cost) * fault["slowdown"]
                 if flags["degraded_mode"]:
                     cost *= degraded_factor
                 await asyncio.sleep(cost)
                 busy.inc(cost)
-            failed = rng.random() < error_rate
+            failed = rng.random() < fault["error_rate"]
         finally:
             in_flight.dec()
         latency.observe(time.perf_counter() - t0)
         requests.labels(tier, "error" if failed else "ok").inc()
         return Response("error" if failed else "ok", status_code=500 if failed else 200)
+
+    @app.post("/repair")
+    def repair():
+        """The live counterpart of ``Fleet.repair``: the instance's fault is mended (what
+        the chain's Punisher asks for once it has isolated the instance)."""
+        fault.update(error_rate=0.0, slowdown=1.0)
+        return fault
 
     @app.get("/metrics")
     def metrics():

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from relakit.sim import kernel as K
+from relakit.sim.longtable import fleet_columns, node_columns
 from relakit.sim.rng import new_state
 from relakit.sim.spec import DataPlane
 from relakit.vocab import BREAKER_STATES, TIERS, Flags
@@ -333,6 +334,40 @@ class Fleet:
     def flags(self) -> dict:
         """The flags in force now, as a mapping (:meth:`flag_state` typed)."""
         return self.flag_state().as_dict()
+
+    # ---- what a scraper sees ------------------------------------------------------
+    def sample_series(self) -> tuple[list[tuple], list[tuple]]:
+        """The series of each node's samples and of the fleet's, in :meth:`samples`'
+        column order: (name, tier, outcome, le) each."""
+        self._sample_columns()
+        return self._series
+
+    def samples(self, since: float) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """What the scrape targets hold from ``since`` on (plain arrays, no kernel codes):
+        per node (0, 1, ...) and then the fleet-wide client (-1), the sample times and a
+        (samples, series) value matrix in :meth:`sample_series`' order. The times are
+        views, valid until the next :meth:`advance`."""
+        node_idx, fleet_idx = self._sample_columns()
+        out, st = self.out, self.st
+        found = []
+        for node in range(self.scenario.fleet.nodes):
+            n = int(st.node_i[node, K.NI_NSAMPLE])
+            times = out.sample_t[:n, node]
+            lo = int(np.searchsorted(times, since))
+            found.append((node, times[lo:], out.metrics[lo:n, node][:, node_idx]))
+        n = int(st.is_[K.IS_NSAMPLE])
+        lo = int(np.searchsorted(out.fleet_t[:n], since))
+        found.append((-1, out.fleet_t[lo:n], out.fleet[lo:n][:, fleet_idx]))
+        return found
+
+    def _sample_columns(self):
+        if getattr(self, "_sample_idx", None) is None:
+            ncols = node_columns(self.scenario.metrics.latency_buckets_s)
+            fcols = fleet_columns()
+            self._sample_idx = (np.array([c[0] for c in ncols]),
+                                np.array([c[0] for c in fcols]))
+            self._series = ([c[1:] for c in ncols], [c[1:] for c in fcols])
+        return self._sample_idx
 
     def node_controls(self) -> dict:
         ni, nf = self.st.node_i, self.st.node_f

@@ -1,0 +1,288 @@
+"""The lab itself: its processes on 127.0.0.1 (config server, data-plane services,
+Prometheus), started, recorded in ``state.json``, queried and stopped.
+
+``state.json`` in the working folder (mode 0600, rewritten atomically after
+each process starts) records every child's pid, process group, start time and
+command line, and the owner's: :func:`stop_lab` stops a lab whose owner was
+killed, signalling only processes that still match their record
+(:mod:`relakit.lab.procs`). The config server's token travels in its
+environment (``RELAKIT_LAB_TOKEN``), never on a command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from relakit.control import TSDB, load_clocks
+from relakit.lab import procs
+from relakit.traces import parse_prometheus_json
+
+STATE = "state.json"
+TOKEN_ENV = "RELAKIT_LAB_TOKEN"
+
+SERIES = ("requests_total", "latency_seconds_bucket", "in_flight", "busy_seconds_total")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, timeout_s: float = 20.0) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up within {timeout_s:g} s")
+
+
+@dataclass
+class LabSpec:
+    instances: int = 3
+    servers: int = 2
+    mean_ms: float = 40.0
+    slow_ms: float = 200.0
+    slow_fraction: float = 0.02
+    error_rate: float = 0.0
+    error_rates: tuple = ()  # per instance, overriding error_rate
+    slowdowns: tuple = ()  # per instance, 1 = healthy
+    clocks: dict = field(default_factory=lambda: {"scrape_s": 1, "window_s": 5, "eval_s": 1,
+                                                  "poll_s": 1})
+    prometheus: str = "/usr/bin/prometheus"
+
+
+class Lab:
+    """The live system. ``with Lab(spec) as lab:`` brings it up and always down."""
+
+    def __init__(self, spec: LabSpec | None = None, workdir: str | None = None):
+        self.spec = spec or LabSpec()
+        self.clocks = load_clocks(self.spec.clocks)
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="relakit-lab-"))
+        self.token = secrets.token_hex(8)
+        self.procs: list[subprocess.Popen] = []
+        self.records: list[dict] = []  # pid, pgid, start time, command line of each child
+        self._wrote_state = False  # down() removes only a state.json this lab wrote
+        self.ready = False  # every process started and answering
+        self.config_url = ""
+        self.prom_url = ""
+        self.instance_urls: list[str] = []
+
+    def _spawn(self, args: list[str], name: str, env: dict | None = None) -> subprocess.Popen:
+        with open(self.workdir / f"{name}.log", "w") as log:
+            # a session of its own: a Ctrl-C in the owner's terminal reaches the owner only,
+            # which stops the children in order; pgid == pid, recorded for `down`
+            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True, env=env)
+        self.procs.append(p)
+        ident = procs.identity_after_exec(p.pid, args)
+        if ident is not None:
+            self.records.append({"name": name, **ident})
+        self.save_state()  # recorded before the next one starts: a kill now loses nothing
+        return p
+
+    def up(self) -> Lab:
+        if not Path(self.spec.prometheus).exists() and not shutil.which("prometheus"):
+            raise RuntimeError("Prometheus is not installed: apt-get install prometheus")
+        if (self.workdir / STATE).is_file() and running(self.workdir):
+            raise ValueError(f"{self.workdir}: a lab is already running here; stop it with "
+                             f"`relakit lab down --dir {self.workdir}`")
+        py = sys.executable
+        port = free_port()
+        self.config_url = f"http://127.0.0.1:{port}"
+        self._spawn([py, "-m", "relakit.lab.config_server", "--port", str(port)], "config",
+                    env={**os.environ, TOKEN_ENV: self.token})
+        s = self.spec
+        # ports in rising order: a recording's importer numbers instances by natural sort
+        # of their names, which is then the instances' own order (node i is instance i)
+        for i, p in enumerate(sorted({free_port() for _ in range(4 * s.instances)})[
+                :s.instances]):
+            self.instance_urls.append(f"http://127.0.0.1:{p}")
+            self._spawn([py, "-m", "relakit.lab.dataplane", "--port", str(p), "--config-url",
+                         self.config_url, "--poll-s", str(self.clocks.poll_s), "--servers",
+                         str(s.servers), "--mean-ms", str(s.mean_ms), "--slow-ms",
+                         str(s.slow_ms), "--slow-fraction", str(s.slow_fraction),
+                         "--error-rate", str(s.error_rates[i] if s.error_rates else s.error_rate),
+                         "--slowdown", str(s.slowdowns[i] if s.slowdowns else 1.0),
+                         "--seed", str(i)], f"instance{i}")
+        _wait_http(f"{self.config_url}/state")
+        for u in self.instance_urls:
+            _wait_http(f"{u}/metrics")
+        pport = free_port()
+        self.prom_url = f"http://127.0.0.1:{pport}"
+        targets = [u.removeprefix("http://") for u in self.instance_urls]
+        cfg = {"global": {"scrape_interval": f"{self.clocks.scrape_s:g}s",
+                          "evaluation_interval": "15s"},
+               "scrape_configs": [{"job_name": "relakit",
+                                   "static_configs": [{"targets": targets}]}]}
+        (self.workdir / "prometheus.yml").write_text(json.dumps(cfg))  # JSON is YAML
+        self._spawn([shutil.which("prometheus") or s.prometheus,
+                     f"--config.file={self.workdir / 'prometheus.yml'}",
+                     f"--web.listen-address=127.0.0.1:{pport}",
+                     f"--storage.tsdb.path={self.workdir / 'tsdb'}"], "prometheus")
+        _wait_http(f"{self.prom_url}/-/ready", 30)
+        self.ready = True
+        self.save_state()
+        return self
+
+    def save_state(self) -> Path:
+        """Write ``state.json`` (0600, atomically): URLs, token, clocks, and the
+        identity of the owner and of every child, for :func:`stop_lab`."""
+        from relakit.io import write_json
+
+        owner = procs.identity(os.getpid())
+        self._wrote_state = True
+        return write_json({"config_url": self.config_url, "prom_url": self.prom_url,
+                           "instance_urls": self.instance_urls, "token": self.token,
+                           "clocks": self.spec.clocks, "ready": self.ready, "owner": owner,
+                           "processes": self.records}, self.workdir / STATE, mode=0o600)
+
+    @classmethod
+    def attach(cls, workdir) -> Lab:
+        """A handle on a lab another process brought up (for load, record, down)."""
+        state = json.loads((Path(workdir) / STATE).read_text())
+        lab = cls(LabSpec(clocks=state["clocks"]), workdir=str(workdir))
+        lab.config_url, lab.prom_url = state["config_url"], state["prom_url"]
+        lab.instance_urls, lab.token = state["instance_urls"], state["token"]
+        return lab
+
+    def down(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        self.procs.clear()
+        self.records.clear()
+        if self._wrote_state:
+            (self.workdir / STATE).unlink(missing_ok=True)
+
+    def __enter__(self) -> Lab:
+        try:
+            return self.up()
+        except BaseException:
+            self.down()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    # ---- what Prometheus holds ----------------------------------------------------------
+    def instances(self) -> list[str]:
+        return [u.removeprefix("http://") for u in self.instance_urls]
+
+    def query_raw(self, range_s: float, at: float | None = None) -> dict:
+        """The raw samples of relakit's series over the last range_s (instant query)."""
+        sel = "{__name__=~\"" + "|".join(SERIES) + "\"}" + f"[{int(max(1, range_s))}s]"
+        params = {"query": sel}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        r = httpx.get(f"{self.prom_url}/api/v1/query", params=params, timeout=10.0)
+        return r.json()
+
+    def tsdb(self, range_s: float, at: float | None = None) -> TSDB:
+        frame = parse_prometheus_json(self.query_raw(range_s, at), "prometheus",
+                                      instances=self.instances())
+        return TSDB.from_long(frame)
+
+    def promql(self, query: str, at: float) -> float:
+        """A scalar PromQL result at a time (NaN when Prometheus returns nothing)."""
+        r = httpx.get(f"{self.prom_url}/api/v1/query", params={"query": query,
+                                                                "time": f"{at:.3f}"},
+                      timeout=10.0).json()
+        result = r.get("data", {}).get("result", [])
+        return float(result[0]["value"][1]) if result else float("nan")
+
+    def promql_signals(self, policy, at: float) -> list[float]:
+        """Every signal of a policy evaluated by Prometheus from its PromQL rendering."""
+        w = self.clocks.window_s
+        return [self.promql(sig.promql(w), at) if not sig.by_node else float("nan")
+                for sig in policy.signals.values()]
+
+    def record(self, path, start_s: float, end_s: float | None = None) -> Path:
+        """Save what Prometheus scraped from start_s (Unix s) in the importer's format."""
+        end = end_s or time.time()
+        body = self.query_raw(end - start_s + 1, at=end)
+        from relakit.io import write_json
+
+        return write_json(body, path)
+
+
+def running(workdir) -> list[dict]:
+    """The recorded processes of the lab in ``workdir`` that are still alive and ours."""
+    state = _read_state(workdir)
+    return [r for r in [state.get("owner") or {}, *state.get("processes", [])]
+            if r and procs.is_same(r)]
+
+
+def stop_lab(workdir, timeout_s: float = 10.0) -> dict:
+    """Stop the lab in ``workdir`` whatever happened to the process that brought it up.
+
+    The owner (``relakit lab up``) is asked first with SIGTERM, so it stops its
+    children in order and writes its audit; then every recorded child still alive
+    and matching its record is stopped (SIGTERM, SIGKILL after ``timeout_s``).
+    Processes whose pid now belongs to something else are left alone.
+    ``state.json`` is removed once none of the lab's processes is left. Returns
+    {"stopped", "left_alone", "remaining": records, "recorded": count}.
+    """
+    state = _read_state(workdir)
+    owner = [state["owner"]] if state.get("owner") else []
+    children = state.get("processes", [])
+    stopped, alien = procs.stop(owner, timeout_s=3 * timeout_s)
+    more, alien2 = procs.stop(children, timeout_s=timeout_s)
+    remaining = [r for r in owner + children if procs.is_same(r)]
+    if not remaining:
+        (Path(workdir) / STATE).unlink(missing_ok=True)
+    return {"stopped": stopped + more, "left_alone": alien + alien2, "remaining": remaining,
+            "recorded": len(owner) + len(children)}
+
+
+def _read_state(workdir) -> dict:
+    path = Path(workdir) / STATE
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read the lab's state: {exc}") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path}: not a lab state (expected a mapping)")
+    recs = state.get("processes", [])
+    if not isinstance(recs, list):
+        raise ValueError(f"{path}: key 'processes': expected a list of process records")
+    owner = state.get("owner")
+    for key, r in [("owner", owner)] * (owner is not None) + [
+            (f"processes[{i}]", r) for i, r in enumerate(recs)]:
+        if not (isinstance(r, dict) and isinstance(r.get("pid"), int) and r["pid"] > 0
+                and isinstance(r.get("start"), int) and isinstance(r.get("cmdline"), list)):
+            raise ValueError(f"{path}: key '{key}': expected {{pid, start, cmdline}} of a "
+                             "process relakit started; this file was not written by `lab up`")
+    return state
+
+
+__all__ = ["Lab", "LabSpec", "free_port", "running", "stop_lab"]

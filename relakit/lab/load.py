@@ -1,0 +1,115 @@
+"""An open-loop load generator for the lab: tiers, a rate profile, hedging when the
+flag says so, and only the instances the config server says are routable."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import httpx
+
+from relakit.lab.lab import Lab
+from relakit.vocab import OUTCOMES, TIERS
+
+
+def run_load(lab: Lab, phases: list[tuple[float, float]], tiers=(0.1, 0.3, 0.6),
+             hedge_delay_s: float = 0.1, timeout_s: float = 2.0, seed: int = 0,
+             fanout: int = 1) -> list[dict]:
+    """The front: open-loop Poisson arrivals, ``phases`` = [(duration_s, rate_rps), ...].
+
+    Each user request goes to ``fanout`` distinct routable instances (per the config
+    server's per-instance controls) and succeeds only if all do; a call still
+    unanswered after ``hedge_delay_s`` is hedged to another instance while the
+    ``hedge_enabled`` flag is on. Returns one record per user request: start (Unix
+    s), tier, outcome, latency_ms, hedged, instance (the first called; -1: none routable).
+    Bounded by the phases' time and count.
+    """
+    return asyncio.run(_load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout))
+
+
+async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
+    rng = random.Random(seed)
+    names = TIERS
+    records: list[dict] = []
+    flags = {"hedge_enabled": False}
+    routable = {"set": set(range(len(lab.instance_urls)))}
+    limits = httpx.Limits(max_connections=400, max_keepalive_connections=100)
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+        async def poll_flags():
+            while True:
+                try:
+                    state = (await client.get(f"{lab.config_url}/state")).json()
+                    flags.update(state["flags"])
+                    out = {int(k) for k, v in state.get("instances", {}).items()
+                           if not v.get("routable", True)}
+                    routable["set"] = set(range(len(lab.instance_urls))) - out
+                except (httpx.HTTPError, KeyError, ValueError):
+                    pass
+                await asyncio.sleep(lab.clocks.poll_s)
+
+        async def call(url, tier):
+            r = await client.get(f"{url}/work", params={"tier": tier})
+            return r.status_code
+
+        async def one_call(urls, tier):
+            first = asyncio.create_task(call(urls[0], tier))
+            hedged = False
+            try:
+                done, _ = await asyncio.wait({first}, timeout=hedge_delay_s)
+                tasks = {first}
+                if not done and flags.get("hedge_enabled") and len(urls) > 1:
+                    hedged = True
+                    second = asyncio.create_task(call(urls[1], tier))
+                    second.add_done_callback(lambda f: f.cancelled() or f.exception())
+                    tasks.add(second)
+                done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for p in pending:
+                    p.cancel()
+                code = next(iter(done)).result()
+                outcome = "ok" if code == 200 else "dropped" if code == 503 else "error"
+            except (TimeoutError, httpx.TimeoutException):
+                outcome = "timeout"
+            except httpx.HTTPError:
+                outcome = "error"
+            first.add_done_callback(lambda f: f.cancelled() or f.exception())
+            return outcome, hedged
+
+        async def one(tier):
+            t0 = time.time()
+            pool = [lab.instance_urls[i] for i in sorted(routable["set"])]
+            if not pool:
+                records.append({"start_s": t0, "tier": tier, "outcome": "error",
+                                "latency_ms": 0.0, "hedged": False, "instance": -1})
+                return
+            k = min(fanout, len(pool))
+            targets = rng.sample(pool, k=k)
+            spares = [u for u in pool if u not in targets]
+            calls = [one_call([u] + ([rng.choice(spares)] if spares else []), tier)
+                     for u in targets]
+            results = await asyncio.gather(*calls)
+            order = OUTCOMES
+            outcome = max((o for o, _ in results), key=order.index)
+            records.append({"start_s": t0, "tier": tier, "outcome": outcome,
+                            "latency_ms": (time.time() - t0) * 1000,
+                            "hedged": any(h for _, h in results),
+                            "instance": lab.instance_urls.index(targets[0])})
+
+        poller = asyncio.create_task(poll_flags())
+        inflight = []
+        t = time.time()
+        for duration, rate in phases:
+            end = t + duration
+            while True:
+                t += rng.expovariate(rate)
+                if t >= end:
+                    t = end
+                    break
+                await asyncio.sleep(max(0.0, t - time.time()))
+                x = rng.random()
+                tier = names[0] if x < tiers[0] else names[1] if x < tiers[0] + tiers[1] \
+                    else names[2]
+                inflight.append(asyncio.create_task(one(tier)))
+        await asyncio.gather(*inflight)
+        poller.cancel()
+    return records
