@@ -11,12 +11,7 @@ generator (tiers, a rate step, hedging when the flag says so). ``record``
 saves what Prometheus scraped in the importer's format, for replay. Every
 process is stopped on :meth:`Lab.down` (or leaving the ``with`` block).
 
-``state.json`` in the working folder (mode 0600, rewritten atomically after
-each process starts) records every child's pid, process group, start time and
-command line, and the owner's: :func:`stop_lab` stops a lab whose owner was
-killed, signalling only processes that still match their record
-(:mod:`relakit.lab.procs`). The config server's token travels in its
-environment (``RELAKIT_LAB_TOKEN``), never on a command line.
+How a lab is stopped even when its owner was killed, and where the token travels: :mod:`.lab`.
 
 Modules: :mod:`.lab` (the processes, queries, recording, ``stop_lab``),
 :mod:`.agent` (the deciders live), :mod:`.load` (the load generator),
