@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
+import pytest
 
 from relakit.cli import main
 from relakit.control.rules import backtest_rules
@@ -57,3 +59,97 @@ def test_replay_bad_rule_file_is_one_line_and_writes_nothing(tmp_path, capsys):
 def test_replay_needs_something_to_run(tmp_path, capsys):
     assert main(["replay", str(TRACE), "--out", str(tmp_path / "o")]) == 2
     assert "--rules" in capsys.readouterr().err
+
+
+# ---- promql signals -----------------------------------------------------------------------
+POLICY = ROOT / "params" / "policies" / "rela.yaml"
+SERVERS = 'instance!="client"'  # structured signals read the servers' series (source: nodes)
+PROMQL_SIGNALS = {
+    "p99_ms": "histogram_quantile(0.99, sum by (le) "
+              f"(rate(latency_seconds_bucket{{{SERVERS}}}[60s]))) * 1000",
+    "error_ratio": f'sum(rate(requests_total{{{SERVERS}, outcome=~"error|timeout"}}[60s])) / '
+                   f'sum(rate(requests_total{{{SERVERS}, outcome=~"ok|error|timeout"}}[60s]))',
+    "drop_ratio": f'sum(rate(requests_total{{{SERVERS}, outcome="dropped"}}[60s])) / '
+                  f"sum(rate(requests_total{{{SERVERS}}}[60s]))",
+}
+
+
+def promql_policy(tmp_path) -> Path:
+    import yaml
+
+    data = yaml.safe_load(POLICY.read_text())
+    data["signals"] = {k: {"promql": v} for k, v in PROMQL_SIGNALS.items()}
+    path = tmp_path / "rela-promql.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("trace", ["step-errors.csv", "ramp-latency.csv"])
+def test_promql_signals_equal_the_structured_ones_and_decide_alike(tmp_path, trace):
+    from relakit.replay import replay
+
+    path = ROOT / "data" / "traces" / trace
+    a = replay(path, POLICY)
+    b = replay(path, promql_policy(tmp_path))
+    for name in PROMQL_SIGNALS:
+        x, y = a.timeline[name].to_numpy(), b.timeline[name].to_numpy()
+        assert np.array_equal(np.isnan(x), np.isnan(y)), name
+        ok = np.isfinite(x)
+        assert np.all(np.abs(x[ok] - y[ok]) <= 1e-9 * np.maximum(1.0, np.abs(x[ok]))), name
+        if name != "drop_ratio":  # the traces hold no dropped requests: NaN in both
+            assert ok.sum() > 0.9 * x.size, name  # not vacuous
+    assert a.timeline["mode"].to_list() == b.timeline["mode"].to_list()
+    assert a.decisions.drop("reason", "value").equals(b.decisions.drop("reason", "value"))
+    va, vb = a.decisions["value"].to_numpy(), b.decisions["value"].to_numpy()
+    assert np.allclose(va, vb, rtol=1e-9, atol=1e-12, equal_nan=True)
+    assert a.timeline["mode"].n_unique() > 1  # the trace drives the policy somewhere
+
+
+def test_promql_signal_renders_itself_and_bad_expression_names_the_key(tmp_path):
+    from relakit.control.policy import load_policy
+    from relakit.validate import ScenarioError
+
+    pol = load_policy(promql_policy(tmp_path))
+    assert pol.signals["p99_ms"].promql(60.0) == PROMQL_SIGNALS["p99_ms"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(promql_policy(tmp_path).read_text().replace("sum by (le)", "topk(3,", 1))
+    with pytest.raises(ScenarioError, match=rf"^{bad}: key 'signals.p99_ms.promql': .*"
+                                            r"column \d+"):
+        load_policy(bad)
+
+
+def test_promql_signal_with_many_series_is_refused_clearly():
+    from relakit.control.policy import load_policy
+    from relakit.replay import replay
+
+    pol = load_policy({"signals": {"busy": {"promql": "in_flight"}},
+                       "conditions": {"hot": {"signal": "busy", "threshold": 8}},
+                       "modes": [{"name": "survival", "when": {"any": ["hot"]}}]})
+    with pytest.raises(ValueError, match=r"signal busy: 'in_flight' gives \d+ series .* "
+                                         r"aggregate it"):
+        replay(TRACE, pol)
+
+
+def test_closed_loop_simulate_with_promql_signals_matches_the_structured_policy(tmp_path):
+    import yaml
+
+    from relakit.experiment import simulate
+
+    sc = yaml.safe_load((ROOT / "params" / "scenarios" / "rela-ramp.yaml").read_text())
+    sc.update(duration_s=120, name="promql-loop")
+    sc["fleet"]["nodes"] = 2
+    # 2 nodes of 8 servers hold about 1,500 req/s: the ramp crosses it within the run
+    sc["workload"]["arrival"] = {"kind": "trace", "points": [[0, 600], [120, 2400]]}
+    sc["clocks"] = str(ROOT / "params" / "clocks" / "rela.yaml")
+    runs = {}
+    for label, pol in (("structured", POLICY), ("promql", promql_policy(tmp_path))):
+        runs[label] = simulate({**sc, "policy": str(pol)}, record_requests=False)
+    a, b = runs["structured"].timeline, runs["promql"].timeline
+    assert a["mode"].to_list() == b["mode"].to_list()
+    assert a["mode"].n_unique() > 1  # the loop did act
+    for name in ("p99_ms", "error_ratio"):
+        x, y = a[name].to_numpy(), b[name].to_numpy()
+        assert np.array_equal(np.isnan(x), np.isnan(y)), name
+        ok = np.isfinite(x)
+        assert ok.any(), name
+        assert np.all(np.abs(x[ok] - y[ok]) <= 1e-9 * np.maximum(1.0, np.abs(x[ok]))), name
