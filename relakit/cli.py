@@ -278,6 +278,31 @@ def _alerts_table(alerts) -> str:
                       for r in rows)
 
 
+def _import_rules(args) -> int:
+    from relakit.control.import_rules import import_rules, read_mapping, write_policy
+    from relakit.control.policy import load_policy
+    from relakit.control.rules import load_rules
+
+    mapping = read_mapping(args.mapping, args.map or ())
+    policy, clocks = import_rules(args.rules, mapping)
+    load_policy(policy)  # what is written loads: checked before anything is on disk
+    out, clocks_path = write_policy(policy, clocks, args.out, args.rules)
+    for mode in policy["modes"]:
+        cond = policy["conditions"][mode["name"]]
+        print(f"{mode['name']}: {cond['signal']} {cond['op']} {cond['threshold']:g} for "
+              f"{mode['enter_after']} evaluations -> {_flag_text(mode['assert'])}")
+    skipped = sorted({r.name for g in load_rules(args.rules) for r in g.rules
+                      if r.kind == "alert"} - set(mapping))
+    if skipped:
+        print(f"not imported (no mode given): {', '.join(skipped)}")
+    print(f"wrote {out}\nwrote {clocks_path}")
+    return 0
+
+
+def _flag_text(flags: dict) -> str:
+    return ", ".join(f"{k}={'on' if v else 'off'}" for k, v in flags.items())
+
+
 def _sweep(args) -> int:
     from relakit.sweep import load_sweep, manifests, run_sweep
 
@@ -515,6 +540,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--end", type=_time, default=None,
                    help="last evaluation, seconds (default: the trace's last sample)")
     r.set_defaults(func=_replay)
+    ir = command("import-rules", "turn Prometheus alerting rules into a relakit policy",
+                 "Write a policy with one mode per mapped alert (its signal the alert's "
+                 "expression as PromQL, `for:` as consecutive breaching evaluations, recording "
+                 "rules inlined) and, beside it, a clocks file with the rule group's interval "
+                 "as the evaluation clock. --map ALERT=MODE (or a mapping file) says which of "
+                 "RelA's modes, survival or performance, a firing alert asserts.")
+    ir.add_argument("rules", help="Prometheus rule file")
+    ir.add_argument("--out", required=True, help="the policy YAML to write (its clocks go to "
+                                                 "<name>.clocks.yaml beside it)")
+    ir.add_argument("--map", action="append", metavar="ALERT=MODE",
+                    help="an alert and the mode it asserts (survival or performance); "
+                         "repeat for each alert (default: none)")
+    ir.add_argument("--mapping", default=None,
+                    help="YAML file of alert: mode pairs (default: none; --map wins)")
+    ir.set_defaults(func=_import_rules)
     w = command("sweep", "run a grid of scenario or notebook points",
                 "Run every point of a sweep file that is not done yet (a resumed sweep "
                 "skips finished points), each into its own folder, and combine them into "

@@ -153,3 +153,51 @@ def test_closed_loop_simulate_with_promql_signals_matches_the_structured_policy(
         ok = np.isfinite(x)
         assert ok.any(), name
         assert np.all(np.abs(x[ok] - y[ok]) <= 1e-9 * np.maximum(1.0, np.abs(x[ok]))), name
+
+
+# ---- import-rules --------------------------------------------------------------------------
+MAPPING = {"ErrorBudgetFastBurn": "survival", "ErrorBudgetSlowBurn": "survival",
+           "Overloaded": "survival", "LatencyP99High": "performance"}
+
+
+@pytest.mark.parametrize("trace", ["step-errors.csv", "ramp-latency.csv"])
+def test_imported_rules_enter_each_mode_when_its_alert_fires(tmp_path, capsys, trace):
+    from relakit.control.policy import load_policy
+    from relakit.replay import replay
+
+    mapping = tmp_path / "mapping.yml"
+    mapping.write_text("".join(f"{k}: {v}\n" for k, v in MAPPING.items() if k != "Overloaded"))
+    out = tmp_path / "slo-policy.yaml"
+    assert main(["import-rules", str(RULES), "--out", str(out), "--mapping", str(mapping),
+                 "--map", "Overloaded=survival"]) == 0
+    clocks = tmp_path / "slo-policy.clocks.yaml"
+    pol = load_policy(out)
+    assert [m.name for m in pol.modes] == ["ErrorBudgetFastBurn", "ErrorBudgetSlowBurn",
+                                           "Overloaded", "LatencyP99High"]
+    path = ROOT / "data" / "traces" / trace
+    result = replay(path, out, clocks)
+    alerts = backtest_rules(path, RULES)
+    entered = result.decisions.filter(pl.col("action").is_in(["enter", "preempt"]))
+    assert entered.height > 0
+    for row in entered.iter_rows(named=True):
+        fired = alerts.filter(pl.col("alert") == row["mode"])["firing_at"].drop_nulls()
+        # Prometheus' firing instant and the policy's entry: the same evaluation
+        assert row["decided_at_s"] == fired.min(), row["mode"]
+        assert row["mode"] in row["reason"] and "severity=" in row["reason"]
+    # every alert that fires enters its mode then, unless a higher-priority mode holds
+    names = [m.name for m in pol.modes]
+    for alert, t in alerts.group_by("alert").agg(pl.col("firing_at").min()).iter_rows():
+        if t is None:
+            continue
+        mode_then = result.timeline.filter(pl.col("time_s") == t)["mode"].item()
+        assert mode_then == alert or names.index(mode_then) < names.index(alert), alert
+
+
+def test_import_rules_bad_mapping_is_one_line_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "p.yaml"
+    assert main(["import-rules", str(RULES), "--out", str(out), "--map", "NoSuch=survival"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "NoSuch" in err and "ErrorBudgetFastBurn" in err and "\n" not in err
+    assert main(["import-rules", str(RULES), "--out", str(out), "--map", "Overloaded=panic"]) == 2
+    assert "survival, performance" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "p.clocks.yaml").exists()
