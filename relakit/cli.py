@@ -124,6 +124,7 @@ EPILOG = """\
 examples:
   relakit simulate params/scenarios/rela-ramp.yaml --no-requests
   relakit replay data/traces/step-errors.csv --policy params/policies/rela.yaml --out out/replay
+  relakit replay data/traces/step-errors.csv --rules params/rules/slo.yml --out out/rules
   relakit sweep params/sweeps/rela-thresholds.yaml
   relakit <command> --help    options of one command, with their defaults"""
 

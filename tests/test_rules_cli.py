@@ -201,3 +201,20 @@ def test_import_rules_bad_mapping_is_one_line_and_writes_nothing(tmp_path, capsy
     assert main(["import-rules", str(RULES), "--out", str(out), "--map", "Overloaded=panic"]) == 2
     assert "survival, performance" in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "p.clocks.yaml").exists()
+
+
+def test_alert_timeline_spans_pending_then_firing_up_to_resolution_or_the_end():
+    from relakit import plots
+
+    alerts = pl.DataFrame({"alert": ["A", "B", "C"], "labels": ["{}", '{x="1"}', "{}"],
+                           "pending_at": [10.0, 20.0, 30.0], "firing_at": [40.0, None, 50.0],
+                           "resolved_at": [70.0, 25.0, None]})
+    spans = plots.alert_episodes(alerts, 100.0)
+    got = {(r["alert"], r["state"]): (r["start_s"], r["end_s"])
+           for r in spans.iter_rows(named=True)}
+    assert got == {("A {}", "pending"): (10.0, 40.0), ("A {}", "firing"): (40.0, 70.0),
+                   ('B {x="1"}', "pending"): (20.0, 25.0),
+                   ("C {}", "pending"): (30.0, 50.0), ("C {}", "firing"): (50.0, 100.0)}
+    spec = plots.alert_timeline(alerts, (0.0, 100.0)).to_dict()
+    assert spec["encoding"]["color"]["scale"]["domain"] == ["pending", "firing"]
+    assert "(s)" in spec["encoding"]["x"]["title"]
