@@ -104,7 +104,11 @@ def run_closed_loop(fleet: Fleet, sc: Scenario, progress=None):
     flags: list[tuple[float, dict]] = []
     nodes: list[tuple[float, dict]] = []
     # a window, plus the scrape before it (Prometheus extrapolates towards the edge)
-    view = FleetView(fleet, lookback_s=clk.window_s + 2 * clk.scrape_s)
+    # (a promql signal's own ranges and lookback may reach further back)
+    from relakit.control.signals import history_s
+
+    reach = history_s(controller.policy.signals.values()) if controller is not None else 0.0
+    view = FleetView(fleet, lookback_s=max(clk.window_s, reach) + 2 * clk.scrape_s)
     servers = np.asarray(sc.fleet.servers, dtype=float)
     for t in instants:
         fleet.advance(float(t))
