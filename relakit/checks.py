@@ -117,11 +117,24 @@ def _matches(sel_source, name, labels, series) -> list[tuple]:
 
 def _selectors(sig):
     """(key under the signal, metric name asked for, selector) for each series a signal reads."""
+    if sig.kind == "promql":
+        return []  # an expression's selectors are not checked against the trace (yet)
     if sig.kind == "ratio":
         return [("num.", sig.selector.metric, sig.selector), ("den.", sig.den.metric, sig.den)]
     if sig.kind == "histogram_quantile":
         return [("", sig.selector.metric + "_bucket", sig.selector)]
     return [("", sig.selector.metric, sig.selector)]
+
+
+def _promql_reads(policy, series) -> bool:
+    """Whether a promql signal of the policy names a series the trace holds."""
+    from relakit.control.promql import selectors
+
+    if policy is None:
+        return False
+    names = {s[1] for s in series}
+    return any(sel.name in names for sig in policy.signals.values() if sig.kind == "promql"
+               for sel in selectors(sig.node))
 
 
 def _why_no_match(name, sel, series) -> tuple[str, str]:
@@ -545,7 +558,8 @@ def check_replay(frame, source: str, policy=None, chain=None, clocks=None, start
                                "nothing, so the chain never acts"))
     policy_reads = policy is not None and any(
         _matches(sel.source, asked, {}, series)
-        for sig in policy.signals.values() for _, asked, sel in _selectors(sig))
+        for sig in policy.signals.values() for _, asked, sel in _selectors(sig)
+    ) or _promql_reads(policy, series)
     if not policy_reads and not chain_reads:
         names = sorted({s[1] for s in series})
         shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")

@@ -124,6 +124,7 @@ EPILOG = """\
 examples:
   relakit simulate params/scenarios/rela-ramp.yaml --no-requests
   relakit replay data/traces/step-errors.csv --policy params/policies/rela.yaml --out out/replay
+  relakit replay data/traces/step-errors.csv --rules params/rules/slo.yml --out out/rules
   relakit sweep params/sweeps/rela-thresholds.yaml
   relakit <command> --help    options of one command, with their defaults"""
 
@@ -223,12 +224,21 @@ def _replay(args) -> int:
     from relakit.io import write_parquet
     from relakit.replay import replay
 
-    if args.policy is None and args.chain is None:
-        raise ValueError("give --policy, --chain, or both")
+    if args.policy is None and args.chain is None and args.rules is None:
+        raise ValueError("give --policy, --chain, --rules, or any of them together")
     if args.start is not None and args.end is not None and args.start > args.end:
         raise ScenarioError(f"--start {args.start:g} is after --end {args.end:g}: the first "
                             "evaluation must come before the last")
+    groups = None
+    if args.rules is not None:
+        from relakit.control.rules import load_rules
+
+        groups = load_rules(args.rules)  # a bad rule file fails before anything is written
     out = _writable_dir(args.out)
+    if groups is not None:
+        _replay_rules(args, groups, out)
+    if args.policy is None and args.chain is None:
+        return 0
     with Progress("replay", 1.0, "evaluations") as progress:
         result = replay(args.trace, args.policy, load_clocks(args.clocks), start_s=args.start,
                         end_s=args.end, chain=args.chain, progress=progress)
@@ -238,6 +248,60 @@ def _replay(args) -> int:
     for name, table in (("decisions", result.decisions), ("timeline", result.timeline)):
         print(f"wrote {write_parquet(table, out / f'{name}.parquet')}")
     return 0
+
+
+def _replay_rules(args, groups, out: Path):
+    """Backtest a Prometheus rule file over the trace: print the alerts, write
+    alerts.parquet (relakit.control.rules.backtest_rules' table)."""
+    from relakit.control.rules import backtest_rules
+    from relakit.io import write_parquet
+    from relakit.replay import as_tsdb
+
+    alerts = backtest_rules(as_tsdb(args.trace), groups, args.start, args.end)
+    print(_alerts_table(alerts))
+    print(f"wrote {write_parquet(alerts, out / 'alerts.parquet')}")
+
+
+def _alerts_table(alerts) -> str:
+    """The alert episodes as a plain text table (times in seconds; '-' never/still)."""
+    if alerts.height == 0:
+        return "alerts: none (no rule's expression returned anything)"
+
+    def cell(v):
+        return "-" if v is None else f"{v:g}"
+
+    rows = [["alert", "labels", "pending_at_s", "firing_at_s", "resolved_at_s"]]
+    rows += [[r["alert"], r["labels"], cell(r["pending_at"]), cell(r["firing_at"]),
+              cell(r["resolved_at"])] for r in alerts.iter_rows(named=True)]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "\n".join("  ".join(v.ljust(w) if i < 2 else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(r, widths, strict=True)))
+                      for r in rows)
+
+
+def _import_rules(args) -> int:
+    from relakit.control.import_rules import import_rules, read_mapping, write_policy
+    from relakit.control.policy import load_policy
+    from relakit.control.rules import load_rules
+
+    mapping = read_mapping(args.mapping, args.map or ())
+    policy, clocks = import_rules(args.rules, mapping)
+    load_policy(policy)  # what is written loads: checked before anything is on disk
+    out, clocks_path = write_policy(policy, clocks, args.out, args.rules)
+    for mode in policy["modes"]:
+        cond = policy["conditions"][mode["name"]]
+        print(f"{mode['name']}: {cond['signal']} {cond['op']} {cond['threshold']:g} for "
+              f"{mode['enter_after']} evaluations -> {_flag_text(mode['assert'])}")
+    skipped = sorted({r.name for g in load_rules(args.rules) for r in g.rules
+                      if r.kind == "alert"} - set(mapping))
+    if skipped:
+        print(f"not imported (no mode given): {', '.join(skipped)}")
+    print(f"wrote {out}\nwrote {clocks_path}")
+    return 0
+
+
+def _flag_text(flags: dict) -> str:
+    return ", ".join(f"{k}={'on' if v else 'off'}" for k, v in flags.items())
 
 
 def _sweep(args) -> int:
@@ -464,15 +528,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write a response-time figure to this .png/.svg/.pdf "
                         "(default: none)")
     p.set_defaults(func=_simulate)
-    r = command("replay", "run a policy or chain open loop over a recorded metric trace",
+    r = command("replay", "run a policy, chain or rule file open loop over a recorded "
+                "metric trace",
                 "Run the controller (a policy, a containment chain, or both) over a metric "
                 "trace at the clocks' evaluation instants; print the audit and the time in "
-                "each mode, and write decisions.parquet and timeline.parquet.")
+                "each mode, and write decisions.parquet and timeline.parquet. With --rules, "
+                "also backtest a Prometheus rule file as Prometheus would evaluate it; "
+                "print its alerts and write alerts.parquet.")
     r.add_argument("trace", help="trace: Prometheus range-query JSON, long CSV, parquet, "
                                  "or a folder of text-exposition snapshots")
     r.add_argument("--policy", default=None, help="policy YAML (default: none; give "
-                                                  "--policy, --chain or both)")
+                                                  "--policy, --chain, --rules or several)")
     r.add_argument("--chain", default=None, help="containment chain YAML (default: none)")
+    r.add_argument("--rules", default=None,
+                   help="Prometheus rule file (groups of alert/record rules) to backtest "
+                        "(default: none)")
     r.add_argument("--clocks", default=None, help="clocks YAML (default: RelA's clocks)")
     r.add_argument("--out", required=True, help="output folder")
     r.add_argument("--start", type=_time, default=None,
@@ -480,6 +550,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--end", type=_time, default=None,
                    help="last evaluation, seconds (default: the trace's last sample)")
     r.set_defaults(func=_replay)
+    ir = command("import-rules", "turn Prometheus alerting rules into a relakit policy",
+                 "Write a policy with one mode per mapped alert (its signal the alert's "
+                 "expression as PromQL, `for:` as consecutive breaching evaluations, recording "
+                 "rules inlined) and, beside it, a clocks file with the rule group's interval "
+                 "as the evaluation clock. --map ALERT=MODE (or a mapping file) says which of "
+                 "RelA's modes, survival or performance, a firing alert asserts.")
+    ir.add_argument("rules", help="Prometheus rule file")
+    ir.add_argument("--out", required=True, help="the policy YAML to write (its clocks go to "
+                                                 "<name>.clocks.yaml beside it)")
+    ir.add_argument("--map", action="append", metavar="ALERT=MODE",
+                    help="an alert and the mode it asserts (survival or performance); "
+                         "repeat for each alert (default: none)")
+    ir.add_argument("--mapping", default=None,
+                    help="YAML file of alert: mode pairs (default: none; --map wins)")
+    ir.set_defaults(func=_import_rules)
     w = command("sweep", "run a grid of scenario or notebook points",
                 "Run every point of a sweep file that is not done yet (a resumed sweep "
                 "skips finished points), each into its own folder, and combine them into "

@@ -18,6 +18,7 @@ from relakit.chain import load_chain
 from relakit.control import TSDB, Controller, Target
 from relakit.control.controller import time_in_mode
 from relakit.control.decider import Decision, latest_in_force
+from relakit.control.signals import policy_reach_s
 from relakit.scenario import Scenario, load_scenario
 from relakit.sim import Fleet, SimulationResult
 
@@ -96,7 +97,7 @@ def run_closed_loop(fleet: Fleet, sc: Scenario, progress=None) -> list:
     instants = np.union1d(evals, polls)
     eval_set, poll_set = set(evals.tolist()), set(polls.tolist())
     pending: list[tuple[float, Decision]] = []  # (effective at, decision), in decision order
-    view = FleetView(fleet, lookback_s=clk.lookback_s)
+    view = FleetView(fleet, lookback_s=clk.lookback(policy_reach_s(sc.policy)))
     for t in instants:
         fleet.advance(float(t))
         if t in eval_set:

@@ -767,3 +767,49 @@ def ok_share_over_time(shares: pl.DataFrame, bin_s: float = 1.0,
                                   scale=alt.Scale(domain=sources, range=dashes)),
         tooltip=["source:N", "t:Q", alt.Tooltip("ok_share:Q", format=".1%")],
     ).properties(width=560, height=240)
+
+
+# ---- Prometheus rules ------------------------------------------------------------------------
+ALERT_STATE_COLORS = {"pending": "#fdd0a2", "firing": "#d94801"}  # none a mode or series colour
+
+
+def alert_episodes(alerts: pl.DataFrame, end_s: float) -> pl.DataFrame:
+    """The alerts table as spans (alert, state, start_s, end_s): pending from
+    ``pending_at`` to firing or resolution, firing from ``firing_at`` to resolution;
+    an episode still open runs to ``end_s``."""
+    rows = []
+    for r in alerts.iter_rows(named=True):
+        who = f"{r['alert']} {r['labels']}"
+        stop = r["resolved_at"] if r["resolved_at"] is not None else end_s
+        fire = r["firing_at"]
+        rows.append((who, "pending", r["pending_at"], fire if fire is not None else stop))
+        if fire is not None:
+            rows.append((who, "firing", fire, stop))
+    return pl.DataFrame(rows, schema={"alert": pl.String, "state": pl.String,
+                                      "start_s": pl.Float64, "end_s": pl.Float64}, orient="row")
+
+
+def alert_timeline(alerts: pl.DataFrame, domain, timeline: pl.DataFrame | None = None,
+                   title: str = "Prometheus alerts, backtested") -> alt.VConcatChart | alt.Chart:
+    """Each alert episode (one row per alert and label set) as pending and firing spans
+    over the trace's time; with ``timeline``, the mode a policy held beneath it, on the
+    same time axis."""
+    spans = alert_episodes(alerts, float(domain[1]))
+    states = list(ALERT_STATE_COLORS)
+    n = max(spans["alert"].n_unique(), 1)
+    chart = (alt.Chart(spans, title=alt.Title(title, subtitle="pending: the expression holds, "
+                                              "'for' not yet elapsed; firing: it has"))
+             .mark_bar(height=14).encode(
+                 x=_time_x("start_s", domain), x2="end_s:Q",
+                 y=alt.Y("alert:N", title=None, sort=None, axis=alt.Axis(labelLimit=360)),
+                 color=alt.Color("state:N", title="alert state",
+                                 scale=alt.Scale(domain=states,
+                                                 range=[ALERT_STATE_COLORS[s] for s in states])),
+                 tooltip=["alert:N", "state:N", alt.Tooltip("start_s:Q", title="from (s)"),
+                          alt.Tooltip("end_s:Q", title="to (s)")])
+             .properties(width=PANEL_WIDTH, height=22 * n + 10))
+    if timeline is None:
+        return chart
+    return alt.vconcat(chart, mode_timeline(timeline, domain=domain,
+                                            title="Mode of the imported policy")
+                       ).resolve_scale(color="independent")

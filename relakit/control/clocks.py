@@ -51,7 +51,12 @@ class Clocks:
     def lookback_s(self) -> float:
         """How far back an evaluation reads: its window, plus the scrape before it
         (Prometheus extrapolates a rate towards the window's edge)."""
-        return self.window_s + 2 * self.scrape_s
+        return self.lookback()
+
+    def lookback(self, reach_s: float = 0.0) -> float:
+        """:attr:`lookback_s` for signals that may read further back than the window
+        (a PromQL signal's own range, or Prometheus' 5 min lookback: ``reach_s``)."""
+        return max(self.window_s, reach_s) + 2 * self.scrape_s
 
     def effective_at(self, decided_s):
         """The config poll that first carries a decision made at ``decided_s``."""

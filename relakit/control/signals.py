@@ -11,10 +11,20 @@ controller would send (:meth:`Signal.promql`). Kinds:
 
 Fleet-wide by default; ``by: node`` keeps one column per scrape target.
 ``scale`` multiplies the result (1000 turns seconds into milliseconds).
+
+A signal may instead be written as PromQL, ``{promql: "<expr>"}`` (kind ``promql``):
+the expression is parsed when the policy is loaded (an error names the file, the key
+``signals.NAME.promql`` and the column) and evaluated by :mod:`relakit.control.promql`
+over the same TSDB, at all instants at once; its windows are the expression's own
+(the clocks' ``window_s`` does not apply). It must give one number per instant: a
+scalar, or a vector with at most one series present at each instant (none: NaN, "no
+data"). Two series present at once is an error naming them, never a silent pick:
+aggregate them in the expression (``max(...)``, ``sum(...)``).
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,7 +32,7 @@ import numpy as np
 from relakit.control.tsdb import TSDB, bucket_quantile, increase, over_time
 from relakit.validate import Reader
 
-KINDS = ("rate", "ratio", "histogram_quantile", "gauge")
+KINDS = ("rate", "ratio", "histogram_quantile", "gauge")  # and "promql" (``promql:`` key)
 OVER_TIME = ("avg", "max", "min", "last")
 ACROSS = ("sum", "avg", "max", "min")
 
@@ -55,11 +65,15 @@ class Signal:
     across: str = "sum"
     by_node: bool = False
     scale: float = 1.0
+    expr: str = ""  # kind promql: the expression's text, and its parsed tree
+    node: object = field(default=None, compare=False, repr=False)
 
     # ---- computation ---------------------------------------------------------------
     def evaluate(self, tsdb: TSDB, t_eval, window_s: float) -> np.ndarray:
         """Values at each evaluation time: shape (T,), or (T, nodes) when ``by: node``."""
         t_eval = np.atleast_1d(np.asarray(t_eval, dtype=float))
+        if self.kind == "promql":
+            return self._promql(tsdb, t_eval)
         if self.kind == "rate":
             out = self._rates(tsdb, self.selector, t_eval, window_s)
         elif self.kind == "ratio":
@@ -149,8 +163,34 @@ class Signal:
         out = bucket_quantile(self.q, bounds, total)
         return np.where(any_seen, out, np.nan)
 
+    def _promql(self, tsdb, t_eval) -> np.ndarray:
+        from relakit.control import promql
+
+        try:
+            res = promql.Evaluator(_store(tsdb)).evaluate(self.node, t_eval)
+        except promql.PromQLError as exc:
+            raise ValueError(f"signal {self.name}: {exc.problem} (in {self.expr!r})") from None
+        if isinstance(res, np.ndarray):
+            return res.astype(float)
+        out = np.full(t_eval.size, np.nan)
+        seen = np.zeros(t_eval.size, dtype=bool)
+        for _labels, values, ok in res.series:
+            both = seen & ok
+            if both.any():
+                others = [promql.format_labels(lab) for lab, _, o in res.series if o[both].any()]
+                raise ValueError(
+                    f"signal {self.name}: {self.expr!r} gives {len(others)} series at "
+                    f"{t_eval[both][0]:g} s ({', '.join(others[:3])}"
+                    f"{', ...' if len(others) > 3 else ''}); a signal is one number per "
+                    "instant: aggregate it, e.g. max(...) or sum(...)")
+            out[ok] = values[ok]
+            seen |= ok
+        return out
+
     # ---- the same signal, as a live controller would ask Prometheus -------------------------
     def promql(self, window_s: float) -> str:
+        if self.kind == "promql":
+            return self.expr
         by = " by (instance)" if self.by_node else ""
         if self.kind == "rate":
             q = f"sum{by}(rate({self.selector.promql(window_s)}))"
@@ -202,7 +242,68 @@ def _selector_from(s: Reader) -> Selector:
     return Selector(metric, labels, s.choice("source", ("nodes", "client"), "nodes"))
 
 
+def policy_reach_s(policy) -> float:
+    """:func:`history_s` of a policy's signals (0 without a policy)."""
+    return history_s(policy.signals.values()) if policy is not None else 0.0
+
+
+def history_s(signals) -> float:
+    """How far back the promql signals read: the longest range (or, for an instant
+    selector, Prometheus' 5 min lookback) plus its offset; 0 without promql signals.
+    The closed loop hands the controller that much history (structured signals
+    need only the clocks' window)."""
+    from relakit.control import promql
+
+    reach = 0.0
+    for sig in signals:
+        if sig.kind == "promql":
+            for sel in promql.selectors(sig.node):
+                reach = max(reach, (sel.range_s if sel.range_s is not None
+                                    else promql.LOOKBACK_S) + sel.offset_s)
+    return reach
+
+
+_STORES: dict = {}  # id(tsdb) -> (weak reference to it, its promql series store)
+
+
+def _store(tsdb: TSDB) -> list:
+    """The TSDB's series as promql's store, built once per TSDB object (a policy with
+    several promql signals reads one trace; the closed loop makes a new TSDB per
+    evaluation, so a stale store is never reused)."""
+    from relakit.control import promql
+
+    hit = _STORES.get(id(tsdb))
+    if hit is not None and hit[0]() is tsdb:
+        return list(hit[1])
+    store = promql.store_from_tsdb(tsdb)
+    for key in [k for k, (ref, _) in _STORES.items() if ref() is None]:
+        del _STORES[key]
+    _STORES[id(tsdb)] = (weakref.ref(tsdb), store)
+    return list(store)
+
+
+def _promql_signal(r: Reader, name: str) -> Signal:
+    from relakit.control import promql
+
+    r.only({"promql"})
+    expr = r.data.get("promql")
+    if isinstance(expr, int | float) and not isinstance(expr, bool):
+        expr = str(expr)
+    if not isinstance(expr, str) or not expr.strip():
+        r.fail("expected a PromQL expression", "promql")
+    try:
+        node = promql.parse(expr)
+    except promql.PromQLError as exc:
+        r.fail(str(exc), "promql")
+    if promql._is_range(node):
+        r.fail("a range vector is not a signal: apply a function to it, e.g. rate(...)",
+               "promql")
+    return Signal(name, "promql", expr=expr, node=node)
+
+
 def parse_signal(r: Reader, name: str) -> Signal:
+    if isinstance(r.data, dict) and "promql" in r.data:
+        return _promql_signal(r, name)
     kind = r.choice("kind", KINDS)
     common = {"kind", "by", "scale"}
     by = r.choice("by", ("fleet", "node"), "fleet") == "node"

@@ -20,6 +20,7 @@ import polars as pl
 
 from relakit.control import Controller
 from relakit.control.decider import Decision
+from relakit.control.signals import policy_reach_s
 from relakit.lab.lab import Lab
 
 
@@ -55,6 +56,8 @@ class Agent(threading.Thread):
 
     def run(self) -> None:
         clk = self.lab.clocks
+        lookback = clk.lookback(policy_reach_s(self.controller.policy if self.controller
+                                               else None))
         with httpx.Client(timeout=2.0) as client:
             while not self.stop_event.is_set():
                 t = time.time()
@@ -65,9 +68,9 @@ class Agent(threading.Thread):
                         decisions = [Decision(flags=self.controller.decide_row(t, row))]
                         if self.chain is not None:
                             decisions.append(self.chain.decide(
-                                self.lab.tsdb(clk.lookback_s, at=t), t))
+                                self.lab.tsdb(lookback, at=t), t))
                     else:  # the deciders' protocol, as in the closed loop and replay
-                        tsdb = self.lab.tsdb(clk.lookback_s, at=t)
+                        tsdb = self.lab.tsdb(lookback, at=t)
                         decisions = [d.decide(tsdb, t) for d in self.deciders]
                     for decision in decisions:
                         self._apply(client, decision)

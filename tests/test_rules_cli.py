@@ -1,0 +1,247 @@
+"""Prometheus rule files through the command line and as relakit policies (issue 15)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from relakit.cli import main
+from relakit.control.rules import backtest_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "data" / "traces" / "step-errors.csv"
+RULES = ROOT / "params" / "rules" / "slo.yml"
+
+
+def test_replay_rules_alone_writes_the_alerts_of_backtest_rules(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["replay", str(TRACE), "--rules", str(RULES), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    written = pl.read_parquet(out / "alerts.parquet")
+    expected = backtest_rules(TRACE, RULES)
+    assert written.equals(expected)
+    assert written.filter(pl.col("firing_at").is_not_null()).height > 0  # the trace breaches
+    for row in expected.iter_rows(named=True):
+        assert row["alert"] in printed
+    assert not (out / "decisions.parquet").exists()  # no policy, no chain: no decisions
+
+
+def test_replay_rules_respects_start_and_end_and_runs_beside_a_policy(tmp_path, capsys):
+    out = tmp_path / "out"
+    policy = ROOT / "params" / "policies" / "rela.yaml"
+    assert main(["replay", str(TRACE), "--rules", str(RULES), "--policy", str(policy),
+                 "--start", "0", "--end", "500", "--out", str(out)]) == 0
+    written = pl.read_parquet(out / "alerts.parquet")
+    assert written.equals(backtest_rules(TRACE, RULES, 0.0, 500.0))
+    full = backtest_rules(TRACE, RULES)
+    # the slow burn goes pending at 480 s and fires at 600 s: within 500 s it only pends
+    assert full.filter(pl.col("alert") == "ErrorBudgetSlowBurn")["firing_at"].to_list() == [600.0]
+    assert written.filter(pl.col("alert") == "ErrorBudgetSlowBurn")["firing_at"].to_list() == [None]
+    assert written["pending_at"].max() <= 500.0
+    assert (out / "decisions.parquet").exists()
+
+
+def test_replay_bad_rule_file_is_one_line_and_writes_nothing(tmp_path, capsys):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: "
+                   "topk(2, x) > 1\n")
+    out = tmp_path / "out"
+    assert main(["replay", str(TRACE), "--rules", str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"relakit: error: {bad}: key 'groups[0].rules[0].expr':")
+    assert "\n" not in err
+    assert not out.exists()
+
+
+def test_replay_needs_something_to_run(tmp_path, capsys):
+    assert main(["replay", str(TRACE), "--out", str(tmp_path / "o")]) == 2
+    assert "--rules" in capsys.readouterr().err
+
+
+# ---- promql signals -----------------------------------------------------------------------
+POLICY = ROOT / "params" / "policies" / "rela.yaml"
+SERVERS = 'instance!="client"'  # structured signals read the servers' series (source: nodes)
+PROMQL_SIGNALS = {
+    "p99_ms": "histogram_quantile(0.99, sum by (le) "
+              f"(rate(latency_seconds_bucket{{{SERVERS}}}[60s]))) * 1000",
+    "error_ratio": f'sum(rate(requests_total{{{SERVERS}, outcome=~"error|timeout"}}[60s])) / '
+                   f'sum(rate(requests_total{{{SERVERS}, outcome=~"ok|error|timeout"}}[60s]))',
+    "drop_ratio": f'sum(rate(requests_total{{{SERVERS}, outcome="dropped"}}[60s])) / '
+                  f"sum(rate(requests_total{{{SERVERS}}}[60s]))",
+}
+
+
+def promql_policy(tmp_path) -> Path:
+    import yaml
+
+    data = yaml.safe_load(POLICY.read_text())
+    data["signals"] = {k: {"promql": v} for k, v in PROMQL_SIGNALS.items()}
+    path = tmp_path / "rela-promql.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("trace", ["step-errors.csv", "ramp-latency.csv"])
+def test_promql_signals_equal_the_structured_ones_and_decide_alike(tmp_path, trace):
+    from relakit.replay import replay
+
+    path = ROOT / "data" / "traces" / trace
+    a = replay(path, POLICY)
+    b = replay(path, promql_policy(tmp_path))
+    for name in PROMQL_SIGNALS:
+        x, y = a.timeline[name].to_numpy(), b.timeline[name].to_numpy()
+        assert np.array_equal(np.isnan(x), np.isnan(y)), name
+        ok = np.isfinite(x)
+        assert np.all(np.abs(x[ok] - y[ok]) <= 1e-9 * np.maximum(1.0, np.abs(x[ok]))), name
+        if name != "drop_ratio":  # the traces hold no dropped requests: NaN in both
+            assert ok.sum() > 0.9 * x.size, name  # not vacuous
+    assert a.timeline["mode"].to_list() == b.timeline["mode"].to_list()
+    assert a.decisions.drop("reason", "value").equals(b.decisions.drop("reason", "value"))
+    va, vb = a.decisions["value"].to_numpy(), b.decisions["value"].to_numpy()
+    assert np.allclose(va, vb, rtol=1e-9, atol=1e-12, equal_nan=True)
+    assert a.timeline["mode"].n_unique() > 1  # the trace drives the policy somewhere
+
+
+def test_promql_signal_renders_itself_and_bad_expression_names_the_key(tmp_path):
+    from relakit.control.policy import load_policy
+    from relakit.validate import ScenarioError
+
+    pol = load_policy(promql_policy(tmp_path))
+    assert pol.signals["p99_ms"].promql(60.0) == PROMQL_SIGNALS["p99_ms"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(promql_policy(tmp_path).read_text().replace("sum by (le)", "topk(3,", 1))
+    with pytest.raises(ScenarioError, match=rf"^{bad}: key 'signals.p99_ms.promql': .*"
+                                            r"column \d+"):
+        load_policy(bad)
+
+
+def test_promql_signal_with_many_series_is_refused_clearly():
+    from relakit.control.policy import load_policy
+    from relakit.replay import replay
+
+    pol = load_policy({"signals": {"busy": {"promql": "in_flight"}},
+                       "conditions": {"hot": {"signal": "busy", "threshold": 8}},
+                       "modes": [{"name": "survival", "when": {"any": ["hot"]}}]})
+    with pytest.raises(ValueError, match=r"signal busy: 'in_flight' gives \d+ series .* "
+                                         r"aggregate it"):
+        replay(TRACE, pol)
+
+
+def test_closed_loop_simulate_with_promql_signals_matches_the_structured_policy(tmp_path):
+    import yaml
+
+    from relakit.experiment import simulate
+
+    sc = yaml.safe_load((ROOT / "params" / "scenarios" / "rela-ramp.yaml").read_text())
+    sc.update(duration_s=120, name="promql-loop")
+    sc["fleet"]["nodes"] = 2
+    # 2 nodes of 8 servers hold about 1,500 req/s: the ramp crosses it within the run
+    sc["workload"]["arrival"] = {"kind": "trace", "points": [[0, 600], [120, 2400]]}
+    sc["clocks"] = str(ROOT / "params" / "clocks" / "rela.yaml")
+    runs = {}
+    for label, pol in (("structured", POLICY), ("promql", promql_policy(tmp_path))):
+        runs[label] = simulate({**sc, "policy": str(pol)}, record_requests=False)
+    a, b = runs["structured"].timeline, runs["promql"].timeline
+    assert a["mode"].to_list() == b["mode"].to_list()
+    assert a["mode"].n_unique() > 1  # the loop did act
+    for name in ("p99_ms", "error_ratio"):
+        x, y = a[name].to_numpy(), b[name].to_numpy()
+        assert np.array_equal(np.isnan(x), np.isnan(y)), name
+        ok = np.isfinite(x)
+        assert ok.any(), name
+        assert np.all(np.abs(x[ok] - y[ok]) <= 1e-9 * np.maximum(1.0, np.abs(x[ok]))), name
+
+
+# ---- import-rules --------------------------------------------------------------------------
+MAPPING = {"ErrorBudgetFastBurn": "survival", "ErrorBudgetSlowBurn": "survival",
+           "Overloaded": "survival", "LatencyP99High": "performance"}
+
+
+@pytest.mark.parametrize("trace", ["step-errors.csv", "ramp-latency.csv"])
+def test_imported_rules_enter_each_mode_when_its_alert_fires(tmp_path, capsys, trace):
+    from relakit.control.policy import load_policy
+    from relakit.replay import replay
+
+    mapping = tmp_path / "mapping.yml"
+    mapping.write_text("".join(f"{k}: {v}\n" for k, v in MAPPING.items() if k != "Overloaded"))
+    out = tmp_path / "slo-policy.yaml"
+    assert main(["import-rules", str(RULES), "--out", str(out), "--mapping", str(mapping),
+                 "--map", "Overloaded=survival"]) == 0
+    clocks = tmp_path / "slo-policy.clocks.yaml"
+    pol = load_policy(out)
+    assert [m.name for m in pol.modes] == ["ErrorBudgetFastBurn", "ErrorBudgetSlowBurn",
+                                           "Overloaded", "LatencyP99High"]
+    path = ROOT / "data" / "traces" / trace
+    result = replay(path, out, clocks)
+    alerts = backtest_rules(path, RULES)
+    entered = result.decisions.filter(pl.col("action").is_in(["enter", "preempt"]))
+    assert entered.height > 0
+    for row in entered.iter_rows(named=True):
+        fired = alerts.filter(pl.col("alert") == row["mode"])["firing_at"].drop_nulls()
+        # Prometheus' firing instant and the policy's entry: the same evaluation
+        assert row["decided_at_s"] == fired.min(), row["mode"]
+        assert row["mode"] in row["reason"] and "severity=" in row["reason"]
+    # every alert that fires enters its mode then, unless a higher-priority mode holds
+    names = [m.name for m in pol.modes]
+    for alert, t in alerts.group_by("alert").agg(pl.col("firing_at").min()).iter_rows():
+        if t is None:
+            continue
+        mode_then = result.timeline.filter(pl.col("time_s") == t)["mode"].item()
+        assert mode_then == alert or names.index(mode_then) < names.index(alert), alert
+
+
+def test_import_rules_bad_mapping_is_one_line_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "p.yaml"
+    assert main(["import-rules", str(RULES), "--out", str(out), "--map", "NoSuch=survival"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "NoSuch" in err and "ErrorBudgetFastBurn" in err and "\n" not in err
+    assert main(["import-rules", str(RULES), "--out", str(out), "--map", "Overloaded=panic"]) == 2
+    assert "survival, performance" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "p.clocks.yaml").exists()
+
+
+def test_alert_timeline_spans_pending_then_firing_up_to_resolution_or_the_end():
+    from relakit import plots
+
+    alerts = pl.DataFrame({"alert": ["A", "B", "C"], "labels": ["{}", '{x="1"}', "{}"],
+                           "pending_at": [10.0, 20.0, 30.0], "firing_at": [40.0, None, 50.0],
+                           "resolved_at": [70.0, 25.0, None]})
+    spans = plots.alert_episodes(alerts, 100.0)
+    got = {(r["alert"], r["state"]): (r["start_s"], r["end_s"])
+           for r in spans.iter_rows(named=True)}
+    assert got == {("A {}", "pending"): (10.0, 40.0), ("A {}", "firing"): (40.0, 70.0),
+                   ('B {x="1"}', "pending"): (20.0, 25.0),
+                   ("C {}", "pending"): (30.0, 50.0), ("C {}", "firing"): (50.0, 100.0)}
+    spec = plots.alert_timeline(alerts, (0.0, 100.0)).to_dict()
+    assert spec["encoding"]["color"]["scale"]["domain"] == ["pending", "firing"]
+    assert "(s)" in spec["encoding"]["x"]["title"]
+
+
+def test_closed_loop_hands_a_promql_signal_its_whole_range(tmp_path):
+    """A 5 min rate in closed loop sees 5 min of samples (not just the clocks' window):
+    its values equal the same policy replayed over the run's recorded metrics."""
+    import yaml
+
+    from relakit.experiment import simulate
+    from relakit.replay import replay
+
+    sc = yaml.safe_load((ROOT / "params" / "scenarios" / "rela-ramp.yaml").read_text())
+    sc.update(duration_s=420, name="promql-reach")
+    sc["fleet"]["nodes"] = 2
+    sc["workload"]["arrival"] = {"kind": "trace", "points": [[0, 300], [420, 1200]]}
+    sc["clocks"] = {"scrape_s": 15, "window_s": 60, "eval_s": 10, "poll_s": 10}
+    sc["policy"] = {"signals": {"rps5m": {"promql": 'sum(rate(requests_total{instance!="client"}'
+                                                    '[5m]))'}},
+                    "conditions": {"busy": {"signal": "rps5m", "threshold": 1e9}},
+                    "modes": [{"name": "survival", "when": {"any": ["busy"]}}]}
+    run = simulate(sc, record_requests=False)
+    closed = run.timeline
+    replayed = replay(run.metrics, sc["policy"], sc["clocks"],
+                      times=closed["time_s"].to_numpy()).timeline
+    x, y = closed["rps5m"].to_numpy(), replayed["rps5m"].to_numpy()
+    late = closed["time_s"].to_numpy() > 330  # a full 5 min (and a scrape) into the run
+    assert late.sum() >= 8 and np.isfinite(x[late]).all()
+    assert np.allclose(x, y, rtol=1e-9, equal_nan=True)
