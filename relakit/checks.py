@@ -126,6 +126,26 @@ def _selectors(sig):
     return [("", sig.selector.metric, sig.selector)]
 
 
+def _check_promql_names(sig, key, name, series, file, missing, what) -> list[Finding]:
+    """Each metric name a PromQL signal's selectors ask for, against the series that
+    exist (names only: an expression's label matchers are evaluated, not checked)."""
+    from relakit.control.promql import selectors
+
+    names = sorted({s[1] for s in series})
+    out = []
+    for sel in selectors(sig.node):
+        if sel.name is None or sel.name in names:
+            continue
+        close = difflib.get_close_matches(sel.name, names, n=1, cutoff=0.75)
+        hint = (f"did you mean '{close[0]}'?" if close else
+                f"the series are: {', '.join(names[:12])}{', ...' if len(names) > 12 else ''}"
+                if names else "there are no series at all")
+        out.append(Finding(missing, file, key,
+                           f"{what} has no series named '{sel.name}' for signal '{name}', so "
+                           f"it is always 'no data' and conditions on it never hold: {hint}"))
+    return out
+
+
 def _promql_reads(policy, series) -> bool:
     """Whether a promql signal of the policy names a series the trace holds."""
     from relakit.control.promql import selectors
@@ -176,6 +196,10 @@ def check_signals(policy, series, *, missing: str, what: str, parent: str | None
     file, pre = _where(policy.source, parent, "policy")
     out = []
     for name, sig in policy.signals.items():
+        if sig.kind == "promql":
+            out += _check_promql_names(sig, f"{pre}signals.{name}.promql", name, series,
+                                       file, missing, what)
+            continue
         for part, asked, sel in _selectors(sig):
             key = f"{pre}signals.{name}.{part}"
             found = _matches(sel.source, asked, sel.labels if labels else {}, series)

@@ -8,8 +8,9 @@ import warnings
 import numpy as np
 import polars as pl
 import pytest
-from conftest import make_scenario
+from conftest import ROOT, make_scenario
 
+from relakit.checkfiles import check_files
 from relakit.checks import CheckError, RelakitWarning, check_memory, run_memory
 from relakit.control import Clocks, load_policy, replay
 from relakit.control.tsdb import Target, over_time
@@ -125,3 +126,30 @@ def test_cyclic_escalation_is_refused_and_an_impossible_threshold_too():
     with pytest.raises(CheckError, match="can never hold"):
         simulate(sc)
     assert math.isfinite(load_policy(POLICY).conditions[0].threshold)
+
+
+def test_a_promql_signal_on_a_metric_no_series_has_is_named(tmp_path):
+    """A typo inside a PromQL expression type-checks; the check names it and guesses."""
+    import yaml
+
+    from relakit.cli import main
+
+    policy = yaml.safe_load((ROOT / "params" / "policies" / "rela.yaml").read_text())
+    policy["signals"]["error_ratio"] = {
+        "promql": 'sum(rate(requests_totl{outcome=~"error|timeout"}[1m])) '
+                  '/ sum(rate(requests_total[1m]))'}
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    trace = ROOT / "data" / "traces" / "step-errors.csv"
+    findings = check_files([str(path), str(trace)])[0]
+    named = [f for f in findings if f.key == "signals.error_ratio.promql"]
+    assert len(named) == 1 and named[0].severity == "warning", findings
+    assert "'requests_totl'" in named[0].message and "did you mean 'requests_total'" in (
+        named[0].message)
+    assert main(["check", str(path), str(trace)]) == 1
+    # the same expression spelled right raises nothing about it
+    policy["signals"]["error_ratio"]["promql"] = policy["signals"]["error_ratio"][
+        "promql"].replace("requests_totl", "requests_total")
+    path.write_text(yaml.safe_dump(policy))
+    assert not [f for f in check_files([str(path), str(trace)])[0]
+                if f.key.startswith("signals.error_ratio")]
