@@ -9,7 +9,7 @@ export NUMBA_NUM_THREADS ?= 1
 
 setup: system $(VENV)/.installed
 
-# Prometheus and promtool (Debian's package): installed when missing, before any test runs
+# prometheus and promtool (Debian's package `prometheus`): installed when missing, before any test runs
 system:
 	@bash tools/system-packages.sh
 

@@ -42,7 +42,7 @@ import yaml
 
 from relakit.control import promql
 from relakit.control.rules import load_rules
-from relakit.validate import ScenarioError
+from relakit.validate import ScenarioError, load_yaml
 
 # RelA's modes (params/policies/rela.yaml): the flags a firing alert asserts
 RELA_MODES = {
@@ -56,13 +56,7 @@ def read_mapping(path=None, pairs=()) -> dict:
     """alert -> mode from a YAML mapping file and ``alert=mode`` pairs (pairs win)."""
     mapping: dict = {}
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ScenarioError(f"{p}: no such mapping file")
-        try:
-            data = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as exc:
-            raise ScenarioError(f"{p}: not valid YAML: {exc}") from None
+        data, p, _ = load_yaml(path, "mapping")  # also: binary files, keys given twice
         if not isinstance(data, dict) or not data:
             raise ScenarioError(f"{p}: key '(top level)': expected a mapping of alert names "
                                 f"to modes ({', '.join(RELA_MODES)})")

@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from relakit.control import promql
 from relakit.control.tsdb import TSDB
-from relakit.validate import ScenarioError
+from relakit.validate import ScenarioError, load_yaml
 
 DEFAULT_INTERVAL_S = 60.0  # Prometheus' global evaluation_interval default
 _DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?"
@@ -78,19 +77,7 @@ def parse_duration(text, fail) -> float:
 
 def load_rules(source) -> list[Group]:
     """Read and check a rule file (a path, or an already loaded mapping)."""
-    if isinstance(source, dict):
-        data, name = source, "<rules>"
-    else:
-        import yaml
-
-        path = Path(source)
-        if not path.is_file():
-            raise ScenarioError(f"{path}: no such rules file")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
-        name = str(path)
+    data, name, _ = load_yaml(source, "rules")  # also: binary files, keys given twice
 
     def failer(key):
         def fail(problem):
