@@ -35,13 +35,15 @@ def as_finding(exc: Exception, path) -> C.Finding:
 
 def kind_of(data) -> str:
     """A YAML document's kind from its keys: scenario | policy | chain | clocks | sweep |
-    unknown."""
+    rules (a Prometheus rule file) | unknown."""
     from relakit.chain import STAGES
     from relakit.control.clocks import KEYS as CLOCK_KEYS
 
     if not isinstance(data, dict) or not data:
         return "unknown"
     keys = set(data)
+    if keys == {"groups"}:
+        return "rules"
     if keys & {"fleet", "workload", "duration_s", "faults"}:
         return "scenario"
     if keys & {"grid", "samples", "notebook"} or "scenario" in keys:
@@ -74,7 +76,7 @@ def check_files(paths) -> tuple[list[C.Finding], dict]:
     the chain it links to)."""
     findings: list[C.Finding] = []
     kinds: dict = {}
-    loaded: dict = {"policy": [], "chain": [], "clocks": [], "trace": []}
+    loaded: dict = {"policy": [], "chain": [], "clocks": [], "trace": [], "rules": []}
     mine: dict = {}
     for raw in paths:
         before = len(findings)
@@ -115,8 +117,9 @@ def _one(raw, findings: list, kinds: dict, loaded: dict) -> None:
                 C.ERROR, str(path), "(top level)",
                 "cannot tell what this file is: expected a scenario (fleet, workload, "
                 "duration_s), a policy (signals, conditions, modes), a chain (order or "
-                "stage names), clocks (scrape_s, window_s, eval_s, poll_s ...) or a sweep "
-                "(scenario or notebook, grid); a trace by its suffix"
+                "stage names), clocks (scrape_s, window_s, eval_s, poll_s ...), a sweep "
+                "(scenario or notebook, grid) or Prometheus rules (groups); a trace by its "
+                "suffix"
                 if isinstance(data, dict) and data else
                 "the file is empty; expected a mapping of keys to values" if data is None else
                 f"expected a mapping of keys to values, got {type(data).__name__} "
@@ -130,6 +133,10 @@ def _one(raw, findings: list, kinds: dict, loaded: dict) -> None:
             loaded["policy"].append(load_policy(path))
         elif kind == "chain":
             loaded["chain"].append(load_chain(path))
+        elif kind == "rules":
+            from relakit.control.rules import load_rules
+
+            loaded["rules"].append((load_rules(path), str(path)))
         else:
             loaded["clocks"].append(load_clocks(path))
     except C.CheckError as exc:
@@ -143,8 +150,16 @@ def _cross_checks(loaded: dict) -> list[C.Finding]:
     out = []
     clocks = loaded["clocks"][0] if loaded["clocks"] else None
     policies, chains, traces = loaded["policy"], loaded["chain"], loaded["trace"]
+    for groups, rules_file in loaded["rules"]:
+        for frame, source in traces:
+            out += C.check_rules(groups, rules_file, frame["name"].unique().to_list(),
+                                 missing=C.WARNING, what=f"the trace {source}")
+        if not traces:
+            names = [s[1] for s in C.simulator_series(_default_buckets())]
+            out += C.check_rules(groups, rules_file, names, missing=C.WARNING,
+                                 what="the simulator")
     for frame, source in traces:
-        if not policies and not chains:
+        if not policies and not chains and not loaded["rules"]:
             out += C.check_trace(frame, source)
         for pol in policies or [None]:
             for ch in chains or [None]:

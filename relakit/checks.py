@@ -126,24 +126,41 @@ def _selectors(sig):
     return [("", sig.selector.metric, sig.selector)]
 
 
+def _unknown_name(asked, names, what, whose) -> str:
+    """The message for a metric name no series has, with a guess or the names there are."""
+    close = difflib.get_close_matches(asked, names, n=1, cutoff=0.75)
+    hint = (f"did you mean '{close[0]}'?" if close else
+            f"the series are: {', '.join(names[:12])}{', ...' if len(names) > 12 else ''}"
+            if names else "there are no series at all")
+    return (f"{what} has no series named '{asked}' for {whose}, so it is always 'no data' "
+            f"and never holds: {hint}")
+
+
 def _check_promql_names(sig, key, name, series, file, missing, what) -> list[Finding]:
     """Each metric name a PromQL signal's selectors ask for, against the series that
     exist (names only: an expression's label matchers are evaluated, not checked)."""
     from relakit.control.promql import selectors
 
     names = sorted({s[1] for s in series})
-    out = []
-    for sel in selectors(sig.node):
-        if sel.name is None or sel.name in names:
-            continue
-        close = difflib.get_close_matches(sel.name, names, n=1, cutoff=0.75)
-        hint = (f"did you mean '{close[0]}'?" if close else
-                f"the series are: {', '.join(names[:12])}{', ...' if len(names) > 12 else ''}"
-                if names else "there are no series at all")
-        out.append(Finding(missing, file, key,
-                           f"{what} has no series named '{sel.name}' for signal '{name}', so "
-                           f"it is always 'no data' and conditions on it never hold: {hint}"))
-    return out
+    return [Finding(missing, file, key, _unknown_name(sel.name, names, what,
+                                                      f"signal '{name}'"))
+            for sel in selectors(sig.node) if sel.name is not None and sel.name not in names]
+
+
+def check_rules(groups, file: str, series_names, *, missing: str, what: str) -> list[Finding]:
+    """Each metric a Prometheus rule's expression names, against the series there are and
+    the names the file's own recording rules write: a misspelt name parses, and the
+    alert then silently never fires."""
+    from relakit.control.promql import selectors
+
+    recorded = {r.name for g in groups for r in g.rules if r.kind == "record"}
+    names = sorted(set(series_names) | recorded)
+    unknown = dict.fromkeys((r, sel.name) for g in groups for r in g.rules
+                            for sel in selectors(r.node)
+                            if sel.name is not None and sel.name not in names)  # once each
+    return [Finding(missing, file, f"{r.key}.expr",
+                    _unknown_name(asked, names, what, f"{r.kind} '{r.name}'"))
+            for r, asked in unknown]
 
 
 def _promql_reads(policy, series) -> bool:

@@ -253,11 +253,16 @@ def _replay(args) -> int:
 def _replay_rules(args, groups, out: Path):
     """Backtest a Prometheus rule file over the trace: print the alerts, write
     alerts.parquet (relakit.control.rules.backtest_rules' table)."""
+    from relakit.checks import check_rules, enforce
     from relakit.control.rules import backtest_rules
+    from relakit.control.tsdb import TSDB
     from relakit.io import write_parquet
-    from relakit.replay import as_tsdb
+    from relakit.traces import read_trace
 
-    alerts = backtest_rules(as_tsdb(args.trace), groups, args.start, args.end)
+    frame = read_trace(args.trace)
+    enforce(check_rules(groups, str(args.rules), frame["name"].unique().to_list(),
+                        missing="warning", what=f"the trace {args.trace}"))
+    alerts = backtest_rules(TSDB.from_long(frame), groups, args.start, args.end)
     print(_alerts_table(alerts))
     print(f"wrote {write_parquet(alerts, out / 'alerts.parquet')}")
 

@@ -153,3 +153,25 @@ def test_a_promql_signal_on_a_metric_no_series_has_is_named(tmp_path):
     path.write_text(yaml.safe_dump(policy))
     assert not [f for f in check_files([str(path), str(trace)])[0]
                 if f.key.startswith("signals.error_ratio")]
+
+
+def test_a_rule_on_a_metric_no_series_has_is_named_once(tmp_path, capsys):
+    """A misspelt metric in a rule file parses, and the alert would silently never fire."""
+    from relakit.cli import main
+
+    rules = ROOT / "params" / "rules" / "slo.yml"
+    typo = tmp_path / "typo.yml"
+    typo.write_text(rules.read_text().replace("requests_total", "requests_totl"))
+    trace = ROOT / "data" / "traces" / "step-errors.csv"
+    assert main(["check", str(rules), str(trace)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(typo), str(trace)]) == 1
+    assert "rules: " in capsys.readouterr().out
+    assert main(["replay", str(trace), "--rules", str(typo), "--out",
+                 str(tmp_path / "out")]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines()
+              if "requests_totl" in line]
+    keys = [line.split("key '")[1].split("'")[0] for line in warned]
+    assert keys and len(keys) == len(set(keys)), warned  # one line per rule, not per selector
+    assert all(k.endswith(".expr") and "did you mean 'requests_total'" in w
+               for k, w in zip(keys, warned, strict=True))
