@@ -10,12 +10,6 @@ the kernel, and each layer loads only what it uses.
 """
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
-
-try:  # one source of truth: pyproject.toml, through the installed package's metadata
-    __version__ = version("relakit")
-except PackageNotFoundError:  # pragma: no cover - imported from a tree never installed
-    __version__ = "unknown"
 
 _LAZY = {  # public name -> the module that defines it
     "Fleet": "relakit.sim",
@@ -30,7 +24,21 @@ _LAZY = {  # public name -> the module that defines it
 }
 
 
+def _version() -> str:
+    """One source of truth, pyproject.toml, through the installed package's metadata
+    (read when first asked for: importlib.metadata costs ~70 ms at import)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("relakit")
+    except PackageNotFoundError:  # pragma: no cover - imported from a tree never installed
+        return "unknown"
+
+
 def __getattr__(name: str):
+    if name == "__version__":
+        globals()["__version__"] = value = _version()
+        return value
     if name not in _LAZY:
         raise AttributeError(f"module 'relakit' has no attribute {name!r}")
     value = getattr(import_module(_LAZY[name]), name)

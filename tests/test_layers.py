@@ -136,3 +136,18 @@ def test_the_package_names_still_resolve_lazily():
     assert callable(relakit.simulate) and callable(relakit.replay)
     assert relakit.Fleet.__module__ == "relakit.sim.fleet"
     assert set(relakit.__all__) <= set(dir(relakit))
+
+
+def test_importing_the_closed_forms_defers_scipy_and_package_metadata():
+    # scipy.stats/optimize (~0.5 s) and importlib.metadata (~70 ms) load when first used,
+    # so `import relakit.analytic` stays near numpy's own import time
+    code = ("import sys, relakit.analytic; "
+            "print(sorted(m for m in ('scipy.stats', 'scipy.optimize', 'importlib.metadata') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout
+    from relakit.analytic import MMc, quorum_success
+
+    assert 0.0 < quorum_success(0.9, 5, 3) < 1.0
+    assert MMc(0.9 * 8, 1.0, 8).response_quantile(0.99) > 0

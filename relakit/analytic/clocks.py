@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
-from scipy import optimize
 
 
 @dataclass(frozen=True)
@@ -68,6 +67,7 @@ class DelayDistribution:
             return self.min
         if q == 1:
             return self.max
+        from scipy import optimize  # here, not at import: scipy.optimize costs ~0.5 s to load
         return float(optimize.brentq(lambda x: float(self.cdf(x)) - q, self.min, self.max,
                                      xtol=1e-9))
 

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from ._validate import (
     as_int,
@@ -68,6 +67,7 @@ def quorum_success(p: float | Sequence[float], n: int | None, k: int) -> float:
     if k == 0:
         return 1.0
     if np.ndim(probs) == 0:
+        from scipy import stats  # here, not at import: scipy.stats costs ~0.5 s to load
         return float(stats.binom.sf(k - 1, n_calls, float(probs)))
     # dist[j] = P(j successes among the calls processed so far).
     dist = np.zeros(n_calls + 1)

@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import optimize
 
 from ._validate import (
     as_int,
@@ -212,6 +211,7 @@ class MMc:
             hi *= 2.0
         else:  # pragma: no cover - unreachable for q < 1
             raise RuntimeError(f"could not bracket the response quantile q={q}")
+        from scipy import optimize  # here, not at import: scipy.optimize costs ~0.5 s to load
         return float(optimize.brentq(f, 0.0, hi, xtol=1e-15 * hi, rtol=8.9e-16, maxiter=500))
 
 
