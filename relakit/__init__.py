@@ -20,6 +20,7 @@ except PackageNotFoundError:  # pragma: no cover - imported from a tree never in
 _LAZY = {  # public name -> the module that defines it
     "Fleet": "relakit.sim",
     "Scenario": "relakit.scenario",
+    "calibrate": "relakit.calibrate",
     "ScenarioError": "relakit.scenario",
     "SimulationResult": "relakit.sim",
     "load_scenario": "relakit.scenario",
