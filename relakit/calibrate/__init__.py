@@ -41,6 +41,7 @@ from relakit.calibrate.yamlout import twin_yaml
 
 CAPACITY_MARGIN = 1.10   # a recorded throughput this far above the fitted capacity: a caution
 HETEROGENEITY = 0.15     # a node's mean service this far from the fleet's: a caution
+MIN_WINDOWS = 10         # fewer validation windows than this: a caution
 
 
 @dataclass
@@ -196,6 +197,14 @@ def cautions(cal: Calibration) -> list[str]:
     if cal.flags is not None and cal.flags.changes and not cal.replay_flags:
         out.append(f"the recording's flags changed {len(cal.flags.changes)} time(s) and are "
                    "not replayed: the twin runs with the flags of t = 0")
+    hedging = cal.flags is not None and any(f.get("hedge_enabled") for _, f in cal.flags.changes)
+    if hedging and "client" not in cal.arrivals.source and "hedges_total" not in rec.fleet:
+        out.append("hedging was on in the recording and no hedges_total counter was recorded: "
+                   "hedged copies were counted as arrivals")
+    windows = int(cal.scenario.duration_s // cal.window_s)
+    if windows < MIN_WINDOWS:
+        out.append(f"only {windows} validation windows of {cal.window_s:g} s: too short a "
+                   "recording for narrow intervals")
     timeouts = sum(n.outcome_increments(("timeout",)).sum() for n in rec.nodes)
     answered = sum(n.outcome_increments(("ok", "error", "timeout")).sum() for n in rec.nodes)
     if answered and timeouts / answered > 0.01:
