@@ -16,6 +16,7 @@ import yaml
 from conftest import ROOT
 
 import relakit
+from relakit import plots
 from relakit.calibrate import CalibrationError, calibrate
 from relakit.calibrate.faults import pelt
 from relakit.calibrate.service import score_kinds
@@ -137,8 +138,15 @@ def test_lab_twin_is_judged_and_says_why(tmp_path):
     # the twin with the recorded flags reproduces the overload's tail: seconds, not ms
     p99 = v.overlay.filter(pl.col("signal") == "p99_ms")
     assert p99["recorded"].max() > 2000 and p99["twin"].max() > 2000
-    # and the load it could not carry is named, with numbers
+    # and the likely reasons are named, with numbers
     assert any("above the twin's capacity" in c for c in cal.cautions)
+    assert any("hedged copies were counted as arrivals" in c for c in cal.cautions)
+    assert any("only 6 validation windows" in c for c in cal.cautions)
+    # the overlay breaks its lines where the recording has no value (its first window)
+    rate = v.overlay.filter(pl.col("signal") == "request_rate_rps").sort("time_s")
+    assert rate["recorded"][0] is None and rate["twin"][0] is not None
+    spec = plots.twin_overlay(v.overlay, v.window_s).to_dict()
+    assert len(spec["vconcat"]) == 3 and spec["resolve"]["scale"]["x"] == "shared"
 
 
 def test_flags_from_gauges_and_from_decisions_agree(tmp_path):
