@@ -835,11 +835,11 @@ def twin_overlay(overlay: pl.DataFrame, window_s: float) -> alt.VConcatChart:
         color = alt.Color("series:N", title=None, scale=_scale(TWIN_SERIES))
         band = alt.Chart(part).mark_area(opacity=0.25, color=TWIN_SERIES["twin"]).encode(
             x=_time_x("time_s", domain, "time since the recording's start (s)"),
-            y=alt.Y("twin_lo:Q", title=y_title), y2="twin_hi:Q")
+            y=alt.Y("twin_lo:Q", title=y_title, scale=alt.Scale(domainMin=0)), y2="twin_hi:Q")
         lines = alt.Chart(long).mark_line(strokeWidth=2, invalid="break-paths-show-domains"
                                           ).encode(
             x=_time_x("time_s", domain, "time since the recording's start (s)"),
-            y=alt.Y("value:Q", title=y_title), color=color,
+            y=alt.Y("value:Q", title=y_title, scale=alt.Scale(domainMin=0)), color=color,
             strokeDash=alt.StrokeDash("series:N", title=None,
                                       scale=alt.Scale(domain=list(TWIN_SERIES),
                                                       range=[[1, 0], [6, 3]])))
