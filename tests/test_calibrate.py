@@ -168,6 +168,19 @@ def test_flags_from_gauges_and_from_decisions_agree(tmp_path):
     assert degraded.height > 0
 
 
+def test_nodes_option_keeps_some_targets_renumbered(tmp_path):
+    cal = calibrate(LAB / "recorded.json", nodes=[0, 2])
+    assert cal.node_ids == [0, 2] and cal.scenario.fleet.nodes == 2
+    assert "recorded nodes 0, 2, renumbered from 0" in cal.yaml
+    # the arrival curve is the two nodes' share: about two thirds of the whole
+    whole = calibrate(LAB / "recorded.json")
+    share = cal.arrivals.rates_rps.sum() / whole.arrivals.rates_rps.sum()
+    assert 0.6 < share < 0.73
+    # asking for flag gauges the lab recording does not have is said, not ignored
+    assert any("no flag gauges" in c for c in calibrate(LAB / "recorded.json",
+                                                         replay_flags=True).cautions)
+
+
 def test_pelt_finds_known_change_points_and_no_false_ones():
     rng = np.random.default_rng(3)
     n = rng.poisson(200, 300).astype(float)

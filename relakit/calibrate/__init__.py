@@ -61,6 +61,7 @@ class Calibration:
     window_s: float = 0.0
     replications: int = 3
     seed: int = 1
+    asked_flags: bool = False             # replay_flags was asked for
     _validation: Validation | None = None
 
     @property
@@ -156,7 +157,7 @@ def calibrate(trace, nodes: list[int] | None = None, *, replay_flags=False,
     scenario = load_scenario(yaml.safe_load(text))
     cal = Calibration(text, scenario, rec, node_ids, arrivals, service, windows, schedule,
                       replaying, window_s=window_s or 5 * rec.scrape_s,
-                      replications=replications, seed=seed)
+                      replications=replications, seed=seed, asked_flags=bool(replay_flags))
     cal.cautions = cautions(cal)
     return cal
 
@@ -194,6 +195,10 @@ def cautions(cal: Calibration) -> list[str]:
     if peak > capacity:
         out.append(f"the recorded load peaks at {peak:.0f} req/s, above the twin's capacity of "
                    f"{capacity:.0f} req/s: there the twin's queues grow as long as it lasts")
+    if cal.asked_flags and cal.flags is None:
+        out.append("--replay-flags was asked for, but the recording has no flag gauges "
+                   "(hedge_enabled, degraded_mode, shedding, breaker_state): give a "
+                   "decisions.parquet instead")
     if cal.flags is not None and cal.flags.changes and not cal.replay_flags:
         out.append(f"the recording's flags changed {len(cal.flags.changes)} time(s) and are "
                    "not replayed: the twin runs with the flags of t = 0")

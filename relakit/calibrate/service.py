@@ -78,14 +78,19 @@ def fit_servers(nd: NodeData) -> tuple[int, str, bool]:
     if nd.busy is not None and np.isfinite(nd.busy).any():
         c = int(round(np.nanmax(nd.busy)))
         n = int(np.sum(~np.isnan(nd.busy)))
+        full = nd.busy >= c
         if nd.queue is not None:
-            q = int(np.sum((nd.busy >= c) & (nd.queue > 0)))
-            if q:
-                return c, (f"max of busy_servers over {n} scrapes; all {c} busy with a queue "
-                           f"at {q} of them"), True
-            return c, (f"max of busy_servers over {n} scrapes; never seen with a queue, so a "
-                       "lower bound"), False
-        return c, f"max of busy_servers over {n} scrapes", True
+            q, seen = int(np.sum(full & (nd.queue > 0))), "a queue"
+        elif nd.in_flight is not None:
+            q, seen = int(np.sum(full & (nd.in_flight > nd.busy))), "more in flight"
+        else:
+            return c, (f"max of busy_servers over {n} scrapes; no queue_length nor in_flight "
+                       "gauge to tell whether all were busy, so a lower bound"), False
+        if q:
+            return c, (f"max of busy_servers over {n} scrapes; all {c} busy with {seen} at "
+                       f"{q} of them"), True
+        return c, (f"max of busy_servers over {n} scrapes; never seen with {seen}, so a "
+                   "lower bound"), False
     u = busy_rate(nd)
     if u is not None and u.size and np.nanmax(u) > 0:
         top = int(np.ceil(np.nanmax(u) - 1e-9))
