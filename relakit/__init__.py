@@ -14,6 +14,7 @@ from importlib import import_module
 _LAZY = {  # public name -> the module that defines it
     "Fleet": "relakit.sim",
     "Scenario": "relakit.scenario",
+    "calibrate": "relakit.calibrate",
     "ScenarioError": "relakit.scenario",
     "SimulationResult": "relakit.sim",
     "load_scenario": "relakit.scenario",

@@ -126,6 +126,7 @@ examples:
   relakit replay data/traces/step-errors.csv --policy params/policies/rela.yaml --out out/replay
   relakit replay data/traces/step-errors.csv --rules params/rules/slo.yml --out out/rules
   relakit sweep params/sweeps/rela-thresholds.yaml
+  relakit calibrate out/calibrate-roundtrip/metrics.parquet --out out/twin.yaml --report out/twin
   relakit <command> --help    options of one command, with their defaults"""
 
 
@@ -481,6 +482,44 @@ def _check(args) -> int:
     return 1 if findings else 0
 
 
+def _node_list(text: str) -> list[int]:
+    """``0,2,3``: scrape targets by their node number in the recording."""
+    try:
+        nodes = [int(x, 10) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected node numbers separated by commas, e.g. "
+                                         f"0,2, got {text!r}") from None
+    if any(n < 0 for n in nodes) or len(set(nodes)) != len(nodes):
+        raise argparse.ArgumentTypeError(f"{text!r}: node numbers are >= 0, each given once")
+    return nodes
+
+
+def _calibrate(args) -> int:
+    """`relakit calibrate TRACE --out SCENARIO.yaml`: fit a twin; --report validates it."""
+    from relakit.calibrate import calibrate, write_report
+    from relakit.io import atomic_write
+
+    out = Path(args.out)
+    if out.suffix.lower() not in (".yaml", ".yml"):
+        raise ScenarioError(f"--out {out}: expected a .yaml file for the twin scenario")
+    _writable_dir(out.parent if str(out.parent) else ".", "--out")
+    if args.report is not None:
+        _writable_dir(args.report, "--report")
+    cal = calibrate(args.trace, args.nodes, replay_flags=args.replay_flags, bin_s=args.bin,
+                    window_s=args.window, replications=args.replications, seed=args.seed)
+    print(f"wrote {atomic_write(out, lambda tmp: Path(tmp).write_text(cal.yaml))}")
+    for line in cal.cautions:
+        print(f"caution: {line}")
+    if args.report is None:
+        return 0
+    written = write_report(cal, args.report)
+    print(cal.validation.format_table())
+    print(cal.validation.verdict)
+    for path in written:
+        print(f"wrote {path}")
+    return 0 if cal.validation.trusted else 1
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None):
     """Warnings as one line each: ``relakit: warning: FILE: key 'K': what and why``."""
     from relakit.checks import RelakitWarning
@@ -631,6 +670,34 @@ def build_parser() -> argparse.ArgumentParser:
                 "(a policy against a trace).")
     c.add_argument("files", nargs="+", help="the files to check")
     c.set_defaults(func=_check)
+    cb = command("calibrate", "fit a twin scenario to a recorded trace, and validate it",
+                 "Estimate, from a recording's metrics alone, the arrival rate over time, the "
+                 "tier mix, each node's servers and service time, and each node's fault "
+                 "windows; write them as a scenario YAML whose every fitted value says where "
+                 "it came from. With --report, run the twin against the recording on the "
+                 "request rate, error ratio and p99 per evaluation window and say whether it "
+                 "can be trusted (exit 1 when not).")
+    cb.add_argument("trace", help="trace: Prometheus range-query JSON, long CSV, parquet (a "
+                                  "simulation's metrics.parquet), or a folder of snapshots")
+    cb.add_argument("--out", required=True, help="the twin scenario YAML to write")
+    cb.add_argument("--nodes", type=_node_list, default=None,
+                    help="only these scrape targets, e.g. 0,2 (default: all)")
+    cb.add_argument("--report", default=None,
+                    help="folder for the validation: validation.parquet, overlay.parquet, "
+                         "twin_overlay.png, calibration.json, flags.csv (default: none)")
+    cb.add_argument("--replay-flags", nargs="?", const=True, default=False,
+                    metavar="DECISIONS",
+                    help="replay the recorded flags into the twin: from the trace's flag "
+                         "gauges, or from a decisions.parquet given here (default: off)")
+    cb.add_argument("--bin", type=_positive, default=None,
+                    help="arrival curve bin, seconds (default: 10 s, or a thirtieth of a "
+                         "short recording, at least one scrape)")
+    cb.add_argument("--window", type=_positive, default=None,
+                    help="validation window, seconds (default: five scrape intervals)")
+    cb.add_argument("--replications", type=_workers, default=3,
+                    help="twin runs in the validation")
+    cb.add_argument("--seed", type=_seed, default=1, help="seed of the twin and its runs")
+    cb.set_defaults(func=_calibrate)
     return parser
 
 

@@ -813,3 +813,37 @@ def alert_timeline(alerts: pl.DataFrame, domain, timeline: pl.DataFrame | None =
     return alt.vconcat(chart, mode_timeline(timeline, domain=domain,
                                             title="Mode of the imported policy")
                        ).resolve_scale(color="independent")
+
+
+# ---- calibration: the twin against the recording ---------------------------------------------
+TWIN_SERIES = {"recorded": CATEGORY[4], "twin": CATEGORY[1]}  # black: what happened
+TWIN_PANELS = {"request_rate_rps": "request rate (requests/s)",
+               "error_ratio": "error ratio (share of answered requests)",
+               "p99_ms": "p99 latency (ms)"}
+
+
+def twin_overlay(overlay: pl.DataFrame, window_s: float) -> alt.VConcatChart:
+    """The twin against the recording, one panel per signal a policy reads, stacked on one
+    time axis: the recording's line, the twin's mean over replications, and the band its
+    replications span. ``overlay``: ``relakit.calibrate``'s ``Validation.overlay``."""
+    domain = [0.0, float(overlay["time_s"].max())]
+    panels = []
+    for signal, y_title in TWIN_PANELS.items():
+        part = overlay.filter(pl.col("signal") == signal)
+        long = part.unpivot(index="time_s", on=["recorded", "twin"], variable_name="series",
+                            value_name="value")
+        color = alt.Color("series:N", title=None, scale=_scale(TWIN_SERIES))
+        band = alt.Chart(part).mark_area(opacity=0.25, color=TWIN_SERIES["twin"]).encode(
+            x=_time_x("time_s", domain, "time since the recording's start (s)"),
+            y=alt.Y("twin_lo:Q", title=y_title, scale=alt.Scale(domainMin=0)), y2="twin_hi:Q")
+        lines = alt.Chart(long).mark_line(strokeWidth=2, invalid="break-paths-show-domains"
+                                          ).encode(
+            x=_time_x("time_s", domain, "time since the recording's start (s)"),
+            y=alt.Y("value:Q", title=y_title, scale=alt.Scale(domainMin=0)), color=color,
+            strokeDash=alt.StrokeDash("series:N", title=None,
+                                      scale=alt.Scale(domain=list(TWIN_SERIES),
+                                                      range=[[1, 0], [6, 3]])))
+        panels.append(alt.layer(band, lines).properties(width=PANEL_WIDTH, height=150))
+    return alt.vconcat(*panels, title=alt.Title(
+        "Twin against the recording", subtitle=f"per {window_s:g} s evaluation window; band: "
+        "the twin's replications, min to max")).resolve_scale(x="shared")

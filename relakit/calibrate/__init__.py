@@ -1,0 +1,267 @@
+"""Calibration: a recording in, a closed-loop-ready twin scenario out, with its validation.
+
+``relakit.calibrate(trace)`` reads a recording in any format the importers read
+(a simulation's ``metrics.parquet``, a Prometheus range query such as the live
+lab's ``recorded.json``, a long CSV, text snapshots) and estimates, from its
+metrics alone:
+
+* the arrival rate over time and the tier mix (:mod:`.arrivals`);
+* per node the servers and the service time, mean and kind (:mod:`.service`);
+* per node the fault windows and their error rates (:mod:`.faults`);
+* the flags the recorded control plane set (:mod:`.flags`), replayed into the
+  twin when asked.
+
+The result is a :class:`Calibration`: ``.scenario`` (loaded, checked),
+``.yaml`` (the same scenario as commented text), ``.validation`` (the twin
+against the recording, :mod:`.validation`; run on first use, since it
+simulates). ``relakit calibrate`` is the command line for it.
+
+The package is also callable (``relakit.calibrate(...)``), like
+:mod:`relakit.replay`, so the README's spelling works whichever was imported first.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import yaml
+
+from relakit.calibrate.arrivals import ArrivalFit, fit_arrivals, rounded_tiers
+from relakit.calibrate.faults import FaultWindow, fit_faults
+from relakit.calibrate.flags import FlagSchedule, from_decisions, from_gauges, run_twin
+from relakit.calibrate.recording import CalibrationError, Recording, increments, read_recording
+from relakit.calibrate.service import ServiceFit, busy_rate, fit_service
+from relakit.calibrate.validation import Validation, validate
+from relakit.calibrate.yamlout import twin_yaml
+
+CAPACITY_MARGIN = 1.10   # a recorded throughput this far above the fitted capacity: a caution
+HETEROGENEITY = 0.15     # a node's mean service this far from the fleet's: a caution
+MIN_WINDOWS = 10         # fewer validation windows than this: a caution
+
+
+@dataclass
+class Calibration:
+    """A fitted twin: the scenario, its YAML text, the fits behind it, and its validation."""
+
+    yaml: str
+    scenario: object                      # relakit.Scenario
+    recording: Recording
+    node_ids: list[int]
+    arrivals: ArrivalFit
+    service: ServiceFit
+    faults: list[FaultWindow]
+    flags: FlagSchedule | None            # recorded flags (None: the recording shows none)
+    replay_flags: bool
+    cautions: list[str] = field(default_factory=list)
+    window_s: float = 0.0
+    replications: int = 3
+    seed: int = 1
+    asked_flags: bool = False             # replay_flags was asked for
+    _validation: Validation | None = None
+
+    @property
+    def validation(self) -> Validation:
+        """The twin (with the recorded flags, if replayed) against the recording."""
+        if self._validation is None:
+            schedule = self.flags if self.replay_flags else None
+            recorded = _renumbered(self.recording.frame, self.node_ids)
+            self._validation = validate(
+                recorded, lambda s: run_twin(self.scenario, schedule, s), self.seed,
+                self.scenario.duration_s, self.window_s, self.replications, self.cautions)
+        return self._validation
+
+    def run_twin(self, seed: int | None = None) -> pl.DataFrame:
+        """One run of the twin (recorded flags replayed if asked): its long metrics table."""
+        return run_twin(self.scenario, self.flags if self.replay_flags else None,
+                        self.seed if seed is None else seed)
+
+    def summary(self) -> dict:
+        return {
+            "source": self.recording.source, "origin_s": self.recording.origin_s,
+            "scrape_s": self.recording.scrape_s, "nodes": self.node_ids,
+            "arrival": {"bin_s": self.arrivals.bin_s, "source": self.arrivals.source,
+                        "mean_rps": float(self.arrivals.rates_rps.mean()),
+                        "peak_rps": float(self.arrivals.rates_rps.max())},
+            "tiers": self.arrivals.tiers,
+            "service": {"kind": self.service.kind, "params": self.service.params,
+                        "mean_ms": self.service.mean_ms, "scores": self.service.scores},
+            "servers": [n.servers for n in self.service.nodes],
+            "servers_exact": [n.servers_exact for n in self.service.nodes],
+            "mean_ms_by_node": [n.mean_ms for n in self.service.nodes],
+            "faults": [{"node": f.node, "start_s": f.start_s, "end_s": f.end_s,
+                        "error_rate": f.error_rate, "whole_run": f.whole_run}
+                       for f in self.faults],
+            "flags": None if self.flags is None else {
+                "source": self.flags.source, "changes": len(self.flags.changes),
+                "replayed": self.replay_flags},
+            "cautions": self.cautions,
+        }
+
+
+def calibrate(trace, nodes: list[int] | None = None, *, replay_flags=False,
+              bin_s: float | None = None, window_s: float | None = None,
+              replications: int = 3, seed: int = 1, name: str | None = None) -> Calibration:
+    """Fit a twin scenario to a recording (a path in any importer's format, or a long
+    metrics frame).
+
+    ``nodes``: only these scrape targets (renumbered from 0 in the twin).
+    ``replay_flags``: False; True (the recording's flag gauges); or a path to a
+    decisions file (``decisions.parquet``). ``bin_s``: the arrival curve's bin
+    (default: 10 s, or a thirtieth of a short recording). ``window_s``: the
+    validation's evaluation window (default: five scrapes). ``replications``,
+    ``seed``: the validation's twin runs.
+    """
+    from relakit.scenario import load_scenario
+    from relakit.traces import read_trace, validate_trace
+
+    if isinstance(trace, pl.DataFrame):
+        frame, source = validate_trace(trace), "<trace>"
+    else:
+        frame, source = read_trace(trace), str(trace)
+    rec = read_recording(frame, source, nodes)
+    node_ids = [n.node for n in rec.nodes]
+    if replay_flags not in (False, None, True):
+        schedule = from_decisions(replay_flags, rec.origin_s)
+    else:
+        schedule = from_gauges(rec)
+    degraded = (schedule.degraded if schedule is not None
+                else (lambda t0, t1: np.zeros(np.size(t0), dtype=bool)))
+    arrivals = fit_arrivals(rec, bin_s)
+    service = fit_service(rec.nodes, degraded, source)
+    windows = []
+    for i, nd in enumerate(rec.nodes):
+        windows += [replace(w, node=i) for w in fit_faults(nd, arrivals.end_s)]
+    shares = np.array([increments(n.requests.sum(axis=(1, 2))).sum() for n in rec.nodes])
+    weights = shares / shares.sum() if shares.sum() > 0 else np.full(len(shares), 1 / len(shares))
+    phases = [float(n.t[1] % rec.scrape_s if n.t[0] == 0 and n.t.size > 1 else
+                    n.t[0] % rec.scrape_s) for n in rec.nodes]
+    bounds = next((n.bounds for n in rec.nodes if n.bounds is not None), None)
+    buckets = None if bounds is None else [float(b) for b in bounds if np.isfinite(b)]
+    stem = name or "twin-" + (Path(source).stem if source != "<trace>" else "trace")
+    replaying = bool(replay_flags) and schedule is not None
+    flags_note = ("none recorded" if schedule is None else
+                  f"{len(schedule.changes)} change(s) recorded in {schedule.source}; "
+                  + ("replayed by `relakit calibrate --replay-flags` (flags.csv in the report)"
+                     if replaying else "not replayed (give --replay-flags)"))
+    text = twin_yaml(name=stem, source=source, origin_s=rec.origin_s,
+                     recording_end_s=rec.end_s, arrival=arrivals,
+                     tiers=rounded_tiers(arrivals.tiers), node_ids=node_ids, service=service,
+                     weights=weights, weights_source="requests_total (all outcomes)",
+                     faults=windows, scrape_s=rec.scrape_s, phases=phases, buckets=buckets,
+                     flags_note=flags_note, seed=seed)
+    scenario = load_scenario(yaml.safe_load(text))
+    cal = Calibration(text, scenario, rec, node_ids, arrivals, service, windows, schedule,
+                      replaying, window_s=window_s or 5 * rec.scrape_s,
+                      replications=replications, seed=seed, asked_flags=bool(replay_flags))
+    cal.cautions = cautions(cal)
+    return cal
+
+
+def cautions(cal: Calibration) -> list[str]:
+    """What the fitted model cannot reproduce, each with its number."""
+    out = []
+    svc, rec = cal.service, cal.recording
+    for i, (nd, ns) in enumerate(zip(rec.nodes, svc.nodes, strict=True)):
+        done, _ = nd.completions()
+        k = max(1, int(round(cal.window_s / rec.scrape_s)))
+        plain = ~degraded(cal, nd)  # degraded mode shortens work: its capacity is another
+        if done.size >= k:
+            ones = np.ones(k)
+            served = np.convolve(done, ones, "valid") / np.convolve(nd.dt, ones, "valid")
+            served = served[np.convolve(plain, ones, "valid") == k]
+        if done.size >= k and served.size:
+            cap = ns.servers / (svc.mean_ms / 1000.0)
+            if served.max() > CAPACITY_MARGIN * cap:
+                out.append(f"node {i} served {served.max():.0f} req/s over a {cal.window_s:g} s "
+                           f"window, above the twin's capacity there ({cap:.0f} req/s: "
+                           f"{ns.servers} servers x {svc.mean_ms:.1f} ms): a load the fitted "
+                           "model cannot produce")
+        if ns.mean_ms and abs(ns.mean_ms / svc.mean_ms - 1) > HETEROGENEITY:
+            out.append(f"node {i}'s mean service time {ns.mean_ms:.1f} ms differs from the "
+                       f"fleet's {svc.mean_ms:.1f} ms by more than {HETEROGENEITY:.0%}: the twin "
+                       "gives every node the fleet's service")
+        if busy_rate(nd) is None:
+            out.append(f"node {i} has no busy_seconds_total: its servers ({ns.servers}) and "
+                       "service are guesses")
+        elif not ns.servers_exact:
+            out.append(f"node {i}: {ns.servers} servers is a lower bound ({ns.servers_note})")
+    capacity = sum(n.servers for n in svc.nodes) / (svc.mean_ms / 1000.0)
+    peak = float(cal.arrivals.rates_rps.max())
+    if peak > capacity:
+        out.append(f"the recorded load peaks at {peak:.0f} req/s, above the twin's capacity of "
+                   f"{capacity:.0f} req/s: there the twin's queues grow as long as it lasts")
+    if cal.asked_flags and cal.flags is None:
+        out.append("--replay-flags was asked for, but the recording has no flag gauges "
+                   "(hedge_enabled, degraded_mode, shedding, breaker_state): give a "
+                   "decisions.parquet instead")
+    if cal.flags is not None and cal.flags.changes and not cal.replay_flags:
+        out.append(f"the recording's flags changed {len(cal.flags.changes)} time(s) and are "
+                   "not replayed: the twin runs with the flags of t = 0")
+    hedging = cal.flags is not None and any(f.get("hedge_enabled") for _, f in cal.flags.changes)
+    if hedging and "client" not in cal.arrivals.source and "hedges_total" not in rec.fleet:
+        out.append("hedging was on in the recording and no hedges_total counter was recorded: "
+                   "hedged copies were counted as arrivals")
+    windows = int(cal.scenario.duration_s // cal.window_s)
+    if windows < MIN_WINDOWS:
+        out.append(f"only {windows} validation windows of {cal.window_s:g} s: too short a "
+                   "recording for narrow intervals")
+    timeouts = sum(n.outcome_increments(("timeout",)).sum() for n in rec.nodes)
+    answered = sum(n.outcome_increments(("ok", "error", "timeout")).sum() for n in rec.nodes)
+    if answered and timeouts / answered > 0.01:
+        out.append(f"{timeouts / answered:.1%} of answers were timeouts, and the client "
+                   "deadline is not estimated (the twin has none)")
+    return out
+
+
+def degraded(cal: Calibration, nd) -> np.ndarray:
+    """Per scrape interval of a node: was degraded mode on (per the recorded flags)?"""
+    if cal.flags is None:
+        return np.zeros(nd.dt.size, dtype=bool)
+    return cal.flags.degraded(nd.t[:-1], nd.t[1:])
+
+
+def _renumbered(frame: pl.DataFrame, node_ids: list[int]) -> pl.DataFrame:
+    """The recording's per-node rows of the calibrated nodes, numbered as in the twin."""
+    mapping = {n: i for i, n in enumerate(node_ids)}
+    return frame.filter(pl.col("node").is_in(node_ids)).with_columns(
+        pl.col("node").replace_strict(mapping, return_dtype=pl.Int32))
+
+
+def write_report(cal: Calibration, out_dir) -> list[Path]:
+    """validation.parquet, overlay.parquet, twin_overlay.png, calibration.json, flags.csv."""
+    from relakit import plots
+    from relakit.io import atomic_write, write_json, write_parquet
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    v = cal.validation
+    written = [write_parquet(v.table, out / "validation.parquet"),
+               write_parquet(v.overlay, out / "overlay.parquet")]
+    written.append(plots.save(plots.twin_overlay(v.overlay, v.window_s),
+                              out / "twin_overlay.png"))
+    summary = cal.summary()
+    summary["validation"] = {"trusted": v.trusted, "verdict": v.verdict,
+                             "window_s": v.window_s, "replications": v.replications,
+                             "table": v.table.to_dicts()}
+    written.append(write_json(summary, out / "calibration.json"))
+    if cal.flags is not None and cal.replay_flags:
+        frame = cal.flags.frame()
+        written.append(atomic_write(out / "flags.csv", lambda tmp: frame.write_csv(tmp)))
+    return written
+
+
+class _CallableModule(types.ModuleType):
+    """``relakit.calibrate`` is both this package and, called, :func:`calibrate`."""
+
+    def __call__(self, *args, **kwargs) -> Calibration:
+        return calibrate(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+
+__all__ = ["Calibration", "CalibrationError", "calibrate", "write_report"]

@@ -1,0 +1,231 @@
+"""Per node: how many servers, how long a request holds one, and the shape of that time.
+
+Servers. With a ``busy_servers`` gauge: its largest value over the recording
+(exact once the node was ever seen saturated; the note says whether a queue
+stood behind it at that scrape). Without it, from ``busy_seconds_total``: an
+interval whose ``in_flight`` gauge, at both ends, exceeds every busy rate seen
+had a queue throughout, so its busy rate (busy seconds per second) is the number
+of servers; the median over such intervals, rounded. With no saturated interval
+the largest busy rate, rounded up, is a lower bound and says so.
+
+Mean service time (Little's law on the servers): busy seconds over completions,
+over the intervals the flags left alone (degraded mode shortens work).
+
+Shape. The latency histogram of lightly loaded intervals (utilisation at most
+0.5; at least 100 of them, else exponential is assumed) is close to the
+service-time distribution; for
+each service kind relakit can simulate, with the mean fixed to Little's, the
+shape parameter is chosen by maximum likelihood over the bucket counts (a grid,
+vectorised), and the kind with the smallest AIC (2 x parameters - 2 x
+log-likelihood) wins; among kinds within 2 of the best, the one with fewer
+parameters. Latency also holds the little queueing left at low load, which
+leans the choice towards more variable kinds; the report shows every kind's
+score. The fleet has one service: the pooled mean (all completions), and the
+per-node means are reported beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import ndtr
+
+from relakit.calibrate.recording import CalibrationError, NodeData, increments
+
+LOW_LOAD = 0.5          # utilisation under which latency is taken as service time
+MIN_OBSERVATIONS = 100  # latencies at low load needed to choose a kind
+LOGNORMAL_CV = np.geomspace(0.05, 5.0, 240)
+PARETO_ALPHA = np.geomspace(1.05, 30.0, 240)
+BIMODAL_P = np.geomspace(0.002, 0.5, 48)
+BIMODAL_RATIO = np.geomspace(1.5, 60.0, 48)
+N_PARAMS = {"exponential": 0, "deterministic": 0, "lognormal": 1, "pareto": 1, "bimodal": 2}
+
+
+@dataclass
+class NodeService:
+    node: int
+    servers: int
+    servers_note: str
+    servers_exact: bool
+    mean_ms: float | None
+    completions: float
+    busy_s: float
+    utilisation_max: float
+
+    @property
+    def capacity_rps(self) -> float:
+        return self.servers / (self.mean_ms / 1000.0) if self.mean_ms else float("nan")
+
+
+@dataclass
+class ServiceFit:
+    kind: str
+    params: dict
+    mean_ms: float
+    mean_note: str
+    nodes: list[NodeService]
+    scores: list[dict] = field(default_factory=list)  # kind, params, loglik, aic
+    shape_note: str = ""
+
+
+def busy_rate(nd: NodeData) -> np.ndarray | None:
+    return None if nd.busy_seconds is None else increments(nd.busy_seconds) / nd.dt
+
+
+def fit_servers(nd: NodeData) -> tuple[int, str, bool]:
+    """(servers, where it came from, whether it is exact rather than a lower bound)."""
+    if nd.busy is not None and np.isfinite(nd.busy).any():
+        c = int(round(np.nanmax(nd.busy)))
+        n = int(np.sum(~np.isnan(nd.busy)))
+        full = nd.busy >= c
+        if nd.queue is not None:
+            q, seen = int(np.sum(full & (nd.queue > 0))), "a queue"
+        elif nd.in_flight is not None:
+            q, seen = int(np.sum(full & (nd.in_flight > nd.busy))), "more in flight"
+        else:
+            return c, (f"max of busy_servers over {n} scrapes; no queue_length nor in_flight "
+                       "gauge to tell whether all were busy, so a lower bound"), False
+        if q:
+            return c, (f"max of busy_servers over {n} scrapes; all {c} busy with {seen} at "
+                       f"{q} of them"), True
+        return c, (f"max of busy_servers over {n} scrapes; never seen with {seen}, so a "
+                   "lower bound"), False
+    u = busy_rate(nd)
+    if u is not None and u.size and np.nanmax(u) > 0:
+        top = int(np.ceil(np.nanmax(u) - 1e-9))
+        if nd.in_flight is not None:
+            sat = (nd.in_flight[:-1] > top) & (nd.in_flight[1:] > top)
+            if sat.sum():
+                c = max(1, int(round(float(np.median(u[sat])))))
+                return c, (f"median busy seconds per second (busy_seconds_total) over "
+                           f"{int(sat.sum())} intervals with a queue throughout (in_flight > "
+                           f"{top} at both ends)"), True
+        return max(1, top), ("largest busy seconds per second (busy_seconds_total), rounded "
+                             "up; never seen saturated, so a lower bound"), False
+    return 1, "no busy_servers gauge nor busy_seconds_total: one server assumed", False
+
+
+def fit_service(nodes: list[NodeData], degraded, source: str = "<trace>") -> ServiceFit:
+    """``degraded(t0, t1)``: per interval, whether degraded mode was on in it (masked out)."""
+    per_node, busy_all, done_all, hist, bounds = [], 0.0, 0.0, None, None
+    no_busy = []
+    for nd in nodes:
+        c, note, exact = fit_servers(nd)
+        done, _ = nd.completions()
+        keep = ~degraded(nd.t[:-1], nd.t[1:])
+        u = busy_rate(nd)
+        if u is not None:
+            busy = increments(nd.busy_seconds)
+            b, n = float(busy[keep].sum()), float(done[keep].sum())
+            mean = 1000.0 * b / n if n > 0 else None
+            busy_all, done_all = busy_all + b, done_all + n
+            util = u / c
+        else:
+            no_busy.append(nd.node)
+            b, n, mean, util = 0.0, float(done[keep].sum()), None, None
+        per_node.append(NodeService(nd.node, c, note, exact, mean, n, b,
+                                    float(np.nanmax(util)) if util is not None else float("nan")))
+        if nd.buckets is not None:
+            inc = increments(nd.buckets)
+            quiet = keep & (util <= LOW_LOAD) if util is not None else keep
+            counts = np.diff(np.concatenate([np.zeros((inc.shape[0], 1)), inc], axis=1), axis=1)
+            counts = np.maximum(counts[quiet].sum(axis=0), 0)
+            if bounds is None:
+                bounds, hist = nd.bounds, counts
+            elif np.array_equal(bounds, nd.bounds):
+                hist = hist + counts
+    if done_all > 0 and busy_all > 0:
+        mean_ms = 1000.0 * busy_all / done_all
+        mean_note = (f"busy_seconds_total / completions over all nodes (Little): "
+                     f"{busy_all:.1f} server-s / {done_all:.0f}")
+    else:
+        mean_ms, mean_note = _mean_from_latency(nodes, source)
+    for ns in per_node:
+        if ns.mean_ms is None:
+            ns.mean_ms = mean_ms
+    fit = ServiceFit("exponential", {"mean_ms": mean_ms}, mean_ms, mean_note, per_node)
+    if no_busy:
+        fit.mean_note += f" (nodes {','.join(map(str, no_busy))} have no busy_seconds_total)"
+    if hist is None or hist.sum() < MIN_OBSERVATIONS:
+        n_obs = 0 if hist is None else int(hist.sum())
+        fit.shape_note = (f"{n_obs} latencies at low load, fewer than {MIN_OBSERVATIONS}: "
+                          "exponential assumed")
+        return fit
+    fit.scores = score_kinds(bounds, hist, mean_ms / 1000.0)
+    best = min(s["aic"] for s in fit.scores)
+    near = [s for s in fit.scores if s["aic"] <= best + 2.0]
+    pick = min(near, key=lambda s: (N_PARAMS[s["kind"]], s["aic"]))
+    fit.kind, fit.params = pick["kind"], pick["params"]
+    fit.shape_note = (f"{pick['kind']}: least AIC (within 2, fewest parameters) over "
+                      f"{int(hist.sum())} latencies at low load in {bounds.size} buckets")
+    return fit
+
+
+def _mean_from_latency(nodes, source: str) -> tuple[float, str]:
+    s = n = 0.0
+    for nd in nodes:
+        if nd.buckets is not None:
+            inc = increments(nd.buckets)
+            per = np.diff(np.concatenate([np.zeros((inc.shape[0], 1)), inc], axis=1), axis=1)
+            counts = per.sum(axis=0)
+            mids = np.concatenate([[nd.bounds[0] / 2], (nd.bounds[:-2] + nd.bounds[1:-1]) / 2,
+                                   [nd.bounds[-2]]])
+            s += float((counts * mids).sum())
+            n += float(counts.sum())
+    if n == 0:
+        raise CalibrationError(f"{source}: no busy_seconds_total and no "
+                               "latency_seconds_bucket series: the service time cannot be "
+                               "estimated (calibration needs one of them)")
+    return 1000.0 * s / n, ("mean latency from the histogram's bucket midpoints (no "
+                            "busy_seconds_total: an upper bound, queueing included)")
+
+
+# ---- the service kinds' CDFs at the bucket bounds, for a grid of shapes ------------------------
+def _cdfs(kind: str, x: np.ndarray, m: float):
+    """(params per grid row, CDF matrix (G, len(x)))."""
+    x = x[None, :]
+    if kind == "exponential":
+        return [{"mean_ms": m * 1e3}], 1.0 - np.exp(-x / m)
+    if kind == "deterministic":
+        return [{"mean_ms": m * 1e3}], (x >= m).astype(float)
+    if kind == "lognormal":
+        cv = LOGNORMAL_CV[:, None]
+        s2 = np.log1p(cv ** 2)
+        mu = np.log(m) - s2 / 2
+        return ([{"mean_ms": m * 1e3, "cv": float(c)} for c in LOGNORMAL_CV],
+                ndtr((np.log(x) - mu) / np.sqrt(s2)))
+    if kind == "pareto":
+        a = PARETO_ALPHA[:, None]
+        xm = m * (a - 1) / a
+        with np.errstate(divide="ignore"):
+            f = np.where(x < xm, 0.0, 1.0 - (xm / x) ** a)
+        return [{"mean_ms": m * 1e3, "alpha": float(v)} for v in PARETO_ALPHA], f
+    p, r = np.meshgrid(BIMODAL_P, BIMODAL_RATIO, indexing="ij")
+    p, r = p.ravel()[:, None], r.ravel()[:, None]
+    fast = m / ((1 - p) + p * r)
+    slow = r * fast
+    f = (1 - p) * (x >= fast) + p * (x >= slow)
+    params = [{"fast_ms": float(a * 1e3), "slow_ms": float(b * 1e3), "slow_fraction": float(c)}
+              for a, b, c in zip(fast.ravel(), slow.ravel(), p.ravel(), strict=True)]
+    return params, f
+
+
+def score_kinds(bounds: np.ndarray, counts: np.ndarray, mean_s: float) -> list[dict]:
+    """Each kind's best shape (maximum multinomial likelihood over the buckets) and AIC."""
+    finite = bounds[np.isfinite(bounds)]
+    out = []
+    for kind in N_PARAMS:
+        params, cdf = _cdfs(kind, finite, mean_s)
+        full = np.concatenate([np.zeros((cdf.shape[0], 1)), cdf, np.ones((cdf.shape[0], 1))],
+                              axis=1)
+        prob = np.maximum(np.diff(full, axis=1), 1e-12)
+        ll = (np.log(prob) * counts[None, :]).sum(axis=1)
+        i = int(np.argmax(ll))
+        out.append({"kind": kind, "params": _rounded(params[i]), "loglik": float(ll[i]),
+                    "aic": 2 * N_PARAMS[kind] - 2 * float(ll[i])})
+    return out
+
+
+def _rounded(p: dict) -> dict:
+    return {k: float(f"{v:.4g}") for k, v in p.items()}

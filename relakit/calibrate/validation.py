@@ -1,0 +1,159 @@
+"""Is the twin good enough to trust? It is run against the recording on what a policy reads.
+
+The signals are RelA's: the request rate, the error ratio (errors and timeouts
+over answered requests) and the p99 latency, each fleet-wide over one
+evaluation window, computed by the control plane's own signal code
+(:mod:`relakit.control.signals`, Prometheus semantics) over the recording and
+over each twin replication alike. Windows do not overlap (one evaluation per
+window), so their errors are close to independent.
+
+Per window the relative error is ``|twin - recorded| / max(|recorded|, floor)``;
+the floors (1 req/s, one percentage point of error ratio, 1 ms) keep a near-zero
+recorded value from turning a negligible difference into a huge ratio. Per
+signal the table gives the median and the 90th percentile of that error over
+the windows, as the mean over replications with a 95 % Student t half-width
+(:func:`relakit.replications.summarise_replications`, replication seeds from
+:func:`relakit.replications.replication_seeds`).
+
+The verdict: trusted when every signal's median relative error, at the upper end
+of its replication interval, is within its tolerance (:data:`TOLERANCE`: 10 % on
+the rate, 25 % on the error ratio, 30 % on p99 — a p99 over one short window
+is itself noisy, and a policy's thresholds are coarser than that). Otherwise
+the verdict lists the signals that miss and the calibration's cautions (a load
+above the fitted capacity, nodes whose service differs from the fleet's, flags
+not replayed, ...), which are the usual reasons.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from relakit.control.signals import parse_signal
+from relakit.control.tsdb import TSDB
+from relakit.replications import replication_seeds, summarise_replications
+from relakit.validate import Reader
+
+SIGNALS = {
+    "request_rate_rps": {"kind": "rate", "metric": "requests_total"},
+    "error_ratio": {"kind": "ratio",
+                    "num": {"metric": "requests_total", "outcome": ["error", "timeout"]},
+                    "den": {"metric": "requests_total", "outcome": ["ok", "error", "timeout"]}},
+    "p99_ms": {"kind": "histogram_quantile", "metric": "latency_seconds", "q": 0.99,
+               "scale": 1000},
+}
+UNITS = {"request_rate_rps": "requests/s", "error_ratio": "share of answered requests",
+         "p99_ms": "ms"}
+TOLERANCE = {"request_rate_rps": 0.10, "error_ratio": 0.25, "p99_ms": 0.30}
+FLOOR = {"request_rate_rps": 1.0, "error_ratio": 0.01, "p99_ms": 1.0}
+
+
+@dataclass
+class Validation:
+    table: pl.DataFrame      # per signal: median/p90 relative error, _ci, tolerance, ok
+    overlay: pl.DataFrame    # time_s, signal, recorded, twin, twin_lo, twin_hi
+    window_s: float
+    replications: int
+    trusted: bool
+    reasons: list[str] = field(default_factory=list)
+    cautions: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        if self.trusted:
+            head = (f"twin trusted: every signal within tolerance over {self.replications} "
+                    f"replication(s), {self.window_s:g} s windows")
+            return head + ("" if not self.cautions else "; cautions: " + "; ".join(
+                self.cautions))
+        return "twin NOT good enough to trust: " + "; ".join(self.reasons + self.cautions)
+
+    def format_table(self) -> str:
+        rows = [["signal", "median rel. error", "p90 rel. error", "tolerance", "within"]]
+        for r in self.table.iter_rows(named=True):
+            rows.append([r["signal"], _pm(r["median_rel_error"], r["median_rel_error_ci"]),
+                         _pm(r["p90_rel_error"], r["p90_rel_error_ci"]),
+                         f"{r['tolerance']:.0%}", "yes" if r["within"] else "NO"])
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True))
+                         for r in rows)
+
+
+def _pm(x: float, ci: float) -> str:
+    return f"{x:.1%}" + ("" if not np.isfinite(ci) else f" ± {ci:.1%}")
+
+
+def signals():
+    return {k: parse_signal(Reader(v, "<calibrate>", f"signals.{k}"), k)
+            for k, v in SIGNALS.items()}
+
+
+def evaluate(frame: pl.DataFrame, times: np.ndarray, window_s: float) -> dict:
+    """The signals at ``times``. A recording with no error or timeout series at all had
+    none (a client library creates a labelled series at its first increment), so its
+    error ratio is 0 wherever requests were counted, not "no data"."""
+    nodes = frame.filter(pl.col("node") >= 0)
+    tsdb = TSDB.from_long(nodes)
+    out = {k: s.evaluate(tsdb, times, window_s) for k, s in signals().items()}
+    failed = nodes.filter((pl.col("name") == "requests_total")
+                          & pl.col("outcome").is_in(["error", "timeout"]))
+    if failed.height == 0:
+        out["error_ratio"] = np.where(np.isfinite(out["request_rate_rps"]), 0.0, np.nan)
+    return out
+
+
+def relative_errors(twin: np.ndarray, rec: np.ndarray, floor: float) -> np.ndarray:
+    ok = np.isfinite(twin) & np.isfinite(rec)
+    return np.abs(twin[ok] - rec[ok]) / np.maximum(np.abs(rec[ok]), floor)
+
+
+def validate(recorded: pl.DataFrame, run, seed: int, duration_s: float, window_s: float,
+             replications: int = 3, cautions: list[str] | None = None) -> Validation:
+    """``recorded``: the recording's long table in twin time and twin node numbers;
+    ``run(seed)``: the twin's long table for one replication."""
+    times = np.arange(window_s, duration_s + 1e-9, window_s)
+    if times.size < 2:
+        raise ValueError(f"the recording spans {duration_s:g} s: fewer than two {window_s:g} s "
+                         "validation windows; give a shorter --window")
+    rec = evaluate(recorded, times, window_s)
+    runs, twins = [], {k: [] for k in SIGNALS}
+    for i, s in enumerate(replication_seeds(seed, replications)):
+        twin = evaluate(run(s), times, window_s)
+        for k in SIGNALS:
+            twins[k].append(twin[k])
+            err = relative_errors(twin[k], rec[k], FLOOR[k])
+            runs.append({"replication": i, "seed": s, "signal": k,
+                         "median_rel_error": float(np.median(err)) if err.size else np.nan,
+                         "p90_rel_error": float(np.quantile(err, 0.9)) if err.size else np.nan,
+                         "windows": float(err.size)})
+    table = summarise_replications(pl.DataFrame(runs), by="signal")
+    table = table.with_columns(
+        tolerance=pl.col("signal").replace_strict(TOLERANCE, return_dtype=pl.Float64),
+    ).with_columns(within=(pl.col("median_rel_error")
+                           + pl.col("median_rel_error_ci").fill_nan(0.0)) <= pl.col("tolerance"))
+    parts = []
+    for k in SIGNALS:
+        stack = np.vstack(twins[k])
+        with np.errstate(all="ignore"):
+            parts.append(pl.DataFrame({
+                "time_s": times, "signal": [k] * times.size, "recorded": rec[k],
+                "twin": _nan_reduce(np.nanmean, stack), "twin_lo": _nan_reduce(np.nanmin, stack),
+                "twin_hi": _nan_reduce(np.nanmax, stack)}).fill_nan(None))
+    overlay = pl.concat(parts)
+    reasons = []
+    for r in table.iter_rows(named=True):
+        if not r["within"]:
+            reasons.append(f"{r['signal']}: median relative error "
+                           f"{_pm(r['median_rel_error'], r['median_rel_error_ci'])} over the "
+                           f"{window_s:g} s windows, not within its {r['tolerance']:.0%} "
+                           "tolerance")
+    return Validation(table, overlay, window_s, replications, not reasons, reasons,
+                      list(cautions or []))
+
+
+def _nan_reduce(fn, stack: np.ndarray) -> np.ndarray:
+    out = np.full(stack.shape[1], np.nan)
+    ok = np.isfinite(stack).any(axis=0)
+    out[ok] = fn(stack[:, ok], axis=0)
+    return out

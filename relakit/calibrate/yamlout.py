@@ -1,0 +1,94 @@
+"""The twin as scenario YAML text, every fitted value with a comment saying where it came from.
+
+Written by hand rather than dumped: PyYAML drops comments, and the comments are
+the point (a reader must be able to check each number against the recording).
+The text is loaded back with :func:`relakit.load_scenario` before it is used or
+written, so a twin that does not load is never handed out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from relakit.vocab import TIERS
+
+
+def num(x: float, digits: int = 6) -> str:
+    """A number as YAML reads it back: plain, at most ``digits`` significant digits."""
+    x = float(x)
+    if x == int(x) and abs(x) < 1e15:
+        return str(int(x))
+    text = f"{x:.{digits}g}"
+    if "e" in text:  # YAML 1.1 needs a dot and a signed exponent to read a float
+        mant, exp = text.split("e")
+        mant = mant if "." in mant else mant + ".0"
+        text = f"{mant}e{'+' if not exp.startswith('-') else ''}{exp.lstrip('+')}"
+    return text
+
+
+def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float,
+              arrival, tiers: dict, node_ids: list[int], service, weights: np.ndarray,
+              weights_source: str, faults: list, scrape_s: float, phases: list[float],
+              buckets: list[float] | None, flags_note: str, seed: int = 1) -> str:
+    svc = service
+    lines = [
+        f"# Twin of {source}, calibrated by `relakit calibrate` from its metrics alone.",
+        f"# Time 0 is t = {num(origin_s, 15)} s in the recording; every fitted value says "
+        "what it came from.",
+        f"# Flags: {flags_note}",
+        "# Not estimated (relakit's defaults): client deadline, retries, hedging delay, "
+        "fan-out (1), queue limit.",
+        f"name: {name}",
+        f"duration_s: {num(arrival.end_s)}  # whole arrival bins within the span every "
+        f"target was scraped ({num(recording_end_s)} s)",
+        f"seed: {seed}",
+        "workload:",
+        f"  # requests per {num(arrival.bin_s)} s bin from {arrival.source}, as a step curve",
+        "  arrival:",
+        "    kind: trace",
+        "    interpolation: step",
+        "    points:",
+    ]
+    lines += [f"      - [{num(t)}, {num(r, 5)}]" for t, r in
+              zip(arrival.times_s, arrival.rates_rps, strict=True)]
+    tier_text = ", ".join(f"{t}: {num(tiers[t], 4)}" for t in TIERS)
+    lines += [f"  tiers: {{{tier_text}}}  # shares of {arrival.tier_source}",
+              "fleet:",
+              f"  nodes: {len(node_ids)}  # scrape targets calibrated"
+              + ("" if node_ids == list(range(len(node_ids))) else
+                 f" (recorded nodes {', '.join(map(str, node_ids))}, renumbered from 0)"),
+              "  servers:"]
+    for i, ns in enumerate(svc.nodes):
+        lines.append(f"    - {ns.servers}  # node {i}: {ns.servers_note}")
+    lines.append("  weights:")
+    for i, w in enumerate(weights):
+        lines.append(f"    - {num(w, 4)}  # node {i}: its share of {weights_source}")
+    params = ", ".join(f"{k}: {num(v, 5)}" for k, v in svc.params.items())
+    per_node = ", ".join(f"node {i} {num(ns.mean_ms, 4)}" for i, ns in enumerate(svc.nodes))
+    lines += [
+        "  # mean: " + svc.mean_note,
+        f"  #   per node (ms): {per_node}",
+        f"  # kind: {svc.shape_note}",
+    ]
+    for s in svc.scores:
+        p = ", ".join(f"{k} {num(v, 4)}" for k, v in s["params"].items() if k != "mean_ms")
+        lines.append(f"  #   {s['kind']}: AIC {s['aic']:.1f}" + (f" ({p})" if p else ""))
+    lines.append(f"  service: {{kind: {svc.kind}, {params}}}")
+    if faults:
+        lines.append("faults:  # change points in each node's error ratio (PELT, binomial "
+                     "cost); rate = excess over the node's usual level")
+        for f in faults:
+            what = ("the node's usual error level, over the whole run" if f.whole_run else
+                    f"error ratio {num(f.ratio, 4)} over {num(f.requests, 6)} requests")
+            lines.append(f"  - {{node: {f.node}, start_s: {num(f.start_s, 6)}, end_s: "
+                         f"{num(f.end_s, 6)}, error_rate: {num(f.error_rate, 4)}}}  # {what}")
+    else:
+        lines.append("faults: []  # no change point in any node's error ratio")
+    lines += ["metrics:",
+              f"  interval_s: {num(scrape_s)}  # the median interval between two scrapes",
+              "  phase_s: [" + ", ".join(num(p, 4) for p in phases) + "]  # each target's "
+              "first scrape after time 0, modulo the interval"]
+    if buckets:
+        lines.append("  latency_buckets_s: [" + ", ".join(num(b) for b in buckets)
+                     + "]  # the recording's latency histogram bounds")
+    return "\n".join(lines) + "\n"
