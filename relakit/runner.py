@@ -1,0 +1,74 @@
+"""Run independent tasks one by one, on local processes, or on a Dask cluster.
+
+The one executor that sweeps (:mod:`relakit.sweep`: one task per point) and
+replications (:mod:`relakit.experiment`: one task per replication) share, so
+both read ``workers`` and ``scheduler`` the same way:
+
+* ``scheduler="tcp://HOST:PORT"``: the tasks are submitted to that Dask
+  scheduler (``distributed`` is imported only then);
+* otherwise ``workers`` local processes (default: one per core, at most one
+  per task); with one worker, or one task, the tasks run in this process, one
+  by one, with nothing to start.
+
+Local processes are *spawned*, not forked: forking a process whose polars or
+numba thread pools are running can deadlock the child. A spawned worker pays
+its imports once (numba loads the cached kernel), then runs tasks back to back.
+
+A task is ``(function, args)``; the function and its arguments must pickle
+(module-level functions, plain data). ``on_done(index, result)`` is called in
+this process as each task finishes, in completion order; the returned list is
+in task order, whatever order they finished in.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+__all__ = ["run_tasks"]
+
+
+def run_tasks(tasks: Sequence[tuple[Callable, tuple]], *, workers: int | None = None,
+              scheduler: str | None = None, keys: Sequence[str] | None = None,
+              on_done: Callable[[int, object], None] | None = None,
+              processes: bool | None = None) -> list:
+    """Run every ``fn(*args)`` of ``tasks``; return their results in task order.
+
+    ``keys`` names the tasks on a Dask cluster (unique per task; default: Dask's
+    own). ``processes=True`` uses a local pool even for one worker (benchmarks
+    measure what the pool costs); by default one worker runs in this process.
+    """
+    tasks = list(tasks)
+    results: list = [None] * len(tasks)
+
+    def done(i, value):
+        results[i] = value
+        if on_done is not None:
+            on_done(i, value)
+
+    if not tasks:
+        return results
+    if scheduler:
+        from distributed import Client, as_completed
+
+        with Client(scheduler) as client:
+            futures = [client.submit(fn, *args, pure=False,
+                                     **({"key": keys[i]} if keys is not None else {}))
+                       for i, (fn, args) in enumerate(tasks)]
+            index = {f.key: i for i, f in enumerate(futures)}
+            for fut in as_completed(futures):
+                done(index[fut.key], fut.result())
+        return results
+    n = min(workers or (os.cpu_count() or 1), len(tasks))
+    if n <= 1 and not processes:
+        for i, (fn, args) in enumerate(tasks):
+            done(i, fn(*args))
+        return results
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=max(n, 1), mp_context=mp.get_context("spawn")) as pool:
+        futs = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(tasks)}
+        for fut in as_completed(futs):
+            done(futs[fut], fut.result())
+    return results
