@@ -22,6 +22,7 @@ _LAZY = {  # public name -> the module that defines it
     "Scenario": "relakit.scenario",
     "ScenarioError": "relakit.scenario",
     "SimulationResult": "relakit.sim",
+    "compare": "relakit.comparison",
     "load_scenario": "relakit.scenario",
     "load_sweep": "relakit.sweep",
     "replay": "relakit.replay",

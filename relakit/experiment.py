@@ -253,11 +253,29 @@ def run_replications(sc: Scenario, n: int, seed: int | None = None,
     (:func:`relakit.runner.run_tasks`), folded into a
     :class:`~relakit.replications.ReplicatedResult`. Replication ``i`` is exactly
     ``simulate(sc, seed=seeds[i])``: its seed alone decides it."""
-    from relakit.replications import ReplicatedResult, replication_seeds
-    from relakit.runner import run_tasks
+    from relakit.replications import replication_seeds
 
     base = sc.seed if seed is None else int(seed)
-    seeds = replication_seeds(base, n)
+    return run_replicated([(sc, base, replication_seeds(base, n))], record_requests,
+                          workers, scheduler, progress)[0]
+
+
+def run_replicated(plans: list[tuple[Scenario, int, list[int]]], record_requests: bool = False,
+                   workers: int | None = None, scheduler: str | None = None,
+                   progress=None) -> list:
+    """Several scenarios' replications as one batch of tasks (so ``compare`` keeps every
+    worker busy across A and B): each plan is (scenario, base seed, seeds); returns one
+    :class:`~relakit.replications.ReplicatedResult` per plan. ``progress.update(k)`` is
+    told how many replications have finished."""
+    from relakit.replications import ReplicatedResult
+    from relakit.runner import run_tasks
+
+    tasks, keys, owner = [], [], []
+    for p, (sc, _base, seeds) in enumerate(plans):
+        for i, s in enumerate(seeds):
+            tasks.append((replicate, (sc, i, s, record_requests)))
+            keys.append(f"replication-{p}-{i}-{s}")
+            owner.append(p)
     wall = time.perf_counter()
     finished = 0
 
@@ -267,12 +285,12 @@ def run_replications(sc: Scenario, n: int, seed: int | None = None,
         if progress is not None:
             progress.update(float(finished))
 
-    parts = run_tasks([(replicate, (sc, i, s, record_requests)) for i, s in enumerate(seeds)],
-                      workers=workers, scheduler=scheduler, on_done=tick,
-                      keys=[f"replication-{i}-{s}" for i, s in enumerate(seeds)])
-    return ReplicatedResult.from_parts(parts, sc, base, seeds,
-                                       wall_s=time.perf_counter() - wall,
-                                       workers=workers, scheduler=scheduler)
+    parts = run_tasks(tasks, workers=workers, scheduler=scheduler, on_done=tick, keys=keys)
+    wall = time.perf_counter() - wall
+    return [ReplicatedResult.from_parts([x for x, o in zip(parts, owner, strict=True) if o == p],
+                                        sc, base, seeds, wall_s=wall, workers=workers,
+                                        scheduler=scheduler)
+            for p, (sc, base, seeds) in enumerate(plans)]
 
 
 def replicate(sc: Scenario, index: int, seed: int, record_requests: bool = False) -> dict:
