@@ -21,7 +21,12 @@ the first task runs in this process and is timed; the pool is started for the
 rest only if its start-up is at most a tenth of the work left
 (:data:`POOL_START_S` against ``(tasks left) x (first task's time)``), so the
 pool can never make the batch more than about 10 % slower than running it one
-by one, however busy the cores are. Results do not depend on where a task ran.
+by one for its start-up alone. With ``workers`` not given, it also counts the
+cores other programs leave free (``os.getloadavg``, one-minute load, this
+process's own run included): on a shared machine loaded past its cores, a second
+worker does not get a second core (measured: 8 long replications of mmc-demo at
+load 7 on 2 cores, a pool of 2 was 37 % slower than one by one), so the rest
+then runs here. Results do not depend on where a task ran.
 
 A task is ``(function, args)``; the function and its arguments must pickle
 (module-level functions, plain data). ``on_done(index, result)`` is called in
@@ -34,11 +39,22 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-__all__ = ["POOL_START_S", "run_tasks"]
+__all__ = ["POOL_START_S", "free_cores", "run_tasks"]
 
 #: what starting a spawned worker costs (Python, imports, numba's cached kernel), seconds;
 #: measured 2.2-2.7 s on the project's 2-core machine (benchmarks/bench_replications.py)
 POOL_START_S = 2.5
+
+
+def free_cores() -> int:
+    """Cores not busy with other programs' work: cores minus the one-minute load, plus
+    one for this process's own run (at least 1; all cores where the load is unknown)."""
+    cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return cores
+    return max(1, min(cores, int(cores - load + 1 + 0.5)))
 
 
 def run_tasks(tasks: Sequence[tuple[Callable, tuple]], *, workers: int | None = None,
@@ -83,6 +99,8 @@ def run_tasks(tasks: Sequence[tuple[Callable, tuple]], *, workers: int | None = 
         first = 1
         if POOL_START_S > 0.1 * (len(tasks) - 1) * (time.perf_counter() - t):
             n = 1  # the pool would cost more than a tenth of what is left
+        elif workers is None:
+            n = min(n, free_cores())
     if n <= 1 and not processes:
         for i in range(first, len(tasks)):
             fn, args = tasks[i]

@@ -123,8 +123,18 @@ def test_the_runner_starts_a_pool_only_when_the_work_pays_for_it(monkeypatch):
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", NoPool)
     out = runner.run_tasks([(pow, (2, k)) for k in range(5)], workers=2, adaptive=True)
     assert out == [1, 2, 4, 8, 16] and not calls
-    with pytest.raises(RuntimeError, match="no pool expected"):  # long tasks: a pool
-        monkeypatch.setattr(runner, "POOL_START_S", 0.0)
+    monkeypatch.setattr(runner, "POOL_START_S", 0.0)  # as if the tasks were long
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 7.0, 7.0))  # cores busy elsewhere
+    assert runner.free_cores() == 1
+    out = runner.run_tasks([(pow, (2, k)) for k in range(5)], adaptive=True)
+    assert out == [1, 2, 4, 8, 16] and not calls
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))
+    assert runner.free_cores() == 2
+    with pytest.raises(RuntimeError, match="no pool expected"):  # free cores: a pool
+        runner.run_tasks([(pow, (2, k)) for k in range(5)], adaptive=True)
+    with pytest.raises(RuntimeError, match="no pool expected"):  # asked for: a pool
+        monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 7.0, 7.0))
         runner.run_tasks([(pow, (2, k)) for k in range(5)], workers=2, adaptive=True)
 
 
