@@ -17,6 +17,7 @@ _LAZY = {  # public name -> the module that defines it
     "calibrate": "relakit.calibrate",
     "ScenarioError": "relakit.scenario",
     "SimulationResult": "relakit.sim",
+    "compare": "relakit.comparison",
     "load_scenario": "relakit.scenario",
     "load_sweep": "relakit.sweep",
     "replay": "relakit.replay",

@@ -51,6 +51,10 @@ def _workers(text: str) -> int:
     return _number(text, lo=1, hi=MAX_WORKERS, integer=True)
 
 
+def _replications(text: str) -> int:
+    return _number(text, lo=1, hi=10_000, integer=True)
+
+
 def _positive(text: str) -> float:
     return _number(text, lo=0, lo_open=True)
 
@@ -123,6 +127,8 @@ a recorded trace, or against a live lab on 127.0.0.1."""
 EPILOG = """\
 examples:
   relakit simulate params/scenarios/rela-ramp.yaml --no-requests
+  relakit simulate params/scenarios/mmc-demo.yaml --replications 8
+  relakit compare A.yaml B.yaml --replications 10 --out out/compare
   relakit replay data/traces/step-errors.csv --policy params/policies/rela.yaml --out out/replay
   relakit replay data/traces/step-errors.csv --rules params/rules/slo.yml --out out/rules
   relakit sweep params/sweeps/rela-thresholds.yaml
@@ -165,18 +171,43 @@ def _simulate(args) -> int:
     from relakit.experiment import simulate
 
     sc = load_scenario(args.scenario)
+    # --seed alone reruns one run (one replication, from the seeds a replicated run
+    # lists); with --replications it is the seed the replications' seeds are spawned from
+    n = args.replications or (1 if args.seed is not None else sc.replications)
     if args.figure:  # check before anything runs, so a bad --figure writes no tables
+        if n > 1:
+            raise ScenarioError("--figure draws one run; rerun one replication with --seed "
+                                "SEED (the seeds are in summary.json) and --figure")
         if args.no_requests:
             raise ScenarioError("--figure needs per-request records; drop --no-requests")
         if Path(args.figure).suffix.lower() not in (".png", ".svg", ".pdf"):
             raise ScenarioError(f"--figure {args.figure}: unsupported figure type "
                                 f"{Path(args.figure).suffix!r}; use .png, .svg or .pdf")
     out = _writable_dir(args.out or Path("out") / sc.name)
+    if n > 1:
+        with Progress(f"simulate {sc.name}", n, "replications") as progress:
+            result = simulate(sc, seed=args.seed, record_requests=False if args.no_requests
+                              else None, progress=progress, replications=n,
+                              workers=args.workers, scheduler=args.scheduler)
+        written = result.write(out)
+        print(result.format_summary())
+        print("seeds: " + " ".join(map(str, result.seeds)))
+        for p in written:
+            print(f"wrote {p}")
+        return 0
     with Progress(f"simulate {sc.name}", sc.duration_s, "s simulated") as progress:
         result = simulate(sc, seed=args.seed, record_requests=not args.no_requests,
-                          progress=progress)
+                          progress=progress, replications=1)
     written = result.write(out)
     print(result.format_summary())
+    if "batch_means" in result.info:
+        from relakit.replications import BATCH_NUMBERS, format_table
+
+        bm = result.info["batch_means"]
+        print(f"\nbatch means ({bm['batches']} batches of {bm['batch_s']:g} s, warm-up "
+              f"{bm['warmup']}: {bm['warmup_deleted_s']:g} s deleted): mean ± 95 % "
+              "half-width")
+        print(format_table(result.summary, ["tier", *BATCH_NUMBERS, "lag1"]))
     if result.decisions is not None:
         from relakit.control import format_audit
 
@@ -192,6 +223,23 @@ def _simulate(args) -> int:
         print(f"wrote {p}")
     if args.figure:
         print(f"wrote {_figure(sc, result, args.figure)}")
+    return 0
+
+
+def _compare(args) -> int:
+    from relakit.comparison import DEFAULT_REPLICATIONS, compare
+
+    out = _writable_dir(args.out) if args.out else None
+    a, b = load_scenario(args.a), load_scenario(args.b)
+    n = args.replications or max(a.replications, b.replications)
+    n = DEFAULT_REPLICATIONS if n == 1 and args.replications is None else n
+    with Progress("compare", 2 * n, "replications") as progress:
+        result = compare(a, b, replications=n, crn=not args.independent, seed=args.seed,
+                         workers=args.workers, scheduler=args.scheduler, progress=progress)
+    print(result.format(args.tier))
+    if out is not None:
+        for p in result.write(out):
+            print(f"wrote {p}")
     return 0
 
 
@@ -564,7 +612,20 @@ def build_parser() -> argparse.ArgumentParser:
                 "ran, decisions.parquet and timeline.parquet.")
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--seed", type=_seed, default=None,
-                   help="random seed, 0 to 2**64 - 1 (default: the scenario's `seed`)")
+                   help="random seed, 0 to 2**64 - 1; alone, it runs one run with it (e.g. "
+                        "one replication again, its seed from the replicated run's "
+                        "summary.json); with --replications, the seed their seeds are "
+                        "spawned from (default: the scenario's `seed`)")
+    p.add_argument("--replications", type=_replications, default=None,
+                   help="independent replications, 1 or more: the summary shows each "
+                        "number's mean ± 95 %% half-width (default: the scenario's "
+                        "`replications`, 1)")
+    p.add_argument("--workers", type=_workers, default=None,
+                   help="local processes for replications, 1 or more (default: one per "
+                        "core)")
+    p.add_argument("--scheduler", default=None,
+                   help="Dask scheduler address for replications, e.g. "
+                        "tcp://127.0.0.1:8786 (default: local processes)")
     p.add_argument("--out", default=None, help="output folder (default: out/<scenario name>)")
     p.add_argument("--no-requests", action="store_true",
                    help="keep no per-request records, so memory stays flat")
@@ -572,6 +633,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write a response-time figure to this .png/.svg/.pdf "
                         "(default: none)")
     p.set_defaults(func=_simulate)
+    cm = command("compare", "run two scenarios on common random numbers and compare them",
+                 "Run scenarios A and B the same number of replications, replication i of "
+                 "both on the same seed (common random numbers), and print per summary "
+                 "number A, B and the paired difference B - A as mean ± 95 % half-width, "
+                 "with the variance ratio: how many times fewer replications the pairing "
+                 "needed than independent seeds. --out writes compare.parquet (every tier "
+                 "and number) and compare.json.")
+    cm.add_argument("a", help="scenario A (YAML)")
+    cm.add_argument("b", help="scenario B (YAML)")
+    cm.add_argument("--replications", type=_replications, default=None,
+                    help="replications of each, 2 or more (default: the scenarios' "
+                         "`replications`, or 10 when both say 1)")
+    cm.add_argument("--out", default=None, help="output folder (default: print only)")
+    cm.add_argument("--independent", action="store_true",
+                    help="give B independent seeds instead of A's (the baseline CRN is "
+                         "measured against)")
+    cm.add_argument("--seed", type=_seed, default=None,
+                    help="the seed both sides' seeds are spawned from (default: A's `seed`)")
+    cm.add_argument("--tier", choices=("gold", "silver", "bronze", "all"), default="all",
+                    help="the tier printed (the files hold every tier)")
+    cm.add_argument("--workers", type=_workers, default=None,
+                    help="local processes, 1 or more (default: one per core)")
+    cm.add_argument("--scheduler", default=None,
+                    help="Dask scheduler address, e.g. tcp://127.0.0.1:8786 "
+                         "(default: local processes)")
+    cm.set_defaults(func=_compare)
     r = command("replay", "run a policy, chain or rule file open loop over a recorded "
                 "metric trace",
                 "Run the controller (a policy, a containment chain, or both) over a metric "

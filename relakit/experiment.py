@@ -25,9 +25,22 @@ from relakit.sim import Fleet, SimulationResult
 PROGRESS_STEPS = 200  # open loop, with progress: the run is advanced in this many steps
 
 
-def simulate(scenario, seed: int | None = None, record_requests: bool = True,
-             progress=None) -> SimulationResult:
+def simulate(scenario, seed: int | None = None, record_requests: bool | None = None,
+             progress=None, replications: int | None = None, workers: int | None = None,
+             scheduler: str | None = None):
     """Run a scenario (a path, a dict or a :class:`Scenario`) end to end.
+
+    With ``replications`` N > 1 (the argument, else the scenario's
+    ``replications:``) it runs N independent replications with the seeds
+    :func:`relakit.replications.replication_seeds` spawns from ``seed`` (default:
+    the scenario's), on ``workers`` local processes (default one per core) or
+    the Dask ``scheduler`` (local processes start only when the work left after
+    the first replication pays for them: :mod:`relakit.runner`), and returns a
+    :class:`~relakit.replications.ReplicatedResult` (means and ``_ci``
+    half-widths); ``progress.update(k)`` is then told replications finished.
+    Replications keep no per-request records unless ``record_requests=True``.
+    One replication returns the :class:`SimulationResult` it always did (records
+    on unless ``record_requests=False``).
 
     The same scenario and seed always give identical tables. With
     ``record_requests=False`` memory stays flat however long the run.
@@ -40,7 +53,54 @@ def simulate(scenario, seed: int | None = None, record_requests: bool = True,
     from relakit.checks import check_run, enforce
 
     sc: Scenario = load_scenario(scenario)
+    n = sc.replications if replications is None else _replications(replications)
+    if n > 1:
+        enforce(check_run(sc, bool(record_requests)))
+        return run_replications(sc, n, seed=seed, record_requests=bool(record_requests),
+                                workers=workers, scheduler=scheduler, progress=progress)
+    record_requests = True if record_requests is None else bool(record_requests)
+    if sc.ci == "batch_means" and not record_requests:
+        raise ValueError(f"{sc.source}: key 'ci': batch_means cuts the run's per-request "
+                         "records into batches; keep them (drop --no-requests / "
+                         "record_requests=False), or use replications")
     enforce(check_run(sc, record_requests))
+    result = run_once(sc, seed, record_requests, progress)
+    if sc.ci == "batch_means":
+        from relakit.replications import batch_means_summary
+
+        result.summary, result.info["batch_means"] = batch_means_summary(
+            result.summary, result.requests, sc.warmup_s, sc.duration_s, sc.batches,
+            sc.warmup_auto)
+    return result
+
+
+def _replications(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise ValueError(f"replications: expected a whole number >= 1, got {n!r}")
+    return int(n)
+
+
+def with_run_seed(sc: Scenario, seed: int | None) -> Scenario:
+    """The scenario with its chain's own seeds (Punisher's repair outcomes) derived from
+    the run's seed, so replications differ in them too. The scenario's own seed (or
+    none) leaves the chain as written: a single run is the run it always was."""
+    if seed is None or int(seed) == sc.seed or sc.chain is None:
+        return sc
+    import dataclasses
+
+    def derived(own: int) -> int:
+        mixed = np.random.SeedSequence([int(own), int(seed)]).generate_state(1, np.uint64)[0]
+        return int(mixed >> np.uint64(1))
+
+    stages = tuple(dataclasses.replace(s, seed=derived(s.seed)) if hasattr(s, "seed") else s
+                   for s in sc.chain.stages)
+    return dataclasses.replace(sc, chain=dataclasses.replace(sc.chain, stages=stages))
+
+
+def run_once(sc: Scenario, seed: int | None, record_requests: bool,
+             progress=None) -> SimulationResult:
+    """One run of a loaded, checked scenario with one seed (:func:`simulate`'s body)."""
+    sc = with_run_seed(sc, seed)
     wall = time.perf_counter()
     fleet = Fleet(sc, seed=seed, record_requests=record_requests)
     if sc.policy is None and sc.chain is None:
@@ -195,3 +255,119 @@ def control_summary(decisions: pl.DataFrame, timeline: pl.DataFrame, controller,
                         "actuation_delay_s": r["effective_at_s"] - r["decided_at_s"]})
     return {"time_in_mode_s": time_in_mode(timeline, controller.policy, 0.0, duration_s),
             "mode_changes": changes}
+
+
+# ---- replications ------------------------------------------------------------------------------
+def run_replications(sc: Scenario, n: int, seed: int | None = None,
+                     record_requests: bool = False, workers: int | None = None,
+                     scheduler: str | None = None, progress=None,
+                     processes: bool | None = None):
+    """``n`` replications of a loaded, checked scenario on the shared runner
+    (:func:`relakit.runner.run_tasks`), folded into a
+    :class:`~relakit.replications.ReplicatedResult`. Replication ``i`` is exactly
+    ``simulate(sc, seed=seeds[i])``: its seed alone decides it."""
+    from relakit.replications import replication_seeds
+
+    base = sc.seed if seed is None else int(seed)
+    return run_replicated([(sc, base, replication_seeds(base, n))], record_requests,
+                          workers, scheduler, progress, processes)[0]
+
+
+def run_replicated(plans: list[tuple[Scenario, int, list[int]]], record_requests: bool = False,
+                   workers: int | None = None, scheduler: str | None = None,
+                   progress=None, processes: bool | None = None) -> list:
+    """Several scenarios' replications as one batch of tasks (so ``compare`` keeps every
+    worker busy across A and B): each plan is (scenario, base seed, seeds); returns one
+    :class:`~relakit.replications.ReplicatedResult` per plan. ``progress.update(k)`` is
+    told how many replications have finished. Local processes start only when the
+    work pays for them (``adaptive``, :mod:`relakit.runner`); ``processes=True``
+    forces them (tests and benchmarks of the pool)."""
+    from relakit.replications import ReplicatedResult
+    from relakit.runner import run_tasks
+
+    tasks, keys, owner = [], [], []
+    for p, (sc, _base, seeds) in enumerate(plans):
+        for i, s in enumerate(seeds):
+            tasks.append((replicate, (sc, i, s, record_requests)))
+            keys.append(f"replication-{p}-{i}-{s}")
+            owner.append(p)
+    wall = time.perf_counter()
+    finished = 0
+
+    def tick(_i, _part):
+        nonlocal finished
+        finished += 1
+        if progress is not None:
+            progress.update(float(finished))
+
+    parts = run_tasks(tasks, workers=workers, scheduler=scheduler, on_done=tick, keys=keys,
+                      processes=processes, adaptive=True)
+    wall = time.perf_counter() - wall
+    return [ReplicatedResult.from_parts([x for x, o in zip(parts, owner, strict=True) if o == p],
+                                        sc, base, seeds, wall_s=wall, workers=workers,
+                                        scheduler=scheduler)
+            for p, (sc, base, seeds) in enumerate(plans)]
+
+
+def replicate(sc: Scenario, index: int, seed: int, record_requests: bool = False) -> dict:
+    """One replication, as a worker returns it: its summary rows and the small tables a
+    figure needs (each with ``replication``), never the long metrics table."""
+    import os
+    import warnings
+
+    from relakit.checks import RelakitWarning
+
+    os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+    with warnings.catch_warnings():  # reported once, before the replications started
+        warnings.simplefilter("ignore", RelakitWarning)
+        result = run_once(sc, seed, record_requests)
+    tag = [pl.lit(index, pl.Int32).alias("replication"), pl.lit(seed, pl.UInt64).alias("seed")]
+
+    def tagged(table):
+        return None if table is None else table.select(tag + table.columns)
+
+    info = {k: v for k, v in result.info.items() if k != "versions"}
+    return {"replication": index, "seed": seed, "summary": tagged(result.summary),
+            "info": info, "versions": result.info.get("versions"),
+            "series": tagged(fleet_series(result)), "timeline": tagged(result.timeline),
+            "decisions": tagged(result.decisions), "requests": tagged(result.requests)}
+
+
+def fleet_series(result: SimulationResult) -> pl.DataFrame:
+    """What clients saw, per metrics sample, all tiers together: ``time_s`` (the
+    sample's end), ``requests_rps`` and one ``<outcome>_rps`` per outcome over the
+    interval before it, and ``success_ratio`` (null in an interval with no
+    requests). Built from the fleet's ``client_requests_total`` counters: a few
+    columns per sample, whatever the fleet's size, so N replications stay small."""
+    from relakit.sim.longtable import MetricsGrid, fleet_columns
+    from relakit.vocab import OUTCOMES
+
+    grid = result._metrics
+    if isinstance(grid, MetricsGrid):
+        t = np.asarray(grid.fleet_t, dtype=float)
+        counts = {o: np.zeros(t.size) for o in OUTCOMES}
+        for col, name, _tier, outcome, _le in fleet_columns():
+            if name == "client_requests_total":
+                counts[outcome] = counts[outcome] + grid.fleet[:, col]
+    else:  # a long table (read back from disk)
+        wide = (result.metrics.filter(pl.col("name") == "client_requests_total")
+                .group_by("time_s", "outcome").agg(pl.col("value").sum())
+                .pivot(on="outcome", index="time_s", values="value").sort("time_s"))
+        t = wide["time_s"].to_numpy()
+        counts = {o: (wide[o].fill_null(0).to_numpy() if o in wide.columns
+                      else np.zeros(t.size)) for o in OUTCOMES}
+    dt = np.diff(np.concatenate([[0.0], t]))
+    keep = dt > 0  # a sample at t = 0 closes no interval
+    t, dt = t[keep], dt[keep]
+    cols = {"time_s": t}
+    total = np.zeros(t.size)
+    for o in OUTCOMES:
+        inc = np.diff(np.concatenate([[0.0], counts[o]]))[keep]
+        cols[f"{o}_rps"] = inc / dt
+        total += inc
+    cols["requests_rps"] = total / dt
+    ok_inc = cols["ok_rps"] * dt
+    cols["success_ratio"] = np.where(total > 0, ok_inc / np.where(total > 0, total, 1), np.nan)
+    out = pl.DataFrame(cols).select("time_s", "requests_rps", *[f"{o}_rps" for o in OUTCOMES],
+                                    "success_ratio")
+    return out.with_columns(pl.col("success_ratio").fill_nan(None))

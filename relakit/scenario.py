@@ -59,6 +59,11 @@ class Scenario:
     clocks: object = None  # relakit.control.Clocks
     chain: object = None  # relakit.chain.Chain: closes the loop on the nodes
     source: str = "<dict>"
+    # how the answer's uncertainty is stated (see :func:`_experiment`)
+    replications: int = 1
+    ci: str = "replications"
+    batches: int = 20  # relakit.stats.DEFAULT_BATCHES (a test keeps them equal)
+    warmup_auto: bool = False  # `warmup_s: auto`: the kernel counts from 0, MSER-5 cuts
 
     @property
     def metrics_interval_s(self) -> float:
@@ -97,10 +102,44 @@ def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
 
 
 def _build(r: Reader, base_dir: Path) -> Scenario:
-    """The data plane's spec (:mod:`relakit.sim.spec`) composed with policy, chain, clocks."""
+    """The data plane's spec (:mod:`relakit.sim.spec`) composed with policy, chain, clocks,
+    and the experiment's keys (replications, ci, batches, ``warmup_s: auto``)."""
     r.only({"name", "duration_s", "seed", "warmup_s", "workload", "fleet", "faults", "metrics",
-            "controls", "mitigations", "policy", "clocks", "chain"})
-    return Scenario(**read_data_plane(r, base_dir, control=lambda: _control(r, base_dir)))
+            "controls", "mitigations", "policy", "clocks", "chain", *EXPERIMENT_KEYS})
+    design = _experiment(r)
+    if design["warmup_auto"]:  # the data plane counts from 0; the cut is made on the series
+        r = Reader({k: v for k, v in r.data.items() if k != "warmup_s"}, r.source)
+    return Scenario(**read_data_plane(r, base_dir, control=lambda: _control(r, base_dir)),
+                    **design)
+
+
+EXPERIMENT_KEYS = ("replications", "ci", "batches")
+CI_METHODS = ("replications", "batch_means")
+MAX_REPLICATIONS = 10_000
+
+
+def _experiment(r: Reader) -> dict:
+    """How the answer's uncertainty is stated: ``replications: N`` independent runs
+    (Student t over their numbers), or ``ci: batch_means`` over one run's own series
+    (``batches`` of them; ``warmup_s: auto`` lets MSER-5 pick the warm-up from that
+    series, so it only makes sense there)."""
+    reps = r.number("replications", 1, lo=1, hi=MAX_REPLICATIONS, integer=True)
+    ci = r.choice("ci", CI_METHODS, "replications")
+    if "batches" in r.data and ci != "batch_means":
+        r.fail("counts the batches of `ci: batch_means`; set ci: batch_means or drop "
+               "batches", "batches")
+    batches = r.number("batches", 20, lo=2, hi=1000, integer=True)
+    auto = isinstance(r.data.get("warmup_s"), str)
+    if auto and r.data["warmup_s"] != "auto":
+        r.fail(f"expected seconds (a number >= 0) or 'auto', got {r.data['warmup_s']!r}",
+               "warmup_s")
+    if auto and ci != "batch_means":
+        r.fail("'auto' picks the warm-up (MSER-5) from the batch series of "
+               "`ci: batch_means`; give seconds, or set ci: batch_means", "warmup_s")
+    if ci == "batch_means" and reps != 1:
+        r.fail(f"{reps} replications with ci: batch_means: batch means are the interval "
+               "of one run; use replications: 1, or ci: replications", "replications")
+    return {"replications": reps, "ci": ci, "batches": batches, "warmup_auto": auto}
 
 
 def _control(r: Reader, base_dir: Path):

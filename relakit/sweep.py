@@ -22,7 +22,8 @@ them); folders of other specs are left on disk, ignored and counted. Leftover
 temporary files of killed writes are removed when a sweep starts. The seed of a
 point comes from its parameters alone, so local and distributed runs of the
 same sweep give the same results. Local runs use one process per core;
-``scheduler=ADDRESS`` runs the same tasks on a Dask cluster.
+``scheduler=ADDRESS`` runs the same tasks on a Dask cluster (both through
+:mod:`relakit.runner`, which replications share).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import polars as pl
 
 from relakit.io import write_json, write_parquet
 from relakit.progress import Progress, Ticker
+from relakit.runner import run_tasks
 from relakit.validate import Reader, display_path, load_yaml
 
 # scenario keys whose string value names another file the point reads
@@ -327,39 +329,14 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     done, failed, t0 = len(points) - len(todo), 0, time.perf_counter()
     report(done, failed, len(points), t0)
     with Ticker(line) if line is not None else contextlib.nullcontext():
-        if scheduler:
-            from distributed import Client, as_completed
+        def finished(_i, m):
+            nonlocal done, failed
+            done, failed = done + 1, failed + (m["status"] != "ok")
+            report(done, failed, len(points), t0)
 
-            with Client(scheduler) as client:
-                futures = [client.submit(run_point, spec, p, str(out), digest[point_id(p)],
-                                         key=f"point-{point_id(p)}-{digest[point_id(p)]}",
-                                         pure=False) for p in todo]
-                for fut in as_completed(futures):
-                    m = fut.result()
-                    done, failed = done + 1, failed + (m["status"] != "ok")
-                    report(done, failed, len(points), t0)
-        elif todo:
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            n = workers or min(len(todo), os.cpu_count() or 1)
-            if n <= 1 or len(todo) == 1:
-                for p in todo:
-                    m = run_point(spec, p, str(out), digest[point_id(p)])
-                    done, failed = done + 1, failed + (m["status"] != "ok")
-                    report(done, failed, len(points), t0)
-            else:
-                import multiprocessing as mp
-
-                # spawn, not fork: forking a process whose polars/numba thread pools are
-                # running can deadlock the child
-                spawn = mp.get_context("spawn")
-                with ProcessPoolExecutor(max_workers=n, mp_context=spawn) as pool:
-                    futs = [pool.submit(run_point, spec, p, str(out), digest[point_id(p)])
-                            for p in todo]
-                    for fut in as_completed(futs):
-                        m = fut.result()
-                        done, failed = done + 1, failed + (m["status"] != "ok")
-                        report(done, failed, len(points), t0)
+        run_tasks([(run_point, (spec, p, str(out), digest[point_id(p)])) for p in todo],
+                  workers=workers, scheduler=scheduler, on_done=finished,
+                  keys=[f"point-{point_id(p)}-{digest[point_id(p)]}" for p in todo])
     return combine(out)
 
 
