@@ -692,15 +692,23 @@ def flagged(chart) -> list[dict]:
     return list(meta.get(FLAGS_KEY, []))
 
 
-def _interval_note(frame: pl.DataFrame, what: str = "bars") -> str | None:
-    """'bars: 95 % intervals over 5 replications', from a ``replications`` column."""
+def _interval_note(frame: pl.DataFrame, what: str = "bars", widest: str | None = None,
+                   fmt: str = ".3g", unit: str = "") -> str | None:
+    """'bars: 95 % intervals over 5 replications', from a ``replications`` column; with
+    ``widest`` (a ``_ci`` column) also the widest half-width, so a reader knows the
+    size of bars too short to see beside their marks."""
     if "replications" not in frame.columns or frame.height == 0:
         return None
     n = sorted(set(int(x) for x in frame["replications"].drop_nulls()))
     if not n or n == [1]:
         return None
     count = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
-    return f"{what}: 95 % intervals over {count} replications (Student t)"
+    note = f"{what}: 95 % intervals over {count} replications (Student t)"
+    if widest is not None and widest in frame.columns:
+        w = frame[widest].cast(pl.Float64).fill_nan(None).max()
+        if w is not None:
+            note += f"; widest ±{w:{fmt}}{unit} (bars shorter than a dot are hidden by it)"
+    return note
 
 
 def _source_layers(closed: pl.DataFrame, sim: pl.DataFrame, x: alt.X, y: alt.Y,
@@ -794,19 +802,21 @@ def fanout_figure(fanout: pl.DataFrame, per_call_success: float) -> alt.HConcatC
         x, alt.Y("success:Q", title="requests that succeed (share)",
                  axis=alt.Axis(format="%"), scale=alt.Scale(zero=False)),
         f"closed form: {per_call_success:g}ⁿ", "simulation", None, field="success")
-    note = _interval_note(fanout) or alt.Undefined
     success = success.properties(title=alt.Title(
-        f"Success when all n calls must succeed ({per_call_success:.1%} each)", subtitle=note),
+        f"Success when all n calls must succeed ({per_call_success:.1%} each)",
+        subtitle=_interval_note(fanout, widest="simulated_ci", fmt=".2%") or alt.Undefined),
         width=300, height=240)
     tail, f2 = _source_layers(
         fanout.select("width", pl.col("p99_closed_form_ms").alias("p99_ms")),
         fanout.select("width", "p99_ms", pl.col("p99_closed_form_ms").alias("closed"),
                       *_ci_col(fanout, "p99_ms")),
-        x, alt.Y("p99_ms:Q", title="p99 response time (ms)"),
+        x, alt.Y("p99_ms:Q", title="p99 response time (ms)", scale=alt.Scale(zero=False)),
         "closed form: p99 of the slowest of n exponentials", "simulation", None,
         field="p99_ms")
     tail = tail.properties(title=alt.Title(
-        "Tail at scale: p99 of the slowest call (10 ms mean)", subtitle=note),
+        "Tail at scale: p99 of the slowest call (10 ms mean)",
+        subtitle=_interval_note(fanout, widest="p99_ms_ci", fmt=".2g", unit=" ms")
+        or alt.Undefined),
         width=300, height=240)
     flags = ([{"panel": "success", **r} for r in f1] + [{"panel": "p99", **r} for r in f2])
     return alt.hconcat(success, tail, spacing=40).resolve_scale(

@@ -172,7 +172,8 @@ def test_fanout_draws_error_bars_and_rings_the_point_whose_interval_misses():
     for panel in spec["hconcat"]:
         marks = [_mark(v) for v in _layers(panel)]
         assert "errorbar" in marks and "line" in marks and "point" in marks
-        assert panel["title"]["subtitle"] == "bars: 95 % intervals over 5 replications (Student t)"
+        assert panel["title"]["subtitle"].startswith(
+            "bars: 95 % intervals over 5 replications (Student t); widest ±")
     flags = plots.flagged(chart)
     # 0.9055 ± 0.001 misses 0.99^10 = 0.90438; 0.81 ± 0.001 misses 0.99^20 = 0.81791
     assert [(f["panel"], f["width"]) for f in flags] == [("success", 10), ("success", 20)]
