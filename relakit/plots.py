@@ -854,7 +854,7 @@ def queueing_tails(tails: pl.DataFrame, servers: int) -> alt.LayerChart:
         alt.Y("ms:Q", title="response time (ms, log scale)", scale=alt.Scale(
             type="log", nice=False, domain=[0.8 * lo, 1.25 * hi])),
         "closed form (Erlang C)", "simulation", color, field="ms")
-    note = _interval_note(tails)
+    note = _interval_note(tails, widest="simulated_ms_ci", fmt=".2g", unit=" ms")
     return layers.properties(title=alt.Title(
         f"M/M/{servers}, 1 ms mean service: response-time quantiles",
         subtitle=note or alt.Undefined), width=420, height=280, usermeta={FLAGS_KEY: flags})
@@ -888,7 +888,8 @@ def hedging_collapse(hedging: pl.DataFrame, subtitle: str | None = None) -> alt.
         color=alt.Color("policy:N", title="hedging", sort=labels,
                         scale=alt.Scale(domain=labels, range=["#333333", "#d1495b",
                                                                "#edae49", "#66a182"][:len(labels)]),
-                        legend=alt.Legend(direction="vertical", labelLimit=0)),
+                        # below the plot: labels right of the points (26,134 ± 264) need the room
+                        legend=alt.Legend(direction="vertical", labelLimit=0, orient="bottom")),
         tooltip=["policy:N", alt.Tooltip("load:Q", format=".0%"),
                  alt.Tooltip("p99_ms:Q", format=",.0f")])
     lines = base.mark_line(point=alt.OverlayMarkDef(size=60, filled=True))
