@@ -966,8 +966,8 @@ def step_delay_cdf(closed: pl.DataFrame, replayed: pl.DataFrame, title: str) -> 
         usermeta={FLAGS_KEY: outside.select("delay_s", "closed", "ecdf").to_dicts()})
 
 
-def ok_share_over_time(shares: pl.DataFrame, bin_s: float = 1.0,
-                       title: str | None = None) -> alt.Chart | alt.LayerChart:
+def ok_share_over_time(shares: pl.DataFrame, bin_s: float = 1.0, title: str | None = None,
+                       subtitle: str | None = None) -> alt.Chart | alt.LayerChart:
     """Notebook 07: the share of requests answered ok per time bin, one line per source.
 
     ``shares`` has ``source``, ``t`` (bin start, s) and ``ok_share``; a source
@@ -997,7 +997,8 @@ def ok_share_over_time(shares: pl.DataFrame, bin_s: float = 1.0,
         + ([alt.Tooltip("ok_share_ci:Q", format=".1%", title="± (95 %)")] if has_ci else []))
     head = title or "Share of requests answered ok"
     if not has_ci:
-        return line.properties(title=head, width=560, height=240)
+        return line.properties(title=alt.Title(head, subtitle=subtitle or alt.Undefined),
+                               width=560, height=240)
     layers = [line]
     if has_ci:
         band = full.with_columns(
@@ -1011,6 +1012,8 @@ def ok_share_over_time(shares: pl.DataFrame, bin_s: float = 1.0,
                     opacity=0.2, invalid="break-paths-show-domains", color=palette[src]).encode(
                     x=x, y=alt.Y("low:Q", title="requests answered ok (share)"), y2="high:Q"))
         note = _interval_note(shares, "bands") or "bands: 95 % intervals"
+        if subtitle:
+            note = f"{subtitle}; {note}"
     return alt.layer(*layers, title=alt.Title(head, subtitle=note)).properties(
         width=560, height=240)
 
