@@ -584,8 +584,9 @@ def heatmap(table: pl.DataFrame, x: str, y: str, color: str, title: str | None =
                            subtitle="; ".join(notes) if notes else alt.Undefined)
     label = pl.col(color).map_elements(_fmt3, return_dtype=pl.String)
     if ci is not None:
-        label = pl.concat_str([label, pl.lit("\n±"), pl.col(ci).map_elements(
-            _fmt3, return_dtype=pl.String)], ignore_nulls=True)
+        # the half-width to the value's own decimals: 15.1 ±0.7, 1.05 ±0.00
+        label = pl.concat_str([label, pl.lit("\n±"), pl.struct(color, ci).map_elements(
+            lambda r: _fmt_like(r[ci], r[color]), return_dtype=pl.String)], ignore_nulls=True)
     agg = agg.with_columns(label.alias("label"))
     cells = alt.Chart(agg).encode(
         x=alt.X(f"{x}:O", title=titles.get(x, x), axis=alt.Axis(grid=False, labelAngle=0)),
@@ -647,6 +648,14 @@ def _fmt3(v) -> str | None:
     if v is None or v != v:
         return None
     return f"{v:.3g}"
+
+
+def _fmt_like(h, v) -> str | None:
+    """``h`` with as many decimals as ``v`` shows at three significant digits."""
+    if h is None or h != h or v is None or v != v:
+        return None
+    d = 2 - int(np.floor(np.log10(abs(v)))) if v else 2
+    return f"{h:.{max(d, 0)}f}"
 
 
 def _equals(title: str, value) -> str:

@@ -273,7 +273,7 @@ def test_heatmap_marks_cells_not_significantly_different_from_the_baseline():
     assert tag["transform"][0]["filter"]  # only on the n.s. cells
     text = next(v for v in views if v["encoding"].get("text", {}).get("field") == "label")
     labels = {(r["delay"], r["load"]): r["label"] for r in _data(chart, text)}
-    assert labels[(10, 0.9)] == "9\n±1.5"
+    assert labels[(10, 0.9)] == "9\n±2" and labels[(40, 0.3)] == "12\n±2"  # the value's decimals
     assert "95 % intervals over 5 replications" in spec["title"]["subtitle"]
 
 
