@@ -651,11 +651,13 @@ def _fmt3(v) -> str | None:
 
 
 def _fmt_like(h, v) -> str | None:
-    """``h`` with as many decimals as ``v`` shows at three significant digits."""
+    """``h`` with as many decimals as ``v`` shows at three significant digits (9 ±2,
+    15.1 ±0.7, 1.05 ±0.00): a half-width finer than the value's last digit is noise."""
     if h is None or h != h or v is None or v != v:
         return None
-    d = 2 - int(np.floor(np.log10(abs(v)))) if v else 2
-    return f"{h:.{max(d, 0)}f}"
+    shown = f"{v:.3g}"
+    d = len(shown.split(".")[1]) if "." in shown and "e" not in shown else 0
+    return f"{h:.{d}f}"
 
 
 def _equals(title: str, value) -> str:
