@@ -39,6 +39,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_kernel.py
 	$(BIN)/python benchmarks/bench_replay.py
 	$(BIN)/python benchmarks/bench_memory.py
+	$(BIN)/python benchmarks/bench_replications.py
 
 # JupyterLab on loopback with the relakit kernel
 lab: setup

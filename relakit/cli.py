@@ -199,6 +199,14 @@ def _simulate(args) -> int:
                           progress=progress, replications=1)
     written = result.write(out)
     print(result.format_summary())
+    if "batch_means" in result.info:
+        from relakit.replications import BATCH_NUMBERS, format_table
+
+        bm = result.info["batch_means"]
+        print(f"\nbatch means ({bm['batches']} batches of {bm['batch_s']:g} s, warm-up "
+              f"{bm['warmup']}: {bm['warmup_deleted_s']:g} s deleted): mean ± 95 % "
+              "half-width")
+        print(format_table(result.summary, ["tier", *BATCH_NUMBERS, "lag1"]))
     if result.decisions is not None:
         from relakit.control import format_audit
 

@@ -34,7 +34,8 @@ def simulate(scenario, seed: int | None = None, record_requests: bool | None = N
     ``replications:``) it runs N independent replications with the seeds
     :func:`relakit.replications.replication_seeds` spawns from ``seed`` (default:
     the scenario's), on ``workers`` local processes (default one per core) or
-    the Dask ``scheduler``, and returns a
+    the Dask ``scheduler`` (local processes start only when the work left after
+    the first replication pays for them: :mod:`relakit.runner`), and returns a
     :class:`~relakit.replications.ReplicatedResult` (means and ``_ci``
     half-widths); ``progress.update(k)`` is then told replications finished.
     Replications keep no per-request records unless ``record_requests=True``.
@@ -58,8 +59,19 @@ def simulate(scenario, seed: int | None = None, record_requests: bool | None = N
         return run_replications(sc, n, seed=seed, record_requests=bool(record_requests),
                                 workers=workers, scheduler=scheduler, progress=progress)
     record_requests = True if record_requests is None else bool(record_requests)
+    if sc.ci == "batch_means" and not record_requests:
+        raise ValueError(f"{sc.source}: key 'ci': batch_means cuts the run's per-request "
+                         "records into batches; keep them (drop --no-requests / "
+                         "record_requests=False), or use replications")
     enforce(check_run(sc, record_requests))
-    return run_once(sc, seed, record_requests, progress)
+    result = run_once(sc, seed, record_requests, progress)
+    if sc.ci == "batch_means":
+        from relakit.replications import batch_means_summary
+
+        result.summary, result.info["batch_means"] = batch_means_summary(
+            result.summary, result.requests, sc.warmup_s, sc.duration_s, sc.batches,
+            sc.warmup_auto)
+    return result
 
 
 def _replications(n) -> int:
@@ -248,7 +260,8 @@ def control_summary(decisions: pl.DataFrame, timeline: pl.DataFrame, controller,
 # ---- replications ------------------------------------------------------------------------------
 def run_replications(sc: Scenario, n: int, seed: int | None = None,
                      record_requests: bool = False, workers: int | None = None,
-                     scheduler: str | None = None, progress=None):
+                     scheduler: str | None = None, progress=None,
+                     processes: bool | None = None):
     """``n`` replications of a loaded, checked scenario on the shared runner
     (:func:`relakit.runner.run_tasks`), folded into a
     :class:`~relakit.replications.ReplicatedResult`. Replication ``i`` is exactly
@@ -257,16 +270,18 @@ def run_replications(sc: Scenario, n: int, seed: int | None = None,
 
     base = sc.seed if seed is None else int(seed)
     return run_replicated([(sc, base, replication_seeds(base, n))], record_requests,
-                          workers, scheduler, progress)[0]
+                          workers, scheduler, progress, processes)[0]
 
 
 def run_replicated(plans: list[tuple[Scenario, int, list[int]]], record_requests: bool = False,
                    workers: int | None = None, scheduler: str | None = None,
-                   progress=None) -> list:
+                   progress=None, processes: bool | None = None) -> list:
     """Several scenarios' replications as one batch of tasks (so ``compare`` keeps every
     worker busy across A and B): each plan is (scenario, base seed, seeds); returns one
     :class:`~relakit.replications.ReplicatedResult` per plan. ``progress.update(k)`` is
-    told how many replications have finished."""
+    told how many replications have finished. Local processes start only when the
+    work pays for them (``adaptive``, :mod:`relakit.runner`); ``processes=True``
+    forces them (tests and benchmarks of the pool)."""
     from relakit.replications import ReplicatedResult
     from relakit.runner import run_tasks
 
@@ -285,7 +300,8 @@ def run_replicated(plans: list[tuple[Scenario, int, list[int]]], record_requests
         if progress is not None:
             progress.update(float(finished))
 
-    parts = run_tasks(tasks, workers=workers, scheduler=scheduler, on_done=tick, keys=keys)
+    parts = run_tasks(tasks, workers=workers, scheduler=scheduler, on_done=tick, keys=keys,
+                      processes=processes, adaptive=True)
     wall = time.perf_counter() - wall
     return [ReplicatedResult.from_parts([x for x, o in zip(parts, owner, strict=True) if o == p],
                                         sc, base, seeds, wall_s=wall, workers=workers,

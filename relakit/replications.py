@@ -81,7 +81,8 @@ CONSOLE_COLUMNS = ("requests", "success_ratio", "error", "timeout", "dropped", "
                    "p50_ms", "p99_ms", "p999_ms", "amplification")
 #: decimals per column on the console; latency columns get the same decimals
 _DECIMALS = {"requests": 0, "error": 0, "timeout": 0, "dropped": 0, "wrong": 0,
-             "success_ratio": 4, "amplification": 3}
+             "success_ratio": 4, "amplification": 3, "requests_rps": 1, "goodput_rps": 1,
+             "batches": 0, "warmup_deleted_s": 1, "lag1": 2}
 
 
 class ReplicatedResult:
@@ -222,3 +223,92 @@ def format_table(table: pl.DataFrame, columns) -> str:
     return "\n".join("  ".join(v.ljust(w) if i == 0 else v.rjust(w)
                                for i, (v, w) in enumerate(zip(r, widths, strict=True)))
                       for r in rows)
+
+
+# ---- ci: batch_means: intervals from one run's own series ----------------------------------
+#: the numbers batch means give an interval for (the rest get a nan ``_ci``, see below)
+BATCH_NUMBERS = ("requests_rps", "goodput_rps", "success_ratio", "mean_ms", "amplification")
+
+
+def batch_means_summary(summary: pl.DataFrame, requests: pl.DataFrame, start_s: float,
+                        end_s: float, batches: int, auto_warmup: bool,
+                        confidence: float = 0.95) -> tuple[pl.DataFrame, dict]:
+    """One run's summary with batch-means intervals (``ci: batch_means``).
+
+    The series is the run's per-request records (completed requests, by arrival),
+    from ``start_s`` (the scenario's warm-up) to ``end_s``. With ``auto_warmup``
+    (``warmup_s: auto``: the kernel counted from 0) MSER-5
+    (:func:`relakit.stats.mser5`) picks the cut on the response times of all ok
+    requests in arrival order, and that time is cut from every tier and number.
+    The rest is split into ``batches`` equal spans of time; per span and tier:
+    ``requests_rps`` and ``goodput_rps`` (requests, ok requests per second),
+    ``success_ratio``, ``mean_ms`` (of ok requests) and ``amplification`` (copies
+    sent per request). Each of these numbers becomes the mean of its batch values
+    with the Student t half-width over them (``batches - 1`` degrees of freedom),
+    so a number and its interval describe the same window.
+
+    The other numbers keep the kernel's values (over the scenario's counted
+    window: from 0 with ``auto``) and get ``nan`` intervals: quantiles, because a
+    mean of batch quantiles is a biased estimate of the run's quantile and the
+    kernel's fine histogram is run-wide only; counts, because a total over one run
+    has no steady-state mean (its rate, ``requests_rps``, has). Added per tier:
+    ``batches``, ``warmup_deleted_s`` and ``lag1``, the largest lag-1
+    autocorrelation of the row's batch values: well above 0.2 says the batches are
+    too short for the run's correlation time and the interval under-covers.
+    """
+    from relakit.stats import mser5
+
+    req = requests.filter((pl.col("arrival_s") >= start_s) & (pl.col("arrival_s") < end_s))
+    cut_s = 0.0
+    if auto_warmup:
+        ok = req.filter(pl.col("outcome") == "ok").sort("arrival_s", maintain_order=True)
+        if ok.height >= 10:
+            cut = mser5(ok["latency_ms"].to_numpy())
+            cut_s = float(ok["arrival_s"][cut] - start_s) if cut else 0.0
+    t0 = start_s + cut_s
+    span = (end_s - t0) / batches
+    req = req.filter(pl.col("arrival_s") >= t0).with_columns(
+        ((pl.col("arrival_s") - t0) / span).floor().cast(pl.Int32).clip(0, batches - 1)
+        .alias("batch"))
+    rows, detail = [], {}
+    for row in summary.iter_rows(named=True):
+        tier = row["tier"]
+        sel = req if tier == "all" else req.filter(pl.col("tier") == tier)
+        per = sel.group_by("batch").agg(
+            pl.len().alias("n"), (pl.col("outcome") == "ok").sum().alias("ok"),
+            pl.col("latency_ms").filter(pl.col("outcome") == "ok").sum().alias("lat"),
+            pl.col("attempts").sum().alias("copies"))
+        full = pl.DataFrame({"batch": np.arange(batches, dtype=np.int32)}).join(
+            per, on="batch", how="left").fill_null(0).sort("batch")
+        n = full["n"].to_numpy().astype(float)
+        okc = full["ok"].to_numpy().astype(float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values = {"requests_rps": n / span, "goodput_rps": okc / span,
+                      "success_ratio": okc / n,
+                      "mean_ms": full["lat"].to_numpy() / okc,
+                      "amplification": full["copies"].to_numpy() / n}
+        out = dict(row)
+        for c in list(row):
+            if c != "tier" and isinstance(row[c], int | float) and not isinstance(row[c], bool):
+                out[c + CI_SUFFIX] = float("nan")
+        lags = {}
+        for c, x in values.items():
+            if np.all(np.isfinite(x)):
+                iv = t_interval(x, confidence)
+                out[c], out[c + CI_SUFFIX] = iv.mean, iv.half_width
+                dev = x - x.mean()
+                denom = float(dev @ dev)
+                lags[c] = float(dev[:-1] @ dev[1:] / denom) if denom > 0 else float("nan")
+            else:  # a batch with no request (or no ok request) of this tier
+                out[c], out[c + CI_SUFFIX] = float("nan"), float("nan")
+        finite = [v for v in lags.values() if v == v]
+        out.update(batches=batches, warmup_deleted_s=cut_s,
+                   lag1=max(finite) if finite else float("nan"))
+        rows.append(out)
+        detail[tier] = lags
+    info = {"method": "batch means over time spans of the run's per-request records",
+            "batches": batches, "batch_s": span, "warmup": "MSER-5" if auto_warmup else
+            "scenario warmup_s", "warmup_deleted_s": cut_s, "from_s": t0, "to_s": end_s,
+            "lag1": detail, "confidence": confidence,
+            "numbers": list(BATCH_NUMBERS)}
+    return pl.DataFrame(rows), info

@@ -14,6 +14,15 @@ Local processes are *spawned*, not forked: forking a process whose polars or
 numba thread pools are running can deadlock the child. A spawned worker pays
 its imports once (numba loads the cached kernel), then runs tasks back to back.
 
+Starting a local pool is not free (a spawned worker imports relakit and loads
+numba's cached kernel: about 2.5 s here), and a replication of ``mmc-demo``
+(1.3 M requests) takes 0.2-0.3 s. So with ``adaptive=True`` (replications)
+the first task runs in this process and is timed; the pool is started for the
+rest only if its start-up is at most a tenth of the work left
+(:data:`POOL_START_S` against ``(tasks left) x (first task's time)``), so the
+pool can never make the batch more than about 10 % slower than running it one
+by one, however busy the cores are. Results do not depend on where a task ran.
+
 A task is ``(function, args)``; the function and its arguments must pickle
 (module-level functions, plain data). ``on_done(index, result)`` is called in
 this process as each task finishes, in completion order; the returned list is
@@ -25,13 +34,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-__all__ = ["run_tasks"]
+__all__ = ["POOL_START_S", "run_tasks"]
+
+#: what starting a spawned worker costs (Python, imports, numba's cached kernel), seconds;
+#: measured 2.2-2.7 s on the project's 2-core machine (benchmarks/bench_replications.py)
+POOL_START_S = 2.5
 
 
 def run_tasks(tasks: Sequence[tuple[Callable, tuple]], *, workers: int | None = None,
               scheduler: str | None = None, keys: Sequence[str] | None = None,
               on_done: Callable[[int, object], None] | None = None,
-              processes: bool | None = None) -> list:
+              processes: bool | None = None, adaptive: bool = False) -> list:
     """Run every ``fn(*args)`` of ``tasks``; return their results in task order.
 
     ``keys`` names the tasks on a Dask cluster (unique per task; default: Dask's
@@ -60,15 +73,27 @@ def run_tasks(tasks: Sequence[tuple[Callable, tuple]], *, workers: int | None = 
                 done(index[fut.key], fut.result())
         return results
     n = min(workers or (os.cpu_count() or 1), len(tasks))
+    first = 0
+    if n > 1 and adaptive and not processes:
+        import time
+
+        t = time.perf_counter()
+        fn, args = tasks[0]
+        done(0, fn(*args))
+        first = 1
+        if POOL_START_S > 0.1 * (len(tasks) - 1) * (time.perf_counter() - t):
+            n = 1  # the pool would cost more than a tenth of what is left
     if n <= 1 and not processes:
-        for i, (fn, args) in enumerate(tasks):
+        for i in range(first, len(tasks)):
+            fn, args = tasks[i]
             done(i, fn(*args))
         return results
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(max_workers=max(n, 1), mp_context=mp.get_context("spawn")) as pool:
-        futs = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(tasks)}
+    n = min(max(n, 1), len(tasks) - first)
+    with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as pool:
+        futs = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(tasks) if i >= first}
         for fut in as_completed(futs):
             done(futs[fut], fut.result())
     return results

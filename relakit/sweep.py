@@ -22,7 +22,8 @@ them); folders of other specs are left on disk, ignored and counted. Leftover
 temporary files of killed writes are removed when a sweep starts. The seed of a
 point comes from its parameters alone, so local and distributed runs of the
 same sweep give the same results. Local runs use one process per core;
-``scheduler=ADDRESS`` runs the same tasks on a Dask cluster.
+``scheduler=ADDRESS`` runs the same tasks on a Dask cluster (both through
+:mod:`relakit.runner`, which replications share).
 
 ``replications: N`` (N > 1, function sweeps) runs every point N times, each run a
 task of its own in ``point=<id>/rep=<i>/`` (its own manifest, resumed one by one;

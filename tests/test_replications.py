@@ -98,9 +98,34 @@ def test_the_scenario_key_sets_replications_and_the_argument_overrides_it():
 
 
 def test_local_processes_give_the_same_runs_as_one_by_one(three):
-    par = relakit.simulate(make_scenario(**SMALL), replications=3, workers=2)
+    from relakit.experiment import run_replications
+
+    # forced onto a pool of two spawned processes (these runs are too short for the
+    # runner to start one by itself)
+    par = run_replications(load_scenario(make_scenario(**SMALL)), 3, workers=2,
+                           processes=True)
     assert par.runs.equals(three.runs)
     assert par.series.equals(three.series)
+
+
+def test_the_runner_starts_a_pool_only_when_the_work_pays_for_it(monkeypatch):
+    from relakit import runner
+
+    calls = []
+
+    class NoPool:
+        def __init__(self, *a, **k):
+            calls.append("pool")
+            raise RuntimeError("no pool expected")
+
+    import concurrent.futures
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", NoPool)
+    out = runner.run_tasks([(pow, (2, k)) for k in range(5)], workers=2, adaptive=True)
+    assert out == [1, 2, 4, 8, 16] and not calls
+    with pytest.raises(RuntimeError, match="no pool expected"):  # long tasks: a pool
+        monkeypatch.setattr(runner, "POOL_START_S", 0.0)
+        runner.run_tasks([(pow, (2, k)) for k in range(5)], workers=2, adaptive=True)
 
 
 def test_a_real_dask_cluster_gives_the_same_runs(three):
@@ -171,3 +196,69 @@ def test_the_scenario_batches_default_is_the_stats_default():
     assert sc.batches == DEFAULT_BATCHES and sc.ci == "batch_means"
     assert load_scenario(make_scenario(**SMALL) | {"ci": "batch_means", "warmup_s": "auto"}
                          ).warmup_auto
+
+
+@pytest.fixture(scope="module")
+def batched():
+    # one run of M/M/8 at rho = 0.9 (290 000 requests), starting empty, MSER-5 warm-up
+    sc = make_scenario(rate=720.0, duration=400.0, servers=8, seed=3)
+    return relakit.simulate(sc | {"ci": "batch_means", "warmup_s": "auto"})
+
+
+def test_batch_means_give_one_run_intervals_where_they_mean_something(batched):
+    from relakit.replications import BATCH_NUMBERS
+
+    assert type(batched).__name__ == "SimulationResult"
+    row = _row(batched.summary)
+    for c in BATCH_NUMBERS:
+        assert np.isfinite(row[c + "_ci"]), c
+    for c in ("mean_ms", "requests_rps", "goodput_rps"):
+        assert row[c + "_ci"] > 0, c
+    # quantiles and counts: no batch-means interval (see batch_means_summary)
+    for c in ("p99_ms", "p999_ms", "requests", "ok"):
+        assert np.isnan(row[c + "_ci"]), c
+    assert row["batches"] == DEFAULT_BATCHES and row["warmup_deleted_s"] >= 0
+    assert abs(row["lag1"]) < 0.5
+    bm = batched.info["batch_means"]
+    assert bm["warmup"] == "MSER-5" and bm["batches"] == DEFAULT_BATCHES
+    # the rate: requests counted over the batches' window, per second
+    assert row["requests_rps"] == pytest.approx(720.0, rel=0.01)
+
+
+def test_batch_means_interval_holds_erlang_c(batched):
+    row = _row(batched.summary)
+    exact = mmc(720.0, 100.0, 8).mean_response * 1e3
+    print(f"batch means: {row['mean_ms']:.2f} ± {row['mean_ms_ci']:.2f}, Erlang C {exact:.2f}")
+    assert abs(row["mean_ms"] - exact) <= row["mean_ms_ci"] < 0.1 * exact
+
+
+def test_batch_means_without_records_is_a_one_line_error():
+    sc = make_scenario(**SMALL) | {"ci": "batch_means"}
+    with pytest.raises(ValueError, match="key 'ci'") as exc:
+        relakit.simulate(sc, record_requests=False)
+    assert "\n" not in str(exc.value)
+
+
+def test_the_command_line_prints_mean_and_half_width_and_lists_the_seeds(tmp_path, capsys):
+    from relakit.cli import main
+
+    path = tmp_path / "sc.yaml"
+    path.write_text(yaml.safe_dump(make_scenario(**SMALL)))
+    code = main(["simulate", str(path), "--replications", "2", "--workers", "1",
+                 "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 0 and " ± " in out
+    seeds = replication_seeds(SMALL["seed"], 2)
+    assert f"seeds: {seeds[0]} {seeds[1]}" in out
+    assert (tmp_path / "out" / "runs.parquet").is_file()
+    # --seed alone reruns one replication: its summary row, as in runs.parquet
+    code = main(["simulate", str(path), "--seed", str(seeds[1]), "--no-requests",
+                 "--out", str(tmp_path / "one")])
+    capsys.readouterr()
+    import json
+
+    tiers = json.loads((tmp_path / "one" / "summary.json").read_text())["tiers"]
+    runs = pl.read_parquet(tmp_path / "out" / "runs.parquet").filter(
+        (pl.col("replication") == 1) & (pl.col("tier") == "all"))
+    one = next(t for t in tiers if t["tier"] == "all")
+    assert code == 0 and one["mean_ms"] == runs["mean_ms"][0]
