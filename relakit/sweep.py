@@ -221,7 +221,7 @@ def load_sweep(source) -> SweepSpec:
         r.fail("expected a mapping of fixed overrides", "base")
     reps = r.number("replications", 1, lo=1, hi=MAX_REPLICATIONS, integer=True)
     for where, keys in (("grid", grid), ("base", base)):
-        if "replications" in keys:
+        if "replications" in keys and kind == "function":
             r.fail("a point's runs are counted by the sweep's own `replications:` key, "
                    "not by a scenario override", f"{where}.replications")
     if reps > 1 and kind == "notebook":

@@ -90,7 +90,8 @@ def test_a_notebook_sweep_keeps_each_executed_notebook(tmp_path):
     spec_path = tmp_path / "nb.yaml"
     spec_path.write_text(yaml.safe_dump({"name": "nb", "notebook": str(nb),
                                          "grid": {"per_call_success": [0.99, 0.999]},
-                                         "base": {"requests": 20000}}))
+                                         "base": {"requests": 20000,
+                                                  "replications": 2}}))
     run_sweep(load_sweep(spec_path), tmp_path / "out", workers=1, progress=_quiet)
     m = manifests(tmp_path / "out")
     assert (m["status"] == "ok").all() and m.height == 2
@@ -101,6 +102,7 @@ def test_a_notebook_sweep_keeps_each_executed_notebook(tmp_path):
         p = manifest["point"]["per_call_success"]
         row = result.filter(pl.col("width") == 20)
         assert row["closed_form"][0] == pytest.approx(p**20)
+        assert row["replications"][0] == 2  # a notebook's own parameter, passed through base
 
 
 def test_shipped_sweep_and_notebook_parameter_files_are_valid():
@@ -346,6 +348,7 @@ def test_baseline_marks_differences_that_are_not_significant(tmp_path):
      "not a grid key"),
     ({"baseline": {"fleet.servers": 2}}, "baseline", "replications: 2 or more"),
     ({"replications": 3, "baseline": [2]}, "baseline", "expected a mapping"),
+    ({"base": {"replications": 2}}, "base.replications", "the sweep's own `replications:` key"),
 ])
 def test_bad_replications_and_baselines_are_refused_naming_the_key(tmp_path, extra, key, says):
     from relakit.validate import ScenarioError
