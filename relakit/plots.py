@@ -531,14 +531,27 @@ def compare_series(frame: pl.DataFrame, x: str, y: str, series: str, *, title: s
                      ).properties(width=PANEL_WIDTH, height=height)
 
 
+NOT_SIGNIFICANT = "n.s.: no significant difference from the baseline (paired 95 % interval)"
+BASELINE = "baseline: the cell the others are compared with"
+SIGNIFICANCE_COLORS = {BASELINE: "#000000", NOT_SIGNIFICANT: "#8c8c8c"}
+
+
 def heatmap(table: pl.DataFrame, x: str, y: str, color: str, title: str | None = None, *,
-            where: dict | None = None, titles: dict[str, str] | None = None) -> alt.Chart:
+            where: dict | None = None, titles: dict[str, str] | None = None,
+            significant: str | None = None) -> alt.LayerChart:
     """A sweep's outcome over two parameters, one cell per (x, y).
 
     The filter lives here, not in the caller: ``where`` (column -> value) selects the
     rows and is stated under the title, so a heatmap cannot silently show a slice.
     Cells that hold several rows show their mean, and the subtitle says so. ``titles``
     maps column names to words with units, for the axes and the colour legend.
+
+    A replicated sweep's table (:func:`relakit.sweep.combine`) carries ``<color>_ci``:
+    each cell then shows ``value ± half-width``. With a baseline it carries
+    ``<color>_significant`` (or name the boolean column with ``significant``): a cell
+    whose paired difference from the baseline is not significant is greyed, outlined
+    in dashes and marked "n.s.", the baseline cell outlined in black, both in a
+    legend. Marks need one point per cell; a cell averaging several says so instead.
     """
     titles = titles or {}
     where = where or {}
@@ -546,33 +559,105 @@ def heatmap(table: pl.DataFrame, x: str, y: str, color: str, title: str | None =
         table = table.filter(pl.col(col) == value)
     if table.height == 0:
         raise ValueError(f"heatmap: no rows where {where}")
-    agg = table.group_by(x, y).agg(pl.col(color).mean(), pl.len().alias("points"))
+    ci = f"{color}_ci" if f"{color}_ci" in table.columns else None
+    sig = significant or (f"{color}_significant" if f"{color}_significant" in table.columns
+                          else None)
+    if sig is not None and sig not in table.columns:
+        raise ValueError(f"heatmap: no column {sig!r} to mark significance with")
+    extra = [pl.col(c).first() for c in (ci, sig) if c is not None]
+    if sig is not None and {"point_id", "baseline_id"} <= set(table.columns):
+        extra.append((pl.col("point_id") == pl.col("baseline_id")).any().alias("is_baseline"))
+    agg = table.group_by(x, y).agg(pl.col(color).mean(), pl.len().alias("points"), *extra)
     notes = [f"only {_equals(titles.get(c, c), v)}" for c, v in where.items()]
     per_cell = agg["points"].max()
     if per_cell > 1:
         notes.append(f"mean of {per_cell} points per cell")
+        if ci or sig:
+            notes.append("intervals and significance not shown (several points per cell)")
+        ci = sig = None
     if agg[color].is_null().any() or agg[color].is_nan().any():
         notes.append("blank: never happened")
+    if ci is not None:
+        reps = _interval_note(table, "±")
+        notes.append(reps or "±: 95 % interval")
     head = alt.TitleParams(text=title or titles.get(color, color),
                            subtitle="; ".join(notes) if notes else alt.Undefined)
+    label = pl.col(color).map_elements(_fmt3, return_dtype=pl.String)
+    if ci is not None:
+        # the half-width to the value's own decimals: 15.1 ±0.7, 1.05 ±0.00
+        label = pl.concat_str([label, pl.lit("\n±"), pl.struct(color, ci).map_elements(
+            lambda r: _fmt_like(r[ci], r[color]), return_dtype=pl.String)], ignore_nulls=True)
+    agg = agg.with_columns(label.alias("label"))
     cells = alt.Chart(agg).encode(
         x=alt.X(f"{x}:O", title=titles.get(x, x), axis=alt.Axis(grid=False, labelAngle=0)),
         y=alt.Y(f"{y}:O", title=titles.get(y, y), axis=alt.Axis(grid=False),
                 sort="descending"))
+    tips = [alt.Tooltip(f"{x}:O", title=titles.get(x, x)),
+            alt.Tooltip(f"{y}:O", title=titles.get(y, y)),
+            alt.Tooltip(f"{color}:Q", title=titles.get(color, color), format=".3g")]
+    if ci is not None:
+        tips.append(alt.Tooltip(f"{ci}:Q", title="± (95 % half-width)", format=".3g"))
     rect = cells.mark_rect().encode(
         color=alt.Color(f"{color}:Q", scale=alt.Scale(scheme="viridis"),
                         title=titles.get(color, color),
                         legend=alt.Legend(orient="bottom", direction="horizontal", titleLimit=0,
                                           gradientLength=160)),
-        tooltip=[alt.Tooltip(f"{x}:O", title=titles.get(x, x)),
-                 alt.Tooltip(f"{y}:O", title=titles.get(y, y)),
-                 alt.Tooltip(f"{color}:Q", title=titles.get(color, color), format=".3g")])
+        tooltip=tips)
     # each cell's value written on it; light text on viridis' dark lower half
     mid = float(agg[color].fill_nan(None).mean() or 0.0)
-    text = cells.mark_text(fontSize=11).encode(
-        text=alt.Text(f"{color}:Q", format=".3~g"),
+    text = cells.mark_text(fontSize=11 if ci is None else 10, lineBreak="\n").encode(
+        text=alt.Text("label:N"),
         color=alt.condition(alt.datum[color] < mid, alt.value("white"), alt.value("black")))
-    return alt.layer(rect, text, title=head).properties(width=alt.Step(48), height=alt.Step(40))
+    layers = [rect]
+    if sig is not None:
+        kind = (pl.when(pl.col("is_baseline") if "is_baseline" in agg.columns else pl.lit(False))
+                .then(pl.lit(BASELINE))
+                .when(pl.col(sig) == False).then(pl.lit(NOT_SIGNIFICANT))  # noqa: E712
+                .otherwise(None))
+        marked = agg.with_columns(kind.alias("mark")).filter(pl.col("mark").is_not_null())
+        present = [k for k in SIGNIFICANCE_COLORS if k in set(marked["mark"])]
+        if present:
+            outline = alt.Stroke("mark:N", title=None, scale=_scale(SIGNIFICANCE_COLORS, present),
+                                 legend=alt.Legend(orient="bottom", direction="vertical",
+                                                   labelLimit=0, symbolType="square",
+                                                   symbolFillColor="#d9d9d9"))
+            mcells = cells.properties(data=marked)
+            grey = mcells.mark_rect(fill="#ffffff", fillOpacity=0.55, strokeWidth=2.5).encode(
+                stroke=outline,
+                strokeDash=alt.condition(alt.datum.mark == NOT_SIGNIFICANT,
+                                         alt.value([4, 3]), alt.value([1, 0])))
+            # the white veil on the baseline too would hide its colour: only n.s. cells
+            grey = grey.encode(fillOpacity=alt.condition(alt.datum.mark == NOT_SIGNIFICANT,
+                                                         alt.value(0.55), alt.value(0.0)))
+            tag = mcells.transform_filter(alt.datum.mark == NOT_SIGNIFICANT).mark_text(
+                fontSize=9, dy=-14 if ci is None else -17, fontWeight="bold",
+                color="#333333").encode(text=alt.value("n.s."))
+            layers += [grey, tag]
+            text = text.encode(color=alt.condition(
+                (alt.datum[color] < mid) & (alt.datum[sig] != False),  # noqa: E712
+                alt.value("white"), alt.value("black")))
+            text = text.properties(data=agg.with_columns(pl.col(sig).fill_null(True)))
+    layers.insert(1, text) if len(layers) == 1 else layers.insert(2, text)
+    width = 48 if ci is None else 62
+    return alt.layer(*layers, title=head).properties(width=alt.Step(width),
+                                                     height=alt.Step(40 if ci is None else 46))
+
+
+def _fmt3(v) -> str | None:
+    """Three significant digits, as the cells write their values (``.3~g``)."""
+    if v is None or v != v:
+        return None
+    return f"{v:.3g}"
+
+
+def _fmt_like(h, v) -> str | None:
+    """``h`` with as many decimals as ``v`` shows at three significant digits (9 ±2,
+    15.1 ±0.7, 1.05 ±0.00): a half-width finer than the value's last digit is noise."""
+    if h is None or h != h or v is None or v != v:
+        return None
+    shown = f"{v:.3g}"
+    d = len(shown.split(".")[1]) if "." in shown and "e" not in shown else 0
+    return f"{h:.{d}f}"
 
 
 def _equals(title: str, value) -> str:
@@ -596,16 +681,60 @@ def notebook_renderer(static: bool = False) -> None:
 
 CLOSED_FORM_COLOR = "#333333"
 SIMULATION_COLOR = "#1b6ca8"
+# a simulated value whose 95 % interval misses the closed form: a ring in this colour
+FLAG_COLOR = "#ff1f1f"
+FLAG_LABEL = "closed form outside 95 % interval"
+FLAGS_KEY = "closed_form_outside"  # where a figure lists its flagged points (usermeta)
+
+
+def outside_interval(frame: pl.DataFrame, value: str, ci: str, closed: str) -> pl.Series:
+    """True where the closed form lies outside ``value ± ci`` (the 95 % interval of a
+    simulated mean); False where it lies inside, or where there is no interval (one
+    replication: nothing to test against). The one rule every figure and notebook
+    assert uses, so a figure flags exactly what a notebook checks."""
+    v, h, c = (frame[k].cast(pl.Float64).fill_nan(None) for k in (value, ci, closed))
+    return ((v - c).abs() > h).fill_null(False).alias("outside")
+
+
+def flagged(chart) -> list[dict]:
+    """The points a figure flagged (closed form outside the simulated interval), as the
+    builder recorded them in the chart's ``usermeta``: notebooks assert on this."""
+    meta = chart.to_dict().get("usermeta") or {}
+    return list(meta.get(FLAGS_KEY, []))
+
+
+def _interval_note(frame: pl.DataFrame, what: str = "bars", widest: str | None = None,
+                   fmt: str = ".3g", unit: str = "") -> str | None:
+    """'bars: 95 % intervals over 5 replications', from a ``replications`` column; with
+    ``widest`` (a ``_ci`` column) also the widest half-width, so a reader knows the
+    size of bars too short to see beside their marks."""
+    if "replications" not in frame.columns or frame.height == 0:
+        return None
+    n = sorted(set(int(x) for x in frame["replications"].drop_nulls()))
+    if not n or n == [1]:
+        return None
+    count = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
+    note = f"{what}: 95 % intervals over {count} replications (Student t)"
+    if widest is not None and widest in frame.columns:
+        w = frame[widest].cast(pl.Float64).fill_nan(None).max()
+        if w is not None:
+            note += f"; widest ±{w:{fmt}}{unit} (bars shorter than a dot are hidden by it)"
+    return note
 
 
 def _source_layers(closed: pl.DataFrame, sim: pl.DataFrame, x: alt.X, y: alt.Y,
                    closed_label: str, sim_label: str, color: alt.Color | None,
-                   sim_mark: str = "point") -> alt.LayerChart:
-    """A closed form as a line and a simulation as points, each with its own legend entry.
+                   sim_mark: str = "point", *, field: str | None = None
+                   ) -> tuple[alt.LayerChart, list[dict]]:
+    """A closed form as a line and a simulation as points, each with its own legend entry;
+    returns the layers and the simulated points flagged.
 
     Two sources that share a colour must differ in mark, and the reader must be told
     which mark is which: the line's ``strokeDash`` legend names the closed form, the
-    points' ``shape`` legend names the simulation.
+    points' ``shape`` legend names the simulation. When ``sim`` has ``ci`` (the 95 %
+    half-width of ``field``) each point gets its error bar; when it also has
+    ``closed`` (the closed form at that point), a point whose interval misses it gets
+    a red ring with its own legend entry, and is listed in the return value.
     """
     closed = closed.with_columns(pl.lit(closed_label).alias("source"))
     sim = sim.with_columns(pl.lit(sim_label).alias("source"))
@@ -625,43 +754,86 @@ def _source_layers(closed: pl.DataFrame, sim: pl.DataFrame, x: alt.X, y: alt.Y,
     else:
         marks = alt.Chart(sim).mark_point(size=70, filled=True, opacity=0.9).encode(
             x=x, y=y, shape=shape)
+    bars = rings = None
+    flags: list[dict] = []
+    if field is not None and "ci" in sim.columns:
+        low = pl.col(field) - pl.col("ci")
+        if y.to_dict().get("scale", {}).get("type") == "log":  # a bar cannot reach 0
+            low = pl.max_horizontal(low, pl.col(field) * 1e-3)
+        iv = sim.with_columns(low.alias("ci_low"), (pl.col(field) + pl.col("ci")).alias(
+            "ci_high")).filter(pl.col("ci").is_not_null() & pl.col("ci").is_not_nan())
+        ybar = alt.Y("ci_low:Q", title=y.to_dict().get("title", alt.Undefined),
+                     scale=y.to_dict().get("scale", alt.Undefined))
+        bars = alt.Chart(iv).mark_errorbar(ticks=True, thickness=1.6).encode(
+            x=x, y=ybar, y2="ci_high:Q")
+        if "closed" in sim.columns:
+            out = iv.filter(outside_interval(iv, field, "ci", "closed"))
+            flags = out.drop("source", "ci_low", "ci_high").to_dicts()
+            if out.height:
+                ring = alt.Stroke("flag:N", title=None, legend=legend, scale=alt.Scale(
+                    domain=[FLAG_LABEL], range=[FLAG_COLOR]))
+                rings = alt.Chart(out.with_columns(pl.lit(FLAG_LABEL).alias("flag"))).mark_point(
+                    size=420, filled=False, strokeWidth=2.5).encode(x=x, y=y, stroke=ring)
     if color is None:
         line = line.encode(color=alt.value(CLOSED_FORM_COLOR))
         marks = marks.encode(color=alt.value(SIMULATION_COLOR))
+        bars = bars.encode(color=alt.value(SIMULATION_COLOR)) if bars is not None else None
     else:
         line = line.encode(color=color)
         marks = marks.encode(color=color)
-    return alt.layer(line, marks).resolve_scale(strokeDash="independent", shape="independent")
+        bars = bars.encode(color=color) if bars is not None else None
+    layers = [line] + [b for b in (bars,) if b is not None] + [marks] + (
+        [rings] if rings is not None else [])
+    return alt.layer(*layers).resolve_scale(strokeDash="independent", shape="independent",
+                                            stroke="independent"), flags
+
+
+def _ci_col(frame: pl.DataFrame, name: str) -> list:
+    """``name_ci`` as ``ci`` when the frame has it (nothing otherwise)."""
+    return [pl.col(f"{name}_ci").alias("ci")] if f"{name}_ci" in frame.columns else []
 
 
 def fanout_figure(fanout: pl.DataFrame, per_call_success: float) -> alt.HConcatChart:
     """Notebook 01: success and p99 of an all-of-n request, closed form beside simulation.
 
     ``fanout`` has one row per width: ``width``, ``closed_form``, ``simulated``,
-    ``p99_ms``, ``p99_closed_form_ms``.
+    ``p99_ms``, ``p99_closed_form_ms``; with replications also ``simulated_ci``,
+    ``p99_ms_ci`` (95 % half-widths) and ``replications``: error bars, and a red
+    ring on a point whose interval misses its closed form (:func:`flagged` lists them,
+    with ``panel``).
     """
     widths = sorted(fanout["width"].to_list())
     x = alt.X("width:Q", title="calls per request, n (log scale)",
               scale=alt.Scale(type="log", domain=[widths[0], widths[-1]], nice=False),
               axis=alt.Axis(values=widths, format="d"))
-    success = _source_layers(
+    success, f1 = _source_layers(
         fanout.select("width", pl.col("closed_form").alias("success")),
-        fanout.select("width", pl.col("simulated").alias("success")),
+        fanout.select("width", pl.col("simulated").alias("success"),
+                      pl.col("closed_form").alias("closed"), *_ci_col(fanout, "simulated")),
         x, alt.Y("success:Q", title="requests that succeed (share)",
                  axis=alt.Axis(format="%"), scale=alt.Scale(zero=False)),
-        f"closed form: {per_call_success:g}ⁿ", "simulation", None,
-    ).properties(title=f"Success when all n calls must succeed ({per_call_success:.1%} each)",
-                 width=300, height=240)
-    tail = _source_layers(
+        f"closed form: {per_call_success:g}ⁿ", "simulation", None, field="success")
+    success = success.properties(title=alt.Title(
+        f"Success when all n calls must succeed ({per_call_success:.1%} each)",
+        subtitle=_interval_note(fanout, widest="simulated_ci", fmt=".2%") or alt.Undefined),
+        width=300, height=240)
+    tail, f2 = _source_layers(
         fanout.select("width", pl.col("p99_closed_form_ms").alias("p99_ms")),
-        fanout.select("width", "p99_ms"),
-        x, alt.Y("p99_ms:Q", title="p99 response time (ms)"),
+        fanout.select("width", "p99_ms", pl.col("p99_closed_form_ms").alias("closed"),
+                      *_ci_col(fanout, "p99_ms")),
+        x, alt.Y("p99_ms:Q", title="p99 response time (ms)", scale=alt.Scale(zero=False)),
         "closed form: p99 of the slowest of n exponentials", "simulation", None,
-    ).properties(title="Tail at scale: p99 of the slowest call (10 ms mean)",
-                 width=300, height=240)
+        field="p99_ms")
+    tail = tail.properties(title=alt.Title(
+        "Tail at scale: p99 of the slowest call (10 ms mean)",
+        subtitle=_interval_note(fanout, widest="p99_ms_ci", fmt=".2g", unit=" ms")
+        or alt.Undefined),
+        width=300, height=240)
+    flags = ([{"panel": "success", **r} for r in f1] + [{"panel": "p99", **r} for r in f2])
     return alt.hconcat(success, tail, spacing=40).resolve_scale(
-        strokeDash="independent", shape="independent").resolve_legend(
-        strokeDash="independent", shape="independent")
+        strokeDash="independent", shape="independent", stroke="independent").resolve_legend(
+        strokeDash="independent", shape="independent", stroke="independent").properties(
+        usermeta={FLAGS_KEY: flags})
 
 
 QUANTILE_LABELS = {"p50": "p50", "p99": "p99", "p999": "p99.9"}
@@ -671,24 +843,32 @@ def queueing_tails(tails: pl.DataFrame, servers: int) -> alt.LayerChart:
     """Notebook 02: M/M/c response-time quantiles against utilisation, Erlang C vs simulation.
 
     ``tails`` is long: ``utilisation``, ``quantile`` (p50/p99/p999), ``simulated_ms``,
-    ``erlang_c_ms``.
+    ``erlang_c_ms``; with replications ``simulated_ms_ci`` and ``replications`` too:
+    error bars, and a red ring where Erlang C lies outside the interval
+    (:func:`flagged` lists those rows).
     """
     t = tails.with_columns(pl.col("quantile").replace_strict(QUANTILE_LABELS))
     both = pl.concat([t["simulated_ms"], t["erlang_c_ms"]])
+    if "simulated_ms_ci" in t.columns:
+        both = pl.concat([both, (t["simulated_ms"] + t["simulated_ms_ci"].fill_nan(0)
+                                 ).fill_null(t["simulated_ms"])])
     lo, hi = both.min(), both.max()
     order = list(QUANTILE_LABELS.values())
     color = alt.Color("quantile:N", title="quantile", sort=order,
                       scale=alt.Scale(domain=order, range=["#1b6ca8", "#edae49", "#d1495b"]))
-    return _source_layers(
+    layers, flags = _source_layers(
         t.select("utilisation", "quantile", pl.col("erlang_c_ms").alias("ms")),
-        t.select("utilisation", "quantile", pl.col("simulated_ms").alias("ms")),
+        t.select("utilisation", "quantile", pl.col("simulated_ms").alias("ms"),
+                 pl.col("erlang_c_ms").alias("closed"), *_ci_col(t, "simulated_ms")),
         alt.X("utilisation:Q", title="utilisation ρ (share of capacity busy)",
               axis=alt.Axis(format="%"), scale=alt.Scale(zero=False)),
         alt.Y("ms:Q", title="response time (ms, log scale)", scale=alt.Scale(
             type="log", nice=False, domain=[0.8 * lo, 1.25 * hi])),
-        "closed form (Erlang C)", "simulation", color,
-    ).properties(title=f"M/M/{servers}, 1 ms mean service: response-time quantiles",
-                 width=420, height=280)
+        "closed form (Erlang C)", "simulation", color, field="ms")
+    note = _interval_note(tails, widest="simulated_ms_ci", fmt=".2g", unit=" ms")
+    return layers.properties(title=alt.Title(
+        f"M/M/{servers}, 1 ms mean service: response-time quantiles",
+        subtitle=note or alt.Undefined), width=420, height=280, usermeta={FLAGS_KEY: flags})
 
 
 HEDGE_LABELS = {"off": "no hedging", "never": "hedge, loser never cancelled",
@@ -706,6 +886,11 @@ def hedging_collapse(hedging: pl.DataFrame, subtitle: str | None = None) -> alt.
     order = [k for k in HEDGE_LABELS if k in set(hedging["hedging"])]
     labels = [HEDGE_LABELS[k] for k in order]
     h = hedging.with_columns(pl.col("hedging").replace_strict(HEDGE_LABELS).alias("policy"))
+    text = pl.col("p99_ms").map_elements(lambda v: f"{v:,.0f}", return_dtype=pl.String)
+    if "p99_ms_ci" in h.columns:  # the value written on the point carries its interval
+        text = pl.concat_str([text, pl.lit(" ± "), pl.col("p99_ms_ci").map_elements(
+            lambda v: f"{v:,.0f}", return_dtype=pl.String)], ignore_nulls=True)
+    h = h.with_columns(text.alias("label"))
     base = alt.Chart(h).encode(
         x=alt.X("load:Q", title="offered load (share of capacity)",
                 axis=alt.Axis(format="%", values=sorted(set(h["load"]))),
@@ -714,11 +899,24 @@ def hedging_collapse(hedging: pl.DataFrame, subtitle: str | None = None) -> alt.
         color=alt.Color("policy:N", title="hedging", sort=labels,
                         scale=alt.Scale(domain=labels, range=["#333333", "#d1495b",
                                                                "#edae49", "#66a182"][:len(labels)]),
-                        legend=alt.Legend(direction="vertical", labelLimit=0)),
+                        # below the plot: labels right of the points (26,134 ± 264) need the room
+                        legend=alt.Legend(direction="vertical", labelLimit=0, orient="bottom")),
         tooltip=["policy:N", alt.Tooltip("load:Q", format=".0%"),
                  alt.Tooltip("p99_ms:Q", format=",.0f")])
     lines = base.mark_line(point=alt.OverlayMarkDef(size=60, filled=True))
-    label = alt.Text("p99_ms:Q", format=",.0f")
+    layers = [lines]
+    if "p99_ms_ci" in h.columns:  # replications: each point's 95 % interval
+        iv = h.with_columns(pl.max_horizontal(pl.col("p99_ms") - pl.col("p99_ms_ci"),
+                                              pl.col("p99_ms") * 1e-3).alias("ci_low"),
+                            (pl.col("p99_ms") + pl.col("p99_ms_ci")).alias("ci_high"))
+        layers.append(base.properties(data=iv).mark_errorbar(ticks=True, thickness=1.6)
+                      .encode(y=alt.Y("ci_low:Q", scale=alt.Scale(type="log"),
+                                      title="p99 response time (ms, log scale)"),
+                              y2="ci_high:Q", tooltip=alt.Undefined))
+    note = _interval_note(hedging)
+    if note:
+        subtitle = f"{subtitle}; {note}" if subtitle else note
+    label = alt.Text("label:N")
     low = float(h["load"].min())  # labels left of the lowest load, right of the others
     left = base.mark_text(align="right", dx=-8, fontSize=11).encode(text=label).transform_filter(
         alt.datum.load == low)
@@ -726,47 +924,109 @@ def hedging_collapse(hedging: pl.DataFrame, subtitle: str | None = None) -> alt.
         alt.datum.load != low)
     title = alt.TitleParams("Hedging helps at low load; near saturation only if the loser is "
                             "cancelled", subtitle=subtitle or alt.Undefined)
-    return alt.layer(lines, left, right).properties(title=title, width=420, height=280)
+    return alt.layer(*layers, left, right).properties(title=title, width=420, height=280)
+
+
+def dkw_half_width(n: int, confidence: float = 0.95) -> float:
+    """Half-width of the Dvoretzky-Kiefer-Wolfowitz band: with probability ``confidence``
+    an empirical CDF of ``n`` independent draws lies within this of the true CDF
+    everywhere at once (Massart's constant), so one band covers the whole curve."""
+    return float(np.sqrt(np.log(2.0 / (1.0 - confidence)) / (2.0 * n)))
 
 
 def step_delay_cdf(closed: pl.DataFrame, replayed: pl.DataFrame, title: str) -> alt.LayerChart:
     """Notebook 03: the delay from a step to its actuation, closed form beside replays.
 
     ``closed`` holds ``delay_s`` and ``cdf`` on a grid; ``replayed`` the sorted delays
-    of the replays and their empirical CDF.
+    of the replays and their empirical CDF. The replays' 95 % band (DKW, simultaneous
+    over the whole curve) is shaded; closed-form grid points outside it get a red ring
+    (:func:`flagged` lists them).
     """
-    return _source_layers(
+    n = replayed.height
+    eps = dkw_half_width(n)
+    # the empirical CDF at each closed-form grid point, to test the closed form against
+    xs = np.sort(replayed["delay_s"].to_numpy())
+    grid = closed["delay_s"].to_numpy()
+    ecdf = np.searchsorted(xs, grid, side="right") / max(n, 1)
+    test = closed.with_columns(pl.Series("closed", closed["cdf"]), pl.Series("ecdf", ecdf))
+    outside = test.filter((pl.col("closed") - pl.col("ecdf")).abs() > eps)
+    layers, _ = _source_layers(
         closed, replayed,
         alt.X("delay_s:Q", title="delay from the step to actuation (s)"),
         alt.Y("cdf:Q", title="share of trials acted on by then", axis=alt.Axis(format="%")),
-        "closed form (sum of uniforms)", f"controller replayed ({replayed.height} random phases)",
-        None, sim_mark="step",
-    ).properties(title=title, width=420, height=260)
+        "closed form (sum of uniforms)", f"controller replayed ({n} random phases)",
+        None, sim_mark="step")
+    band_label = f"95 % band of the replays (DKW, ±{eps:.1%})"
+    band = alt.Chart(pl.DataFrame({"delay_s": grid, "low": np.clip(ecdf - eps, 0, 1),
+                                   "high": np.clip(ecdf + eps, 0, 1),
+                                   "band": [band_label] * grid.size})).mark_area(
+        interpolate="step-after", opacity=0.25).encode(
+        x="delay_s:Q", y="low:Q", y2="high:Q",
+        fill=alt.Fill("band:N", title=None, scale=alt.Scale(domain=[band_label],
+                                                           range=[SIMULATION_COLOR]),
+                      legend=alt.Legend(labelLimit=0)))
+    parts = [band, layers]
+    if outside.height:
+        parts.append(alt.Chart(outside.with_columns(pl.lit(FLAG_LABEL).alias("flag")))
+                     .mark_point(size=300, filled=False, strokeWidth=2.5).encode(
+            x="delay_s:Q", y="cdf:Q", stroke=alt.Stroke("flag:N", title=None, scale=alt.Scale(
+                domain=[FLAG_LABEL], range=[FLAG_COLOR]), legend=alt.Legend(labelLimit=0))))
+    return alt.layer(*parts).resolve_scale(strokeDash="independent", stroke="independent"
+                                           ).properties(
+        title=title, width=420, height=260,
+        usermeta={FLAGS_KEY: outside.select("delay_s", "closed", "ecdf").to_dicts()})
 
 
-def ok_share_over_time(shares: pl.DataFrame, bin_s: float = 1.0,
-                       title: str | None = None) -> alt.Chart:
+def ok_share_over_time(shares: pl.DataFrame, bin_s: float = 1.0, title: str | None = None,
+                       subtitle: str | None = None) -> alt.Chart | alt.LayerChart:
     """Notebook 07: the share of requests answered ok per time bin, one line per source.
 
-    ``shares`` has ``source``, ``t`` (bin start, s) and ``ok_share``. Bins with no
-    request become nulls, so the line breaks there instead of bridging the gap.
+    ``shares`` has ``source``, ``t`` (bin start, s) and ``ok_share``; a source
+    replicated has ``ok_share_ci`` too (95 % half-width per bin), drawn as a band in
+    its colour. Bins with no request become nulls, so the line (and band) breaks there
+    instead of bridging the gap.
     """
+    has_ci = "ok_share_ci" in shares.columns
+    cols = ["t", "ok_share"] + (["ok_share_ci"] if has_ci else [])
     grid = pl.DataFrame({"t": np.arange(shares["t"].min(), shares["t"].max() + bin_s, bin_s)})
     full = pl.concat([grid.with_columns(pl.lit(s).alias("source")).join(
-        shares.filter(pl.col("source") == s).select("t", "ok_share"), on="t", how="left")
+        shares.filter(pl.col("source") == s).select(cols), on="t", how="left")
         for s in sorted(shares["source"].unique())])
     sources = sorted(shares["source"].unique())
     dashes = [[1, 0], [6, 3], [2, 2]][:len(sources)]
-    return alt.Chart(full, title=title or "Share of requests answered ok").mark_line(
-        strokeWidth=2, invalid="break-paths-show-domains").encode(
-        x=alt.X("t:Q", title=f"time since the start of the run (s, {bin_s:g} s bins)"),
+    legend = alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5)
+    color = alt.Color("source:N", title=None, legend=legend, scale=alt.Scale(
+        domain=sources, range=[SIMULATION_COLOR, "#d1495b", "#66a182"][:len(sources)]))
+    x = alt.X("t:Q", title=f"time since the start of the run (s, {bin_s:g} s bins)")
+    line = alt.Chart(full).mark_line(strokeWidth=2, invalid="break-paths-show-domains").encode(
+        x=x,
         y=alt.Y("ok_share:Q", title="requests answered ok (share)", axis=alt.Axis(format="%")),
-        color=alt.Color("source:N", title=None, scale=alt.Scale(
-            domain=sources, range=[SIMULATION_COLOR, "#d1495b", "#66a182"][:len(sources)])),
-        strokeDash=alt.StrokeDash("source:N", title=None,
+        color=color,
+        strokeDash=alt.StrokeDash("source:N", title=None, legend=legend,
                                   scale=alt.Scale(domain=sources, range=dashes)),
-        tooltip=["source:N", "t:Q", alt.Tooltip("ok_share:Q", format=".1%")],
-    ).properties(width=560, height=240)
+        tooltip=["source:N", "t:Q", alt.Tooltip("ok_share:Q", format=".1%")]
+        + ([alt.Tooltip("ok_share_ci:Q", format=".1%", title="± (95 %)")] if has_ci else []))
+    head = title or "Share of requests answered ok"
+    if not has_ci:
+        return line.properties(title=alt.Title(head, subtitle=subtitle or alt.Undefined),
+                               width=560, height=240)
+    layers = [line]
+    if has_ci:
+        band = full.with_columns(
+            (pl.col("ok_share") - pl.col("ok_share_ci")).clip(0, 1).alias("low"),
+            (pl.col("ok_share") + pl.col("ok_share_ci")).clip(0, 1).alias("high"))
+        palette = dict(zip(sources, [SIMULATION_COLOR, "#d1495b", "#66a182"], strict=False))
+        for src in sources:  # one layer per source, its colour as a value: no second legend
+            part = band.filter((pl.col("source") == src) & pl.col("ok_share_ci").is_not_null())
+            if part.height:
+                layers.append(alt.Chart(band.filter(pl.col("source") == src)).mark_area(
+                    opacity=0.2, invalid="break-paths-show-domains", color=palette[src]).encode(
+                    x=x, y=alt.Y("low:Q", title="requests answered ok (share)"), y2="high:Q"))
+        note = _interval_note(shares, "bands") or "bands: 95 % intervals"
+        if subtitle:
+            note = f"{subtitle}; {note}"
+    return alt.layer(*layers, title=alt.Title(head, subtitle=note)).properties(
+        width=560, height=240)
 
 
 # ---- Prometheus rules ------------------------------------------------------------------------

@@ -24,6 +24,16 @@ point comes from its parameters alone, so local and distributed runs of the
 same sweep give the same results. Local runs use one process per core;
 ``scheduler=ADDRESS`` runs the same tasks on a Dask cluster (both through
 :mod:`relakit.runner`, which replications share).
+
+``replications: N`` (N > 1, function sweeps) runs every point N times, each run a
+task of its own in ``point=<id>/rep=<i>/`` (its own manifest, resumed one by one;
+raising N keeps the runs done). The seeds are ``replication_seeds(seed, N)`` with
+the sweep's ``seed``, the same at every point: common random numbers, so two
+points differ by their parameters and not by their luck, and a paired interval
+against a ``baseline:`` point is narrow. ``results.parquet`` then holds each
+number's mean, ``<name>_ci`` (95 % Student t half-width) and ``replications``;
+``replications.parquet`` the runs; with a baseline, ``<name>_significant`` and
+``baseline.parquet`` (paired differences, :func:`relakit.stats.paired_difference`).
 """
 
 from __future__ import annotations
@@ -64,6 +74,27 @@ class SweepSpec:
     base: dict = field(default_factory=dict)  # fixed overrides or parameters
     record_requests: bool = False
     source: str = "<sweep>"
+    replications: int = 1  # runs per point; > 1: common seeds across points (CRN)
+    baseline: dict = field(default_factory=dict)  # grid values every point is compared with
+
+    def seeds(self, point: dict) -> list[int]:
+        """The seeds of a point's runs. One run: the point's own seed (``seed`` in the
+        point, else :func:`point_seed`), as before replications existed. ``N`` > 1:
+        ``replication_seeds(base, N)`` with ``base`` the point's ``seed`` if it sets
+        one, else the sweep's ``seed`` - the *same* seeds at every point (common random
+        numbers), so a difference between two points is the parameters', not the
+        seeds', and paired intervals against the baseline are narrow."""
+        from relakit.replications import replication_seeds
+
+        if self.replications <= 1:
+            return [int(point["seed"]) if "seed" in point else point_seed(point)]
+        base = int(point["seed"]) if "seed" in point else int(self.seed)
+        return replication_seeds(base, self.replications)
+
+    def baseline_of(self, point: dict) -> dict | None:
+        """The point a point is compared with: itself with the baseline's grid values
+        (None without a baseline)."""
+        return {**point, **self.baseline} if self.baseline else None
 
     def points(self) -> list[dict]:
         """Every point: the grid's product, then the random samples (seeded)."""
@@ -160,7 +191,7 @@ def load_sweep(source) -> SweepSpec:
     data, name, base_dir = load_yaml(source, "sweep")
     r = Reader(data, name)
     r.only({"name", "scenario", "notebook", "grid", "samples", "seed", "base",
-            "record_requests"})
+            "record_requests", "replications", "baseline"})
     if ("scenario" in r.data) == ("notebook" in r.data):
         r.fail("give exactly one of 'scenario' (a function sweep) or 'notebook'")
     kind = "function" if "scenario" in r.data else "notebook"
@@ -188,25 +219,76 @@ def load_sweep(source) -> SweepSpec:
     base = r.data.get("base") or {}
     if not isinstance(base, dict):
         r.fail("expected a mapping of fixed overrides", "base")
+    reps = r.number("replications", 1, lo=1, hi=MAX_REPLICATIONS, integer=True)
+    for where, keys in (("grid", grid), ("base", base)):
+        if "replications" in keys and kind == "function":
+            r.fail("a point's runs are counted by the sweep's own `replications:` key, "
+                   "not by a scenario override", f"{where}.replications")
+    if reps > 1 and kind == "notebook":
+        r.fail("replications apply to function sweeps; a notebook takes its own "
+               "`replications` parameter (set it in base)", "replications")
+    baseline = _baseline(r, grid, n, reps)
     return SweepSpec(r.data.get("name", Path(name).stem), kind, str(target), grid, n,
                      {k: tuple(v) for k, v in ranges.items()},
                      r.number("seed", 0, lo=0, hi=2**64 - 1, integer=True), base,
-                     bool(r.data.get("record_requests", False)), source=name)
+                     bool(r.data.get("record_requests", False)), source=name,
+                     replications=reps, baseline=baseline)
+
+
+MAX_REPLICATIONS = 10_000
+
+
+def _baseline(r: Reader, grid: dict, samples: int, reps: int) -> dict:
+    """``baseline:`` as {grid key: value}: each value must be one of its key's grid
+    values. A full point (every grid key) is one reference cell; a subset compares each
+    point with the point that differs only in those keys (e.g. each row of a heatmap
+    with its own first column)."""
+    if "baseline" not in r.data:
+        return {}
+    b = r.data["baseline"]
+    if not isinstance(b, dict) or not b:
+        r.fail("expected a mapping of grid keys to one of their grid values", "baseline")
+    if reps < 2:
+        r.fail("a difference from the baseline needs an interval: set replications: 2 "
+               "or more", "baseline")
+    if samples:
+        r.fail("random samples have no baseline point on the grid; drop samples or "
+               "baseline", "baseline")
+    for k, v in b.items():
+        if k not in grid:
+            r.fail(f"{k!r} is not a grid key; grid keys: {', '.join(grid) or 'none'}",
+                   f"baseline.{k}")
+        if isinstance(v, bool | dict | list) or v not in grid[k]:
+            r.fail(f"{v!r} is not on the grid; {k} takes {grid[k]}", f"baseline.{k}")
+    # the grid's own value (250, not 250.0), so the baseline point has the grid point's id
+    return {k: grid[k][grid[k].index(v)] for k, v in b.items()}
 
 
 # ---- one point ---------------------------------------------------------------------------------
-def run_point(spec: SweepSpec, point: dict, out_dir: str, inputs: str | None = None) -> dict:
-    """Run one point and write its files; returns its manifest. Never raises.
+def run_point(spec: SweepSpec, point: dict, out_dir: str, inputs: str | None = None,
+              replication: int | None = None) -> dict:
+    """Run one point (or, with ``replication`` i, its i-th replication) and write its
+    files; returns its manifest. Never raises.
 
-    ``inputs`` is the point's digest (:func:`point_inputs`), computed by the caller
-    before the run: if a file changes meanwhile, the next resume reruns the point."""
+    A replication is a task of its own, in ``point=<id>/rep=<i>/``, with its own
+    manifest: a sweep killed halfway through a point resumes at the replications
+    it had not finished. ``inputs`` is the digest the caller computed before the
+    run (:func:`point_inputs`, or :func:`replication_inputs`): if a file changes
+    meanwhile, the next resume reruns the point."""
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
     pid = point_id(point)
-    inputs = inputs or point_inputs(spec, point)
     folder = Path(out_dir) / f"point={pid}"
+    seed = spec.seeds(point)[replication or 0]
+    if replication is None:
+        inputs = inputs or point_inputs(spec, point)
+    else:
+        folder = folder / f"rep={replication}"
+        inputs = inputs or replication_inputs(point_inputs(spec, point), seed)
     _clear(folder)  # a rerun: nothing of the old inputs' results may survive
-    manifest = {"point_id": pid, "point": point, "seed": point_seed(point),
+    manifest = {"point_id": pid, "point": point, "seed": seed,
                 "inputs": inputs, "kind": spec.kind, "status": "ok", "error": None}
+    if replication is not None:
+        manifest["replication"] = replication
     t0 = time.perf_counter()
     try:
         if spec.kind == "function":
@@ -222,6 +304,13 @@ def run_point(spec: SweepSpec, point: dict, out_dir: str, inputs: str | None = N
     return manifest
 
 
+def replication_inputs(inputs: str, seed: int) -> str:
+    """A replication's digest: its point's inputs and its own seed (not the count of
+    replications: raising ``replications`` from 5 to 10 keeps the first five, whose
+    seeds do not change, and runs five more)."""
+    return hashlib.sha256(f"{inputs}:{int(seed)}".encode()).hexdigest()[:16]
+
+
 def _function_point(spec, point, folder, manifest):
     import warnings
 
@@ -231,10 +320,12 @@ def _function_point(spec, point, folder, manifest):
 
     overrides = {k: v for k, v in point.items() if k != "seed"}
     sc = load_scenario(spec.target, overrides=overrides)
-    seed = int(point["seed"]) if "seed" in point else point_seed(point)
+    seed = manifest["seed"]
     with warnings.catch_warnings():  # the sweep reported them once, before it started
         warnings.simplefilter("ignore", RelakitWarning)
-        result = simulate(sc, seed=seed, record_requests=spec.record_requests)
+        # one run: the sweep's own `replications` decides how many (a task each)
+        result = simulate(sc, seed=seed, record_requests=spec.record_requests,
+                          replications=1)
     row = result.summary.filter(pl.col("tier") == "all").row(0, named=True)
     flat = {f"param.{k}": v for k, v in point.items()}
     by_tier = {f"{r['tier']}.success_ratio": r["success_ratio"]
@@ -244,7 +335,8 @@ def _function_point(spec, point, folder, manifest):
     extra["mode_changes"] = len(ctl.get("mode_changes", []))
     chain = result.info.get("chain", {})
     extra["isolations"] = int(chain.get("actions", {}).get("aegis.isolate", 0))
-    table = pl.DataFrame([{"point_id": manifest["point_id"], "seed": seed, **flat, **row,
+    rep = {"replication": manifest["replication"]} if "replication" in manifest else {}
+    table = pl.DataFrame([{"point_id": manifest["point_id"], **rep, "seed": seed, **flat, **row,
                            **by_tier, **extra,
                            "goodput_rps": result.info["goodput_rps"]}])
     write_parquet(table, folder / "result.parquet")
@@ -304,39 +396,62 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     hashes: dict = {}
     digest = {point_id(p): point_inputs(spec, p, lambda f: _cached_hash(hashes, f))
               for p in points}
-    todo, changed = [], 0
+    # one task per run: (point, replication index or None, the run's digest)
+    runs, reps = [], spec.replications > 1
     for p in points:
-        state = _manifest_inputs(out / f"point={point_id(p)}" / "manifest.json")
-        if state != digest[point_id(p)]:
-            todo.append(p)
-            changed += state is not None
+        pid = point_id(p)
+        if reps:
+            runs += [(p, i, replication_inputs(digest[pid], s))
+                     for i, s in enumerate(spec.seeds(p))]
+        else:
+            runs.append((p, None, digest[pid]))
+    todo, changed = [], set()
+    for p, i, d in runs:
+        folder = out / f"point={point_id(p)}" / ("" if i is None else f"rep={i}")
+        state = _manifest_inputs(folder / "manifest.json")
+        if state != d:
+            todo.append((p, i, d))
+            if state is not None:
+                changed.add(point_id(p))
     if changed:
-        say(f"{changed} point(s) ran with other inputs (an edited file, another relakit "
-            "version); running them again")
+        say(f"{len(changed)} point(s) ran with other inputs (an edited file, another "
+            "relakit version); running them again")
     stale = sorted(f.name for f in out.glob("point=*")
                    if f.is_dir() and f.name.removeprefix("point=") not in digest)
     if stale:
         say(f"ignoring {len(stale)} point folder(s) not in this spec (kept on disk, not "
             "in results.parquet)")
-    write_json({"name": spec.name, "kind": spec.kind, "target": spec.target,
-                "points": len(points), "inputs": digest, "ignored_folders": stale},
-               out / "sweep.json")
+    record = {"name": spec.name, "kind": spec.kind, "target": spec.target,
+              "points": len(points), "inputs": digest, "ignored_folders": stale,
+              "replications": spec.replications}
+    if reps:
+        record["runs"] = {pid: [] for pid in digest}
+        for p, _i, d in runs:
+            record["runs"][point_id(p)].append(d)
+        record["seeds"] = {point_id(p): spec.seeds(p) for p in points}
+    if spec.baseline:
+        record["baseline"] = spec.baseline
+        record["baseline_of"] = {point_id(p): point_id(spec.baseline_of(p)) for p in points}
+    write_json(record, out / "sweep.json")
     line = None
+    unit = "runs" if reps else "points"
     if progress is None:  # a line on stderr when it is a terminal (relakit.progress)
-        line = Progress("sweep", len(points), "points", start=len(points) - len(todo))
+        line = Progress("sweep", len(runs), unit, start=len(runs) - len(todo))
         progress = _line_reporter(line)
     report = progress
-    done, failed, t0 = len(points) - len(todo), 0, time.perf_counter()
-    report(done, failed, len(points), t0)
+    done, failed, t0 = len(runs) - len(todo), 0, time.perf_counter()
+    report(done, failed, len(runs), t0)
     with Ticker(line) if line is not None else contextlib.nullcontext():
         def finished(_i, m):
             nonlocal done, failed
             done, failed = done + 1, failed + (m["status"] != "ok")
-            report(done, failed, len(points), t0)
+            report(done, failed, len(runs), t0)
 
-        run_tasks([(run_point, (spec, p, str(out), digest[point_id(p)])) for p in todo],
+        # every replication of every point is its own task: they run in parallel
+        run_tasks([(run_point, (spec, p, str(out), d, i)) for p, i, d in todo],
                   workers=workers, scheduler=scheduler, on_done=finished,
-                  keys=[f"point-{point_id(p)}-{digest[point_id(p)]}" for p in todo])
+                  keys=[f"point-{point_id(p)}-{d}" if i is None else
+                        f"point-{point_id(p)}-rep-{i}-{d}" for p, i, d in todo])
     return combine(out)
 
 
@@ -370,53 +485,163 @@ def remove_leftovers(out_dir) -> int:
     return n
 
 
-def _members(out: Path) -> dict | None:
-    """{point_id: inputs digest} of the spec last run into the folder (sweep.json), or
-    None for a folder written before sweeps recorded their inputs."""
+def _record(out: Path) -> dict | None:
+    """sweep.json of the spec last run into the folder, or None for a folder written
+    before sweeps recorded their inputs."""
     try:
-        return json.loads((out / "sweep.json").read_text()).get("inputs")
+        return json.loads((out / "sweep.json").read_text())
     except (OSError, ValueError):
         return None
 
 
-def _current(out: Path) -> list[tuple[Path, dict]]:
-    """(folder, manifest) of the current spec's finished points with current inputs."""
-    members = _members(out)
+def _read_manifest(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _current(out: Path) -> list[tuple[str, list[tuple[Path, dict]]]]:
+    """(point id, [(folder, manifest) of each of its runs]) of the current spec's
+    points whose every run finished with its current inputs (one run per point, or
+    its replications in order)."""
+    rec = _record(out)
+    members = rec.get("inputs") if rec else None
+    per_run = (rec or {}).get("runs")  # replicated: each replication's digest
     found = []
+    if per_run is not None:
+        for pid, digests in sorted(per_run.items()):
+            runs = []
+            for i, d in enumerate(digests):
+                folder = out / f"point={pid}" / f"rep={i}"
+                m = _read_manifest(folder / "manifest.json")
+                if m is None or m.get("inputs") != d:
+                    break
+                runs.append((folder, m))
+            else:
+                found.append((pid, runs))
+        return found
     for f in sorted(out.glob("point=*/manifest.json")):
         pid = f.parent.name.removeprefix("point=")
         if members is not None and pid not in members:
             continue
-        try:
-            m = json.loads(f.read_text())
-        except (OSError, ValueError):
+        m = _read_manifest(f)
+        if m is None or (members is not None and m.get("inputs") != members[pid]):
             continue
-        if members is not None and m.get("inputs") != members[pid]:
-            continue
-        found.append((f.parent, m))
+        found.append((pid, [(f.parent, m)]))
     return found
 
 
 def combine(out_dir) -> pl.DataFrame:
-    """The current spec's results as one table (lazy scan of the per-point parquet
-    files of points done with their current inputs), also written as
-    ``results.parquet``: exactly the spec's points, even in a folder holding others."""
+    """The current spec's results as one table, also written as ``results.parquet``:
+    exactly the spec's points, even in a folder holding others (only points done
+    with their current inputs).
+
+    With replications, a point counts once all its replications are done and ok:
+    ``replications.parquet`` holds one row per point and replication (``replication``,
+    ``seed``), and ``results.parquet`` one row per point with every number's mean
+    under its own name, its 95 % half-width as ``<name>_ci`` and ``replications``
+    (:func:`relakit.replications.summarise_replications`; the per-tier numbers are
+    the ``<tier>.<name>`` columns). With a baseline, ``baseline_id`` names the point
+    each was paired with and ``<name>_significant`` says whether the paired
+    difference's interval excludes 0 (null for the baseline itself, or where a
+    number is missing); ``baseline.parquet`` holds the differences themselves."""
     out = Path(out_dir)
-    files = [folder / "result.parquet" for folder, m in _current(out)
-             if m.get("status") == "ok" and (folder / "result.parquet").is_file()]
+    rec = _record(out) or {}
+    runs = [(pid, done) for pid, done in _current(out)
+            if all(m.get("status") == "ok" and (f / "result.parquet").is_file()
+                   for f, m in done)]
+    files = [str(f / "result.parquet") for _, done in runs for f, _m in done]
     if not files:
         table = pl.DataFrame(schema={"point_id": pl.String})
+        if "runs" in rec:
+            write_parquet(pl.DataFrame(schema={"point_id": pl.String,
+                                               "replication": pl.Int64}),
+                          out / "replications.parquet")
     else:
-        table = pl.scan_parquet([str(f) for f in files], hive_partitioning=False).collect()
-        table = table.sort("point_id")
+        table = pl.scan_parquet(files, hive_partitioning=False).collect()
+        if "runs" in rec:
+            table = table.sort("point_id", "replication")
+            write_parquet(table, out / "replications.parquet")
+            table = _fold_replications(table, rec.get("baseline_of"), out)
+        else:
+            table = table.sort("point_id")
     write_parquet(table, out / "results.parquet")
     return table
 
 
+def _fold_replications(runs: pl.DataFrame, baseline_of: dict | None, out: Path):
+    """One row per point from its replications' rows (see :func:`combine`)."""
+    from relakit.replications import summarise_replications
+
+    params = [c for c in runs.columns if c.startswith("param.")]
+    keys = runs.group_by("point_id", maintain_order=True).agg(
+        [pl.col(c).first() for c in params])
+    numbers = runs.drop(params)
+    folded = summarise_replications(numbers, by="point_id")
+    table = keys.join(folded, on="point_id", how="left").sort("point_id")
+    if not baseline_of:
+        return table
+    diffs = _baseline_differences(numbers, baseline_of)
+    write_parquet(diffs, out / "baseline.parquet")
+    flags = (diffs.pivot(on="metric", index="point_id", values="significant")
+             if diffs.height else pl.DataFrame(schema={"point_id": pl.String}))
+    flags = flags.rename({c: f"{c}_significant" for c in flags.columns if c != "point_id"})
+    ids = pl.DataFrame({"point_id": list(baseline_of), "baseline_id": list(baseline_of.values())})
+    return table.join(ids, on="point_id", how="left").join(flags, on="point_id", how="left")
+
+
+def _baseline_differences(runs: pl.DataFrame, baseline_of: dict) -> pl.DataFrame:
+    """Per point (other than its baseline) and number: the paired difference point -
+    baseline over replications that share their seeds (common random numbers), its
+    95 % half-width, the variance ratio of pairing, and ``significant`` (the interval
+    excludes 0). A number either side lacks (nan) gives a null verdict."""
+    from relakit.stats import paired_difference
+
+    skip = {"point_id", "replication", "seed"}
+    metrics = [c for c, t in runs.schema.items() if c not in skip and t.is_numeric()]
+    by_point = {pid: g.sort("replication") for (pid,), g in runs.group_by("point_id")}
+    rows = []
+    for pid, bid in sorted(baseline_of.items()):
+        if pid == bid or pid not in by_point or bid not in by_point:
+            continue
+        a, b = by_point[pid], by_point[bid]
+        if a["seed"].to_list() != b["seed"].to_list():
+            continue  # not paired (a point with its own seed): no paired verdict
+        for c in metrics:
+            xa, xb = a[c].cast(pl.Float64).to_numpy(), b[c].cast(pl.Float64).to_numpy()
+            row = {"point_id": pid, "baseline_id": bid, "metric": c,
+                   "value": float(np.mean(xa)), "baseline": float(np.mean(xb)),
+                   "difference": None, "difference_ci": None, "variance_ratio": None,
+                   "significant": None}
+            if np.all(np.isfinite(xa)) and np.all(np.isfinite(xb)):
+                d = paired_difference(xa, xb)
+                row.update(difference=d.interval.mean, difference_ci=d.interval.half_width,
+                           variance_ratio=d.variance_ratio,
+                           significant=not d.interval.contains(0.0))
+            rows.append(row)
+    schema = {"point_id": pl.String, "baseline_id": pl.String, "metric": pl.String,
+              "value": pl.Float64, "baseline": pl.Float64, "difference": pl.Float64,
+              "difference_ci": pl.Float64, "variance_ratio": pl.Float64,
+              "significant": pl.Boolean}
+    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(
+        schema=schema)
+
+
 def manifests(out_dir) -> pl.DataFrame:
-    """One row per point of the current spec that has finished (ok or failed)."""
-    rows = [{"point_id": m["point_id"], "status": m["status"], "error": m["error"],
-             "wall_s": m.get("wall_s")} for _, m in _current(Path(out_dir))]
+    """One row per point of the current spec that has finished (ok or failed); a
+    replicated point has finished when all its replications have, and failed when
+    any did (the first failure's error; ``replications`` counts them, ``wall_s``
+    adds up their times)."""
+    rows = []
+    for pid, done in _current(Path(out_dir)):
+        bad = [m for _, m in done if m["status"] != "ok"]
+        walls = [m.get("wall_s") for _, m in done]
+        rows.append({"point_id": pid, "status": "failed" if bad else "ok",
+                     "error": bad[0]["error"] if bad else None,
+                     "wall_s": sum(w for w in walls if w is not None)
+                     if any(w is not None for w in walls) else None,
+                     "replications": len(done)})
     return pl.DataFrame(rows)
 
 
@@ -429,4 +654,4 @@ def _line_reporter(line: Progress):
 
 
 __all__ = ["SweepSpec", "combine", "load_sweep", "manifests", "point_id", "point_inputs",
-           "point_seed", "remove_leftovers", "run_point", "run_sweep"]
+           "point_seed", "remove_leftovers", "replication_inputs", "run_point", "run_sweep"]

@@ -144,11 +144,147 @@ def test_step_delay_cdf_draws_replays_as_steps():
     chart = plots.step_delay_cdf(pl.DataFrame({"delay_s": xs, "cdf": xs / 10}),
                                  pl.DataFrame({"delay_s": [2.0, 5.0], "cdf": [0.5, 1.0]}),
                                  title="delay")
-    views = _layers(chart.to_dict())
+    views = [v for v in _layers(chart.to_dict()) if _mark(v) == "line"]
     interps = sorted(v["mark"].get("interpolate", "linear") for v in views)
     assert interps == ["linear", "step-after"]
     labels = [v["encoding"]["strokeDash"]["scale"]["domain"][0] for v in views]
     assert labels == ["closed form (sum of uniforms)", "controller replayed (2 random phases)"]
+
+
+# ---- uncertainty on every picture ------------------------------------------------------------
+def _fanout(simulated_ci=0.001):
+    ws = [1, 10, 20]
+    return pl.DataFrame({"width": ws, "closed_form": [0.99**w for w in ws],
+                         "simulated": [0.9901, 0.9055, 0.8100], "simulated_ci": [simulated_ci] * 3,
+                         "p99_ms": [46.1, 69.4, 76.0], "p99_ms_ci": [0.5, 0.8, 0.9],
+                         "p99_closed_form_ms": [46.05, 69.03, 75.95], "replications": [5] * 3})
+
+
+def test_outside_interval_flags_only_a_closed_form_the_interval_misses():
+    f = pl.DataFrame({"v": [1.0, 1.0, 1.0, 1.0], "ci": [0.1, 0.1, float("nan"), None],
+                      "c": [1.05, 1.2, 5.0, 5.0]})
+    assert plots.outside_interval(f, "v", "ci", "c").to_list() == [False, True, False, False]
+
+
+def test_fanout_draws_error_bars_and_rings_the_point_whose_interval_misses():
+    chart = plots.fanout_figure(_fanout(), 0.99)
+    spec = chart.to_dict()
+    for panel in spec["hconcat"]:
+        marks = [_mark(v) for v in _layers(panel)]
+        assert "errorbar" in marks and "line" in marks and "point" in marks
+        assert panel["title"]["subtitle"].startswith(
+            "bars: 95 % intervals over 5 replications (Student t); widest ±")
+    flags = plots.flagged(chart)
+    # 0.9055 ± 0.001 misses 0.99^10 = 0.90438; 0.81 ± 0.001 misses 0.99^20 = 0.81791
+    assert [(f["panel"], f["width"]) for f in flags] == [("success", 10), ("success", 20)]
+    rings = [v for v in _layers(spec["hconcat"][0]) if "stroke" in v["encoding"]]
+    assert len(rings) == 1
+    assert rings[0]["encoding"]["stroke"]["scale"] == {"domain": [plots.FLAG_LABEL],
+                                                       "range": [plots.FLAG_COLOR]}
+    assert {r["width"] for r in _data(chart, rings[0])} == {10, 20}
+    assert not [v for v in _layers(spec["hconcat"][1]) if "stroke" in v["encoding"]]
+    # wide enough intervals: nothing flagged, no ring, no legend entry
+    wide = plots.fanout_figure(_fanout(simulated_ci=0.02), 0.99)
+    assert plots.flagged(wide) == []
+    assert not [v for v in _layers(wide.to_dict()) if "stroke" in v["encoding"]]
+
+
+def test_queueing_tails_error_bars_span_the_interval_and_flag_erlang_c_outside():
+    tails = pl.DataFrame({"utilisation": [0.5, 0.95], "quantile": ["p99", "p999"],
+                          "simulated_ms": [4.6, 14.5], "simulated_ms_ci": [0.05, 1.0],
+                          "erlang_c_ms": [4.62, 18.1], "replications": [5, 5]})
+    chart = plots.queueing_tails(tails, servers=8)
+    bars = next(v for v in _layers(chart.to_dict()) if _mark(v) == "errorbar")
+    spans = {r["utilisation"]: (r["ci_low"], r["ci_high"]) for r in _data(chart, bars)}
+    assert spans[0.5] == pytest.approx((4.55, 4.65)) and spans[0.95] == pytest.approx((13.5, 15.5))
+    assert [(f["utilisation"], f["quantile"]) for f in plots.flagged(chart)] == [(0.95, "p99.9")]
+
+
+def test_a_single_run_has_no_bars_and_no_flags():
+    tails = pl.DataFrame({"utilisation": [0.5], "quantile": ["p99"], "simulated_ms": [4.0],
+                          "erlang_c_ms": [4.62]})
+    chart = plots.queueing_tails(tails, servers=8)
+    assert "errorbar" not in [_mark(v) for v in _layers(chart.to_dict())]
+    assert plots.flagged(chart) == []
+
+
+def test_hedging_bars_and_labels_carry_the_interval():
+    hedging = pl.DataFrame({"load": [0.3, 0.9], "hedging": ["off", "off"],
+                            "p99_ms": [100.0, 294.0], "p99_ms_ci": [3.0, 40.0],
+                            "replications": [5, 5]})
+    chart = plots.hedging_collapse(hedging)
+    views = _layers(chart.to_dict())
+    assert any(_mark(v) == "errorbar" for v in views)
+    text = next(v for v in views if _mark(v) == "text")
+    assert {r["label"] for r in _data(chart, text)} == {"100 ± 3", "294 ± 40"}
+
+
+def test_step_delay_band_is_the_dkw_band_and_flags_a_shifted_closed_form():
+    rng = np.random.default_rng(3)
+    delays = np.sort(rng.uniform(0, 10, 400))
+    replayed = pl.DataFrame({"delay_s": delays, "cdf": np.arange(1, 401) / 400})
+    xs = np.linspace(0, 10, 41)
+    good = plots.step_delay_cdf(pl.DataFrame({"delay_s": xs, "cdf": xs / 10}), replayed, "d")
+    assert plots.flagged(good) == []  # the true CDF inside the band
+    assert plots.dkw_half_width(400) == pytest.approx(np.sqrt(np.log(40) / 800))
+    shifted = pl.DataFrame({"delay_s": xs, "cdf": np.clip(xs / 10 + 0.15, 0, 1)})
+    bad = plots.step_delay_cdf(shifted, replayed, "d")
+    assert len(plots.flagged(bad)) > 10
+    assert any("stroke" in v["encoding"] for v in _layers(bad.to_dict()))
+
+
+def test_ok_share_band_only_for_a_replicated_source_and_it_breaks_at_gaps():
+    shares = pl.DataFrame({"source": ["sim"] * 3 + ["live"] * 2, "t": [0.0, 1.0, 3.0, 0.0, 1.0],
+                           "ok_share": [1.0, 0.9, 0.5, 1.0, 0.8],
+                           "ok_share_ci": [0.0, 0.05, 0.1, None, None],
+                           "replications": [5] * 5})
+    spec = plots.ok_share_over_time(shares).to_dict()
+    areas = [v for v in _layers(spec) if _mark(v) == "area"]
+    assert len(areas) == 1 and areas[0]["mark"]["invalid"] == "break-paths-show-domains"
+    rows = spec["datasets"][areas[0]["data"]["name"]]
+    high = {r["t"]: r["high"] for r in rows}
+    assert high[2.0] is None  # the gap reaches the band: it breaks there
+    assert high[0.0] == 1.0 and high[1.0] == pytest.approx(0.95) and high[3.0] == 0.6
+    assert spec["title"]["subtitle"] == "bands: 95 % intervals over 5 replications (Student t)"
+
+
+def _replicated_sweep() -> pl.DataFrame:
+    rows = []
+    for d in (10, 20, 40):
+        for load in (0.3, 0.9):
+            rows.append({"point_id": f"{d}-{load}", "baseline_id": f"40-{load}", "delay": d,
+                         "load": load, "p99_ms": d * load, "p99_ms_ci": 1.5,
+                         "p99_ms_significant": None if d == 40 else d == 10,
+                         "replications": 5})
+    return pl.DataFrame(rows)
+
+
+def test_heatmap_marks_cells_not_significantly_different_from_the_baseline():
+    chart = plots.heatmap(_replicated_sweep(), "delay", "load", "p99_ms", "p99")
+    spec = chart.to_dict()
+    views = _layers(spec)
+    marked = next(v for v in views if "stroke" in v["encoding"])
+    kinds = {(r["delay"], r["load"]): r["mark"] for r in _data(chart, marked)}
+    assert kinds == {(20, 0.3): plots.NOT_SIGNIFICANT, (20, 0.9): plots.NOT_SIGNIFICANT,
+                     (40, 0.3): plots.BASELINE, (40, 0.9): plots.BASELINE}
+    assert marked["encoding"]["stroke"]["scale"]["domain"] == [plots.BASELINE,
+                                                               plots.NOT_SIGNIFICANT]
+    tag = next(v for v in views if v["encoding"].get("text", {}).get("value") == "n.s.")
+    assert tag["transform"][0]["filter"]  # only on the n.s. cells
+    text = next(v for v in views if v["encoding"].get("text", {}).get("field") == "label")
+    labels = {(r["delay"], r["load"]): r["label"] for r in _data(chart, text)}
+    assert labels[(10, 0.9)] == "9\n±2" and labels[(40, 0.3)] == "12\n±2"  # the value's decimals
+    assert "95 % intervals over 5 replications" in spec["title"]["subtitle"]
+
+
+def test_heatmap_does_not_mark_cells_that_average_several_points():
+    t = _replicated_sweep().with_columns(pl.lit(1).alias("other"))
+    t = pl.concat([t, t.with_columns(pl.lit(2).alias("other"))])
+    spec = plots.heatmap(t, "delay", "load", "p99_ms").to_dict()
+    assert "significance not shown" in spec["title"]["subtitle"]
+    assert not [v for v in _layers(spec) if "stroke" in v["encoding"]]
+    with pytest.raises(ValueError, match="no column"):
+        plots.heatmap(_sweep(), "overloaded", "window_s", "first_s", significant="nope")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -90,7 +90,8 @@ def test_a_notebook_sweep_keeps_each_executed_notebook(tmp_path):
     spec_path = tmp_path / "nb.yaml"
     spec_path.write_text(yaml.safe_dump({"name": "nb", "notebook": str(nb),
                                          "grid": {"per_call_success": [0.99, 0.999]},
-                                         "base": {"requests": 20000}}))
+                                         "base": {"requests": 20000,
+                                                  "replications": 2}}))
     run_sweep(load_sweep(spec_path), tmp_path / "out", workers=1, progress=_quiet)
     m = manifests(tmp_path / "out")
     assert (m["status"] == "ok").all() and m.height == 2
@@ -101,6 +102,7 @@ def test_a_notebook_sweep_keeps_each_executed_notebook(tmp_path):
         p = manifest["point"]["per_call_success"]
         row = result.filter(pl.col("width") == 20)
         assert row["closed_form"][0] == pytest.approx(p**20)
+        assert row["replications"][0] == 2  # a notebook's own parameter, passed through base
 
 
 def test_shipped_sweep_and_notebook_parameter_files_are_valid():
@@ -238,3 +240,121 @@ def test_leftover_temporary_files_are_removed_on_resume(tmp_path):
     assert not list(out.rglob("*.tmp"))
     assert any("removed 3 leftover temporary file(s)" in line for line in lines)
     assert again.equals(first)
+
+
+# ---- replications: every point N runs on common seeds, folded into means and intervals ------
+def _rep_spec(tmp_path, grid, replications=3, **extra):
+    return _spec(tmp_path, grid, replications=replications, **extra)
+
+
+def test_replicated_points_share_their_seeds_and_fold_into_intervals(tmp_path):
+    from relakit.replications import replication_seeds
+    from relakit.stats import t_interval
+
+    spec = _rep_spec(tmp_path, {"fleet.servers": [2, 3]}, replications=3, seed=7)
+    out = tmp_path / "out"
+    table = run_sweep(spec, out, workers=1, progress=_quiet)
+    runs = pl.read_parquet(out / "replications.parquet")
+    assert runs.height == 6 and table.height == 2
+    seeds = replication_seeds(7, 3)
+    for pid in table["point_id"]:
+        mine = runs.filter(pl.col("point_id") == pid).sort("replication")
+        assert mine["seed"].to_list() == seeds  # the same seeds at every point (CRN)
+        assert mine["replication"].to_list() == [0, 1, 2]
+        assert mine["mean_ms"].n_unique() == 3  # three different draws
+        iv = t_interval(mine["mean_ms"].to_numpy())
+        row = table.filter(pl.col("point_id") == pid).row(0, named=True)
+        assert row["mean_ms"] == pytest.approx(iv.mean)
+        assert row["mean_ms_ci"] == pytest.approx(iv.half_width) and row["mean_ms_ci"] > 0
+        assert row["replications"] == 3 and "gold.success_ratio_ci" in row
+        assert row["param.fleet.servers"] in (2, 3)
+    # replication i of a point is exactly the single run with its seed
+    one = runs.filter((pl.col("param.fleet.servers") == 2) & (pl.col("replication") == 1))
+    import relakit
+    from relakit.scenario import load_scenario
+    alone = relakit.simulate(load_scenario(spec.target, overrides={"fleet.servers": 2}),
+                             seed=seeds[1], record_requests=False)
+    assert alone.summary.filter(pl.col("tier") == "all")["mean_ms"][0] == one["mean_ms"][0]
+    m = manifests(out)
+    assert m.height == 2 and (m["replications"] == 3).all() and (m["status"] == "ok").all()
+
+
+def test_a_replicated_sweep_resumes_replication_by_replication(tmp_path):
+    spec = _rep_spec(tmp_path, {"fleet.servers": [2, 3]}, replications=2)
+    out = tmp_path / "out"
+    first = run_sweep(spec, out, workers=1, progress=_quiet)
+    manifests_ = sorted(out.glob("point=*/rep=*/manifest.json"))
+    assert len(manifests_) == 4
+    stamps = {p: p.stat().st_mtime_ns for p in manifests_}
+    victim = manifests_[1]
+    for f in victim.parent.iterdir():  # one replication lost, as if killed during it
+        f.unlink()
+    half = run_sweep(spec, out, workers=1, progress=lambda *a: None)
+    assert half.drop("wall_s", strict=False).equals(first.drop("wall_s", strict=False))
+    for p, stamp in stamps.items():
+        if p != victim:
+            assert p.stat().st_mtime_ns == stamp  # only the lost replication ran again
+    # more replications: the first two keep their seeds and are not rerun
+    more = _rep_spec(tmp_path, {"fleet.servers": [2, 3]}, replications=3)
+    table = run_sweep(more, out, workers=1, progress=_quiet)
+    assert (table["replications"] == 3).all()
+    for p, stamp in stamps.items():
+        if p != victim:
+            assert p.stat().st_mtime_ns == stamp
+    assert len(list(out.glob("point=*/rep=*/manifest.json"))) == 6
+
+
+def test_replications_run_in_parallel_processes_with_the_same_results(tmp_path):
+    spec = _rep_spec(tmp_path, {"fleet.servers": [2, 3]}, replications=2)
+    one = run_sweep(spec, tmp_path / "one", workers=1, progress=_quiet)
+    two = run_sweep(spec, tmp_path / "two", workers=2, progress=_quiet)
+    assert one.drop("wall_s", strict=False).equals(two.drop("wall_s", strict=False))
+
+
+def test_baseline_marks_differences_that_are_not_significant(tmp_path):
+    # one server against two at 60 rps of 10 ms (60 % busy against 30 %): a clear
+    # difference in mean response. The metrics interval changes what is sampled, not
+    # what happens: on the same seeds (common across points) the difference is exactly
+    # zero, and not significant.
+    _rep_spec(tmp_path, {"fleet.servers": [1, 2], "metrics.interval_s": [1, 2]},
+               replications=4, baseline={"fleet.servers": 2, "metrics.interval_s": 1})
+    sc = make_scenario(rate=60, duration=40, nodes=1, servers=1)
+    (tmp_path / "sc.yaml").write_text(yaml.safe_dump(sc))
+    out = tmp_path / "out"
+    table = run_sweep(load_sweep(tmp_path / "sweep.yaml"), out, workers=1, progress=_quiet)
+    ids = {(r["param.fleet.servers"], r["param.metrics.interval_s"]): r["point_id"]
+           for r in table.iter_rows(named=True)}
+    assert set(table["baseline_id"]) == {ids[(2, 1)]}
+
+    def sig(key, metric="mean_ms"):
+        return table.filter(pl.col("point_id") == ids[key])[f"{metric}_significant"][0]
+
+    assert sig((2, 1)) is None  # the baseline itself
+    assert sig((1, 1)) is True and sig((1, 2)) is True
+    assert sig((2, 2)) is False and sig((2, 2), "p99_ms") is False
+    diffs = pl.read_parquet(out / "baseline.parquet")
+    same = diffs.filter(pl.col("point_id") == ids[(2, 2)])
+    assert (same["difference"].drop_nulls() == 0).all() and not same["significant"].any()
+    row = diffs.filter((pl.col("point_id") == ids[(1, 1)]) & (pl.col("metric") == "mean_ms"))
+    assert row["difference"][0] > row["difference_ci"][0] > 0  # slower on one server
+
+
+@pytest.mark.parametrize("extra, key, says", [
+    ({"replications": 0}, "replications", "must be >= 1"),
+    ({"replications": 2.5}, "replications", "whole number"),
+    ({"replications": 3, "baseline": {"fleet.servers": 5}}, "baseline.fleet.servers",
+     "not on the grid"),
+    ({"replications": 3, "baseline": {"fleet.nodes": 1}}, "baseline.fleet.nodes",
+     "not a grid key"),
+    ({"baseline": {"fleet.servers": 2}}, "baseline", "replications: 2 or more"),
+    ({"replications": 3, "baseline": [2]}, "baseline", "expected a mapping"),
+    ({"base": {"replications": 2}}, "base.replications", "the sweep's own `replications:` key"),
+])
+def test_bad_replications_and_baselines_are_refused_naming_the_key(tmp_path, extra, key, says):
+    from relakit.validate import ScenarioError
+
+    with pytest.raises(ScenarioError) as err:
+        _spec(tmp_path, {"fleet.servers": [2, 3]}, **extra)
+    text = str(err.value)
+    assert "\n" not in text and "sweep.yaml" in text and f"key '{key}'" in text, text
+    assert says in text, text
