@@ -14,6 +14,12 @@ from pathlib import Path
 
 import yaml
 
+from relakit.control.faults import (
+    Agents,
+    ControlPlaneFaults,
+    DataPlaneStale,
+    read_control_plane,
+)
 from relakit.sim.spec import (  # noqa: F401 - the data plane's names, as scenarios know them
     ARRIVAL_PARAMS,
     BREAKER_STATES,
@@ -58,6 +64,9 @@ class Scenario:
     policy: object = None  # relakit.control.Policy: closes the loop on the flags
     clocks: object = None  # relakit.control.Clocks
     chain: object = None  # relakit.chain.Chain: closes the loop on the nodes
+    control_plane: ControlPlaneFaults = ControlPlaneFaults()  # the control plane's faults
+    data_plane: DataPlaneStale = DataPlaneStale()  # what instances do when polls fail
+    agents: Agents = Agents()  # replicas electing a leader through a lease
     source: str = "<dict>"
 
     @property
@@ -99,8 +108,11 @@ def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
 def _build(r: Reader, base_dir: Path) -> Scenario:
     """The data plane's spec (:mod:`relakit.sim.spec`) composed with policy, chain, clocks."""
     r.only({"name", "duration_s", "seed", "warmup_s", "workload", "fleet", "faults", "metrics",
-            "controls", "mitigations", "policy", "clocks", "chain"})
-    return Scenario(**read_data_plane(r, base_dir, control=lambda: _control(r, base_dir)))
+            "controls", "mitigations", "policy", "clocks", "chain", "control_plane",
+            "data_plane", "agents"})
+    kw = read_data_plane(r, base_dir, control=lambda: _control(r, base_dir))
+    kw.update(read_control_plane(r, kw["duration_s"], kw["clocks"], kw["fleet"].nodes))
+    return Scenario(**kw)
 
 
 def _control(r: Reader, base_dir: Path):

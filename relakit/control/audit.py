@@ -135,7 +135,9 @@ def format_audit(decisions: pl.DataFrame, holds: bool = False) -> str:
     for r in decisions.iter_rows(named=True):
         if r["action"] == "hold" and not holds:
             continue
-        lines.append(f"{r['decided_at_s']:9.1f} s → {r['effective_at_s']:9.1f} s  "
-                     f"[{r['stage']}] {r['action']:<12} {r['reason']}  "
-                     f"(signal age {r['signal_age_s']:.1f} s)")
+        eff, age = r["effective_at_s"], r["signal_age_s"]  # null: never takes effect
+        lines.append(f"{r['decided_at_s']:9.1f} s → "
+                     + (f"{eff:9.1f} s  " if eff is not None and eff == eff else " " * 13)
+                     + f"[{r['stage']}] {r['action']:<12} {r['reason']}"
+                     + (f"  (signal age {age:.1f} s)" if age is not None else ""))
     return "\n".join(lines) if lines else "(no decisions)"
