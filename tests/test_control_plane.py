@@ -283,3 +283,30 @@ def test_the_audit_names_every_fault_driven_decision(outage):
     line = outage["keep"].timeline
     assert line.filter(pl.col("time_s").is_between(60, 178)).height == 0
     assert math.isclose(sum(outage["keep"].info["control"]["time_in_mode_s"].values()), 240.0)
+
+
+# ---- high availability, the shipped scenario ------------------------------------------
+def test_the_follower_takes_over_from_a_frozen_leader_and_its_late_write_is_refused():
+    sc = load_scenario(HANDOVER)
+    res = simulate(sc, record_requests=False)
+    info = res.info["control_plane"]
+    lease_s, eval_s = sc.agents.lease_s, sc.clocks.eval_s
+    freeze = sc.control_plane.agent[0]
+    assert [a[1:] for a in info["acquisitions"]] == [[0, 1], [1, 2]]
+    d = res.decisions.filter(pl.col("stage") == "control_plane")
+    took_over = info["acquisitions"][1][0]
+    assert freeze.start_s < took_over <= freeze.start_s + lease_s + eval_s
+    # the deposed leader's write, sent when it resumes, is refused and nothing of it
+    # is accepted afterwards
+    refused = d.filter(pl.col("action") == "write_refused")
+    assert refused["decided_at_s"].to_list() == [freeze.end_s]
+    assert "epoch 1 is stale" in refused["reason"][0]
+    assert info["writes"]["refused"] == 1 and info["writes"]["accepted_stale"] == 0
+    plane_writes = res.decisions.filter(pl.col("action") == "write")  # held writes accepted
+    assert plane_writes.height == 0
+    # the new leader runs the loop: it enters survival during the overload (120-180 s)
+    entered = res.decisions.filter((pl.col("stage") == "policy") & (pl.col("mode") == "survival")
+                                   & (pl.col("action") != "hold"))
+    assert entered.height >= 1 and 120 < entered["decided_at_s"][0] < 150
+    # one leader evaluates at a time: no evaluation instant appears twice
+    assert res.timeline["time_s"].is_duplicated().sum() == 0

@@ -231,7 +231,7 @@ class ControlPlane:
     def _write(self, a: AgentReplica, t: float, decisions: list, resent: bool = False) -> list:
         name = f"agent {a.index}"
         status = self.server.write(a.index, a.epoch, t)
-        what = "its held write" if resent else "write"
+        what = "held write" if resent else "write"
         if status == "accepted":
             eff = float(self.clocks.effective_at(t))
             out = []
@@ -333,6 +333,15 @@ class ControlPlane:
         writes = self.server.writes
         count = {s: sum(1 for w in writes if w[3] == s)
                  for s in ("accepted", "refused", "unreachable")}
+        acq = self.server.acquisitions
+
+        def term(t):  # the lease's epoch at t (the newest acquisition at or before it)
+            past = [e for ta, _, e in acq if ta <= t + EPS]
+            return past[-1] if past else None
+
+        # accepted writes whose epoch was not the lease's at the time: must stay 0
+        count["accepted_stale"] = sum(1 for t, _, e, st in writes
+                                      if st == "accepted" and acq and e != term(t))
         return {"writes": count, "leaders": [list(x) for x in self.leaders],
                 "acquisitions": [list(x) for x in self.server.acquisitions],
                 "audit_actions": dict(pl.DataFrame({"a": [r["action"] for r in self.rows]})
