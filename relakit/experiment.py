@@ -232,3 +232,17 @@ def control_summary(decisions: pl.DataFrame, timeline: pl.DataFrame, controller,
                         "actuation_delay_s": r["effective_at_s"] - r["decided_at_s"]})
     return {"time_in_mode_s": time_in_mode(timeline, controller.policy, 0.0, duration_s),
             "mode_changes": changes}
+
+
+def window_outcomes(result: SimulationResult, start_s: float, end_s: float) -> dict:
+    """Requests arriving in [start_s, end_s): each tier's share answered ok, and the
+    share dropped (shed or throttled) over all tiers — the numbers a control-plane
+    outage is judged by. Needs per-request records."""
+    if result.requests is None:
+        raise ValueError("window_outcomes needs per-request records (record_requests=True)")
+    w = result.requests.filter(pl.col("arrival_s").is_between(start_s, end_s, closed="left"))
+    out = {f"{tier}_ok": float((w.filter(pl.col("tier") == tier)["outcome"] == "ok").mean())
+           for tier in ("gold", "silver", "bronze")}
+    out["dropped_share"] = float((w["outcome"] == "dropped").mean())
+    out["requests"] = w.height
+    return out

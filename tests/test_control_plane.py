@@ -310,3 +310,37 @@ def test_the_follower_takes_over_from_a_frozen_leader_and_its_late_write_is_refu
     assert entered.height >= 1 and 120 < entered["decided_at_s"][0] < 150
     # one leader evaluates at a time: no evaluation instant appears twice
     assert res.timeline["time_s"].is_duplicated().sum() == 0
+
+
+# ---- the notebook's figures ---------------------------------------------------------
+def test_the_fail_static_vs_safe_figure_draws_what_the_runs_applied(outage):
+    from relakit import plots
+
+    runs = {"fail-static": outage["keep"], "fail-safe": outage["defaults"]}
+    steps = plots.flag_steps_frame(runs)
+    safe = steps.filter((pl.col("variant") == "fail-safe") & (pl.col("flag") == "shed_bronze"))
+    assert safe["time_s"].max() == 240.0  # the last step is drawn to the run's end
+    assert safe.filter(pl.col("time_s") == 68.0)["on"].to_list() == [1]
+    ok = plots.tier_success_frame(runs, "gold", 5.0)
+    assert ok.filter(pl.col("variant") == "fail-static").height == 48  # 240 s in 5 s bins
+    spec = plots.fail_static_vs_safe(runs, (60, 180)).to_dict()
+    titles = [p["layer"][1]["encoding"]["y"]["title"] for p in spec["vconcat"]]
+    assert titles == ["bronze shed (1 = yes)", "hedging on (1 = yes)",
+                      "gold answered ok (share)"]
+    x = spec["vconcat"][2]["layer"]
+    assert x[0]["encoding"]["x"]["title"] == x[1]["encoding"]["x"]["title"]
+    assert all(p["layer"][0]["mark"]["color"] == plots.OUTAGE_COLOR for p in spec["vconcat"])
+
+
+def test_the_handover_timeline_shows_the_terms_the_freeze_and_the_refused_write():
+    from relakit import plots
+
+    res = simulate(load_scenario(HANDOVER), record_requests=False)
+    spans = plots.lease_spans(res)
+    lead = spans.filter(pl.col("state") == "leader").sort("start_s")
+    assert lead["agent"].to_list() == ["agent 0", "agent 1"]
+    assert lead["end_s"][0] == lead["start_s"][1] == 110.0
+    frozen = spans.filter(pl.col("state") == "down").row(0, named=True)
+    assert (frozen["agent"], frozen["start_s"], frozen["end_s"]) == ("agent 0", 100.0, 160.0)
+    spec = plots.handover_timeline(res).to_dict()
+    assert spec["vconcat"][0]["layer"][1]["encoding"]["shape"]["title"] is None
