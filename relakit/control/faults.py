@@ -115,11 +115,13 @@ def read_control_plane(r: Reader, duration_s: float, clocks, nodes: int) -> dict
                "policy or a chain too", given[0])
     faults = _faults(r.sub("control_plane"), duration_s, nodes)
     agents = _agents(r.sub("agents"), clocks)
+    listed = isinstance(r.data.get("control_plane", {}).get("agent"), list)
     for i, a in enumerate(faults.agent):
         if a.replica >= agents.replicas:
             r.sub("control_plane").fail(
                 f"replica {a.replica} does not exist: agents.replicas is {agents.replicas} "
-                f"(replicas are 0..{agents.replicas - 1})", f"agent[{i}].replica")
+                f"(replicas are 0..{agents.replicas - 1})",
+                f"agent[{i}].replica" if listed else "agent.replica")
     return {"control_plane": faults, "data_plane": _data_plane(r.sub("data_plane"), clocks),
             "agents": agents}
 
