@@ -130,10 +130,11 @@ def _matches(md: P.Mode, conds, row, sig_index) -> bool:
 
 
 def format_audit(decisions: pl.DataFrame, holds: bool = False) -> str:
-    """The audit as text, one line per decision (holds left out unless asked for)."""
+    """The audit as text, one line per decision (holds, and the evaluations a down agent
+    skipped, left out unless asked for: its ``down`` and ``restart`` rows say when)."""
     lines = []
     for r in decisions.iter_rows(named=True):
-        if r["action"] == "hold" and not holds:
+        if r["action"] in ("hold", "skip") and not holds:
             continue
         eff, age = r["effective_at_s"], r["signal_age_s"]  # null: never takes effect
         lines.append(f"{r['decided_at_s']:9.1f} s → "

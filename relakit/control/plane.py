@@ -183,8 +183,8 @@ class ControlPlane:
             else:
                 self._row(t, "restart", name, f"{name} resumed warm after {a.skipped} "
                           "skipped evaluation(s): hysteresis state kept"
-                          + (f"; it first sends its last state with epoch {a.epoch}"
-                             if a.last is not None else ""))
+                          + ("" if a.last is None else "; it first sends its last state"
+                             + (f" with epoch {a.epoch}" if leased else " again")))
                 if a.last is not None:
                     out.extend(self._write(a, t, a.last, resent=True))
         if leased:
@@ -241,7 +241,8 @@ class ControlPlane:
                 self.pending.append((eff, dec))
                 out.append(dec)
             if resent:
-                self._row(t, "write", name, f"{name}'s held write accepted (epoch {a.epoch})",
+                self._row(t, "write", name, f"{name}'s held write accepted"
+                          + (f" (epoch {a.epoch})" if a.epoch is not None else ""),
                           effective=eff)
             return out
         if status == "refused":
@@ -308,9 +309,10 @@ class ControlPlane:
         return ("keep", None, None)
 
     # ---- audit -------------------------------------------------------------------------
-    def _row(self, t, action, target, reason, signal=None, effective=math.nan):
+    def _row(self, t, action, target, reason, signal=None, effective=None):
         self.rows.append({**{k: None for k in DECISION_COLUMNS}, "decided_at_s": float(t),
-                          "effective_at_s": float(effective), "stage": "control_plane",
+                          "effective_at_s": None if effective is None else float(effective),
+                          "stage": "control_plane",
                           "action": action, "target": target, "signal": signal,
                           "reason": reason})
 
