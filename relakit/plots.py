@@ -820,7 +820,7 @@ def alert_timeline(alerts: pl.DataFrame, domain, timeline: pl.DataFrame | None =
 # colours, none a series, mode, tier or outcome colour
 OUTAGE_COLOR = "#e0e0e0"
 LEASE_COLORS = {"leader": "#2c7fb8", "down": "#fdae6b"}
-VARIANT_COLORS = ("#263c5a", "#17becf")  # the CATEGORY range's first two: two runs compared
+VARIANT_COLORS = ("#263c5a", "#17becf", "#bcbd22")  # CATEGORY's first three: runs compared
 
 
 def flag_steps_frame(runs: dict, flags=("shed_bronze", "hedge_enabled")) -> pl.DataFrame:
@@ -871,7 +871,7 @@ def fail_static_vs_safe(runs: dict, window, bin_s: float = 5.0, tier: str = "gol
                       scale=alt.Scale(domain=variants, range=list(VARIANT_COLORS[:len(
                           variants)])))
     dash = alt.StrokeDash("variant:N", title="data plane on stale config",
-                          scale=alt.Scale(domain=variants, range=[[1, 0], [6, 3]][:len(
+                          scale=alt.Scale(domain=variants, range=[[1, 0], [6, 3], [2, 2]][:len(
                               variants)]))
     steps = flag_steps_frame(runs)
     names = {"shed_bronze": "bronze shed", "hedge_enabled": "hedging on"}

@@ -228,13 +228,17 @@ def test_a_partial_gap_removes_only_its_targets():
 
 
 # ---- fail-static vs fail-safe, the shipped scenario ----------------------------------
+SURVIVAL_DEFAULTS = {"shed_tiers": ["bronze"], "hedge_enabled": False, "degraded_mode": True}
+VARIANTS = {"keep": {"data_plane": {"on_stale": "keep"}},
+            "defaults": {"data_plane": {"on_stale": "defaults", "stale_after_s": 10}},
+            "safe defaults": {"data_plane": {"on_stale": "defaults", "stale_after_s": 10},
+                              "controls": SURVIVAL_DEFAULTS}}
+
+
 @pytest.fixture(scope="module")
 def outage():
-    out = {}
-    for variant in ("keep", "defaults"):
-        dp = {"on_stale": variant, **({"stale_after_s": 10} if variant == "defaults" else {})}
-        out[variant] = simulate(load_scenario(OUTAGE, overrides={"data_plane": dp}))
-    return out
+    return {name: simulate(load_scenario(OUTAGE, overrides=ov)) for name, ov in
+            VARIANTS.items()}
 
 
 def _overload(res):
@@ -243,29 +247,33 @@ def _overload(res):
     return float((gold["outcome"] == "ok").mean()), float((w["outcome"] == "dropped").mean())
 
 
-def test_fail_static_keeps_performance_flags_into_the_overload(outage):
+# Tolerances: the runs are deterministic for a seed, but the kernel's random streams may
+# change; measured over seeds 7, 1 and 2, gold's success spread by 0.009 (keep) and 0.007
+# (defaults): +-0.03 is three times that. Shedding drops bronze, 60 % of arrivals: the
+# binomial sd over ~228 k requests is 0.001, so +-0.01 is ten of them.
+def test_fail_static_keeps_hedging_into_the_overload(outage):
     gold, shed = _overload(outage["keep"])
-    # measured 0.703 at seed 7; 0.689-0.700 over seeds 1-5: +-0.03 covers the spread
-    # three times (the kernel's random streams may change, the mechanism must not)
-    assert gold == pytest.approx(0.70, abs=0.03)
+    assert gold == pytest.approx(0.553, abs=0.03)  # measured 0.549-0.558
     assert shed == 0.0
     applied = outage["keep"].info["control_plane"]["flags_applied"]
-    during = [a for a in applied if 60 <= a["time_s"] < 180]
-    assert not during  # nothing changed while the config server was unreachable
+    assert not [a for a in applied if 60 <= a["time_s"] < 180]  # nothing changed
     before = [a for a in applied if a["time_s"] < 60][-1]
     assert before["hedge_enabled"] and not before["shed_bronze"]
 
 
-def test_fail_safe_returns_to_the_safe_defaults_and_protects_gold(outage):
-    gold, shed = _overload(outage["defaults"])
-    assert gold >= 0.999  # measured 0.9999-1.0 over seeds 1-5 and 7
-    # everything shed is bronze, 60 % of arrivals: binomial sd over ~168 k requests is
-    # 0.0012, so +-0.01 is eight of them
-    assert shed == pytest.approx(0.60, abs=0.01)
-    applied = outage["defaults"].info["control_plane"]["flags_applied"]
-    at = [a for a in applied if a["source"] == "defaults"]
-    assert at[0]["time_s"] == 68.0  # the last good poll at 58 s, plus stale_after_s
-    assert at[0]["shed_bronze"] and not at[0]["hedge_enabled"]
+def test_fail_safe_is_as_safe_as_its_defaults(outage):
+    gold, shed = _overload(outage["defaults"])  # all flags off: hedging stops
+    assert gold == pytest.approx(0.840, abs=0.03)  # measured 0.837-0.844
+    assert shed == 0.0
+    gold_safe, shed_safe = _overload(outage["safe defaults"])  # RelA's survival flags
+    assert gold_safe >= 0.999  # measured 1.0 at the three seeds
+    assert shed_safe == pytest.approx(0.60, abs=0.01)  # measured 0.5993-0.5996
+    for name in ("defaults", "safe defaults"):
+        applied = outage[name].info["control_plane"]["flags_applied"]
+        at = [a for a in applied if a["source"] == "defaults"]
+        assert at[0]["time_s"] == 68.0  # the last good poll at 58 s, plus stale_after_s
+        assert not at[0]["hedge_enabled"]
+        assert at[0]["shed_bronze"] == (name == "safe defaults")
 
 
 def test_the_audit_names_every_fault_driven_decision(outage):
@@ -274,7 +282,7 @@ def test_the_audit_names_every_fault_driven_decision(outage):
         acts = d["action"].to_list()
         assert acts.count("skip") == 60  # evaluations at 60, 62, ..., 178 s
         assert "down" in acts and "restart" in acts and "poll_failed" in acts
-        assert ("defaults" in acts) == (variant == "defaults")
+        assert ("defaults" in acts) == (variant != "keep")
         restart = d.filter(pl.col("action") == "restart")["reason"][0]
         assert "restarted cold" in restart
         poll_ok = d.filter(pl.col("action") == "poll_ok").row(0, named=True)
@@ -316,7 +324,7 @@ def test_the_follower_takes_over_from_a_frozen_leader_and_its_late_write_is_refu
 def test_the_fail_static_vs_safe_figure_draws_what_the_runs_applied(outage):
     from relakit import plots
 
-    runs = {"fail-static": outage["keep"], "fail-safe": outage["defaults"]}
+    runs = {"fail-static": outage["keep"], "fail-safe": outage["safe defaults"]}
     steps = plots.flag_steps_frame(runs)
     safe = steps.filter((pl.col("variant") == "fail-safe") & (pl.col("flag") == "shed_bronze"))
     assert safe["time_s"].max() == 240.0  # the last step is drawn to the run's end
