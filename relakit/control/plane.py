@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import polars as pl
 
 from relakit.control.audit import DECISION_COLUMNS, empty_decisions
@@ -137,8 +138,6 @@ class ControlPlane:
         """Instants the agents act at besides evaluations: lease renewals (every
         ``renew_s``) and the ends of agent outages (a process resumes when it resumes,
         not at its next evaluation)."""
-        import numpy as np
-
         ends = [d.end_s for d in self.faults.agent if start_s <= d.end_s <= end_s]
         if not self.agents_spec.leased:
             return np.unique(np.asarray(ends, dtype=float))
