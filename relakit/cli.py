@@ -451,13 +451,24 @@ def _lab(args) -> int:
             chain = load_chain(args.chain)
         if policy is not None:
             enforce(check_lab(policy, load_clocks({}, **clocks)))
+        if args.lease_s <= args.renew_s:
+            raise ScenarioError(f"lab up: --lease-s {args.lease_s:g} must be longer than "
+                                f"--renew-s {args.renew_s:g} (a leader renews its lease "
+                                "before it expires)")
         work.mkdir(parents=True, exist_ok=True)
-        with Lab(LabSpec(instances=args.instances, clocks=clocks), workdir=str(work)) as lab:
+        spec = LabSpec(instances=args.instances, clocks=clocks, lease_s=args.lease_s,
+                       renew_s=args.renew_s)
+        with Lab(spec, workdir=str(work)) as lab:
             lab.save_state()
-            agent = Agent(lab, policy, chain=chain)
-            agent.start()
+            agents = [Agent(lab, policy, chain=chain, name=f"agent {i}", ha=args.agents > 1)
+                      for i in range(args.agents)]
+            for agent in agents:
+                agent.start()
+            ha = (f"; {args.agents} agents, lease {args.lease_s:g} s"
+                  if args.agents > 1 else "")
             print(f"lab up: config {lab.config_url}, prometheus {lab.prom_url}, instances "
-                  f"{', '.join(lab.instance_urls)}; Ctrl-C or `relakit lab down --dir {work}`")
+                  f"{', '.join(lab.instance_urls)}{ha}; Ctrl-C or "
+                  f"`relakit lab down --dir {work}`")
             stop = []
             signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
             try:
@@ -465,10 +476,14 @@ def _lab(args) -> int:
                     time.sleep(0.5)
             except KeyboardInterrupt:
                 pass
-            agent.stop()
+            for agent in agents:
+                agent.stop()
+            import polars as pl
+
             from relakit.io import write_parquet
 
-            write_parquet(agent.decisions(), work / "decisions.parquet")
+            write_parquet(pl.concat([a.decisions() for a in agents]).sort(
+                "decided_at_s", maintain_order=True), work / "decisions.parquet")
         print(f"lab down; audit in {work / 'decisions.parquet'}")
         return 0
     if not (work / "state.json").is_file():
@@ -734,6 +749,13 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--chain", default=None,
                     help="up: a containment chain YAML the agent runs too (it isolates "
                          "and readmits instances through the config server)")
+    lb.add_argument("--agents", type=_instances, default=1,
+                    help="up: agent replicas; more than one elect a leader through a lease "
+                         "on the config server (writes fenced by its epoch)")
+    lb.add_argument("--lease-s", type=_positive, default=5.0,
+                    help="up: the leader's lease, seconds (with --agents > 1)")
+    lb.add_argument("--renew-s", type=_positive, default=1.5,
+                    help="up: how often the leader renews its lease, seconds")
     lb.add_argument("--scrape-s", type=_positive, default=1.0,
                     help="up: Prometheus scrape interval, seconds")
     lb.add_argument("--window-s", type=_positive, default=5.0,

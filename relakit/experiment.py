@@ -17,7 +17,7 @@ import polars as pl
 from relakit.chain import load_chain
 from relakit.control import TSDB, Controller, Target
 from relakit.control.controller import time_in_mode
-from relakit.control.decider import Decision, latest_in_force
+from relakit.control.plane import ControlPlane
 from relakit.control.signals import policy_reach_s
 from relakit.scenario import Scenario, load_scenario
 from relakit.sim import Fleet, SimulationResult
@@ -118,13 +118,16 @@ def run_once(sc: Scenario, seed: int | None, record_requests: bool,
             line = d.timeline()
             result.timeline = (line if result.timeline is None else
                                result.timeline.join(line, on="time_s", how="left"))
-            if isinstance(d, Controller):
+            if isinstance(d, Controller) or getattr(d, "kind", None) == "policy":
                 result.info["control"] = control_summary(d.decisions(), line, d,
                                                          sc.duration_s)
             else:
                 result.info["chain"] = chain_summary(d, fleet)
-        result.decisions = pl.concat([d.decisions() for d in deciders]).sort(
-            "decided_at_s", maintain_order=True)
+        plane = fleet.control_plane
+        result.decisions = pl.concat([d.decisions() for d in deciders] + [
+            plane.decisions()]).sort("decided_at_s", maintain_order=True)
+        result.info["control_plane"] = {**plane.summary(), "flags_applied": [
+            {"time_s": t, "source": src, **f} for t, f, src in fleet.flags_applied]}
     result.info["wall_s"] = round(time.perf_counter() - wall, 4)
     return result
 
@@ -148,37 +151,57 @@ def run_closed_loop(fleet: Fleet, sc: Scenario, progress=None) -> list:
     from ``Clocks.effective_at`` on, so at an instant that is both an evaluation
     and a poll, the evaluation comes first and a decision with no propagation
     delay takes effect at once. Repairs are work on the node, not configuration:
-    they take effect when done. Returns the deciders, with their audits.
+    they take effect when done. The agents, the config server and the polls are
+    :class:`~relakit.control.plane.ControlPlane`'s (faults, replicas, leases);
+    without those keys it is one agent whose every write is accepted, as before.
+    Returns the deciders (merged over replicas and restarts), with their audits;
+    the control plane itself is left on ``fleet.control_plane``.
     """
     clk = sc.clocks
-    deciders = deciders_of(sc)
+    lookback = clk.lookback(policy_reach_s(sc.policy))
+    plane = ControlPlane(lambda: deciders_of(sc), clk, sc.control_plane, sc.agents,
+                         sc.data_plane, lookback)
     evals = clk.eval_times(0.0, sc.duration_s)
     polls = clk.poll_times(0.0, sc.duration_s)
-    instants = np.union1d(evals, polls)
+    renews = plane.agent_times(0.0, sc.duration_s)
+    instants = np.union1d(np.union1d(evals, polls), renews)
     eval_set, poll_set = set(evals.tolist()), set(polls.tolist())
-    pending: list[tuple[float, Decision]] = []  # (effective at, decision), in decision order
-    view = FleetView(fleet, lookback_s=clk.lookback(policy_reach_s(sc.policy)))
+    agent_set = eval_set | set(renews.tolist())
+    view = FleetView(fleet, lookback_s=lookback, gaps=sc.control_plane.prometheus)
+    defaults = (fleet.flags(), _node_defaults(fleet))
+    applied = []  # (time, flags in force, what put them there), at each change
     for t in instants:
         fleet.advance(float(t))
-        if t in eval_set:
-            tsdb = view.tsdb(float(t))
-            effective = float(clk.effective_at(float(t)))
-            for d in deciders:
-                decision = d.decide(tsdb, float(t))
+        if t in agent_set:
+            for decision in plane.step(float(t), t in eval_set, view.tsdb):
                 if decision.repairs:
                     fleet.repair(list(decision.repairs))
-                pending.append((effective, decision))
         if t in poll_set:  # the data plane reads the config server's latest state
-            flags = latest_in_force(pending, float(t), "flags")
+            status, flags, nodes = plane.poll(float(t))
+            if status == "defaults":
+                flags, nodes = defaults
             if flags is not None:
                 fleet.set_flags(**flags)
-            nodes = latest_in_force(pending, float(t), "nodes")
             if nodes is not None:
                 _apply_node_controls(fleet, nodes)
+            now = fleet.flags()
+            if not applied or applied[-1][1] != now or (status == "defaults") != (
+                    applied[-1][2] == "defaults"):
+                applied.append((float(t), now, status))
         if progress is not None:
             progress.update(float(t))
     fleet.advance(sc.duration_s)
-    return deciders
+    fleet.control_plane = plane
+    fleet.flags_applied = applied
+    return plane.merged_deciders()
+
+
+def _node_defaults(fleet: Fleet) -> dict:
+    """The node controls a fleet starts with, in the shape a chain's decision has."""
+    have = fleet.node_controls()
+    return {"routable": have["routable"].tolist(), "weight": have["weight"].tolist(),
+            "intake_limit": [None if x < 0 else int(x) for x in have["intake_limit"]],
+            "breaker": fleet.flags()["breaker"]}
 
 
 def _apply_node_controls(fleet: Fleet, want: dict) -> None:
@@ -219,9 +242,10 @@ class FleetView:
     evaluation costs the same an hour into a run as at its start.
     """
 
-    def __init__(self, fleet: Fleet, lookback_s: float):
+    def __init__(self, fleet: Fleet, lookback_s: float, gaps=()):
         self.fleet = fleet
         self.lookback_s = lookback_s
+        self.gaps = tuple(gaps)  # control_plane.prometheus: scrapes lost
         node_series, fleet_series = fleet.sample_series()
         empty = np.zeros(0)
         self._targets = [Target(i, empty, empty, node_series)
@@ -231,8 +255,21 @@ class FleetView:
     def tsdb(self, t: float) -> TSDB:
         for tgt, (_, times, values) in zip(self._targets, self.fleet.samples(t - self.lookback_s),
                                            strict=True):
+            lost = self._lost(tgt.node, times)
+            if lost is not None:
+                times, values = times[~lost], values[~lost]
             tgt.times, tgt.values = times, values
         return TSDB(self._targets)
+
+    def _lost(self, node: int, times: np.ndarray):
+        """Which of a target's samples a scrape gap lost (None: none): Prometheus holds
+        nothing for a scrape that did not happen."""
+        lost = None
+        for g in self.gaps:
+            if g.hits(node) or (g.targets is None and node < 0):
+                m = (times >= g.start_s) & (times < g.end_s)
+                lost = m if lost is None else lost | m
+        return lost if lost is not None and lost.any() else None
 
 
 def control_summary(decisions: pl.DataFrame, timeline: pl.DataFrame, controller,
@@ -371,3 +408,17 @@ def fleet_series(result: SimulationResult) -> pl.DataFrame:
     out = pl.DataFrame(cols).select("time_s", "requests_rps", *[f"{o}_rps" for o in OUTCOMES],
                                     "success_ratio")
     return out.with_columns(pl.col("success_ratio").fill_nan(None))
+
+
+def window_outcomes(result: SimulationResult, start_s: float, end_s: float) -> dict:
+    """Requests arriving in [start_s, end_s): each tier's share answered ok, and the
+    share dropped (shed or throttled) over all tiers — the numbers a control-plane
+    outage is judged by. Needs per-request records."""
+    if result.requests is None:
+        raise ValueError("window_outcomes needs per-request records (record_requests=True)")
+    w = result.requests.filter(pl.col("arrival_s").is_between(start_s, end_s, closed="left"))
+    out = {f"{tier}_ok": float((w.filter(pl.col("tier") == tier)["outcome"] == "ok").mean())
+           for tier in ("gold", "silver", "bronze")}
+    out["dropped_share"] = float((w["outcome"] == "dropped").mean())
+    out["requests"] = w.height
+    return out

@@ -1107,3 +1107,139 @@ def twin_overlay(overlay: pl.DataFrame, window_s: float) -> alt.VConcatChart:
     return alt.vconcat(*panels, title=alt.Title(
         "Twin against the recording", subtitle=f"per {window_s:g} s evaluation window; band: "
         "the twin's replications, min to max")).resolve_scale(x="shared")
+
+
+# ---- the control plane's own faults and replicas (notebook 09) ---------------------------
+# the shaded window of a control-plane outage, and the lease states of agents: their own
+# colours, none a series, mode, tier or outcome colour
+OUTAGE_COLOR = "#e0e0e0"
+LEASE_COLORS = {"leader": "#2c7fb8", "down": "#fdae6b"}
+VARIANT_COLORS = ("#263c5a", "#17becf", "#bcbd22")  # CATEGORY's first three: runs compared
+
+
+def flag_steps_frame(runs: dict, flags=("shed_bronze", "hedge_enabled")) -> pl.DataFrame:
+    """The flags in force in each run's data plane (``info.control_plane.flags_applied``,
+    recorded at each change) as steps: variant, flag, time_s, on (0/1), one point at
+    each change plus one at the run's end so the last step is drawn to it."""
+    rows = []
+    for variant, res in runs.items():
+        applied = res.info["control_plane"]["flags_applied"]
+        end = float(res.info["duration_s"])
+        for flag in flags:
+            for a in applied:
+                rows.append((variant, flag, float(a["time_s"]), int(bool(a[flag]))))
+            rows.append((variant, flag, end, int(bool(applied[-1][flag]))))
+    return pl.DataFrame(rows, schema={"variant": pl.String, "flag": pl.String,
+                                      "time_s": pl.Float64, "on": pl.Int64}, orient="row")
+
+
+def tier_success_frame(runs: dict, tier: str = "gold", bin_s: float = 5.0) -> pl.DataFrame:
+    """Per run and time bin (by arrival), the share of ``tier``'s requests answered ok;
+    a bin with no request of that tier is null (the line breaks there)."""
+    parts = []
+    for variant, res in runs.items():
+        grid = pl.DataFrame({"t": _bin_starts(float(res.info["duration_s"]), bin_s)})
+        got = (res.requests.filter(pl.col("tier") == tier)
+               .with_columns(((pl.col("arrival_s") // bin_s) * bin_s).alias("t"))
+               .group_by("t").agg((pl.col("outcome") == "ok").mean().alias("ok_share")))
+        parts.append(grid.join(got, on="t", how="left").with_columns(
+            pl.lit(variant).alias("variant")))
+    return pl.concat(parts).select("variant", "t", "ok_share").sort("variant", "t")
+
+
+def _outage_layer(window, domain, label: str, title: str = "time (s)") -> alt.Chart:
+    span = pl.DataFrame({"start_s": [float(window[0])], "end_s": [float(window[1])],
+                         "what": [label]})
+    return alt.Chart(span).mark_rect(color=OUTAGE_COLOR, opacity=0.7).encode(
+        x=_time_x("start_s", domain, title), x2="end_s:Q", tooltip=["what:N"])
+
+
+def fail_static_vs_safe(runs: dict, window, bin_s: float = 5.0, tier: str = "gold",
+                        label: str = "control plane down") -> alt.VConcatChart:
+    """Notebook 09: the flags each run's data plane had in force and its ``tier``'s
+    success over time, stacked on one time axis, the outage ``window`` (start_s,
+    end_s) shaded in every panel. ``runs``: variant label -> SimulationResult."""
+    domain = (0.0, max(float(r.info["duration_s"]) for r in runs.values()))
+    variants = list(runs)
+    color = alt.Color("variant:N", title="data plane on stale config",
+                      scale=alt.Scale(domain=variants, range=list(VARIANT_COLORS[:len(
+                          variants)])))
+    dash = alt.StrokeDash("variant:N", title="data plane on stale config",
+                          scale=alt.Scale(domain=variants, range=[[1, 0], [6, 3], [2, 2]][:len(
+                              variants)]))
+    steps = flag_steps_frame(runs)
+    names = {"shed_bronze": "bronze shed", "hedge_enabled": "hedging on"}
+    panels = []
+    for flag in ("shed_bronze", "hedge_enabled"):
+        line = alt.Chart(steps.filter(pl.col("flag") == flag)).mark_line(
+            interpolate="step-after", strokeWidth=2).encode(
+            x=_time_x("time_s", domain), y=alt.Y("on:Q", title=f"{names[flag]} (1 = yes)",
+                                                 scale=alt.Scale(domain=[0, 1.05]),
+                                                 axis=alt.Axis(values=[0, 1])),
+            color=color, strokeDash=dash, tooltip=["variant:N", "time_s:Q", "on:Q"])
+        panels.append(alt.layer(_outage_layer(window, domain, label), line).properties(
+            width=PANEL_WIDTH, height=90,
+            title=f"Flag in force in the data plane: {names[flag]}"))
+    ok = tier_success_frame(runs, tier, bin_s)
+    x_title = f"time (s; {bin_s:g} s bins by arrival)"
+    line = alt.Chart(ok).mark_line(strokeWidth=2, invalid="break-paths-show-domains").encode(
+        x=_time_x("t", domain, x_title),
+        y=alt.Y("ok_share:Q", title=f"{tier} answered ok (share)", axis=alt.Axis(format="%")),
+        color=color, strokeDash=dash,
+        tooltip=["variant:N", "t:Q", alt.Tooltip("ok_share:Q", format=".1%")])
+    panels.append(alt.layer(_outage_layer(window, domain, label, x_title), line).properties(
+        width=PANEL_WIDTH, height=200, title=alt.Title(
+            f"{tier.capitalize()} success", subtitle=f"shaded: {label}")))
+    return alt.vconcat(*panels)
+
+
+def lease_spans(result) -> pl.DataFrame:
+    """Per agent, spans of its lease state in a simulated run (agent, state, start_s,
+    end_s): ``leader`` from each acquisition to the next one, ``down`` over the agent
+    faults of the run's audit (from its ``down`` row to its ``restart`` row)."""
+    end = float(result.info["duration_s"])
+    acq = result.info["control_plane"]["acquisitions"]
+    rows = []
+    for k, (t, agent, epoch) in enumerate(acq):
+        stop = acq[k + 1][0] if k + 1 < len(acq) else end
+        rows.append((f"agent {agent}", "leader", float(t), float(stop), f"epoch {epoch}"))
+    d = result.decisions.filter(pl.col("stage") == "control_plane")
+    for r in d.filter(pl.col("action") == "down").iter_rows(named=True):
+        back = d.filter((pl.col("action") == "restart") & (pl.col("target") == r["target"])
+                        & (pl.col("decided_at_s") > r["decided_at_s"]))["decided_at_s"]
+        rows.append((r["target"], "down", r["decided_at_s"],
+                     float(back.min()) if back.len() else end, r["reason"]))
+    return pl.DataFrame(rows, schema={"agent": pl.String, "state": pl.String,
+                                      "start_s": pl.Float64, "end_s": pl.Float64,
+                                      "note": pl.String}, orient="row")
+
+
+def handover_timeline(result, title: str = "Leader handover") -> alt.VConcatChart:
+    """Notebook 09: which agent held the lease, when each was down, the writes the
+    config server refused (a mark on the agent that sent them), and the policy's mode
+    beneath, on one time axis."""
+    domain = (0.0, float(result.info["duration_s"]))
+    spans = lease_spans(result)
+    states = [s for s in ("leader", "down") if s in set(spans["state"])]
+    bars = alt.Chart(spans).mark_bar(height=14).encode(
+        x=_time_x("start_s", domain), x2="end_s:Q",
+        y=alt.Y("agent:N", title=None, sort="ascending"),
+        yOffset=alt.YOffset("state:N", sort=states),
+        color=alt.Color("state:N", title="agent state", scale=alt.Scale(
+            domain=states, range=[LEASE_COLORS[s] for s in states])),
+        tooltip=["agent:N", "state:N", "start_s:Q", "end_s:Q", "note:N"])
+    refused = result.decisions.filter(pl.col("action") == "write_refused").select(
+        pl.col("decided_at_s"), pl.col("target").alias("agent"), "reason",
+        pl.lit("write refused (stale epoch)").alias("event"))
+    marks = alt.Chart(refused).mark_point(shape="cross", size=160, filled=True,
+                                          color="#000000").encode(
+        x=_time_x("decided_at_s", domain), y=alt.Y("agent:N", sort="ascending"),
+        shape=alt.Shape("event:N", title=None, scale=alt.Scale(range=["cross"])),
+        tooltip=["decided_at_s:Q", "agent:N", "reason:N"])
+    top = alt.layer(bars, marks).properties(
+        width=PANEL_WIDTH, height=110, title=alt.Title(
+            title, subtitle="lease held (by epoch), agent down, and refused writes"))
+    policy_line = result.timeline.select("time_s", "mode")
+    return alt.vconcat(top, mode_timeline(policy_line, domain=domain,
+                                          title="Mode asserted by the leader")
+                       ).resolve_scale(color="independent", shape="independent")

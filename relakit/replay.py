@@ -145,7 +145,7 @@ def sweep_thresholds(trace, policy, clocks=None, settings=None, start_s=None,
         thresholds[:, cond_names.index(col)] = grid[col].cast(pl.Float64).to_numpy()
     lo, hi = _span(tsdb, start_s, end_s)
     times = clk.eval_times(lo, hi)
-    sig = signal_matrix(pol, tsdb, times, clk.window_s)
+    sig, _ = P.fill_missing(pol, signal_matrix(pol, tsdb, times, clk.window_s))  # on_missing
     cs, co, _, when, exit_when, mode_i, mode_f = pol.compiled()
     lead, held = hold_times(times, lo, hi)
     time_in, changes, first = P.sweep(times, sig, cs, co, thresholds, when, exit_when, mode_i,

@@ -14,6 +14,12 @@ from pathlib import Path
 
 import yaml
 
+from relakit.control.faults import (
+    Agents,
+    ControlPlaneFaults,
+    DataPlaneStale,
+    read_control_plane,
+)
 from relakit.sim.spec import (  # noqa: F401 - the data plane's names, as scenarios know them
     ARRIVAL_PARAMS,
     BREAKER_STATES,
@@ -58,6 +64,9 @@ class Scenario:
     policy: object = None  # relakit.control.Policy: closes the loop on the flags
     clocks: object = None  # relakit.control.Clocks
     chain: object = None  # relakit.chain.Chain: closes the loop on the nodes
+    control_plane: ControlPlaneFaults = ControlPlaneFaults()  # the control plane's faults
+    data_plane: DataPlaneStale = DataPlaneStale()  # what instances do when polls fail
+    agents: Agents = Agents()  # replicas electing a leader through a lease
     source: str = "<dict>"
     # how the answer's uncertainty is stated (see :func:`_experiment`)
     replications: int = 1
@@ -105,12 +114,14 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
     """The data plane's spec (:mod:`relakit.sim.spec`) composed with policy, chain, clocks,
     and the experiment's keys (replications, ci, batches, ``warmup_s: auto``)."""
     r.only({"name", "duration_s", "seed", "warmup_s", "workload", "fleet", "faults", "metrics",
-            "controls", "mitigations", "policy", "clocks", "chain", *EXPERIMENT_KEYS})
+            "controls", "mitigations", "policy", "clocks", "chain", "control_plane",
+            "data_plane", "agents", *EXPERIMENT_KEYS})
     design = _experiment(r)
     if design["warmup_auto"]:  # the data plane counts from 0; the cut is made on the series
         r = Reader({k: v for k, v in r.data.items() if k != "warmup_s"}, r.source)
-    return Scenario(**read_data_plane(r, base_dir, control=lambda: _control(r, base_dir)),
-                    **design)
+    kw = read_data_plane(r, base_dir, control=lambda: _control(r, base_dir))
+    kw.update(read_control_plane(r, kw["duration_s"], kw["clocks"], kw["fleet"].nodes))
+    return Scenario(**kw, **design)
 
 
 EXPERIMENT_KEYS = ("replications", "ci", "batches")

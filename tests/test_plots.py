@@ -83,7 +83,10 @@ def test_palettes_never_give_one_colour_two_meanings():
     groups = {"outcome": set(plots.OUTCOME_COLORS.values()),
               "tier": set(plots.TIER_COLORS.values()),
               "mode": set(plots.MODE_COLORS.values()) | set(plots.MODE_EXTRA),
-              "category": set(plots.CATEGORY)}
+              "category": set(plots.CATEGORY),
+              "lease": set(plots.LEASE_COLORS.values()), "outage": {plots.OUTAGE_COLOR},
+              "alert": set(plots.ALERT_STATE_COLORS.values())}
+    assert set(plots.VARIANT_COLORS) <= groups["category"]  # runs compared are series
     names = list(groups)
     for i, a in enumerate(names):
         for b in names[i + 1:]:

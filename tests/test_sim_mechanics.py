@@ -213,7 +213,10 @@ def test_time_varying_arrivals_follow_their_rate(arrival):
 @pytest.mark.parametrize("path", sorted((ROOT / "params" / "scenarios").glob("*.yaml")),
                          ids=lambda p: p.stem)
 def test_every_shipped_scenario_loads_and_runs(path):
-    sc = load_scenario(path, overrides={"duration_s": 30.0, "warmup_s": 0.0})
+    overrides = {"duration_s": 30.0, "warmup_s": 0.0}
+    if "control_plane:" in path.read_text():  # its intervals must end within the run
+        overrides["control_plane"] = {}
+    sc = load_scenario(path, overrides=overrides)
     r = relakit.simulate(sc)
     assert r.requests.height > 0
     assert r.summary["requests"][-1] > 0

@@ -130,12 +130,15 @@ def _matches(md: P.Mode, conds, row, sig_index) -> bool:
 
 
 def format_audit(decisions: pl.DataFrame, holds: bool = False) -> str:
-    """The audit as text, one line per decision (holds left out unless asked for)."""
+    """The audit as text, one line per decision (holds, and the evaluations a down agent
+    skipped, left out unless asked for: its ``down`` and ``restart`` rows say when)."""
     lines = []
     for r in decisions.iter_rows(named=True):
-        if r["action"] == "hold" and not holds:
+        if r["action"] in ("hold", "skip") and not holds:
             continue
-        lines.append(f"{r['decided_at_s']:9.1f} s → {r['effective_at_s']:9.1f} s  "
-                     f"[{r['stage']}] {r['action']:<12} {r['reason']}  "
-                     f"(signal age {r['signal_age_s']:.1f} s)")
+        eff, age = r["effective_at_s"], r["signal_age_s"]  # null: never takes effect
+        lines.append(f"{r['decided_at_s']:9.1f} s → "
+                     + (f"{eff:9.1f} s  " if eff is not None and eff == eff else " " * 13)
+                     + f"[{r['stage']}] {r['action']:<12} {r['reason']}"
+                     + (f"  (signal age {age:.1f} s)" if age is not None else ""))
     return "\n".join(lines) if lines else "(no decisions)"

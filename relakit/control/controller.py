@@ -58,6 +58,8 @@ class Controller:
         self.runs: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
         self.ages: list[float] = []
+        self.absent: list[np.ndarray] = []  # per evaluation, which signals had no value
+        self._last = np.full(len(self.policy.signals), np.nan)  # on_missing: hold
 
     @property
     def mode(self) -> int:
@@ -74,8 +76,11 @@ class Controller:
 
     def decide_row(self, t: float, row, age_s: float = float("nan")) -> dict:
         """Decide at time t from signal values computed elsewhere (e.g. by Prometheus
-        itself, from the signals' PromQL), in the policy's signal order."""
-        row = np.asarray(row, dtype=float)
+        itself, from the signals' PromQL), in the policy's signal order. An absent value
+        (NaN) counts as its signal's ``on_missing`` rule says."""
+        filled, absent = P.fill_missing(self.policy, np.asarray(row, dtype=float), self._last)
+        row = filled[0]
+        self.absent.append(absent[0])
         cs, co, ct, when, exit_when, mode_i, mode_f = self._arrays
         mode, event = P.step(self._state[0], self._state[1], float(t), row, cs, co, ct, when,
                              exit_when, mode_i, mode_f, self._buf)
@@ -94,7 +99,10 @@ class Controller:
         if self.times:
             raise RuntimeError("Controller.run needs a fresh controller")
         times = np.asarray(times, dtype=float)
-        sig = signal_matrix(self.policy, tsdb, times, self.clocks.window_s)
+        sig, absent = P.fill_missing(self.policy, signal_matrix(self.policy, tsdb, times,
+                                                                self.clocks.window_s),
+                                     self._last)
+        self.absent = list(absent)
         modes, events, runs = P.run(times, sig, *self.policy.compiled())
         self.times, self.values, self.modes, self.events, self.runs = (times, sig, modes,
                                                                        events, runs)

@@ -31,6 +31,12 @@ from relakit.validate import Reader, load_yaml
 from relakit.vocab import POLICY_FLAGS
 
 OPS = (">", ">=", "<", "<=")
+# What a signal with no value (no samples in its window: a scrape gap, a silent target)
+# counts as. ``clear`` is what Prometheus and RelA do: a comparison with an absent
+# operand returns nothing, so nothing breaches (and a mode's clear count grows);
+# ``hold`` keeps the signal's last present value; ``breach`` counts it as breaching
+# every condition on it (fail towards the modes).
+MISSING = ("clear", "hold", "breach")
 FLAGS = POLICY_FLAGS  # relakit.vocab's: the flags a mode asserts
 # events of one evaluation
 EV_NONE, EV_HOLD, EV_ENTER, EV_EXIT, EV_MAX_DURATION, EV_PREEMPT, EV_ESCALATE = range(7)
@@ -75,6 +81,11 @@ class Policy:
     modes: tuple[Mode, ...]
     normal: dict
     source: str = "<policy>"
+    # per signal, what an absent value (no samples in the window) counts as: see MISSING
+    on_missing: dict = field(default_factory=dict)
+
+    def missing_rule(self, signal: str) -> str:
+        return self.on_missing.get(signal, "clear")
 
     def desired(self, mode: int) -> dict:
         """The full flag state a mode asserts (normal's values where it is silent)."""
@@ -276,11 +287,17 @@ def load_policy(source) -> Policy:
         return source
     data, name, _ = load_yaml(source, "policy")
     r = Reader(data, name)
-    r.only({"name", "signals", "conditions", "modes", "normal"})
+    r.only({"name", "signals", "conditions", "modes", "normal", "on_missing"})
     sig_r = r.sub("signals")
     if not sig_r.data:
         r.fail("at least one signal is required", "signals")
-    signals = {k: parse_signal(sig_r.sub(k), k) for k in sig_r.data}
+    default_missing = r.choice("on_missing", MISSING, "clear")
+    on_missing, signals = {}, {}
+    for k in sig_r.data:
+        one = sig_r.sub(k)
+        on_missing[k] = one.choice("on_missing", MISSING, default_missing)
+        spec = {key: v for key, v in one.data.items() if key != "on_missing"}
+        signals[k] = parse_signal(Reader(spec, one.source, one.path), k)
     cond_r = r.sub("conditions")
     conditions = []
     for k in cond_r.data:
@@ -305,10 +322,56 @@ def load_policy(source) -> Policy:
     modes = tuple(_mode(Reader(item, name, f"modes[{i}]"), names, mode_names)
                   for i, item in enumerate(raw_modes))
     _escalation_cycles(modes, name)
+    _breach_directions(conditions, on_missing, name)
     normal = _asserts(r.sub("normal", {f: False for f in FLAGS}))
     normal = {f: normal.get(f, False) for f in FLAGS}
     return Policy(r.data.get("name", "policy"), signals, tuple(conditions), modes, normal,
-                  source=name)
+                  source=name, on_missing={k: v for k, v in on_missing.items() if v != "clear"})
+
+
+def _breach_directions(conditions, on_missing: dict, source: str) -> None:
+    """``on_missing: breach`` stands an absent value in by +inf or -inf, so every condition
+    on that signal must point the same way (all ``>``/``>=`` or all ``<``/``<=``)."""
+    for sig, rule in on_missing.items():
+        ops = {c.op[0] for c in conditions if c.signal == sig}
+        if rule == "breach" and len(ops) > 1:
+            Reader({}, source, f"signals.{sig}").fail(
+                "breach needs every condition on this signal to point one way (all > or "
+                "all <): an absent value cannot breach both; use hold or clear",
+                "on_missing")
+
+
+def breach_value(policy: Policy, signal: str) -> float:
+    """The value that breaches every condition on ``signal`` (``on_missing: breach``)."""
+    ops = {c.op[0] for c in policy.conditions if c.signal == signal}
+    return -np.inf if ops == {"<"} else np.inf
+
+
+def fill_missing(policy: Policy, sig: np.ndarray, last: np.ndarray | None = None):
+    """Apply each signal's ``on_missing`` rule to a (T, signals) matrix of values, rows in
+    time order; ``last`` (per signal, NaN: none) is the last present value before the
+    first row (``hold``), updated in place. Returns (filled matrix, absent mask)."""
+    sig = np.array(sig, dtype=float, ndmin=2)
+    absent = np.isnan(sig)
+    names = list(policy.signals)
+    if last is None:
+        last = np.full(len(names), np.nan)
+    for j, name in enumerate(names):
+        rule = policy.missing_rule(name)
+        col = sig[:, j]
+        if rule == "breach":
+            col[absent[:, j]] = breach_value(policy, name)
+        elif rule == "hold":
+            for i in range(col.size):  # rows are evaluations: a few per call
+                if absent[i, j]:
+                    col[i] = last[j]
+                else:
+                    last[j] = col[i]
+        if rule != "hold":
+            present = ~absent[:, j]
+            if present.any():
+                last[j] = col[np.flatnonzero(present)[-1]]
+    return sig, absent
 
 
 def _escalation_cycles(modes, source: str) -> None:

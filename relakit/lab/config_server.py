@@ -2,7 +2,15 @@
 
 Versioned state; reads for the data plane; writes for the controller, guarded
 by a token and validated (an unknown flag or a non-boolean value is rejected
-with a clear error); a history of every change. Run with
+with a clear error); a history of every change.
+
+High availability: one lease (``/lease``, ``/lease/acquire``, ``/lease/renew``),
+held by one agent for ``--lease-s`` seconds and renewed by it; every acquisition
+starts a new term (the epoch goes up by one). Once a lease has been taken, a write
+must carry the current epoch: a deposed leader's write (an older epoch) is refused
+with 409 and kept in ``/refused``, so fencing does not depend on the old leader
+noticing that it was deposed. The same rules as the simulation's
+:class:`relakit.control.plane.ConfigServer`. Run with
 ``RELAKIT_LAB_TOKEN=T python -m relakit.lab.config_server --port P``: the token
 is read from the environment (private to the user) so that it never appears on
 a command line, which every user can read in ``ps``.
@@ -27,12 +35,63 @@ class FlagUpdate(BaseModel):
     flags: dict = {}
     instances: dict = {}  # "0": {"routable": false}, per-instance controls
     reason: str = ""
+    epoch: int | None = None  # the writer's lease term (required once a lease exists)
+    holder: str = ""  # who writes, for the history
 
 
-def make_app(token: str) -> FastAPI:
+class LeaseRequest(BaseModel):
+    holder: str
+    epoch: int | None = None  # renew: the term being renewed
+
+
+def make_app(token: str, lease_s: float = 10.0) -> FastAPI:
     app = FastAPI(title="relakit config server")
     state = {"version": 0, "flags": {f: False for f in FLAGS}, "instances": {}}
     history: list[dict] = []
+    lease = {"holder": None, "epoch": 0, "expires_at": 0.0, "lease_s": lease_s}
+    terms: list[dict] = []  # every acquisition: epoch, holder, time
+    refused: list[dict] = []  # writes refused for a stale epoch
+    accepted: dict = {}  # (holder, epoch) -> first and last accepted write, and count
+
+    def _auth(authorization: str) -> None:
+        if authorization != f"Bearer {token}":
+            raise HTTPException(401, "a valid 'Authorization: Bearer <token>' is required")
+
+    @app.get("/lease")
+    def read_lease():
+        return {**lease, "now": time.time(), "terms": terms}
+
+    @app.post("/lease/acquire")
+    def acquire(req: LeaseRequest, authorization: str = Header(default="")):
+        _auth(authorization)
+        now = time.time()
+        if lease["holder"] not in (None, req.holder) and now < lease["expires_at"]:
+            raise HTTPException(409, f"the lease is held by {lease['holder']} (epoch "
+                                     f"{lease['epoch']}) until {lease['expires_at']:.3f}")
+        if lease["holder"] != req.holder or now >= lease["expires_at"]:
+            lease["epoch"] += 1  # a new term, even for the same holder after expiry
+            terms.append({"epoch": lease["epoch"], "holder": req.holder, "time_s": now})
+        lease["holder"], lease["expires_at"] = req.holder, now + lease_s
+        return lease
+
+    @app.post("/lease/renew")
+    def renew(req: LeaseRequest, authorization: str = Header(default="")):
+        _auth(authorization)
+        if lease["holder"] != req.holder or lease["epoch"] != req.epoch:
+            raise HTTPException(409, f"cannot renew epoch {req.epoch}: the lease is "
+                                     f"{lease['holder']}'s at epoch {lease['epoch']}")
+        lease["expires_at"] = time.time() + lease_s
+        return lease
+
+    @app.get("/refused")
+    def read_refused():
+        return refused
+
+    @app.get("/writes")
+    def read_writes():
+        """Accepted writes per writer and epoch (level-triggered writes that change
+        nothing are not in ``/history`` but are here)."""
+        return list(accepted.values())
 
     @app.get("/state")
     def read_state():
@@ -44,8 +103,12 @@ def make_app(token: str) -> FastAPI:
 
     @app.put("/state")
     def write_state(update: FlagUpdate, authorization: str = Header(default="")):
-        if authorization != f"Bearer {token}":
-            raise HTTPException(401, "a valid 'Authorization: Bearer <token>' is required")
+        _auth(authorization)
+        if lease["epoch"] > 0 and update.epoch != lease["epoch"]:  # fencing
+            refused.append({"time_s": time.time(), "holder": update.holder,
+                            "epoch": update.epoch, "current_epoch": lease["epoch"]})
+            raise HTTPException(409, f"stale epoch {update.epoch}: the lease is "
+                                     f"{lease['holder']}'s at epoch {lease['epoch']}")
         unknown = sorted(set(update.flags) - set(FLAGS))
         if unknown:
             raise HTTPException(422, f"unknown flag(s) {unknown}; flags are {list(FLAGS)}")
@@ -57,6 +120,10 @@ def make_app(token: str) -> FastAPI:
                     "routable"} or not all(isinstance(v, bool) for v in ctl.values()):
                 raise HTTPException(422, f"instance {inst!r}: controls are "
                                          "{'routable': true|false} per instance index")
+        now = time.time()
+        w = accepted.setdefault((update.holder, update.epoch), {
+            "holder": update.holder, "epoch": update.epoch, "first_s": now, "count": 0})
+        w["last_s"], w["count"] = now, w["count"] + 1
         changed = {k: v for k, v in update.flags.items() if state["flags"][k] != v}
         inst_changed = {str(k): v for k, v in update.instances.items()
                         if state["instances"].get(str(k)) != v}
@@ -68,7 +135,8 @@ def make_app(token: str) -> FastAPI:
                                                    if k in FLAGS}}
             state["version"] += 1
             history.append({"version": state["version"], "time_s": time.time(),
-                            "changed": changed, "reason": update.reason})
+                            "changed": changed, "reason": update.reason,
+                            "holder": update.holder, "epoch": update.epoch})
         return state
 
     return app
@@ -79,11 +147,13 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--lease-s", type=float, default=10.0)
     args = ap.parse_args()
     token = os.environ.pop("RELAKIT_LAB_TOKEN", "")
     if not token:
         sys.exit("config server: set RELAKIT_LAB_TOKEN (the write token) in the environment")
-    uvicorn.run(make_app(token), host="127.0.0.1", port=args.port, log_level="warning")
+    uvicorn.run(make_app(token, args.lease_s), host="127.0.0.1", port=args.port,
+                log_level="warning")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,8 @@ class LabSpec:
     clocks: dict = field(default_factory=lambda: {"scrape_s": 1, "window_s": 5, "eval_s": 1,
                                                   "poll_s": 1})
     prometheus: str = "/usr/bin/prometheus"
+    lease_s: float = 5.0  # the config server's leader lease (agents with ha=True)
+    renew_s: float = 1.5  # how often the leader renews it
 
 
 class Lab:
@@ -107,7 +109,8 @@ class Lab:
         py = sys.executable
         port = free_port()
         self.config_url = f"http://127.0.0.1:{port}"
-        self._spawn([py, "-m", "relakit.lab.config_server", "--port", str(port)], "config",
+        self._spawn([py, "-m", "relakit.lab.config_server", "--port", str(port),
+                     "--lease-s", str(self.spec.lease_s)], "config",
                     env={**os.environ, TOKEN_ENV: self.token})
         s = self.spec
         # ports in rising order: a recording's importer numbers instances by natural sort
