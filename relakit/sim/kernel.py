@@ -399,7 +399,8 @@ def apply_faults(cfg, st, t):
     """Set every node's fault state from the faults active at t.
 
     A fault that began before the node's last repair is cleared: a repair
-    mends what is broken now, not what breaks later.
+    mends what is broken now, not what breaks later. A baseline row
+    (``fault_i[f, 2]``) is how the node is, not a fault: no repair clears it.
     """
     ni = st.node_i
     nf = st.node_f
@@ -412,7 +413,8 @@ def apply_faults(cfg, st, t):
     fi = cfg.fault_i
     for f in range(ff.shape[0]):
         node = fi[f, 0]
-        if ff[f, 0] <= t < ff[f, 1] and ff[f, 0] > nf[node, NF_REPAIRED_AT]:
+        # fi[f, 2]: a node's baseline (fleet.baseline_error_rate), which no repair clears
+        if ff[f, 0] <= t < ff[f, 1] and (ff[f, 0] > nf[node, NF_REPAIRED_AT] or fi[f, 2] != 0):
             err[node] = 1.0 - (1.0 - err[node]) * (1.0 - ff[f, 2])
             slow[node] *= ff[f, 3]
             wrong[node] = 1.0 - (1.0 - wrong[node]) * (1.0 - ff[f, 4])
