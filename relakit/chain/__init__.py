@@ -43,7 +43,8 @@ RANGES = {
     "max_shift": (0, 1, False), "isolate_after": (1, None, False),
     "enter_after": (1, None, False), "exit_after": (1, None, False),
     "throttle_intake": (0, None, True), "backoff_factor": (1, None, False),
-    "seed": (0, 2**64 - 1, False),
+    "seed": (0, 2**64 - 1, False), "wrong_threshold": (0, 1, False),
+    "min_probe_volume": (1, None, False),
 }
 LEVEL_KEYS = {"unhealthy_share": 1, "error_rate": 1, "utilisation": 1, "p99_over_slo": None}
 CLASS_KEYS = ("error_threshold", "load_threshold")

@@ -14,7 +14,12 @@ own trailing baseline (``adaptive: {baseline_window_s, factor, min_excess}``,
 ``factor`` x its baseline and at least ``min_excess`` above it. Until a node
 has a baseline its class or fixed threshold judges it. Every isolation's reason
 names the kind of threshold that tripped (fixed, class NAME, adaptive) and the
-node's baseline, whichever kind judged it. The guards real
+node's baseline, whichever kind judged it.
+
+Silent failures (wrong answers with success status) are invisible in the
+error rate; correctness probes (``fleet.probes`` in the scenario) see them.
+A node whose probe failure ratio is over ``wrong_threshold`` with at least
+``min_probe_volume`` probes in the window is isolated on that signal. The guards real
 systems use are each off by default, so the unguarded design's behaviour can be
 reproduced: ``min_volume`` (requests in the window before a node is judged),
 ``max_isolated_fraction`` (a cap), and ``panic_below`` (when the working
@@ -49,6 +54,10 @@ class Aegis:
     breakers: bool = True  # open the global breakers when catastrophic
     # {baseline_window_s, factor, min_excess}; empty: fixed (or class) thresholds only
     adaptive: dict = field(default_factory=dict)
+    # correctness probes (a fleet's probes: key): isolate when more than this share of a
+    # node's probes fail (wrong answer or error), judged on at least min_probe_volume
+    wrong_threshold: float = 0.1
+    min_probe_volume: float = 10.0
     _baselines: dict = field(default_factory=dict, repr=False)
 
     def threshold(self, node: int, key: str) -> float:
@@ -127,27 +136,33 @@ class Aegis:
                 base.freeze()  # never learn a breach as normal
             elif s.status == HEALTHY:
                 base.observe(ctx.t, e, vol)
+            trip = None  # (signal, value, threshold, what it is in words, evidence)
             if e == e and e > limit and vol >= self.min_volume:
+                trip = ("error_rate", e, limit, "error rate", f"{vol:.0f} requests ({why})")
+            else:
+                trip = self._probe_trip(ctx, i, s)
+            if trip is not None:
+                signal, value, limit, what, evidence = trip
                 s.breaches += 1
                 if s.breaches < self.isolate_after:
                     s.status = SUSPECT
                     continue
                 if st.panic:
-                    ctx.act("hold", i, "error_rate", e, limit,
-                            f"did not isolate node {i}: error rate {pct(e)} > {pct(limit)} "
-                            f"({why}), but panic mode suspends isolation")
+                    ctx.act("hold", i, signal, value, limit,
+                            f"did not isolate node {i}: {what} {pct(value)} > {pct(limit)} "
+                            f"({evidence}), but panic mode suspends isolation")
                     continue
                 out = n - int(st.working().sum())
                 if (out + 1) / n > self.max_isolated_fraction:
-                    ctx.act("hold", i, "error_rate", e, limit,
-                            f"did not isolate node {i}: error rate {pct(e)} > {pct(limit)} "
-                            f"({why}), but {out} of {n} are out and the cap is "
+                    ctx.act("hold", i, signal, value, limit,
+                            f"did not isolate node {i}: {what} {pct(value)} > {pct(limit)} "
+                            f"({evidence}), but {out} of {n} are out and the cap is "
                             f"{pct(self.max_isolated_fraction)}")
                     continue
                 s.status, s.isolated_at, s.failures = ISOLATED, ctx.t, s.failures + 1
-                ctx.act("isolate", i, "error_rate", e, limit,
-                        f"isolated node {i}: error rate {pct(e)} > {pct(limit)} over "
-                        f"{ctx.window_s:g} s, {vol:.0f} requests ({why})", routable=False)
+                ctx.act("isolate", i, signal, value, limit,
+                        f"isolated node {i}: {what} {pct(value)} > {pct(limit)} over "
+                        f"{ctx.window_s:g} s, {evidence}", routable=False)
             else:
                 if e == e and e > limit and vol < self.min_volume:
                     ctx.act("hold", i, "volume", vol, self.min_volume,
@@ -158,6 +173,21 @@ class Aegis:
                     s.status = HEALTHY
             self._throttle(ctx, i, s)
         self._breaker(ctx)
+
+    def _probe_trip(self, ctx: Context, i: int, s):
+        """Node i's correctness probes: over ``wrong_threshold`` failed with at least
+        ``min_probe_volume`` probes in the window (no probes, no judgement)."""
+        q = ctx.readings.get("probe_failure_ratio")
+        if q is None or not q[i] == q[i] or not q[i] > self.wrong_threshold:
+            return None
+        probes = ctx.readings["probe_volume"][i]
+        if probes < self.min_probe_volume:
+            ctx.act("hold", i, "probe_volume", probes, self.min_probe_volume,
+                    f"did not judge node {i} on probes: {probes:.0f} probes < "
+                    f"{self.min_probe_volume:g} in the window (probe failures {pct(q[i])})")
+            return None
+        return ("probe_failure_ratio", q[i], self.wrong_threshold, "probe failure ratio",
+                f"{probes:.0f} probes (threshold: fixed, probes; {s.baseline_words()})")
 
     def _throttle(self, ctx: Context, i: int, s) -> None:
         if s.status not in WORKING:

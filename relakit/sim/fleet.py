@@ -65,6 +65,7 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
     cfg_f[K.CF_BUDGET_WINDOW] = mit.retries.budget_window_s
     cfg_f[K.CF_DEGRADED_FACTOR] = mit.degraded.service_factor
     cfg_f[K.CF_HALF_OPEN_ADMIT] = mit.breaker.half_open_admit
+    cfg_f[K.CF_PROBE_RATE] = fl.probe_rate_rps
     cfg_i[K.CI_ROUTING] = K.ROUTINGS.index(fl.routing)
     cfg_i[K.CI_FANOUT] = wl.fanout
     cfg_i[K.CI_RECORD] = int(record_requests)
