@@ -33,17 +33,26 @@ class Baseline:
 
     window_s: float  # how long the newest healthy readings span
     hold_s: float  # how long a reading waits before it counts (the readings' window)
-    pending: list = field(default_factory=list)  # (t, ratio, volume), not yet committed
+    pending: deque = field(default_factory=deque)  # (t, ratio, volume), not yet committed
     kept: deque = field(default_factory=deque)  # (t, ratio, volume), committed
+    _errors: float = 0.0  # sum of ratio x volume over kept (running, so value is O(1))
+    _volume: float = 0.0
 
     def observe(self, t: float, ratio: float, volume: float) -> None:
         """A healthy, non-breaching reading at t (ignored without traffic)."""
         if ratio == ratio and volume > 0:
             self.pending.append((t, ratio, volume))
         while self.pending and self.pending[0][0] <= t - self.hold_s:
-            self.kept.append(self.pending.pop(0))
+            item = self.pending.popleft()
+            self.kept.append(item)
+            self._errors += item[1] * item[2]
+            self._volume += item[2]
         while self.kept and self.kept[0][0] < self.kept[-1][0] - self.window_s:
-            self.kept.popleft()
+            _, r, v = self.kept.popleft()
+            self._errors -= r * v
+            self._volume -= v
+        if not self.kept:
+            self._errors = self._volume = 0.0
 
     def freeze(self) -> None:
         """The node breaches (or is out): what has not been committed is not normal."""
@@ -52,8 +61,7 @@ class Baseline:
     @property
     def value(self) -> float:
         """The baseline error ratio; nan until a reading has been committed."""
-        vol = sum(v for _, _, v in self.kept)
-        return sum(r * v for _, r, v in self.kept) / vol if vol > 0 else float("nan")
+        return self._errors / self._volume if self.kept and self._volume > 0 else float("nan")
 
     @property
     def span_s(self) -> float:

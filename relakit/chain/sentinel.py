@@ -36,6 +36,17 @@ PROBES = _per_node("rate", selector=Selector("probe_requests_total"))
 P99 = _per_node("histogram_quantile", selector=Selector("latency_seconds"), q=0.99, scale=1000)
 
 
+def _probed(tsdb) -> bool:
+    """Whether any node has sent a probe yet (the probe signals cost a third of a reading:
+    a fleet without probes skips them)."""
+    for tgt in tsdb.targets:
+        if tgt.node >= 0 and tgt.values.shape[0]:
+            idx = tgt.select("probe_requests_total")
+            if idx.size and np.nanmax(tgt.values[-1, idx]) > 0:
+                return True
+    return False
+
+
 @dataclass
 class Sentinel:
     name: str = "sentinel"
@@ -59,14 +70,15 @@ class Sentinel:
             return row
 
         servers = ctx.servers.astype(float)
+        probed = _probed(tsdb)
         errors = by_node(ERRORS)
         volume = by_node(VOLUME) * w  # requests answered in the window
         r = {"error_rate": errors, "volume": volume,
              "utilisation": by_node(BUSY) / servers,
              "in_flight_ratio": by_node(IN_FLIGHT) / servers, "p99_ms": by_node(P99),
              # correctness probes: failed (wrong or error) over sent, and how many
-             "probe_failure_ratio": by_node(PROBE_FAILURES),
-             "probe_volume": by_node(PROBES) * w}
+             "probe_failure_ratio": by_node(PROBE_FAILURES) if probed else np.full(n, np.nan),
+             "probe_volume": by_node(PROBES) * w if probed else np.zeros(n)}
         r["own_error_rate"] = self._own_errors(errors) if self.attribution == "call_graph" \
             else errors
         ctx.readings = r
