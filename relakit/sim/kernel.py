@@ -65,7 +65,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from relakit.sim.rng import exponential, normal, uniform
+from relakit.sim.rng import exponential, normal, uniform, uniform_words
 from relakit.vocab import BREAKER_STATES, OUTCOMES, TIERS  # noqa: F401 - re-exported codes' words
 
 # ---- codes shared with the Python side -------------------------------------
@@ -152,7 +152,9 @@ J_FREE, J_QUEUED, J_SERVING, J_ENDING, J_MOVING = 0, 1, 2, 3, 4
 # what the client makes of a job: still waiting on it, gave up on it (timeout), or
 # no longer needs it (another copy answered)
 C_WAITING, C_TIMED_OUT, C_LOST = 0, 1, 2
-JF_T_NODE, JF_T_START, JF_DEMAND = 0, 1, 2  # JF_DEMAND: service seconds before slowdown
+# JF_DEMAND: service seconds before slowdown; NO_DEMAND until drawn (a copy's, at its start)
+JF_T_NODE, JF_T_START, JF_DEMAND = 0, 1, 2
+NO_DEMAND = -1.0
 N_JF = 3
 
 # st.call_i columns
@@ -792,6 +794,11 @@ def advance(cfg, st, out, t_end):
     uniform_random = routing == R_RANDOM and isv[IS_EQUAL_WEIGHTS] != 0
     t_arr = fs[FS_NEXT_ARRIVAL]
     status = DONE
+    # the two streams every arrival draws from live in locals until the loop ends
+    a0, a1, a2, a3 = rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1], rng[RNG_ARRIVALS, 2], rng[
+        RNG_ARRIVALS, 3]
+    v0, v1, v2, v3 = rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1], rng[RNG_SERVICE, 2], rng[
+        RNG_SERVICE, 3]
     while True:
         hn = isv[IS_HEAP_N]
         t_heap = heap_t[0] if hn > 0 else np.inf
@@ -1014,15 +1021,20 @@ def advance(cfg, st, out, t_end):
             isv[IS_USR_FREE_N] = nfree
             isv[IS_USER_SEQ] += 1
             isv[IS_IN_FLIGHT_USERS] += 1
-            x = uniform(rng, RNG_ARRIVALS)
+            x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
             tier = 0 if x < tier_cum[0] else (1 if x < tier_cum[1] else 2)
             # every call's first-attempt demand, for the scenario's full fan-out whatever
             # happens to the request next: the service stream stays in step across policies
             for i in range(fanout):
                 if svc_kind == S_EXP:
-                    demand[i] = exponential(rng, RNG_SERVICE, svc_a)
-                else:
+                    x, v0, v1, v2, v3 = uniform_words(v0, v1, v2, v3)
+                    demand[i] = -svc_a * math.log(1.0 - x)
+                else:  # through the array: the helper draws from it
+                    rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1] = v0, v1
+                    rng[RNG_SERVICE, 2], rng[RNG_SERVICE, 3] = v2, v3
                     demand[i] = draw_service(rng, RNG_SERVICE, svc_kind, svc_a, svc_b, svc_c)
+                    v0, v1 = rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1]
+                    v2, v3 = rng[RNG_SERVICE, 2], rng[RNG_SERVICE, 3]
             usr_f[u, UF_DEMAND] = demand[0]
             k = fanout
             usr_i[u, UI_DEGRADED] = 0
@@ -1076,9 +1088,14 @@ def advance(cfg, st, out, t_end):
                     send[i, 3] = -1
                 n_send = k
             if const_rate:
-                t_arr = t + exponential(rng, RNG_ARRIVALS, mean_gap)
-            else:
+                x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
+                t_arr = t - mean_gap * math.log(1.0 - x)
+            else:  # through the array: the helper draws from it
+                rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1] = a0, a1
+                rng[RNG_ARRIVALS, 2], rng[RNG_ARRIVALS, 3] = a2, a3
                 t_arr = next_arrival(rng, rmax, const_rate, rate_t, rate_v, t)
+                a0, a1, a2, a3 = rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1], rng[
+                    RNG_ARRIVALS, 2], rng[RNG_ARRIVALS, 3]
 
         # ---- tail 1: a copy answered its call, or the client gave up on one
         if res_c >= 0:
@@ -1247,14 +1264,12 @@ def advance(cfg, st, out, t_end):
                     if budgeted and call_i[c, CL_ATTEMPTS] == 1:
                         budget[0, budget_slot(budget, isv, budget_width, t)] += 1
                 # the first attempt serves the demand drawn at arrival; a hedge or a
-                # retry is another piece of work, with a demand of its own
+                # retry is another piece of work, with a demand of its own, drawn when
+                # (if) it starts: a copy cancelled in the queue costs no draw
                 if hedge == 0 and call_i[c, CL_ATTEMPTS] == 1:
                     job_f[j, JF_DEMAND] = call_f[c, CLF_DEMAND]
-                elif svc_kind == S_EXP:
-                    job_f[j, JF_DEMAND] = exponential(rng, RNG_COPY_SERVICE, svc_a)
                 else:
-                    job_f[j, JF_DEMAND] = draw_service(rng, RNG_COPY_SERVICE, svc_kind, svc_a,
-                                                       svc_b, svc_c)
+                    job_f[j, JF_DEMAND] = NO_DEMAND
                 if deadline < np.inf:
                     pend_t[n_pend] = t + deadline
                     pend_k[n_pend] = event_key(j, EV_TIMEOUT, job_i[j, JI_GEN])
@@ -1346,7 +1361,14 @@ def advance(cfg, st, out, t_end):
                 node_f[node, NF_BUSY_AREA] += busy * (t - node_f[node, NF_LAST_T])
                 node_f[node, NF_LAST_T] = t
                 node_i[node, NI_BUSY] = busy + 1
-                s = job_f[j, JF_DEMAND] * node_f[node, NF_SLOWDOWN]
+                s = job_f[j, JF_DEMAND]
+                if s < 0.0:  # a hedge's or a retry's: its own stream
+                    if svc_kind == S_EXP:
+                        s = exponential(rng, RNG_COPY_SERVICE, svc_a)
+                    else:
+                        s = draw_service(rng, RNG_COPY_SERVICE, svc_kind, svc_a, svc_b, svc_c)
+                    job_f[j, JF_DEMAND] = s
+                s *= node_f[node, NF_SLOWDOWN]
                 if degraded_on:
                     s *= svc_factor  # the cheaper path, at a loss of quality
                     job_i[j, JI_DEGRADED] = 1
@@ -1377,4 +1399,8 @@ def advance(cfg, st, out, t_end):
             heap_t[hi] = tp
             heap_k[hi] = pend_k[i]
     fs[FS_NEXT_ARRIVAL] = t_arr
+    rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1] = a0, a1
+    rng[RNG_ARRIVALS, 2], rng[RNG_ARRIVALS, 3] = a2, a3
+    rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1] = v0, v1
+    rng[RNG_SERVICE, 2], rng[RNG_SERVICE, 3] = v2, v3
     return status

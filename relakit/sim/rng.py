@@ -101,6 +101,23 @@ def uniform(s, k):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def uniform_words(s0, s1, s2, s3):
+    """:func:`uniform` on a state held in four local words: (u, s0, s1, s2, s3).
+
+    The event loop keeps its busiest streams in locals (registers), not in the
+    state array, and writes them back when it returns."""
+    result = _rotl(s1 * np.uint64(5), 7) * np.uint64(9)
+    t = s1 << np.uint64(17)
+    s2 ^= s0
+    s3 ^= s1
+    s1 ^= s2
+    s0 ^= s3
+    s2 ^= t
+    s3 = _rotl(s3, 45)
+    return float(np.int64(result >> np.uint64(11))) * _TWO53, s0, s1, s2, s3
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def exponential(s, k, mean):
     return -mean * math.log(1.0 - uniform(s, k))
 
