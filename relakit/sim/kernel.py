@@ -506,7 +506,7 @@ def probe_arrives(cfg, st, t):
 
 
 @njit(cache=True, error_model="numpy")
-def start_service(st, node, t, degraded_on, svc_factor):
+def start_service(cfg, st, node, t, degraded_on, svc_factor):
     """Start queued jobs where servers are free (the loop's tail 4, for a rare path)."""
     ni = st.node_i
     nf = st.node_f
@@ -524,7 +524,12 @@ def start_service(st, node, t, degraded_on, svc_factor):
         st.job_f[j, JF_T_START] = t
         touch_busy(ni, nf, node, t)
         ni[node, NI_BUSY] += 1
-        s = st.job_f[j, JF_DEMAND] * nf[node, NF_SLOWDOWN]
+        s = st.job_f[j, JF_DEMAND]
+        if s < 0.0:  # a hedge's or a retry's, as tail 4 draws it (a probe brings its own)
+            s = draw_service(st.rng, RNG_COPY_SERVICE, cfg.cfg_i[CI_SVC_KIND],
+                             cfg.cfg_f[CF_SVC_A], cfg.cfg_f[CF_SVC_B], cfg.cfg_f[CF_SVC_C])
+            st.job_f[j, JF_DEMAND] = s
+        s *= nf[node, NF_SLOWDOWN]
         if degraded_on:
             s *= svc_factor
             job_i[j, JI_DEGRADED] = 1
@@ -821,7 +826,7 @@ def advance(cfg, st, out, t_end):
                 fs[FS_NOW] = t_probe
                 node = probe_arrives(cfg, st, t_probe)
                 if node >= 0:
-                    start_service(st, node, t_probe, degraded_on, svc_factor)
+                    start_service(cfg, st, node, t_probe, degraded_on, svc_factor)
             elif t_sched == t_rare:
                 if heap_cap - hn < n_jobs:  # a crash may end every job at once
                     status = GROW_POOLS
