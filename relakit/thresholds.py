@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import polars as pl
 
 from relakit.replications import replication_seeds, summarise_replications
@@ -99,17 +100,19 @@ def compare_thresholds(scenario, chains: dict | None = None, replications: int =
 
 def scores_frame(table: pl.DataFrame, faults: dict[int, str]) -> pl.DataFrame:
     """The compared table in long form for :func:`threshold_figure`: one row per variant
-    and score (``measure``, ``value``, ``low``, ``high``; a missed fault has a null
-    value and ``missed`` = its share of runs that missed it)."""
+    and score (``measure``, ``value``, ``low``, ``high``: the 95 % interval, clipped to
+    what the score can be; a missed fault has a null value and ``missed`` = its share
+    of runs that missed it)."""
     rows = []
 
-    def add(r, measure, col, missed=0.0):
+    def add(r, measure, col, missed=0.0, hi=np.inf):
         v, ci = r[col], r[col + "_ci"]
         ok = v == v
+        ci = ci if ci == ci else 0.0
         rows.append({"variant": r["variant"], "measure": measure,
                      "value": v if ok else None,
-                     "low": v - ci if ok and ci == ci else (v if ok else None),
-                     "high": v + ci if ok and ci == ci else (v if ok else None),
+                     "low": max(0.0, v - ci) if ok else None,  # counts, delays, shares >= 0
+                     "high": min(hi, v + ci) if ok else None,
                      "missed": missed})
 
     for r in table.iter_rows(named=True):
@@ -117,7 +120,7 @@ def scores_frame(table: pl.DataFrame, faults: dict[int, str]) -> pl.DataFrame:
         for k, name in faults.items():
             add(r, f"detection delay, {name} (s)", f"fault{k}_delay_s",
                 1.0 - r[f"fault{k}_detected"])
-        add(r, "gold success (share ok)", "gold_success")
+        add(r, "gold success (share ok)", "gold_success", hi=1.0)
     return pl.DataFrame(rows, schema={"variant": pl.String, "measure": pl.String,
                                       "value": pl.Float64, "low": pl.Float64,
                                       "high": pl.Float64, "missed": pl.Float64})

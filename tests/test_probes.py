@@ -139,3 +139,18 @@ def test_detection_delay_closed_form_limits():
         probe_detection(2, 0.05, 0.1, 20, 5, 2)
     with pytest.raises(ValueError, match="minimum volume"):
         probe_detection(0.01, 0.5, 0.1, 20, 5, 2, min_volume=50)
+
+
+def test_delay_cdf_figure_draws_the_closed_form_as_a_line_and_the_runs_as_steps():
+    from relakit.probes import delay_cdf_figure, delay_cdf_frames
+
+    d = probe_detection(2, 0.3, 0.1, window_s=20, scrape_s=5, eval_s=2, min_volume=10)
+    closed, sim = delay_cdf_frames(d, [9.0, 11.0, 7.5])
+    assert sim["cdf"].to_list() == pytest.approx([0, 1 / 3, 2 / 3, 1])
+    assert closed["cdf"].is_sorted() and closed["cdf"][-1] > 0.99
+    spec = delay_cdf_figure(d, [9.0, 11.0, 7.5], "t").to_dict()
+    views = spec["layer"]
+    assert views[0]["encoding"]["x"]["title"] == "delay from the onset to isolation (s)"
+    assert views[1]["mark"]["interpolate"] == "step-after"
+    legends = [v["encoding"]["strokeDash"]["scale"]["domain"][0] for v in views]
+    assert legends[0].startswith("closed form") and legends[1].startswith("simulated (3")

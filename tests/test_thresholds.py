@@ -140,3 +140,28 @@ def test_a_baseline_error_rate_is_not_a_fault_and_survives_a_repair():
     share = req.group_by("node").agg((pl.col("outcome") == "error").mean().alias("e"))
     e = dict(share.iter_rows())
     assert 0.25 < e[0] < 0.35 and e[1] == 0
+
+
+def test_threshold_figure_titles_intervals_and_missed_faults():
+    from relakit.thresholds import scores_frame, threshold_figure
+
+    table = pl.DataFrame({
+        "variant": ["fixed", "adaptive"], "false_isolations": [3.0, 0.0],
+        "false_isolations_ci": [1.0, 0.0], "fault0_detected": [0.0, 1.0],
+        "fault0_detected_ci": [0.0, 0.0], "fault0_delay_s": [float("nan"), 12.0],
+        "fault0_delay_s_ci": [float("nan"), 2.0], "gold_success": [0.95, 0.99],
+        "gold_success_ci": [0.01, 0.05]})
+    frame = scores_frame(table, {0: "node 4"})
+    gold = frame.filter((pl.col("variant") == "adaptive")
+                        & pl.col("measure").str.starts_with("gold"))
+    assert gold["high"][0] == 1.0 and gold["low"][0] == pytest.approx(0.94)  # a share stays <= 1
+    missed = frame.filter((pl.col("variant") == "fixed") & pl.col("measure").str.contains("node 4"))
+    assert missed["value"][0] is None and missed["missed"][0] == 1.0
+    spec = threshold_figure(table, {0: "node 4"}, "t").to_dict()
+    titles = [v["encoding"]["x"]["title"] for p in spec["concat"] for v in p["layer"]
+              if "x" in v["encoding"] and "title" in v["encoding"]["x"]]
+    assert {"false isolations (per run)", "detection delay, node 4 (s)",
+            "gold success (share ok)"} <= set(titles)
+    texts = [v for p in spec["concat"] for v in p["layer"] if v["mark"].get("type") == "text"
+             or v["mark"] == "text"]
+    assert texts  # "missed in every run" is written, not drawn as a point
