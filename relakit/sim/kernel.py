@@ -44,7 +44,9 @@ numbers: their difference is the policy's, not the dice's):
   excess sent elsewhere; ``hedge_targets``: picks for hedges;
 * ``errors``: error and wrong-answer draws at each completion;
 * ``retry_jitter``: full-jitter backoff; ``half_open``: the half-open
-  breaker's admission draw.
+  breaker's admission draw;
+* ``probes``: everything about correctness probes (gaps, node, demand, and
+  their error and wrong-answer draws), so probes on or off leave the rest alone.
 
 A stream stays in step between two runs exactly as long as the decisions that
 consume it are the same: arrivals and first-attempt demands always do;
