@@ -38,7 +38,7 @@ numbers: their difference is the policy's, not the dice's):
   factor) at service start. Drawing them in job-start order instead would
   hand a request another's demand as soon as a policy changed the order;
 * ``copy_service``: the demand of every further copy (hedges, retries), drawn
-  when the copy is sent;
+  when the copy starts service (a copy cancelled in its queue draws nothing);
 * ``routing``: first attempts' node picks (and join-the-shortest-queue
   tie-breaks); ``reroute``: picks for retries, failover moves and throttled
   excess sent elsewhere; ``hedge_targets``: picks for hedges;
