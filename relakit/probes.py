@@ -100,9 +100,9 @@ def delay_cdf_figure(detection, delays, title: str):
     from relakit.plots import _source_layers
 
     closed, sim = delay_cdf_frames(detection, delays)
-    return _source_layers(
+    layers, _ = _source_layers(
         closed, sim, alt.X("delay_s:Q", title="delay from the onset to isolation (s)"),
         alt.Y("cdf:Q", title="share of runs isolated by then", axis=alt.Axis(format="%")),
         "closed form (Erlang + scrape + evaluation)",
-        f"simulated ({len(sim) - 1} replications, random onset)", None, sim_mark="step",
-    ).properties(title=title, width=420, height=260)
+        f"simulated ({len(sim) - 1} replications, random onset)", None, sim_mark="step")
+    return layers.properties(title=title, width=420, height=260)
