@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from relakit.progress import Progress
 from relakit.replications import replication_seeds
 from relakit.search.objectives import objective_values
 from relakit.search.spec import SearchSpec, load_search, raw_scenario
@@ -122,14 +123,16 @@ def search(spec, out_dir, *, trials: int | None = None, workers: int | None = No
 
         pool = local_pool(min(n_workers, batch * spec.replications))
     batches = 0
+    line = Progress("search", target, "trials", start=min(_complete(study), target))
     try:
         while _complete(study) < target and (stop_after is None or batches < stop_after):
             n = min(batch, target - _complete(study))
             _run_batch(study, spec, n, seeds, numbers, pool, scheduler, workers)
             batches += 1
             _write_trials(spec, study, out)
-            say(f"{_complete(study)} of {target} trials complete")
+            line.update(_complete(study))
     finally:
+        line.close()
         if pool is not None:
             pool.shutdown()
     return write_outputs(spec, study, out)

@@ -282,12 +282,16 @@ def check_against_scenario(spec: SearchSpec) -> None:
 
     r = Reader({}, spec.source)
     scen = display_path(spec.scenario)
+
+    def _one(exc):  # the scenario's own name once, not twice
+        return " ".join(str(exc).split()).removeprefix(f"{scen}: ")
+
     try:
         data = raw_scenario(spec.scenario, spec.base)
     except ScenarioError as exc:
         r.fail(f"the scenario with base applied is refused: {_one(exc)}", "base")
     try:
-        load_scenario(spec.scenario, overrides=spec.base)
+        load_scenario(scen, overrides=spec.base)
     except ScenarioError as exc:
         r.fail(f"{scen} with base applied is refused: {_one(exc)}", "base")
     for p in spec.space:
@@ -299,7 +303,7 @@ def check_against_scenario(spec: SearchSpec) -> None:
             r.fail(missing, where)
         for value in p.ends():
             try:
-                load_scenario(spec.scenario, overrides={**spec.base, p.key: value})
+                load_scenario(scen, overrides={**spec.base, p.key: value})
             except ScenarioError as exc:
                 r.fail(f"{value!r} is refused by {scen}: {_one(exc)}", where)
     if spec.incumbent:
@@ -307,18 +311,15 @@ def check_against_scenario(spec: SearchSpec) -> None:
             if not isinstance(k, str):
                 r.fail(f"expected dotted keys, got {k!r}", "incumbent")
         try:
-            load_scenario(spec.scenario, overrides={**spec.base, **spec.incumbent})
+            load_scenario(scen, overrides={**spec.base, **spec.incumbent})
         except ScenarioError as exc:
             r.fail(f"the incumbent's overrides are refused by {scen}: {_one(exc)}",
                    "incumbent")
     from relakit.search.objectives import needs_policy
 
-    sc = load_scenario(spec.scenario, overrides=spec.base)
+    sc = load_scenario(scen, overrides=spec.base)
     for i, o in enumerate(spec.objectives):
         if needs_policy(o.number) and sc.policy is None:
             r.fail(f"{o.number} counts a policy's decisions, and {scen} has no policy",
                    f"objectives.{i}.number")
 
-
-def _one(exc: Exception) -> str:
-    return " ".join(str(exc).split())
