@@ -5,7 +5,8 @@ trace by its suffix or its bytes (as ``read_trace`` tells them), a YAML file by
 its top-level keys (``fleet``/``workload`` → scenario, ``signals``/``modes`` →
 policy, ``order`` or a stage name → chain, ``grid``/``samples``/``notebook`` →
 sweep, ``space``/``objectives`` → search, only clock keys → clocks). Files given
-together are checked against each other: a policy or chain against every trace, the clocks with them.
+together are checked against each other: a policy or chain against every trace, the
+clocks with them.
 """
 
 from __future__ import annotations
