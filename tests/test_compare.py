@@ -56,8 +56,6 @@ def test_independent_seeds_come_from_another_part_of_the_spawn():
 # this test measured a ratio of 0.95 (CRN 0.162 ms, independent 0.155 ms). It must pass
 # once the stream split (issue 13 part 3, another branch) is merged; strict=True makes
 # it fail loudly then (XPASS) until this mark is removed.
-@pytest.mark.xfail(strict=True, reason="needs the kernel's random streams split by purpose "
-                   "(issue 13 part 3, not on this branch): remove this mark after that merge")
 def test_common_random_numbers_narrow_the_paired_interval_threefold():
     """The issue's CRN proof: two hedge delays on one scenario; the paired interval of
     the mean response with common random numbers is >= 3x narrower than with

@@ -154,7 +154,8 @@ class Fleet:
         job_i = np.zeros((jobs, K.N_JI), np.int64)
         job_i[:, K.JI_SIB] = -1
         self.st = K.State(
-            fs=np.zeros(K.N_FS), is_=np.zeros(K.N_IS, np.int64), rng=new_state(self.seed),
+            fs=np.zeros(K.N_FS), is_=np.zeros(K.N_IS, np.int64),
+            rng=new_state(self.seed, K.N_STREAMS),  # one row per random stream
             node_i=node_i, node_f=node_f, node_c=np.zeros((n, K.N_NC), np.int64),
             cnt=np.zeros((n, len(K.TIERS), len(K.OUTCOMES)), np.int64),
             lat_b=np.zeros((n, n_buckets), np.int64),
@@ -164,7 +165,7 @@ class Fleet:
             job_free=np.arange(jobs - 1, -1, -1, dtype=np.int64),
             usr_i=np.zeros((users, K.N_UI), np.int64), usr_f=np.zeros((users, K.N_UF)),
             usr_free=np.arange(users - 1, -1, -1, dtype=np.int64),
-            call_i=np.zeros((jobs, K.N_CL), np.int64),
+            call_i=np.zeros((jobs, K.N_CL), np.int64), call_f=np.zeros((jobs, K.N_CLF)),
             call_free=np.arange(jobs - 1, -1, -1, dtype=np.int64),
             heap_t=np.zeros(heap), heap_k=np.zeros(heap, np.int64),
             tq_t=np.zeros((2, heap)), tq_k=np.zeros((2, heap), np.int64),
@@ -173,6 +174,7 @@ class Fleet:
             send=np.zeros((fanout + 2, 4), np.int64),
             pend_t=np.zeros(n + 4 * fanout + 16), pend_k=np.zeros(n + 4 * fanout + 16, np.int64),
             pend_q=np.zeros(n + 4 * fanout + 16, np.int64),
+            demand=np.zeros(fanout),  # one arrival's first-attempt demands, call by call
         )
         isv = self.st.is_
         isv[K.IS_JOB_FREE_N] = jobs
@@ -186,7 +188,7 @@ class Fleet:
             metrics=np.zeros((samples, n, K.M_BUCKETS + n_buckets)),
             sample_t=np.full((samples, n), np.nan),
             fleet=np.zeros((samples, K.N_FLEET)), fleet_t=np.zeros(samples),
-            rec_f=np.zeros((records, 2)), rec_i=np.zeros((records, 7), np.int32),
+            rec_f=np.zeros((records, 3)), rec_i=np.zeros((records, 7), np.int32),
             hist=np.zeros((len(K.TIERS), 2, K.HIST_BINS), np.int64),
             tier_cnt=np.zeros((len(K.TIERS), len(K.OUTCOMES)), np.int64),
             tier_ext=np.zeros((len(K.TIERS), K.N_TX), np.int64),
@@ -240,7 +242,7 @@ class Fleet:
             job_free=_grown_pool(st.job_free, isv[K.IS_JOB_FREE_N], jobs, 2 * jobs),
             usr_i=_grow_rows(st.usr_i, 2 * users), usr_f=_grow_rows(st.usr_f, 2 * users),
             usr_free=_grown_pool(st.usr_free, isv[K.IS_USR_FREE_N], users, 2 * users),
-            call_i=_grow_rows(st.call_i, 2 * calls),
+            call_i=_grow_rows(st.call_i, 2 * calls), call_f=_grow_rows(st.call_f, 2 * calls),
             call_free=_grown_pool(st.call_free, isv[K.IS_CALL_FREE_N], calls, 2 * calls),
             heap_t=_grow_rows(st.heap_t, 2 * heap), heap_k=_grow_rows(st.heap_k, 2 * heap),
             **_grown_rings(st.tq_t, st.tq_k, st.tq_n),

@@ -23,6 +23,35 @@ flags in the state arrays; they take effect at exactly that time. When a pool
 or an output buffer is full the loop returns a status *between* events; the
 Python wrapper grows the arrays and calls again, so the run is unchanged.
 
+Random numbers come from independent xoshiro256** streams, one per kind of
+randomness (``STREAMS``; ``st.rng`` holds one row of state per stream, and
+every draw names its row with an ``RNG_*`` constant), so two runs that share
+a seed but differ in policy, thresholds, clocks or mitigations still see the
+same arrivals and the same service demand per request (common random
+numbers: their difference is the policy's, not the dice's):
+
+* ``arrivals``: inter-arrival gaps (and thinning) and each arrival's tier;
+* ``service``: first-attempt service demands, drawn *when the request
+  arrives*, one per call of the scenario's full fan-out (drawn even when the
+  request is rejected at the door, shed, or degraded to a smaller fan-out),
+  kept with the call and scaled by the node's slowdown (and the degraded
+  factor) at service start. Drawing them in job-start order instead would
+  hand a request another's demand as soon as a policy changed the order;
+* ``copy_service``: the demand of every further copy (hedges, retries), drawn
+  when the copy starts service (a copy cancelled in its queue draws nothing);
+* ``routing``: first attempts' node picks (and join-the-shortest-queue
+  tie-breaks); ``reroute``: picks for retries, failover moves and throttled
+  excess sent elsewhere; ``hedge_targets``: picks for hedges;
+* ``errors``: error and wrong-answer draws at each completion;
+* ``retry_jitter``: full-jitter backoff; ``half_open``: the half-open
+  breaker's admission draw.
+
+A stream stays in step between two runs exactly as long as the decisions that
+consume it are the same: arrivals and first-attempt demands always do;
+routing does for random and p2c routing until fan-out or eligibility
+differs. New streams are appended to ``STREAMS``, never inserted, so a seed
+keeps its meaning for the others.
+
 Arrays are grouped in three named tuples: ``cfg`` (read-only model), ``st``
 (mutable state) and ``out`` (outputs). Column indices are the constants
 below; :mod:`relakit.sim.fleet` builds and grows the arrays.
@@ -36,13 +65,22 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from relakit.sim.rng import exponential, normal, uniform
+from relakit.sim.rng import exponential, normal, uniform, uniform_words
 from relakit.vocab import BREAKER_STATES, OUTCOMES, TIERS  # noqa: F401 - re-exported codes' words
 
 # ---- codes shared with the Python side -------------------------------------
 # the words are relakit.vocab's; the codes are their positions, never counted by hand
 OK, ERROR, TIMEOUT, DROPPED = (OUTCOMES.index(o) for o in ("ok", "error", "timeout", "dropped"))
 GOLD = TIERS.index("gold")
+
+# random streams: st.rng[RNG_X] is stream "x" (see the module docstring); append only
+STREAMS = ("arrivals", "service", "copy_service", "routing", "reroute", "hedge_targets",
+           "errors", "retry_jitter", "half_open")
+(RNG_ARRIVALS, RNG_SERVICE, RNG_COPY_SERVICE, RNG_ROUTING, RNG_REROUTE, RNG_HEDGES, RNG_ERRORS,
+ RNG_JITTER, RNG_HALF_OPEN) = (STREAMS.index(n) for n in (
+    "arrivals", "service", "copy_service", "routing", "reroute", "hedge_targets", "errors",
+    "retry_jitter", "half_open"))
+N_STREAMS = len(STREAMS)
 
 SERVICE_KINDS = ("exponential", "deterministic", "lognormal", "pareto", "bimodal")
 S_EXP, S_DET, S_LOGNORMAL, S_PARETO, S_BIMODAL = 0, 1, 2, 3, 4
@@ -114,20 +152,25 @@ J_FREE, J_QUEUED, J_SERVING, J_ENDING, J_MOVING = 0, 1, 2, 3, 4
 # what the client makes of a job: still waiting on it, gave up on it (timeout), or
 # no longer needs it (another copy answered)
 C_WAITING, C_TIMED_OUT, C_LOST = 0, 1, 2
-JF_T_NODE, JF_T_START = 0, 1
-N_JF = 2
+# JF_DEMAND: service seconds before slowdown; NO_DEMAND until drawn (a copy's, at its start)
+JF_T_NODE, JF_T_START, JF_DEMAND = 0, 1, 2
+NO_DEMAND = -1.0
+N_JF = 3
 
 # st.call_i columns
 (CL_USER, CL_GEN, CL_ATTEMPTS, CL_HEDGES, CL_COPIES, CL_FIRST, CL_LAST_NODE,
  CL_TIER) = range(8)
 N_CL = 8
+# st.call_f: the call's first-attempt service demand (seconds), drawn at arrival
+CLF_DEMAND = 0
+N_CLF = 1
 
 # st.usr_i / usr_f columns
 (UI_TIER, UI_REMAINING, UI_WORST, UI_CRIT, UI_FANOUT, UI_GEN, UI_ATTEMPTS, UI_HEDGES,
  UI_DEGRADED, UI_WRONG) = range(10)
 N_UI = 10
-UF_T_ARRIVAL = 0
-N_UF = 1
+UF_T_ARRIVAL, UF_DEMAND = 0, 1  # UF_DEMAND: its first call's first-attempt demand (s)
+N_UF = 2
 
 # per-node metric columns in out.metrics[sample, node, :]
 N_COUNTERS = len(TIERS) * len(OUTCOMES)  # requests_total{tier, outcome}
@@ -159,7 +202,8 @@ Config = namedtuple(
 State = namedtuple(
     "State",
     "fs is_ rng node_i node_f node_c cnt lat_b fleet_c budget job_i job_f job_free usr_i usr_f"
-    " usr_free call_i call_free heap_t heap_k tq_t tq_k tq_n scratch send pend_t pend_k pend_q",
+    " usr_free call_i call_f call_free heap_t heap_k tq_t tq_k tq_n scratch send pend_t pend_k"
+    " pend_q demand",
 )
 Output = namedtuple(
     "Output", "metrics sample_t fleet fleet_t rec_f rec_i hist tier_cnt tier_ext lat_sum")
@@ -206,33 +250,33 @@ def rate_at(t, rate_t, rate_v):
 
 @njit(cache=True, error_model="numpy")
 def next_arrival(rng, rmax, const, rate_t, rate_v, t):
-    """Next accepted arrival after t: Poisson at the peak rate, thinned."""
+    """Next accepted arrival after t: Poisson at the peak rate, thinned (arrivals stream)."""
     if rmax <= 0.0:
         return np.inf
     last = rate_t.shape[0] - 1
     while True:
-        t += exponential(rng, 1.0 / rmax)
+        t += exponential(rng, RNG_ARRIVALS, 1.0 / rmax)
         if const:
             return t
         if t >= rate_t[last] and rate_v[last] <= 0.0:
             return np.inf
-        if uniform(rng) * rmax < rate_at(t, rate_t, rate_v):
+        if uniform(rng, RNG_ARRIVALS) * rmax < rate_at(t, rate_t, rate_v):
             return t
 
 
 @njit(cache=True, error_model="numpy")
-def draw_service(rng, kind, a, b, c):
-    """Service time in seconds; a, b, c are the kind's prepared parameters."""
+def draw_service(rng, k, kind, a, b, c):
+    """Service time in seconds from stream k; a, b, c are the kind's prepared parameters."""
     if kind == S_EXP:
-        return exponential(rng, a)
+        return exponential(rng, k, a)
     if kind == S_DET:
         return a
     if kind == S_LOGNORMAL:
-        return math.exp(a + b * normal(rng))
+        return math.exp(a + b * normal(rng, k))
     if kind == S_PARETO:
-        return a * (1.0 - uniform(rng)) ** (-1.0 / b)
+        return a * (1.0 - uniform(rng, k)) ** (-1.0 / b)
     # bimodal: a = fast, b = slow, c = slow fraction
-    if uniform(rng) < c:
+    if uniform(rng, k) < c:
         return b
     return a
 
@@ -286,11 +330,11 @@ def _eligible(node_i, node_f, i):
 
 
 @njit(cache=True, error_model="numpy")
-def _weighted_pick(node_i, node_f, isv, fs, rng):
+def _weighted_pick(node_i, node_f, isv, fs, rng, k):
     n = node_i.shape[0]
     if isv[IS_EQUAL_WEIGHTS] != 0:
-        return min(int(uniform(rng) * n), n - 1)
-    x = uniform(rng) * fs[FS_WRR_TOTAL]
+        return min(int(uniform(rng, k) * n), n - 1)
+    x = uniform(rng, k) * fs[FS_WRR_TOTAL]
     i = np.searchsorted(node_f[:, NF_CUM], x, side="right")
     while i < n - 1 and not _eligible(node_i, node_f, i):
         i += 1
@@ -303,18 +347,19 @@ def _load(node_i, node_f, i):
 
 
 @njit(cache=True, error_model="numpy")
-def pick_node(routing, node_i, node_f, isv, fs, rng, stamp, n_chosen):
-    """One node by the routing policy, avoiding the n_chosen nodes marked with stamp."""
+def pick_node(routing, node_i, node_f, isv, fs, rng, k, stamp, n_chosen):
+    """One node by the routing policy, avoiding the n_chosen nodes marked with stamp;
+    its draws come from stream k (first attempts, reroutes and hedges each have one)."""
     n = node_i.shape[0]
     if routing == R_RANDOM or routing == R_P2C:
         while True:
-            a = _weighted_pick(node_i, node_f, isv, fs, rng)
+            a = _weighted_pick(node_i, node_f, isv, fs, rng, k)
             if node_i[a, NI_STAMP] != stamp:
                 break
         if routing == R_RANDOM or isv[IS_N_ELIGIBLE] - n_chosen <= 1:
             return a
         while True:
-            b = _weighted_pick(node_i, node_f, isv, fs, rng)
+            b = _weighted_pick(node_i, node_f, isv, fs, rng, k)
             if b != a and node_i[b, NI_STAMP] != stamp:
                 break
         return a if _load(node_i, node_f, a) <= _load(node_i, node_f, b) else b
@@ -348,7 +393,7 @@ def pick_node(routing, node_i, node_f, isv, fs, rng, stamp, n_chosen):
                 ties = 1
             elif ld == best_load:
                 ties += 1
-                if uniform(rng) * ties < 1.0:
+                if uniform(rng, k) * ties < 1.0:
                     best = i
     return best
 
@@ -572,7 +617,9 @@ def advance(cfg, st, out, t_end):
     job_f = st.job_f
     job_free = st.job_free
     call_i = st.call_i
+    call_f = st.call_f
     call_free = st.call_free
+    demand = st.demand
     usr_i = st.usr_i
     usr_f = st.usr_f
     usr_free = st.usr_free
@@ -650,6 +697,11 @@ def advance(cfg, st, out, t_end):
     uniform_random = routing == R_RANDOM and isv[IS_EQUAL_WEIGHTS] != 0
     t_arr = fs[FS_NEXT_ARRIVAL]
     status = DONE
+    # the two streams every arrival draws from live in locals until the loop ends
+    a0, a1, a2, a3 = rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1], rng[RNG_ARRIVALS, 2], rng[
+        RNG_ARRIVALS, 3]
+    v0, v1, v2, v3 = rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1], rng[RNG_SERVICE, 2], rng[
+        RNG_SERVICE, 3]
     while True:
         hn = isv[IS_HEAP_N]
         t_heap = heap_t[0] if hn > 0 else np.inf
@@ -765,10 +817,10 @@ def advance(cfg, st, out, t_end):
                         load = (busy + node_i[node, NI_QLEN]) / node_i[node, NI_SERVERS]
                         p = np.interp(load, load_x, load_p)
                         err = 1.0 - (1.0 - err) * (1.0 - p)
-                    if err > 0.0 and uniform(rng) < err:
+                    if err > 0.0 and uniform(rng, RNG_ERRORS) < err:
                         outcome = ERROR
                     wrong = node_f[node, NF_WRONG_RATE]
-                    if outcome == OK and wrong > 0.0 and uniform(rng) < wrong:
+                    if outcome == OK and wrong > 0.0 and uniform(rng, RNG_ERRORS) < wrong:
                         correct = 0  # a silent failure: success, wrong answer
                         node_c[node, NC_WRONG] += 1
                     # the server's latency histogram (Prometheus buckets, seconds)
@@ -812,7 +864,7 @@ def advance(cfg, st, out, t_end):
                 isv[IS_STAMP] = stamp
                 send[0, 0] = job_i[j, JI_CALL]
                 send[0, 1] = -1 if n_elig == 0 else pick_node(routing, node_i, node_f, isv, fs,
-                                                              rng, stamp, 0)
+                                                              rng, RNG_REROUTE, stamp, 0)
                 send[0, 2] = job_i[j, JI_HEDGE]
                 send[0, 3] = j
                 n_send = 1
@@ -841,7 +893,9 @@ def advance(cfg, st, out, t_end):
                 if n_elig == 0:
                     send_node = -1
                 else:
-                    send_node = pick_node(routing, node_i, node_f, isv, fs, rng, stamp, n_avoid)
+                    stream = RNG_HEDGES if kind == EV_HEDGE else RNG_REROUTE
+                    send_node = pick_node(routing, node_i, node_f, isv, fs, rng, stream, stamp,
+                                          n_avoid)
                 send[0, 0] = c
                 send[0, 1] = send_node
                 send[0, 2] = 1 if kind == EV_HEDGE else 0
@@ -853,8 +907,21 @@ def advance(cfg, st, out, t_end):
             isv[IS_USR_FREE_N] = nfree
             isv[IS_USER_SEQ] += 1
             isv[IS_IN_FLIGHT_USERS] += 1
-            x = uniform(rng)
+            x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
             tier = 0 if x < tier_cum[0] else (1 if x < tier_cum[1] else 2)
+            # every call's first-attempt demand, for the scenario's full fan-out whatever
+            # happens to the request next: the service stream stays in step across policies
+            for i in range(fanout):
+                if svc_kind == S_EXP:
+                    x, v0, v1, v2, v3 = uniform_words(v0, v1, v2, v3)
+                    demand[i] = -svc_a * math.log(1.0 - x)
+                else:  # through the array: the helper draws from it
+                    rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1] = v0, v1
+                    rng[RNG_SERVICE, 2], rng[RNG_SERVICE, 3] = v2, v3
+                    demand[i] = draw_service(rng, RNG_SERVICE, svc_kind, svc_a, svc_b, svc_c)
+                    v0, v1 = rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1]
+                    v2, v3 = rng[RNG_SERVICE, 2], rng[RNG_SERVICE, 3]
+            usr_f[u, UF_DEMAND] = demand[0]
             k = fanout
             usr_i[u, UI_DEGRADED] = 0
             if degraded_on and 0 < k_deg < k:
@@ -870,7 +937,8 @@ def advance(cfg, st, out, t_end):
             usr_f[u, UF_T_ARRIVAL] = t
             k = min(k, n_elig)
             if breaker != BREAKER_CLOSED and (breaker_mask >> tier) & 1 and (
-                    breaker == BREAKER_OPEN or uniform(rng) >= cfg_f[CF_HALF_OPEN_ADMIT]):
+                    breaker == BREAKER_OPEN
+                    or uniform(rng, RNG_HALF_OPEN) >= cfg_f[CF_HALF_OPEN_ADMIT]):
                 fin_u = u  # the global breaker rejects it at the door
                 fin_outcome = DROPPED
             elif k <= 0:
@@ -881,12 +949,13 @@ def advance(cfg, st, out, t_end):
                 if n_nodes == 1:
                     send[0, 1] = 0  # a single node: no draw
                 elif k == 1 and uniform_random:
-                    send[0, 1] = min(int(uniform(rng) * n_nodes), n_nodes - 1)
+                    send[0, 1] = min(int(uniform(rng, RNG_ROUTING) * n_nodes), n_nodes - 1)
                 else:
                     stamp = isv[IS_STAMP] + 1
                     isv[IS_STAMP] = stamp
                     for i in range(k):  # k distinct nodes
-                        node = pick_node(routing, node_i, node_f, isv, fs, rng, stamp, i)
+                        node = pick_node(routing, node_i, node_f, isv, fs, rng, RNG_ROUTING,
+                                         stamp, i)
                         node_i[node, NI_STAMP] = stamp
                         send[i, 1] = node
                 for i in range(k):
@@ -899,14 +968,20 @@ def advance(cfg, st, out, t_end):
                     call_i[c, CL_COPIES] = 0
                     call_i[c, CL_FIRST] = -1
                     call_i[c, CL_TIER] = tier
+                    call_f[c, CLF_DEMAND] = demand[i]
                     send[i, 0] = c
                     send[i, 2] = 0
                     send[i, 3] = -1
                 n_send = k
             if const_rate:
-                t_arr = t + exponential(rng, mean_gap)
-            else:
+                x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
+                t_arr = t - mean_gap * math.log(1.0 - x)
+            else:  # through the array: the helper draws from it
+                rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1] = a0, a1
+                rng[RNG_ARRIVALS, 2], rng[RNG_ARRIVALS, 3] = a2, a3
                 t_arr = next_arrival(rng, rmax, const_rate, rate_t, rate_v, t)
+                a0, a1, a2, a3 = rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1], rng[
+                    RNG_ARRIVALS, 2], rng[RNG_ARRIVALS, 3]
 
         # ---- tail 1: a copy answered its call, or the client gave up on one
         if res_c >= 0:
@@ -941,7 +1016,7 @@ def advance(cfg, st, out, t_end):
                         backoff = min(cfg_f[CF_BACKOFF] * 2.0 ** (attempts - 1),
                                       cfg_f[CF_BACKOFF_MAX])
                         if cfg_i[CI_JITTER] != 0:
-                            backoff *= uniform(rng)  # full jitter
+                            backoff *= uniform(rng, RNG_JITTER)  # full jitter
                         call_i[c, CL_LAST_NODE] = res_node
                         pend_t[n_pend] = t + backoff
                         pend_k[n_pend] = event_key(c, EV_RETRY, call_i[c, CL_GEN])
@@ -1024,6 +1099,7 @@ def advance(cfg, st, out, t_end):
                 r = isv[IS_NREC]
                 rec_f[r, 0] = t0
                 rec_f[r, 1] = latency_ms
+                rec_f[r, 2] = usr_f[u, UF_DEMAND] * 1000.0
                 rec_i[r, 0] = tier
                 rec_i[r, 1] = fin_outcome
                 rec_i[r, 2] = usr_i[u, UI_CRIT]
@@ -1073,6 +1149,13 @@ def advance(cfg, st, out, t_end):
                     call_i[c, CL_ATTEMPTS] += 1
                     if budgeted and call_i[c, CL_ATTEMPTS] == 1:
                         budget[0, budget_slot(budget, isv, budget_width, t)] += 1
+                # the first attempt serves the demand drawn at arrival; a hedge or a
+                # retry is another piece of work, with a demand of its own, drawn when
+                # (if) it starts: a copy cancelled in the queue costs no draw
+                if hedge == 0 and call_i[c, CL_ATTEMPTS] == 1:
+                    job_f[j, JF_DEMAND] = call_f[c, CLF_DEMAND]
+                else:
+                    job_f[j, JF_DEMAND] = NO_DEMAND
                 if deadline < np.inf:
                     pend_t[n_pend] = t + deadline
                     pend_k[n_pend] = event_key(j, EV_TIMEOUT, job_i[j, JI_GEN])
@@ -1127,7 +1210,8 @@ def advance(cfg, st, out, t_end):
                     stamp = isv[IS_STAMP] + 1
                     isv[IS_STAMP] = stamp
                 node_i[node, NI_STAMP] = stamp
-                node = pick_node(routing, node_i, node_f, isv, fs, rng, stamp, tries)
+                node = pick_node(routing, node_i, node_f, isv, fs, rng, RNG_REROUTE, stamp,
+                                 tries)
                 job_i[j, JI_NODE] = node
             if rejected >= 0:
                 end_now(isv, job_i, heap_t, heap_k, j, rejected, t)
@@ -1163,10 +1247,13 @@ def advance(cfg, st, out, t_end):
                 node_f[node, NF_BUSY_AREA] += busy * (t - node_f[node, NF_LAST_T])
                 node_f[node, NF_LAST_T] = t
                 node_i[node, NI_BUSY] = busy + 1
-                if svc_kind == S_EXP:
-                    s = exponential(rng, svc_a)
-                else:
-                    s = draw_service(rng, svc_kind, svc_a, svc_b, svc_c)
+                s = job_f[j, JF_DEMAND]
+                if s < 0.0:  # a hedge's or a retry's: its own stream
+                    if svc_kind == S_EXP:
+                        s = exponential(rng, RNG_COPY_SERVICE, svc_a)
+                    else:
+                        s = draw_service(rng, RNG_COPY_SERVICE, svc_kind, svc_a, svc_b, svc_c)
+                    job_f[j, JF_DEMAND] = s
                 s *= node_f[node, NF_SLOWDOWN]
                 if degraded_on:
                     s *= svc_factor  # the cheaper path, at a loss of quality
@@ -1198,4 +1285,8 @@ def advance(cfg, st, out, t_end):
             heap_t[hi] = tp
             heap_k[hi] = pend_k[i]
     fs[FS_NEXT_ARRIVAL] = t_arr
+    rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1] = a0, a1
+    rng[RNG_ARRIVALS, 2], rng[RNG_ARRIVALS, 3] = a2, a3
+    rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1] = v0, v1
+    rng[RNG_SERVICE, 2], rng[RNG_SERVICE, 3] = v2, v3
     return status

@@ -247,6 +247,10 @@ def requests_table(rec_f: np.ndarray, rec_i: np.ndarray) -> pl.DataFrame:
         "attempts": rec_i[:, 4].astype(np.int32),  # copies sent: attempts plus hedges
         "degraded": rec_i[:, 5].astype(bool),
         "correct": rec_i[:, 6].astype(bool),  # false: a silent failure answered it
+        # its first call's first-attempt service demand (ms), before any node slowdown or
+        # degraded factor: drawn at arrival, the same whatever the policy (common random
+        # numbers), and drawn even for a request rejected at the door
+        "service_ms": rec_f[:, 2],
     })
 
 

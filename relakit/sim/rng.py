@@ -1,11 +1,21 @@
-"""xoshiro256** random numbers, owned by each simulation.
+"""xoshiro256** random numbers, owned by each simulation, in independent streams.
 
 Why not ``np.random`` inside numba: its state is global per thread, so two
 fleets stepped in one process would draw from one stream and stop being
-reproducible. Each fleet carries its own four-word state instead, which also
-makes a run split into many ``advance`` calls bit-identical to one long call.
-The pure-Python twin (:class:`XoshiroPy`) draws the same stream, so reference
-models in pure Python can be compared with the kernel number for number.
+reproducible. Each fleet carries its own states instead, which also makes a
+run split into many ``advance`` calls bit-identical to one long call.
+
+A fleet holds one state per *stream* (an ``(n_streams, 4)`` array; every
+draw names its row), so each kind of randomness (arrivals, service demand,
+routing, ...: the kernel's ``STREAMS``) is consumed only by its own draws:
+two runs that differ in a policy see the same arrivals and demands (common
+random numbers). Stream 0 is the seed expanded by splitmix64; stream i + 1
+is stream i moved on by the generator's jump (2**128 draws), so streams can
+never overlap within a run.
+
+The pure-Python twin (:class:`XoshiroPy`) draws the same streams, so
+reference models in pure Python can be compared with the kernel number for
+number.
 """
 
 from __future__ import annotations
@@ -37,8 +47,23 @@ def seed_words(seed: int) -> list[int]:
     return words
 
 
-def new_state(seed: int) -> np.ndarray:
-    return np.array(seed_words(seed), dtype=np.uint64)
+#: xoshiro256**'s jump polynomial: applying it equals 2**128 calls to next (Vigna's reference)
+_JUMP = (0x180EC6D33CFD0ABA, 0xD5A61266F0C9392C, 0xA9582618E03FC9AA, 0x39ABDC4529B1661C)
+
+
+def stream_words(seed: int, n_streams: int) -> list[list[int]]:
+    """Four words per stream: the seed's state, then each one jumped 2**128 draws on."""
+    g = XoshiroPy(seed)
+    words = []
+    for _ in range(n_streams):
+        words.append(list(g.s))
+        g.jump()
+    return words
+
+
+def new_state(seed: int, n_streams: int = 1) -> np.ndarray:
+    """The kernel's generator state: one row of four words per stream."""
+    return np.array(stream_words(seed, n_streams), dtype=np.uint64).reshape(n_streams, 4)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -47,11 +72,12 @@ def _rotl(x, k):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def next_u64(s):
-    s0 = s[0]
-    s1 = s[1]
-    s2 = s[2]
-    s3 = s[3]
+def next_u64(s, k):
+    """The next 64 bits of stream k (row k of the state)."""
+    s0 = s[k, 0]
+    s1 = s[k, 1]
+    s2 = s[k, 2]
+    s3 = s[k, 3]
     result = _rotl(s1 * np.uint64(5), 7) * np.uint64(9)
     t = s1 << np.uint64(17)
     s2 ^= s0
@@ -60,38 +86,61 @@ def next_u64(s):
     s0 ^= s3
     s2 ^= t
     s3 = _rotl(s3, 45)
-    s[0] = s0
-    s[1] = s1
-    s[2] = s2
-    s[3] = s3
+    s[k, 0] = s0
+    s[k, 1] = s1
+    s[k, 2] = s2
+    s[k, 3] = s3
     return result
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def uniform(s):
-    """A double in [0, 1) with 53 random bits."""
+def uniform(s, k):
+    """A double in [0, 1) with 53 random bits, from stream k."""
     # via int64: the value fits in 53 bits, and int64 → double is one instruction
-    return float(np.int64(next_u64(s) >> np.uint64(11))) * _TWO53
+    return float(np.int64(next_u64(s, k) >> np.uint64(11))) * _TWO53
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def exponential(s, mean):
-    return -mean * math.log(1.0 - uniform(s))
+def uniform_words(s0, s1, s2, s3):
+    """:func:`uniform` on a state held in four local words: (u, s0, s1, s2, s3).
+
+    The event loop keeps its busiest streams in locals (registers), not in the
+    state array, and writes them back when it returns."""
+    result = _rotl(s1 * np.uint64(5), 7) * np.uint64(9)
+    t = s1 << np.uint64(17)
+    s2 ^= s0
+    s3 ^= s1
+    s1 ^= s2
+    s0 ^= s3
+    s2 ^= t
+    s3 = _rotl(s3, 45)
+    return float(np.int64(result >> np.uint64(11))) * _TWO53, s0, s1, s2, s3
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def normal(s):
+def exponential(s, k, mean):
+    return -mean * math.log(1.0 - uniform(s, k))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def normal(s, k):
     """Box–Muller, one normal per two uniforms (no cached spare: less state)."""
-    u1 = 1.0 - uniform(s)
-    u2 = uniform(s)
+    u1 = 1.0 - uniform(s, k)
+    u2 = uniform(s, k)
     return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
 
 
 class XoshiroPy:
-    """The same generator in pure Python; ``random()`` matches :func:`uniform`."""
+    """The same generator in pure Python; ``random()`` matches :func:`uniform`.
 
-    def __init__(self, seed: int):
+    ``XoshiroPy(seed)`` is stream 0 of that seed; ``XoshiroPy(seed, stream=i)``
+    is stream i, as the kernel's row i of :func:`new_state`.
+    """
+
+    def __init__(self, seed: int, stream: int = 0):
         self.s = seed_words(seed)
+        for _ in range(stream):
+            self.jump()
 
     def next_u64(self) -> int:
         s0, s1, s2, s3 = self.s
@@ -108,3 +157,13 @@ class XoshiroPy:
 
     def random(self) -> float:
         return (self.next_u64() >> 11) * _TWO53
+
+    def jump(self) -> None:
+        """Move on 2**128 draws (xoshiro256**'s jump): the start of the next stream."""
+        acc = [0, 0, 0, 0]
+        for word in _JUMP:
+            for b in range(64):
+                if word >> b & 1:
+                    acc = [a ^ x for a, x in zip(acc, self.s, strict=True)]
+                self.next_u64()
+        self.s = acc
