@@ -40,6 +40,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_replay.py
 	$(BIN)/python benchmarks/bench_memory.py
 	$(BIN)/python benchmarks/bench_replications.py
+	$(BIN)/python benchmarks/bench_search.py
 
 # JupyterLab on loopback with the relakit kernel
 lab: setup
