@@ -874,9 +874,10 @@ def search_points(result, x: str, y: str) -> pl.DataFrame:
 def pareto_front(result, x: str, y: str, x_title: str, y_title: str,
                  title: str = "Searched policies against the incumbent") -> alt.LayerChart:
     """Every complete trial of a search on two of its objectives (means, with their 95 %
-    half-widths as error bars), the Pareto front's members joined by a line in ``x``
-    order, and the incumbent (the policy that ran) marked apart. The front is over all
-    the search's objectives, so a member may look dominated on these two."""
+    half-widths as error bars), the Pareto front's members in their own colour and
+    shape, and the incumbent (the policy that ran) marked apart. The front is over all
+    the search's objectives, so a member may look dominated on these two (no line joins
+    them for that reason)."""
     pts = search_points(result, x, y)
     color = alt.Color("series:N", title=None, scale=_scale(SEARCH_SERIES))
     shape = alt.Shape("series:N", title=None, scale=alt.Scale(
@@ -887,14 +888,11 @@ def pareto_front(result, x: str, y: str, x_title: str, y_title: str,
         x=alt.X("x_lo:Q", title=x_title), x2="x_hi:Q", y="y:Q", color=color)
     ybars = alt.Chart(pts).mark_rule(strokeWidth=1.5).encode(
         x="x:Q", y=alt.Y("y_lo:Q", title=y_title), y2="y_hi:Q", color=color)
-    on_front = pts.filter(pl.col("series") == "Pareto front").sort("x")
-    front = alt.Chart(on_front).mark_line(color=SEARCH_SERIES["Pareto front"],
-                                          strokeDash=[4, 3], opacity=0.6).encode(x="x:Q", y="y:Q")
     marks = alt.Chart(pts).mark_point(size=90, filled=True, opacity=0.9).encode(
         x=xe, y=ye, color=color, shape=shape,
         tooltip=["label:N", alt.Tooltip("x:Q", title=x_title, format=".4g"),
                  alt.Tooltip("y:Q", title=y_title, format=".4g")])
-    return alt.layer(xbars, ybars, front, marks, title=alt.Title(
+    return alt.layer(xbars, ybars, marks, title=alt.Title(
         title, subtitle=f"{result.trials.height} trials, {result.spec.replications} "
         "replications each on common random numbers; bars: 95 % intervals")
     ).properties(width=PANEL_WIDTH, height=320)
