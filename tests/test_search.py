@@ -163,3 +163,23 @@ def test_seconds_over_slo_counts_intervals_above_the_threshold():
     over = [seconds_over_slo(r, slo) for slo in (20.0, 60.0, 100.0, 250.0)]
     assert over == sorted(over, reverse=True)
     assert 40.0 <= over[2] <= 46.0, over
+
+
+def test_a_local_pool_and_a_dask_cluster_give_the_same_trials(tmp_path):
+    """Where a trial's runs ran does not change the search: in this process, on a pool
+    of 2 kept for the search, or on a Dask cluster, the same trials and values."""
+    import os
+
+    distributed = pytest.importorskip("distributed")
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".numba_cache"))
+    spec = _tiny_spec(tmp_path, trials=3)
+    here = relakit.search(spec, tmp_path / "here", workers=1, batch=2,
+                          notice=lambda line: None).trials.drop("wall_s")
+    pool = relakit.search(spec, tmp_path / "pool", workers=2, batch=2,
+                          notice=lambda line: None).trials.drop("wall_s")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address=None) as cluster:
+        remote = relakit.search(spec, tmp_path / "dask", scheduler=cluster.scheduler_address,
+                                batch=2, notice=lambda line: None).trials.drop("wall_s")
+    assert here.height == 3
+    assert pool.equals(here) and remote.equals(here)
