@@ -389,6 +389,9 @@ def _search(args) -> int:
     res = search(spec, out, trials=args.trials, workers=args.workers, scheduler=args.scheduler)
     print(f"{res.trials.height} trials complete, {res.front.height} on the Pareto front; "
           f"{out / 'trials.parquet'}, {out / 'front.parquet'}, {out / 'front'}/")
+    if res.incumbent is not None:
+        print("front members, each objective's mean ± 95 % half-width (in brackets: the "
+              "paired difference from the incumbent, same seeds):")
     for row in res.front.sort("trial").iter_rows(named=True):
         cells = []
         for o in spec.objectives:
