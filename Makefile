@@ -16,7 +16,7 @@ system:
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,notebooks,distributed,lab]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,notebooks,distributed,lab,search]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (relakit)"
 	touch $@
 
@@ -40,6 +40,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_replay.py
 	$(BIN)/python benchmarks/bench_memory.py
 	$(BIN)/python benchmarks/bench_replications.py
+	$(BIN)/python benchmarks/bench_search.py
 
 # JupyterLab on loopback with the relakit kernel
 lab: setup

@@ -22,6 +22,7 @@ _LAZY = {  # public name -> the module that defines it
     "load_sweep": "relakit.sweep",
     "replay": "relakit.replay",
     "run_sweep": "relakit.sweep",
+    "search": "relakit.search",
     "simulate": "relakit.experiment",
 }
 

@@ -4,8 +4,9 @@ Nothing is simulated or replayed. A file's kind comes from its content: a
 trace by its suffix or its bytes (as ``read_trace`` tells them), a YAML file by
 its top-level keys (``fleet``/``workload`` → scenario, ``signals``/``modes`` →
 policy, ``order`` or a stage name → chain, ``grid``/``samples``/``notebook`` →
-sweep, only clock keys → clocks). Files given together are checked against
-each other: a policy or chain against every trace, the clocks with them.
+sweep, ``space``/``objectives`` → search, only clock keys → clocks). Files given
+together are checked against each other: a policy or chain against every trace, the
+clocks with them.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def as_finding(exc: Exception, path) -> C.Finding:
 
 def kind_of(data) -> str:
     """A YAML document's kind from its keys: scenario | policy | chain | clocks | sweep |
-    rules (a Prometheus rule file) | unknown."""
+    search | rules (a Prometheus rule file) | unknown."""
     from relakit.chain import STAGES
     from relakit.control.clocks import KEYS as CLOCK_KEYS
 
@@ -46,6 +47,8 @@ def kind_of(data) -> str:
         return "rules"
     if keys & {"fleet", "workload", "duration_s", "faults"}:
         return "scenario"
+    if keys & {"space", "objectives"}:
+        return "search"
     if keys & {"grid", "samples", "notebook"} or "scenario" in keys:
         return "sweep"
     if keys & {"signals", "modes", "conditions"}:
@@ -118,7 +121,8 @@ def _one(raw, findings: list, kinds: dict, loaded: dict) -> None:
                 "cannot tell what this file is: expected a scenario (fleet, workload, "
                 "duration_s), a policy (signals, conditions, modes), a chain (order or "
                 "stage names), clocks (scrape_s, window_s, eval_s, poll_s ...), a sweep "
-                "(scenario or notebook, grid) or Prometheus rules (groups); a trace by its "
+                "(scenario or notebook, grid), a search (scenario, space, objectives) or "
+                "Prometheus rules (groups); a trace by its "
                 "suffix"
                 if isinstance(data, dict) and data else
                 "the file is empty; expected a mapping of keys to values" if data is None else
@@ -129,6 +133,10 @@ def _one(raw, findings: list, kinds: dict, loaded: dict) -> None:
             findings += C.check_run(sc, record_requests=True)
         elif kind == "sweep":
             findings += C.check_sweep(load_sweep(path))
+        elif kind == "search":
+            from relakit.search.spec import load_search
+
+            load_search(path)
         elif kind == "policy":
             loaded["policy"].append(load_policy(path))
         elif kind == "chain":

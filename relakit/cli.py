@@ -132,6 +132,7 @@ examples:
   relakit replay data/traces/step-errors.csv --policy params/policies/rela.yaml --out out/replay
   relakit replay data/traces/step-errors.csv --rules params/rules/slo.yml --out out/rules
   relakit sweep params/sweeps/rela-thresholds.yaml
+  relakit search params/searches/metastable-policy.yaml --trials 12 --out out/search
   relakit calibrate out/calibrate-roundtrip/metrics.parquet --out out/twin.yaml --report out/twin
   relakit <command> --help    options of one command, with their defaults"""
 
@@ -376,6 +377,37 @@ def _sweep(args) -> int:
     for row in failed.iter_rows(named=True):
         print(f"  failed {row['point_id']}: {row['error']}")
     return 0 if failed.height == 0 else 1
+
+
+def _search(args) -> int:
+    """`relakit search SEARCH.yaml`: run or resume a search; print its front vs the incumbent."""
+    from relakit.search import load_search, search
+    from relakit.search.report import fmt, label
+
+    spec = load_search(args.search)
+    out = _writable_dir(args.out or Path("out") / "searches" / spec.name)
+    res = search(spec, out, trials=args.trials, workers=args.workers, scheduler=args.scheduler)
+    print(f"{res.trials.height} trials complete, {res.front.height} on the Pareto front; "
+          f"{out / 'trials.parquet'}, {out / 'front.parquet'}, {out / 'front'}/")
+    if res.incumbent is not None:
+        print("front members, each objective's mean ± 95 % half-width (in brackets: the "
+              "paired difference from the incumbent, same seeds):")
+    for row in res.front.sort("trial").iter_rows(named=True):
+        cells = []
+        for o in spec.objectives:
+            text = f"{label(o.number)} {fmt(o.number, row[o.number], row[o.number + '_ci'])}"
+            if res.incumbent is not None:
+                d = res.difference(row["trial"], o.number)
+                text += f" ({fmt(o.number, d['difference'], d['difference_ci'], diff=True)}"
+                text += ", better)" if d["better"] else ", worse)" if d["significant"] else ")"
+            cells.append(text)
+        print(f"  trial {row['trial']}: " + "; ".join(cells))
+    if res.info.get("incumbent"):
+        inc = res.info["incumbent"]
+        print("  incumbent: " + "; ".join(
+            f"{label(o.number)} {fmt(o.number, inc[o.number]['mean'], inc[o.number]['ci'])}"
+            for o in spec.objectives))
+    return 0
 
 
 def _figures(args) -> int:
@@ -723,6 +755,24 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--workers", type=_workers, default=None,
                    help="local processes, 1 or more (default: one per core)")
     w.set_defaults(func=_sweep)
+    se = command("search", "search policy thresholds and clocks for the best trade-off",
+                 "Run (or resume) an Optuna search over the dotted scenario keys of a search "
+                 "file: each trial runs the same replication seeds as the incumbent (common "
+                 "random numbers), its objectives are means with 95 % half-widths, and each "
+                 "member of the Pareto front is compared with the incumbent pair by pair. "
+                 "Writes trials.parquet, front.parquet, front/trial-N/ (policy, clocks, "
+                 "overrides YAML), incumbent.parquet, search.json and the study's journal "
+                 "(study.journal: a killed search resumes without repeating finished trials).")
+    se.add_argument("search", help="search YAML")
+    se.add_argument("--trials", type=_workers, default=None,
+                    help="complete trials to reach, 1 or more (default: the file's `trials`)")
+    se.add_argument("--workers", type=_workers, default=None,
+                    help="local processes, 1 or more (default: one per core)")
+    se.add_argument("--scheduler", default=None,
+                    help="Dask scheduler address, e.g. tcp://127.0.0.1:8786 "
+                         "(default: local processes)")
+    se.add_argument("--out", default=None, help="output folder (default: out/searches/<name>)")
+    se.set_defaults(func=_search)
     f = command("figures", "export a run folder's standard views (PNG, SVG, PDF)",
                 "Draw the dashboard of a folder written by `relakit simulate` (without "
                 "--no-requests) and export it offline.")

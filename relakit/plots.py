@@ -1243,3 +1243,52 @@ def handover_timeline(result, title: str = "Leader handover") -> alt.VConcatChar
     return alt.vconcat(top, mode_timeline(policy_line, domain=domain,
                                           title="Mode asserted by the leader")
                        ).resolve_scale(color="independent", shape="independent")
+
+
+# ---- a search's Pareto front (relakit.search) ---------------------------------------------------
+SEARCH_SERIES = {"trial": "#bab0ac", "Pareto front": CATEGORY[0], "incumbent": "#d62728"}
+
+
+def search_points(result, x: str, y: str) -> pl.DataFrame:
+    """One row per complete trial and the incumbent: ``x``, ``y``, their half-widths as
+    ``x_lo``/``x_hi``/``y_lo``/``y_hi``, and ``series`` (trial, Pareto front, incumbent)."""
+    front = set(result.front["trial"].to_list())
+    rows = [{"label": f"trial {r['trial']}",
+             "series": "Pareto front" if r["trial"] in front else "trial",
+             "x": r[x], "x_ci": r[f"{x}_ci"], "y": r[y], "y_ci": r[f"{y}_ci"]}
+            for r in result.trials.iter_rows(named=True)]
+    inc = result.info.get("incumbent")
+    if inc:
+        rows.append({"label": "incumbent", "series": "incumbent", "x": inc[x]["mean"],
+                     "x_ci": inc[x]["ci"], "y": inc[y]["mean"], "y_ci": inc[y]["ci"]})
+    frame = pl.DataFrame(rows).with_columns(pl.col("x_ci", "y_ci").fill_nan(0.0))
+    return frame.with_columns(x_lo=pl.col("x") - pl.col("x_ci"),
+                              x_hi=pl.col("x") + pl.col("x_ci"),
+                              y_lo=pl.col("y") - pl.col("y_ci"), y_hi=pl.col("y") + pl.col("y_ci"))
+
+
+def pareto_front(result, x: str, y: str, x_title: str, y_title: str,
+                 title: str = "Searched policies against the incumbent") -> alt.LayerChart:
+    """Every complete trial of a search on two of its objectives (means, with their 95 %
+    half-widths as error bars), the Pareto front's members in their own colour and
+    shape, and the incumbent (the policy that ran) marked apart. The front is over all
+    the search's objectives, so a member may look dominated on these two (no line joins
+    them for that reason)."""
+    pts = search_points(result, x, y)
+    color = alt.Color("series:N", title=None, scale=_scale(SEARCH_SERIES))
+    shape = alt.Shape("series:N", title=None, scale=alt.Scale(
+        domain=list(SEARCH_SERIES), range=["circle", "diamond", "cross"]))
+    xe, ye = alt.X("x:Q", title=x_title, scale=alt.Scale(zero=False)), alt.Y(
+        "y:Q", title=y_title, scale=alt.Scale(zero=False))
+    xbars = alt.Chart(pts).mark_rule(strokeWidth=1.5).encode(
+        x=alt.X("x_lo:Q", title=x_title), x2="x_hi:Q", y="y:Q", color=color)
+    ybars = alt.Chart(pts).mark_rule(strokeWidth=1.5).encode(
+        x="x:Q", y=alt.Y("y_lo:Q", title=y_title), y2="y_hi:Q", color=color)
+    marks = alt.Chart(pts).mark_point(size=90, filled=True, opacity=0.9).encode(
+        x=xe, y=ye, color=color, shape=shape,
+        tooltip=["label:N", alt.Tooltip("x:Q", title=x_title, format=".4g"),
+                 alt.Tooltip("y:Q", title=y_title, format=".4g")])
+    return alt.layer(xbars, ybars, marks, title=alt.Title(
+        title, subtitle=f"{result.trials.height} trials, {result.spec.replications} "
+        "replications each on common random numbers; bars: 95 % intervals")
+    ).properties(width=PANEL_WIDTH, height=320)

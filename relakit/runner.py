@@ -39,7 +39,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-__all__ = ["POOL_START_S", "free_cores", "run_tasks"]
+__all__ = ["POOL_START_S", "free_cores", "local_pool", "run_tasks"]
 
 #: what starting a spawned worker costs (Python, imports, numba's cached kernel), seconds;
 #: measured 2.2-2.7 s on the project's 2-core machine (benchmarks/bench_replications.py)
@@ -57,15 +57,28 @@ def free_cores() -> int:
     return max(1, min(cores, int(cores - load + 1 + 0.5)))
 
 
+def local_pool(workers: int):
+    """A pool of ``workers`` spawned processes that several :func:`run_tasks` calls can
+    share (``executor=``), so a caller running batch after batch (a search asks its
+    trials in batches) pays the workers' start-up once. Use it as a context manager."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=max(1, int(workers)),
+                               mp_context=mp.get_context("spawn"))
+
+
 def run_tasks(tasks: Sequence[tuple[Callable, tuple]], *, workers: int | None = None,
               scheduler: str | None = None, keys: Sequence[str] | None = None,
               on_done: Callable[[int, object], None] | None = None,
-              processes: bool | None = None, adaptive: bool = False) -> list:
+              processes: bool | None = None, adaptive: bool = False,
+              executor=None) -> list:
     """Run every ``fn(*args)`` of ``tasks``; return their results in task order.
 
     ``keys`` names the tasks on a Dask cluster (unique per task; default: Dask's
     own). ``processes=True`` uses a local pool even for one worker (benchmarks
     measure what the pool costs); by default one worker runs in this process.
+    ``executor`` (e.g. :func:`local_pool`) runs them on a pool the caller keeps.
     """
     tasks = list(tasks)
     results: list = [None] * len(tasks)
@@ -76,6 +89,13 @@ def run_tasks(tasks: Sequence[tuple[Callable, tuple]], *, workers: int | None = 
             on_done(i, value)
 
     if not tasks:
+        return results
+    if executor is not None:
+        from concurrent.futures import as_completed
+
+        futs = {executor.submit(fn, *args): i for i, (fn, args) in enumerate(tasks)}
+        for fut in as_completed(futs):
+            done(futs[fut], fut.result())
         return results
     if scheduler:
         from distributed import Client, as_completed
