@@ -273,3 +273,36 @@ def test_relakit_calibrate_is_callable_whichever_was_imported_first():
                  "print('ok')")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_twin_wrong_in_the_tail_windows_is_not_trusted(roundtrip):
+    """The median alone would pass a twin whose load is right in most windows and three
+    times too high in the last few (issue 14): the 90th percentile must catch it, and the
+    verdict name the signal and the statistic."""
+    from relakit.calibrate.validation import TOLERANCE, TOLERANCE_P90, validate
+    frame = pl.read_parquet(roundtrip[1])
+    t0 = 750.0  # the last 150 s of 900: five 30 s windows of thirty
+
+    def tripled_after(f: pl.DataFrame) -> pl.DataFrame:
+        req = (pl.col("name") == "requests_total") & (pl.col("node") >= 0)
+        at_t0 = (f.filter(req & (pl.col("time_s") <= t0)).sort("time_s")
+                 .group_by("node", "tier", "outcome").agg(v0=pl.col("value").last()))
+        return (f.join(at_t0, on=["node", "tier", "outcome"], how="left", nulls_equal=True)
+                .with_columns(value=pl.when(req & (pl.col("time_s") > t0))
+                              .then(pl.col("v0") + 3 * (pl.col("value") - pl.col("v0")))
+                              .otherwise(pl.col("value")))
+                .drop("v0"))
+
+    assert all(TOLERANCE_P90[k] == 2 * TOLERANCE[k] for k in TOLERANCE)
+    same = validate(frame, lambda s: frame, seed=1, duration_s=900, window_s=30,
+                    replications=2)
+    assert same.trusted, same.verdict
+    wrong = validate(frame, lambda s: tripled_after(frame), seed=1, duration_s=900,
+                     window_s=30, replications=2)
+    table = {r["signal"]: r for r in wrong.table.iter_rows(named=True)}
+    rate = table["request_rate_rps"]
+    assert rate["median_within"] and rate["median_rel_error"] < TOLERANCE["request_rate_rps"]
+    assert not rate["p90_within"] and rate["p90_rel_error"] > 1.0
+    assert not wrong.trusted
+    assert "request_rate_rps: 90th-percentile relative error" in wrong.verdict
+    assert wrong.verdict.startswith("twin NOT good enough")
