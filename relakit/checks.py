@@ -356,6 +356,21 @@ def check_chain(chain, nodes: int | None, parent: str | None = None, what: str =
     return out
 
 
+def check_chain_clocks(chain, clocks, parent: str | None = None) -> list[Finding]:
+    """What a chain asks of the clocks: an adaptive baseline spans at least one window
+    (shorter, it would hold at most one reading, or none a scrape could fill)."""
+    file, pre = _where(chain.source, parent, "chain")
+    out = []
+    for st in chain.stages:
+        span = getattr(st, "adaptive", {}).get("baseline_window_s")
+        if span is not None and span < clocks.window_s:
+            out.append(Finding(ERROR, file, f"{pre}aegis.adaptive.baseline_window_s",
+                               f"{span:g} s is shorter than the clocks' window_s "
+                               f"({clocks.window_s:g} s; scrape interval {clocks.scrape_s:g} s):"
+                               " a baseline needs at least one window of readings"))
+    return out
+
+
 # ---- a scenario, before it runs ------------------------------------------------------------
 def check_scenario(sc) -> list[Finding]:
     """Everything that can be known about a scenario without running it."""
@@ -370,6 +385,8 @@ def check_scenario(sc) -> list[Finding]:
     if sc.clocks is not None and (sc.policy is not None or sc.chain is not None):
         out += check_clocks(sc.clocks, src, _policy_needs_rates(sc.policy)
                             or sc.chain is not None)
+        if sc.chain is not None:
+            out += check_chain_clocks(sc.chain, sc.clocks, src)
     out += check_load(sc)
     for i, f in enumerate(sc.faults):
         if f.start_s >= sc.duration_s:

@@ -32,6 +32,13 @@ def _mitigated():
     return sc, frozenset({"hedging", "retries", "deadlines", "errors"})
 
 
+def _probed():
+    sc = make_scenario(rate=1000, duration=20, nodes=4, servers=4,
+                       faults=[{"node": 1, "start_s": 0, "end_s": 100, "wrong_rate": 0.4}])
+    sc["fleet"]["probes"] = {"rate_rps": 20}
+    return sc, frozenset({"errors", "probes"})
+
+
 def _fleet(sc, specialise, monkeypatch):
     monkeypatch.setattr(Fleet, "specialise", specialise)
     fleet = Fleet(load_scenario(sc))
@@ -40,7 +47,8 @@ def _fleet(sc, specialise, monkeypatch):
     return fleet
 
 
-@pytest.mark.parametrize("make", [_plain, _mitigated], ids=["plain", "mitigated"])
+@pytest.mark.parametrize("make", [_plain, _mitigated, _probed],
+                         ids=["plain", "mitigated", "probes"])
 def test_specialised_equals_general(make, monkeypatch):
     sc, features = make()
     fleet = Fleet(load_scenario(sc))
@@ -58,6 +66,8 @@ def test_specialised_equals_general(make, monkeypatch):
         assert fleet_c[K.F_RETRIES] > 0 and fleet_c[K.F_HEDGES] > 0
         assert fast.out.tier_cnt[:, K.TIMEOUT].sum() > 0
         assert fast.out.tier_cnt[:, K.ERROR].sum() > 0
+    elif "probes" in features:
+        assert fast.st.node_c[1, K.NC_PROBE_FAILURES] > 0
     else:
         assert fleet_c[K.F_ATTEMPTS] == fast.st.is_[K.IS_USER_SEQ]  # one copy per request
 

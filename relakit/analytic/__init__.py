@@ -2,11 +2,13 @@
 
 Rates are per second and times in seconds. Use these as ground truth for the simulator and
 as quick back-of-envelope answers: fan-out success and tail amplification
-(:mod:`.fanout`), M/M/c, M/G/1 and G/G/c waiting times (:mod:`.queueing`).
+(:mod:`.fanout`), M/M/c, M/G/1 and G/G/c waiting times (:mod:`.queueing`), the clock bound
+(:mod:`.clocks`) and the detection delay of correctness probes (:mod:`.probes`).
 """
 
 from .clocks import DelayDistribution, min_detectable_spike, step_delay
 from .fanout import fanout_success, prob_any_slow, quorum_success, slowest_of_n_quantile
+from .probes import ProbeDetection, probe_cost, probe_detection, wrong_before_isolation
 from .queueing import (
     MMc,
     UnstableSystemError,
@@ -23,6 +25,10 @@ __all__ = [
     "DelayDistribution",
     "min_detectable_spike",
     "step_delay",
+    "ProbeDetection",
+    "probe_cost",
+    "probe_detection",
+    "wrong_before_isolation",
     "MMc",
     "UnstableSystemError",
     "erlang_c",

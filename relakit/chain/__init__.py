@@ -43,10 +43,12 @@ RANGES = {
     "max_shift": (0, 1, False), "isolate_after": (1, None, False),
     "enter_after": (1, None, False), "exit_after": (1, None, False),
     "throttle_intake": (0, None, True), "backoff_factor": (1, None, False),
-    "seed": (0, 2**64 - 1, False),
+    "seed": (0, 2**64 - 1, False), "wrong_threshold": (0, 1, False),
+    "min_probe_volume": (1, None, False),
 }
 LEVEL_KEYS = {"unhealthy_share": 1, "error_rate": 1, "utilisation": 1, "p99_over_slo": None}
 CLASS_KEYS = ("error_threshold", "load_threshold")
+ADAPTIVE_DEFAULTS = {"baseline_window_s": 300.0, "factor": 1.5, "min_excess": 0.03}
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,8 @@ def _stage(r: Reader, cls):
             kwargs[key] = _levels(r.sub(key))
         elif key == "classes":
             kwargs[key] = _classes(r.sub(key))
+        elif key == "adaptive":
+            kwargs[key] = _adaptive(r.sub(key))
         elif key == "slo_p99_ms":
             kwargs[key] = r.number(key, lo=0, lo_open=True, nullable=True)
         else:
@@ -239,6 +243,23 @@ def _levels(r: Reader) -> dict:
         out[level] = {k: lv.number(k, lo=0, hi=LEVEL_KEYS[k]) for k in LEVEL_KEYS
                       if k in lv.data}
     return out
+
+
+def _adaptive(r: Reader) -> dict:
+    """Aegis' adaptive thresholds: {baseline_window_s, factor, min_excess}, each defaulted.
+
+    factor must exceed 1 (at 1 or below a node breaches at its own baseline); that the
+    baseline window is at least the clocks' window is checked with the scenario."""
+    r.only(set(ADAPTIVE_DEFAULTS))
+    factor = r.data.get("factor", ADAPTIVE_DEFAULTS["factor"])
+    if isinstance(factor, int | float) and not isinstance(factor, bool) and factor <= 1:
+        r.fail(f"must be > 1, got {factor!r}: at 1 or below a node breaches at its own "
+               "baseline", "factor")
+    return {"baseline_window_s": r.number("baseline_window_s",
+                                          ADAPTIVE_DEFAULTS["baseline_window_s"], lo=0,
+                                          lo_open=True),
+            "factor": r.number("factor", ADAPTIVE_DEFAULTS["factor"], lo=1, lo_open=True),
+            "min_excess": r.number("min_excess", ADAPTIVE_DEFAULTS["min_excess"], lo=0, hi=1)}
 
 
 def _classes(r: Reader) -> dict:

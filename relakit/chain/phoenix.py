@@ -46,7 +46,8 @@ class Phoenix:
                     s.next_repair_at = ctx.t + wait
                     ctx.act("isolate", i, "error_rate", e, self.error_threshold,
                             f"node {i} failed on probation: error rate {pct(e)} > "
-                            f"{pct(self.error_threshold)}; isolated again, next repair in "
+                            f"{pct(self.error_threshold)} (threshold: fixed, probation; "
+                            f"{s.baseline_words()}); isolated again, next repair in "
                             f"{wait:g} s (failure {s.failures})", routable=False)
                 elif since >= self.ramp_s:
                     s.status, s.weight = HEALTHY, self._base(ctx, i)

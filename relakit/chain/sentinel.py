@@ -1,7 +1,9 @@
 """Sentinel: detection. Per-node readings from the scraped metrics over the window.
 
 Error rate, load (busy servers over servers, in flight over servers), p99
-latency and request volume per node, plus fleet-wide totals. With
+latency and request volume per node, plus fleet-wide totals; where the nodes
+export correctness probes (``probe_requests_total``, ``probe_failures_total``),
+the share of probes failed (a wrong answer or an error) and their volume. With
 ``attribution: call_graph`` it also estimates each node's *own* error rate:
 the part of a caller's errors its failing dependency does not explain. It
 only reads; it decides nothing.
@@ -28,7 +30,21 @@ ERRORS = _per_node("ratio", selector=Selector("requests_total", {"outcome": ("er
 VOLUME = _per_node("rate", selector=Selector("requests_total", {"outcome": ANSWERED}))
 BUSY = _per_node("rate", selector=Selector("busy_seconds_total"))
 IN_FLIGHT = _per_node("gauge", selector=Selector("in_flight"), over_time="avg")
+PROBE_FAILURES = _per_node("ratio", selector=Selector("probe_failures_total"),
+                          den=Selector("probe_requests_total"))
+PROBES = _per_node("rate", selector=Selector("probe_requests_total"))
 P99 = _per_node("histogram_quantile", selector=Selector("latency_seconds"), q=0.99, scale=1000)
+
+
+def _probed(tsdb) -> bool:
+    """Whether any node has sent a probe yet (the probe signals cost a third of a reading:
+    a fleet without probes skips them)."""
+    for tgt in tsdb.targets:
+        if tgt.node >= 0 and tgt.values.shape[0]:
+            idx = tgt.select("probe_requests_total")
+            if idx.size and np.nanmax(tgt.values[-1, idx]) > 0:
+                return True
+    return False
 
 
 @dataclass
@@ -54,11 +70,15 @@ class Sentinel:
             return row
 
         servers = ctx.servers.astype(float)
+        probed = _probed(tsdb)
         errors = by_node(ERRORS)
         volume = by_node(VOLUME) * w  # requests answered in the window
         r = {"error_rate": errors, "volume": volume,
              "utilisation": by_node(BUSY) / servers,
-             "in_flight_ratio": by_node(IN_FLIGHT) / servers, "p99_ms": by_node(P99)}
+             "in_flight_ratio": by_node(IN_FLIGHT) / servers, "p99_ms": by_node(P99),
+             # correctness probes: failed (wrong or error) over sent, and how many
+             "probe_failure_ratio": by_node(PROBE_FAILURES) if probed else np.full(n, np.nan),
+             "probe_volume": by_node(PROBES) * w if probed else np.zeros(n)}
         r["own_error_rate"] = self._own_errors(errors) if self.attribution == "call_graph" \
             else errors
         ctx.readings = r

@@ -39,6 +39,13 @@ class NodeState:
     throttled: bool = False
     weight: float = 1.0
     intake_limit: int | None = None
+    baseline: float = math.nan  # its own trailing error rate (Aegis keeps it), for reasons
+    baseline_span_s: float = 0.0
+
+    def baseline_words(self) -> str:
+        """The node's baseline as every isolation reason names it."""
+        return (f"baseline {pct(self.baseline)} over {self.baseline_span_s:.0f} s"
+                if self.baseline == self.baseline else "no baseline yet")
 
 
 @dataclass

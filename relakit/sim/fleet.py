@@ -65,6 +65,7 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
     cfg_f[K.CF_BUDGET_WINDOW] = mit.retries.budget_window_s
     cfg_f[K.CF_DEGRADED_FACTOR] = mit.degraded.service_factor
     cfg_f[K.CF_HALF_OPEN_ADMIT] = mit.breaker.half_open_admit
+    cfg_f[K.CF_PROBE_RATE] = fl.probe_rate_rps
     cfg_i[K.CI_ROUTING] = K.ROUTINGS.index(fl.routing)
     cfg_i[K.CI_FANOUT] = wl.fanout
     cfg_i[K.CI_RECORD] = int(record_requests)
@@ -82,11 +83,16 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
     tier_cum = np.cumsum([wl.tiers[t] for t in TIERS])
     tier_cum[-1] = 1.0
     faults = sc.faults
+    # a node's baseline error rate is a row that starts at 0, never ends, and no repair
+    # clears (fault_i[:, 2] = 1); apply_faults combines it with the node's real faults
+    base = [(i, b) for i, b in enumerate(fl.baseline_error_rates) if b > 0]
     fault_f = np.array([[f.start_s, f.end_s, f.error_rate, f.slowdown, f.wrong_rate]
-                        for f in faults], dtype=np.float64).reshape(len(faults), 5)
-    fault_i = np.array([[f.node, int(f.crash)] for f in faults], dtype=np.int64).reshape(
-        len(faults), 2)
-    sched_t = np.unique(fault_f[:, :2]) if faults else np.zeros(0)
+                        for f in faults] + [[0.0, np.inf, b, 1.0, 0.0] for _, b in base],
+                       dtype=np.float64).reshape(len(faults) + len(base), 5)
+    fault_i = np.array([[f.node, int(f.crash), 0] for f in faults]
+                       + [[i, 0, 1] for i, _ in base], dtype=np.int64).reshape(
+        len(faults) + len(base), 3)
+    sched_t = np.unique(fault_f[:, :2]) if fault_f.shape[0] else np.zeros(0)
     load = np.asarray(fl.load_errors, dtype=np.float64).reshape(-1, 2)
     phase = np.asarray(sc.metrics.phase_s or (0.0,) * fl.nodes, dtype=np.float64)
     dep_node = np.full(fl.nodes, -1, dtype=np.int64)
@@ -309,9 +315,11 @@ class Fleet:
         K.apply_faults(self.cfg, self.st, self.now)
 
     def faulty(self) -> np.ndarray:
-        """Ground truth, for tests and notebooks (a control plane never sees it)."""
+        """Ground truth, for tests and notebooks (a control plane never sees it). A node's
+        baseline error rate (``fleet.baseline_error_rate``) is how it is, not a fault."""
         nf, ni = self.st.node_f, self.st.node_i
-        return (nf[:, K.NF_ERR_RATE] > 0) | (nf[:, K.NF_WRONG_RATE] > 0) | (
+        base = np.asarray(self.scenario.fleet.baseline_error_rates or (0.0,) * len(nf))
+        return (nf[:, K.NF_ERR_RATE] > base + 1e-12) | (nf[:, K.NF_WRONG_RATE] > 0) | (
             nf[:, K.NF_SLOWDOWN] != 1) | (ni[:, K.NI_CRASHED] != 0)
 
     def set_flags(self, flags: Flags | None = None, **changes) -> None:

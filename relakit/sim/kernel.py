@@ -38,13 +38,15 @@ numbers: their difference is the policy's, not the dice's):
   factor) at service start. Drawing them in job-start order instead would
   hand a request another's demand as soon as a policy changed the order;
 * ``copy_service``: the demand of every further copy (hedges, retries), drawn
-  when the copy is sent;
+  when the copy starts service (a copy cancelled in its queue draws nothing);
 * ``routing``: first attempts' node picks (and join-the-shortest-queue
   tie-breaks); ``reroute``: picks for retries, failover moves and throttled
   excess sent elsewhere; ``hedge_targets``: picks for hedges;
 * ``errors``: error and wrong-answer draws at each completion;
 * ``retry_jitter``: full-jitter backoff; ``half_open``: the half-open
-  breaker's admission draw.
+  breaker's admission draw;
+* ``probes``: everything about correctness probes (gaps, node, demand, and
+  their error and wrong-answer draws), so probes on or off leave the rest alone.
 
 A stream stays in step between two runs exactly as long as the decisions that
 consume it are the same: arrivals and first-attempt demands always do;
@@ -75,11 +77,11 @@ GOLD = TIERS.index("gold")
 
 # random streams: st.rng[RNG_X] is stream "x" (see the module docstring); append only
 STREAMS = ("arrivals", "service", "copy_service", "routing", "reroute", "hedge_targets",
-           "errors", "retry_jitter", "half_open")
+           "errors", "retry_jitter", "half_open", "probes")
 (RNG_ARRIVALS, RNG_SERVICE, RNG_COPY_SERVICE, RNG_ROUTING, RNG_REROUTE, RNG_HEDGES, RNG_ERRORS,
- RNG_JITTER, RNG_HALF_OPEN) = (STREAMS.index(n) for n in (
+ RNG_JITTER, RNG_HALF_OPEN, RNG_PROBES) = (STREAMS.index(n) for n in (
     "arrivals", "service", "copy_service", "routing", "reroute", "hedge_targets", "errors",
-    "retry_jitter", "half_open"))
+    "retry_jitter", "half_open", "probes"))
 N_STREAMS = len(STREAMS)
 
 SERVICE_KINDS = ("exponential", "deterministic", "lognormal", "pareto", "bimodal")
@@ -103,9 +105,11 @@ BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = (BREAKER_STATES.index(b) for b
 # ERRORS: error, wrong-answer, dependency and load-error draws at every completion;
 # INTAKE: the admission checks per copy (crashed, shed, intake limit, token bucket,
 #   queue limit, excess sent elsewhere); BREAKER: the door check per arrival;
-# DEGRADED: partial fan-out and the cheaper service factor.
-FEATURES = ("hedging", "deadlines", "retries", "errors", "intake", "breaker", "degraded")
-HEDGING = DEADLINES = RETRIES = ERRORS = INTAKE = BREAKER = DEGRADED = True
+# DEGRADED: partial fan-out and the cheaper service factor; PROBES: the next probe's
+# time among the rare-event times compared at every event.
+FEATURES = ("hedging", "deadlines", "retries", "errors", "intake", "breaker", "degraded",
+            "probes")
+HEDGING = DEADLINES = RETRIES = ERRORS = INTAKE = BREAKER = DEGRADED = PROBES = True
 
 # status returned by advance
 DONE, GROW_POOLS, GROW_RECORDS, GROW_SAMPLES = 0, 1, 2, 3
@@ -118,7 +122,7 @@ ID_MASK = (1 << 29) - 1
 # cfg_f: model scalars (float)
 (CF_RATE_MAX, CF_SAMPLE_DT, CF_DEADLINE, CF_WARMUP, CF_SVC_A, CF_SVC_B, CF_SVC_C,
  CF_HEDGE_DELAY, CF_HEDGE_Q, CF_BACKOFF, CF_BACKOFF_MAX, CF_BUDGET_RATIO, CF_BUDGET_WINDOW,
- CF_DEGRADED_FACTOR, CF_HALF_OPEN_ADMIT) = _CF_COLUMNS = range(15)  # unpacking checks the count
+ CF_DEGRADED_FACTOR, CF_HALF_OPEN_ADMIT, CF_PROBE_RATE) = _CF_COLUMNS = range(16)  # checked
 N_CF = len(_CF_COLUMNS)
 # cfg_i: model scalars (int)
 (CI_SVC_KIND, CI_ROUTING, CI_FANOUT, CI_RECORD, CI_CONST_RATE, CI_QUEUE_LIMIT, CI_CANCEL,
@@ -128,7 +132,7 @@ N_CI = len(_CI_COLUMNS)
 
 # st.fs: state scalars (float)
 (FS_NOW, FS_NEXT_ARRIVAL, FS_NEXT_SAMPLE, FS_NEXT_SCHED, FS_WRR_TOTAL, FS_HEDGE_DELAY,
- FS_NEXT_NODE_SAMPLE) = _FS_COLUMNS = range(7)  # unpacking checks the count
+ FS_NEXT_NODE_SAMPLE, FS_NEXT_PROBE) = _FS_COLUMNS = range(8)  # unpacking checks the count
 N_FS = len(_FS_COLUMNS)
 # st.is_: state scalars (int)
 (IS_HEAP_N, IS_JOB_FREE_N, IS_USR_FREE_N, IS_CALL_FREE_N, IS_NREC, IS_NSAMPLE, IS_RR,
@@ -154,8 +158,8 @@ N_NI = len(_NI_COLUMNS)
  NF_NEXT_SAMPLE, NF_REPAIRED_AT) = _NF_COLUMNS = range(15)  # unpacking checks the count
 N_NF = len(_NF_COLUMNS)
 # st.node_c: per-node counters beyond requests_total
-NC_WRONG, NC_CANCELLED = 0, 1
-N_NC = 2
+NC_WRONG, NC_CANCELLED, NC_PROBES, NC_PROBE_FAILURES = _NC_COLUMNS = range(4)
+N_NC = len(_NC_COLUMNS)
 
 # st.job_i / job_f columns
 (JI_CALL, JI_NODE, JI_NEXT, JI_PREV, JI_GEN, JI_STATE, JI_OUTCOME, JI_SIB, JI_CLIENT, JI_HEDGE,
@@ -190,8 +194,8 @@ N_UF = 2
 # per-node metric columns in out.metrics[sample, node, :]
 N_COUNTERS = len(TIERS) * len(OUTCOMES)  # requests_total{tier, outcome}
 (M_BUSY, M_QLEN, M_IN_FLIGHT, M_BUSY_SECONDS, M_WRONG, M_CANCELLED, M_LAT_SUM,
- M_LAT_COUNT) = range(N_COUNTERS, N_COUNTERS + 8)
-M_BUCKETS = N_COUNTERS + 8  # then one cumulative count per bucket bound, +Inf last
+ M_LAT_COUNT, M_PROBES, M_PROBE_FAILURES) = range(N_COUNTERS, N_COUNTERS + 10)
+M_BUCKETS = N_COUNTERS + 10  # then one cumulative count per bucket bound, +Inf last
 
 # fleet-wide metric columns in out.fleet[sample, :]
 (F_ATTEMPTS, F_RETRIES, F_RETRIES_DENIED, F_HEDGES, F_HEDGES_WON, F_DEGRADED) = range(
@@ -443,15 +447,112 @@ def fail_over(st, node, t):
     """Move the work queued on a node just made unroutable: each job is re-routed now."""
     job_i = st.job_i
     j = st.node_i[node, NI_QHEAD]
-    while j >= 0:
-        nxt = job_i[j, JI_NEXT]
-        job_i[j, JI_STATE] = J_MOVING
-        heap_push(st.heap_t, st.heap_k, st.is_, t, event_key(j, EV_MOVE, job_i[j, JI_GEN]))
-        j = nxt
     st.node_i[node, NI_QLEN] = 0
     st.node_i[node, NI_QHEAD] = -1
     st.node_i[node, NI_QTAIL] = -1
+    while j >= 0:
+        nxt = job_i[j, JI_NEXT]
+        if job_i[j, JI_CALL] < 0:  # a correctness probe is addressed to this node: it stays
+            enqueue(st.node_i, job_i, node, j)
+        else:
+            job_i[j, JI_STATE] = J_MOVING
+            heap_push(st.heap_t, st.heap_k, st.is_, t, event_key(j, EV_MOVE, job_i[j, JI_GEN]))
+        j = nxt
     st.node_i[node, NI_FAILOVER] = 0
+
+
+@njit(cache=True, error_model="numpy")
+def enqueue(node_i, job_i, node, j):
+    """Job j joins the tail of node's queue (a rare path's helper; the loop inlines it)."""
+    job_i[j, JI_STATE] = J_QUEUED
+    job_i[j, JI_NEXT] = -1
+    tail = node_i[node, NI_QTAIL]
+    job_i[j, JI_PREV] = tail
+    if tail >= 0:
+        job_i[tail, JI_NEXT] = j
+    else:
+        node_i[node, NI_QHEAD] = j
+    node_i[node, NI_QTAIL] = j
+    node_i[node, NI_QLEN] += 1
+
+
+# ---- correctness probes --------------------------------------------------------------
+# A prober sends each node synthetic requests with known answers, a Poisson stream of
+# cfg_f[CF_PROBE_RATE] a second per node, drawn from their own random stream (so turning
+# probes on changes nothing else's dice). A probe is a job with no call (JI_CALL = -1):
+# addressed to its node whatever the routing, intake limits or shedding say (it checks
+# the node, isolated or not), it queues and occupies a server like any request (its
+# cost is load), and at completion its error and wrong-answer draws (the probes stream
+# again) count probe_requests_total and probe_failures_total (an error, or a wrong
+# answer to a question whose answer is known), never requests_total. A crashed node
+# fails its probes at once.
+@njit(cache=True, error_model="numpy")
+def next_probe(rng, rate, n_nodes, t):
+    return t + exponential(rng, RNG_PROBES, 1.0 / (rate * n_nodes)) if rate > 0.0 else np.inf
+
+
+@njit(cache=True, error_model="numpy")
+def probe_arrives(cfg, st, t):
+    """A probe for a node drawn at random: queued there, or failed at once if it is down.
+    Returns the node if a server may start it now, else -1."""
+    rng = st.rng
+    ni = st.node_i
+    n = ni.shape[0]
+    node = min(int(uniform(rng, RNG_PROBES) * n), n - 1)
+    demand = draw_service(rng, RNG_PROBES, cfg.cfg_i[CI_SVC_KIND], cfg.cfg_f[CF_SVC_A],
+                          cfg.cfg_f[CF_SVC_B], cfg.cfg_f[CF_SVC_C])
+    st.fs[FS_NEXT_PROBE] = next_probe(rng, cfg.cfg_f[CF_PROBE_RATE], n, t)
+    if ni[node, NI_CRASHED] != 0:
+        st.node_c[node, NC_PROBES] += 1
+        st.node_c[node, NC_PROBE_FAILURES] += 1
+        return -1
+    nfree = st.is_[IS_JOB_FREE_N] - 1
+    j = st.job_free[nfree]
+    st.is_[IS_JOB_FREE_N] = nfree
+    job_i = st.job_i
+    job_i[j, JI_CALL] = -1
+    job_i[j, JI_NODE] = node
+    job_i[j, JI_SIB] = -1
+    job_i[j, JI_CLIENT] = C_LOST  # nobody waits on it: no timeout, no hedge, no retry
+    job_i[j, JI_HEDGE] = 0
+    job_i[j, JI_TIER] = GOLD
+    job_i[j, JI_DEGRADED] = 0
+    job_i[j, JI_OUTCOME] = OK
+    st.job_f[j, JF_T_NODE] = t
+    st.job_f[j, JF_DEMAND] = demand
+    enqueue(ni, job_i, node, j)
+    return node
+
+
+@njit(cache=True, error_model="numpy")
+def start_service(cfg, st, node, t, degraded_on, svc_factor):
+    """Start queued jobs where servers are free (the loop's tail 4, for a rare path)."""
+    ni = st.node_i
+    nf = st.node_f
+    job_i = st.job_i
+    while ni[node, NI_QLEN] > 0 and ni[node, NI_BUSY] < ni[node, NI_SERVERS]:
+        j = ni[node, NI_QHEAD]
+        nxt = job_i[j, JI_NEXT]
+        ni[node, NI_QHEAD] = nxt
+        if nxt >= 0:
+            job_i[nxt, JI_PREV] = -1
+        else:
+            ni[node, NI_QTAIL] = -1
+        ni[node, NI_QLEN] -= 1
+        job_i[j, JI_STATE] = J_SERVING
+        st.job_f[j, JF_T_START] = t
+        touch_busy(ni, nf, node, t)
+        ni[node, NI_BUSY] += 1
+        s = st.job_f[j, JF_DEMAND]
+        if s < 0.0:  # a hedge's or a retry's, as tail 4 draws it (a probe brings its own)
+            s = draw_service(st.rng, RNG_COPY_SERVICE, cfg.cfg_i[CI_SVC_KIND],
+                             cfg.cfg_f[CF_SVC_A], cfg.cfg_f[CF_SVC_B], cfg.cfg_f[CF_SVC_C])
+            st.job_f[j, JF_DEMAND] = s
+        s *= nf[node, NF_SLOWDOWN]
+        if degraded_on:
+            s *= svc_factor
+            job_i[j, JI_DEGRADED] = 1
+        heap_push(st.heap_t, st.heap_k, st.is_, t + s, event_key(j, EV_DONE, job_i[j, JI_GEN]))
 
 
 @njit(cache=True, error_model="numpy")
@@ -459,7 +560,8 @@ def apply_faults(cfg, st, t):
     """Set every node's fault state from the faults active at t.
 
     A fault that began before the node's last repair is cleared: a repair
-    mends what is broken now, not what breaks later.
+    mends what is broken now, not what breaks later. A baseline row
+    (``fault_i[f, 2]``) is how the node is, not a fault: no repair clears it.
     """
     ni = st.node_i
     nf = st.node_f
@@ -472,7 +574,8 @@ def apply_faults(cfg, st, t):
     fi = cfg.fault_i
     for f in range(ff.shape[0]):
         node = fi[f, 0]
-        if ff[f, 0] <= t < ff[f, 1] and ff[f, 0] > nf[node, NF_REPAIRED_AT]:
+        # fi[f, 2]: a node's baseline (fleet.baseline_error_rate), which no repair clears
+        if ff[f, 0] <= t < ff[f, 1] and (ff[f, 0] > nf[node, NF_REPAIRED_AT] or fi[f, 2] != 0):
             err[node] = 1.0 - (1.0 - err[node]) * (1.0 - ff[f, 2])
             slow[node] *= ff[f, 3]
             wrong[node] = 1.0 - (1.0 - wrong[node]) * (1.0 - ff[f, 4])
@@ -515,6 +618,8 @@ def sample_node(cfg, st, out, i, t):
     m[s, i, M_BUSY_SECONDS] = st.node_f[i, NF_BUSY_AREA]
     m[s, i, M_WRONG] = st.node_c[i, NC_WRONG]
     m[s, i, M_CANCELLED] = st.node_c[i, NC_CANCELLED]
+    m[s, i, M_PROBES] = st.node_c[i, NC_PROBES]
+    m[s, i, M_PROBE_FAILURES] = st.node_c[i, NC_PROBE_FAILURES]
     m[s, i, M_LAT_SUM] = st.node_f[i, NF_LAT_SUM]
     total = 0
     for b in range(st.lat_b.shape[1]):
@@ -591,6 +696,7 @@ def start(cfg, st):
     st.fs[FS_NEXT_ARRIVAL] = next_arrival(st.rng, cfg.cfg_f[CF_RATE_MAX], const, cfg.rate_t,
                                           cfg.rate_v, 0.0)
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[0] if cfg.sched_t.shape[0] > 0 else np.inf
+    st.fs[FS_NEXT_PROBE] = next_probe(st.rng, cfg.cfg_f[CF_PROBE_RATE], st.node_i.shape[0], 0.0)
     for i in range(st.node_f.shape[0]):
         st.node_f[i, NF_NEXT_SAMPLE] = cfg.phase[i]
     next_node_sample(st)
@@ -729,9 +835,18 @@ def advance(cfg, st, out, t_end):
         t_fleet = fs[FS_NEXT_SAMPLE]
         t_node = fs[FS_NEXT_NODE_SAMPLE]
         t_sched = fs[FS_NEXT_SCHED]
-        t_rare = min(t_fleet, min(t_node, t_sched))
-        if t_rare <= t and t_rare <= t_end:  # ---- fault schedule or a metrics sample
-            if t_sched == t_rare:
+        t_probe = fs[FS_NEXT_PROBE] if PROBES else np.inf
+        t_rare = min(min(t_fleet, t_probe), min(t_node, t_sched))
+        if t_rare <= t and t_rare <= t_end:  # ---- fault schedule, metrics sample or probe
+            if t_probe == t_rare:
+                if isv[IS_JOB_FREE_N] < 1 or heap_cap - hn < 2:
+                    status = GROW_POOLS
+                    break
+                fs[FS_NOW] = t_probe
+                node = probe_arrives(cfg, st, t_probe)
+                if node >= 0:
+                    start_service(cfg, st, node, t_probe, degraded_on, svc_factor)
+            elif t_sched == t_rare:
                 if heap_cap - hn < n_jobs:  # a crash may end every job at once
                     status = GROW_POOLS
                     break
@@ -815,6 +930,8 @@ def advance(cfg, st, out, t_end):
                 node = job_i[j, JI_NODE]
                 outcome = job_i[j, JI_OUTCOME]
                 correct = 1
+                probe = job_i[j, JI_CALL] < 0  # a correctness probe: its own dice and counts
+                draws = RNG_PROBES if probe else RNG_ERRORS
                 if job_i[j, JI_STATE] == J_SERVING:
                     busy = node_i[node, NI_BUSY]
                     node_f[node, NF_BUSY_AREA] += busy * (t - node_f[node, NF_LAST_T])
@@ -832,21 +949,27 @@ def advance(cfg, st, out, t_end):
                         load = (busy + node_i[node, NI_QLEN]) / node_i[node, NI_SERVERS]
                         p = np.interp(load, load_x, load_p)
                         err = 1.0 - (1.0 - err) * (1.0 - p)
-                    if err > 0.0 and uniform(rng, RNG_ERRORS) < err:
+                    if err > 0.0 and uniform(rng, draws) < err:
                         outcome = ERROR
                     wrong = node_f[node, NF_WRONG_RATE] if ERRORS else 0.0
-                    if outcome == OK and wrong > 0.0 and uniform(rng, RNG_ERRORS) < wrong:
+                    if outcome == OK and wrong > 0.0 and uniform(rng, draws) < wrong:
                         correct = 0  # a silent failure: success, wrong answer
-                        node_c[node, NC_WRONG] += 1
+                        if not probe:
+                            node_c[node, NC_WRONG] += 1
                     # the server's latency histogram (Prometheus buckets, seconds)
                     lat = t - job_f[j, JF_T_NODE]
                     b = 0
                     while b < n_bounds and lat > bounds[b]:
                         b += 1
-                    lat_b[node, b] += 1
-                    node_f[node, NF_LAT_SUM] += lat
+                    if not probe:
+                        lat_b[node, b] += 1
+                        node_f[node, NF_LAT_SUM] += lat
                 client = job_i[j, JI_CLIENT]
-                if node >= 0:  # the server's own count
+                if probe:
+                    node_c[node, NC_PROBES] += 1
+                    if outcome != OK or correct == 0:
+                        node_c[node, NC_PROBE_FAILURES] += 1
+                elif node >= 0:  # the server's own count
                     seen = TIMEOUT if (client == C_TIMED_OUT and outcome == OK) else outcome
                     cnt[node, job_i[j, JI_TIER], seen] += 1
                 if client == C_WAITING:
@@ -1367,4 +1490,6 @@ def features_of(cfg, st) -> frozenset:
         on.add("breaker")
     if isv[IS_DEGRADED_ON] != 0:
         on.add("degraded")
+    if cfg_f[CF_PROBE_RATE] > 0.0:
+        on.add("probes")
     return frozenset(on)

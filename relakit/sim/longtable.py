@@ -41,7 +41,8 @@ TABLE_CHUNK_ROWS = 1 << 18
 _NODE_SERIES = {K.M_BUSY: "busy_servers", K.M_QLEN: "queue_length", K.M_IN_FLIGHT: "in_flight",
                 K.M_BUSY_SECONDS: "busy_seconds_total", K.M_WRONG: "wrong_answers_total",
                 K.M_CANCELLED: "cancelled_total", K.M_LAT_SUM: "latency_seconds_sum",
-                K.M_LAT_COUNT: "latency_seconds_count"}
+                K.M_LAT_COUNT: "latency_seconds_count", K.M_PROBES: "probe_requests_total",
+                K.M_PROBE_FAILURES: "probe_failures_total"}
 _FLEET_SERIES = {K.F_ATTEMPTS: "attempts_total", K.F_RETRIES: "retries_total",
                  K.F_RETRIES_DENIED: "retries_denied_total", K.F_HEDGES: "hedges_total",
                  K.F_HEDGES_WON: "hedges_won_total", K.F_DEGRADED: "degraded_total",

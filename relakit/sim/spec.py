@@ -187,6 +187,10 @@ class FleetSpec:
     load_errors: tuple[tuple[float, float], ...] = ()
     # (node, depends_on, share): that share of node's work calls depends_on, and fails with it
     dependencies: tuple[tuple[int, int, float], ...] = ()
+    # per node: the error probability of normal operation (no fault; a repair keeps it)
+    baseline_error_rates: tuple[float, ...] = ()
+    # correctness probes a second, per node (fleet.probes.rate_rps; 0: none)
+    probe_rate_rps: float = 0.0
 
     @property
     def capacity_rps(self) -> float:
@@ -346,7 +350,7 @@ def _items(r: Reader, key: str, values: list, **rules) -> tuple:
 
 def _fleet(r: Reader) -> FleetSpec:
     r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights", "load_errors",
-            "dependencies"})
+            "dependencies", "baseline_error_rate", "probes"})
     nodes = r.number("nodes", 1, lo=1, hi=MAX_NODES, integer=True)
     servers = r.data.get("servers", 1)
     if isinstance(servers, list):
@@ -370,7 +374,37 @@ def _fleet(r: Reader) -> FleetSpec:
         queue_limit=r.number("queue_limit", None, lo=0, hi=2**62, integer=True, nullable=True),
         routing=r.choice("routing", ROUTINGS, "random"), weights=weights,
         load_errors=_load_errors(r), dependencies=_dependencies(r, nodes),
+        baseline_error_rates=_baseline(r, nodes), probe_rate_rps=_probes(r.sub("probes")),
     )
+
+
+def _probes(r: Reader) -> float:
+    """`probes: {rate_rps}`: synthetic requests with known answers, per node a second.
+
+    They queue and occupy servers like requests (their cost is load) and are counted
+    apart, as probe_requests_total and probe_failures_total per node.
+    """
+    r.only({"rate_rps"})
+    rate = r.data.get("rate_rps", 0.0)
+    if isinstance(rate, int | float) and not isinstance(rate, bool) and rate < 0:
+        r.fail(f"must be >= 0 (probes a second per node; 0: no probes), got {rate!r}",
+               "rate_rps")
+    return r.number("rate_rps", 0.0, lo=0)
+
+
+def _baseline(r: Reader, nodes: int) -> tuple[float, ...]:
+    """`baseline_error_rate`: one probability for every node, or a list of one per node.
+
+    It is how a node is (a legacy backend, a flaky dependency the clients retry), not a
+    fault: it holds from t = 0 to the end and no repair removes it.
+    """
+    raw = r.data.get("baseline_error_rate", 0.0)
+    if isinstance(raw, list):
+        if len(raw) != nodes:
+            r.fail(f"a list must have one entry per node ({nodes}), got {len(raw)}",
+                   "baseline_error_rate")
+        return _items(r, "baseline_error_rate", raw, lo=0, hi=1)
+    return (r.number("baseline_error_rate", 0.0, lo=0, hi=1),) * nodes
 
 
 def _dependencies(r: Reader, nodes: int) -> tuple[tuple[int, int, float], ...]:
