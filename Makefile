@@ -7,7 +7,7 @@ export NUMBA_NUM_THREADS ?= 1
 
 .PHONY: setup system run test lint bench lab figures figures-only clean-cache clean
 
-setup: system $(VENV)/.installed
+setup: system $(VENV)/.installed $(NUMBA_CACHE_DIR)/.warm
 
 # prometheus and promtool (Debian's package `prometheus`): installed when missing, before any test runs
 system:
@@ -18,6 +18,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,notebooks,distributed,lab,search]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (relakit)"
+	touch $@
+
+# the kernel's common specialisations compiled once into the shared cache (again after
+# a kernel edit): tests, sweep workers and notebooks then load instead of compiling
+$(NUMBA_CACHE_DIR)/.warm: $(VENV)/.installed relakit/sim/kernel.py relakit/sim/rng.py
+	$(BIN)/python tools/warm_kernel_cache.py
 	touch $@
 
 # the flagship notebook, executed with papermill: its copy is the run's log, its figures land in figures/

@@ -10,6 +10,11 @@ Reports, in one run on this machine:
 * the same 50-node fleet with the mitigations on (hedging after 50 ms, about the p95, with
   cancellation of queued losers, 3 attempts with a 10 % retry budget, a 100 ms
   per-attempt deadline) and 1 % errors on every node, beside the plain run;
+* the C reference of the same plain models (``benchmarks/ref_heap.c``: one
+  binary event heap, xoshiro256**), compiled with ``cc -O2`` into a temporary
+  directory when a C compiler is present, run interleaved with relakit in the
+  same process's turn (round by round: relakit, then C) so that the ratio sees
+  the same machine load; ``--rounds`` rounds (3 by default), every one printed;
 * the pure-Python event-heap reference of the same M/M/8 model, with
   ``random.Random``, for scale.
 
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,9 +48,24 @@ print(time.perf_counter() - t)
 """
 
 
-def startup_seconds(cache_dir: str) -> float:
+STARTUP_ALL_ON = STARTUP.replace("relakit.simulate({", """relakit.simulate({
+    'controls': {'hedge_enabled': True}, 'mitigations': {'hedge': {'delay_ms': 50},
+    'retries': {'max_attempts': 3, 'budget_ratio': 0.1}},
+    'faults': [{'node': 0, 'start_s': 0, 'end_s': 1, 'error_rate': 0.01}],""").replace(
+    "'rate_rps': 700}}", "'rate_rps': 700}, 'deadline_ms': 100}")
+
+
+IMPORT_ANALYTIC = """
+import time; t = time.perf_counter()
+import relakit.analytic
+print(time.perf_counter() - t)
+"""
+
+
+def startup_seconds(cache_dir: str, code: str = STARTUP) -> float:
+    """Seconds from a fresh interpreter's start of import to its first simulate's end."""
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
-    out = subprocess.run([sys.executable, "-c", STARTUP], env=env, check=True,
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
                          capture_output=True, text=True, cwd=ROOT)
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -59,42 +80,86 @@ def mm8(nodes: int, requests: float, **extra) -> dict:
     return sc
 
 
-def rate_of(sc: dict, repeats: int) -> float:
-    best = 0.0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        r = relakit.simulate(sc, record_requests=False)
-        best = max(best, r.info["user_requests"] / (time.perf_counter() - t))
-    return best
+def mitigated(nodes: int, requests: float) -> dict:
+    """The fleet with every mitigation on: hedging after 50 ms (about the p95) with
+    cancellation of queued losers, 3 attempts with a 10 % retry budget, a 100 ms
+    per-attempt deadline, and 1 % errors on every node."""
+    sc = mm8(nodes, requests, deadline_ms=100)
+    sc["controls"] = {"hedge_enabled": True}
+    sc["mitigations"] = {"hedge": {"delay_ms": 50, "cancel": "queued"},
+                         "retries": {"max_attempts": 3, "budget_ratio": 0.1}}
+    sc["faults"] = [{"node": i, "start_s": 0, "end_s": 1e9, "error_rate": 0.01}
+                    for i in range(nodes)]
+    return sc
+
+
+def rate_of(sc: dict) -> float:
+    t = time.perf_counter()
+    r = relakit.simulate(sc, record_requests=False)
+    return r.info["user_requests"] / (time.perf_counter() - t)
+
+
+def build_c(tmp: str) -> str | None:
+    """benchmarks/ref_heap.c compiled with ``cc -O2`` into tmp, or None without a compiler."""
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if cc is None:
+        return None
+    exe = str(Path(tmp) / "ref_heap")
+    subprocess.run([cc, "-O2", "-o", exe, str(ROOT / "benchmarks" / "ref_heap.c"), "-lm"],
+                   check=True)
+    return exe
+
+
+def c_rate(exe: str, nodes: int, requests: float) -> float:
+    out = subprocess.run([exe, str(nodes), str(int(requests)), "1"], check=True,
+                         capture_output=True, text=True).stdout.split()
+    return int(out[0]) / float(out[1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller runs (for a smoke check)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every figure (3)")
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = ap.parse_args()
     scale = 0.1 if args.quick else 1.0
     figures = {}
-    with tempfile.TemporaryDirectory() as cache:
-        figures["cold_start_s"] = startup_seconds(cache)
-        figures["warm_start_s"] = startup_seconds(cache)
-    relakit.simulate(mm8(1, 1e4), record_requests=False)  # compile in this process
-    figures["mm8_requests_per_s"] = rate_of(mm8(1, 2e7 * scale), 3)
-    figures["fleet50_requests_per_s"] = rate_of(mm8(50, 1e7 * scale), 3)
-    mitigated = mm8(50, 1e7 * scale, deadline_ms=100)
-    mitigated["controls"] = {"hedge_enabled": True}
-    mitigated["mitigations"] = {"hedge": {"delay_ms": 50, "cancel": "queued"},
-                                "retries": {"max_attempts": 3, "budget_ratio": 0.1}}
-    mitigated["faults"] = [{"node": i, "start_s": 0, "end_s": 1e9, "error_rate": 0.01}
-                           for i in range(50)]
-    figures["fleet50_mitigated_requests_per_s"] = rate_of(mitigated, 3)
-    figures["mitigated_slowdown"] = (figures["fleet50_requests_per_s"]
-                                     / figures["fleet50_mitigated_requests_per_s"])
+    rounds = []
+    imports = [startup_seconds("", IMPORT_ANALYTIC) for _ in range(args.rounds)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):  # fresh cache directories, fresh processes
+            cache = str(Path(tmp) / f"cache{r}")
+            cold = startup_seconds(cache)
+            rounds.append({"cold_start_s": cold, "warm_start_s": startup_seconds(cache),
+                           "cold_start_all_on_s": startup_seconds(cache + "-all",
+                                                                  STARTUP_ALL_ON)})
+        exe = build_c(tmp)
+        relakit.simulate(mm8(1, 1e4), record_requests=False)  # compile in this process
+        relakit.simulate(mitigated(50, 1e4), record_requests=False)
+        for r in range(args.rounds):  # relakit and C interleaved: the ratio sees one load
+            f = rounds[r]
+            f["mm8_requests_per_s"] = rate_of(mm8(1, 5e6 * scale))
+            if exe:
+                f["c_mm8_requests_per_s"] = c_rate(exe, 1, 5e6 * scale)
+                f["mm8_ratio_to_c"] = f["mm8_requests_per_s"] / f["c_mm8_requests_per_s"]
+            f["fleet50_requests_per_s"] = rate_of(mm8(50, 5e6 * scale))
+            if exe:
+                f["c_fleet50_requests_per_s"] = c_rate(exe, 50, 5e6 * scale)
+                f["fleet50_ratio_to_c"] = (f["fleet50_requests_per_s"]
+                                           / f["c_fleet50_requests_per_s"])
+            f["fleet50_mitigated_requests_per_s"] = rate_of(mitigated(50, 5e6 * scale))
+            f["mitigated_slowdown"] = (f["fleet50_requests_per_s"]
+                                       / f["fleet50_mitigated_requests_per_s"])
+    if exe is None:
+        print("no C compiler (cc): the C reference and the ratios are left out")
+    for r, f in enumerate(rounds):
+        f["import_analytic_s"] = imports[r]
+        figures.update({f"round{r + 1}_{k}": v for k, v in f.items()})
     n_ref = int(1e6 * scale)
     t = time.perf_counter()
     done = mmc_reference(720.0, 10.0, 8, n_ref / 720.0, random.Random(1), record=False)
     figures["python_heap_mm8_requests_per_s"] = done / (time.perf_counter() - t)
-    figures["speedup_vs_python"] = (figures["mm8_requests_per_s"]
+    figures["speedup_vs_python"] = (rounds[-1]["mm8_requests_per_s"]
                                     / figures["python_heap_mm8_requests_per_s"])
     figures["versions"] = relakit.sim.results.versions()
     width = max(len(k) for k in figures)

@@ -31,9 +31,15 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from ._validate import as_positive
+
+
+def _stats():
+    """scipy.stats, imported on first use (~0.5 s): `import relakit.analytic` stays light."""
+    from scipy import stats
+
+    return stats
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,7 @@ class ProbeDetection:
         mean_n = self.rate_rps * self.span_s
         hi = int(mean_n + 12 * math.sqrt(mean_n) + 20)
         counts = np.arange(max(int(math.ceil(self.min_volume)), 1), hi + 1)
-        weights = stats.poisson.pmf(counts, mean_n)
+        weights = _stats().poisson.pmf(counts, mean_n)
         if weights.sum() < 1e-9:
             raise ValueError(f"a window's span ({self.span_s:g} s) holds about {mean_n:.3g} "
                              f"probes, never the minimum volume {self.min_volume:g}")
@@ -70,7 +76,7 @@ class ProbeDetection:
     def detectable(self) -> bool:
         """Probes see the failure at all: more wrong than the threshold, and volume."""
         return self.wrong_rate > self.threshold and (
-            stats.poisson.sf(math.ceil(self.min_volume) - 1, self.rate_rps * self.span_s) > 0.5)
+            _stats().poisson.sf(math.ceil(self.min_volume) - 1, self.rate_rps * self.span_s) > 0.5)
 
     @property
     def constant_s(self) -> float:
@@ -103,7 +109,7 @@ class ProbeDetection:
         top = float(np.max(x)) if x.size else 0.0
         grid = np.linspace(0.0, max(top, 1e-9), 4001)
         dx = grid[1] - grid[0]
-        lead = sum(w * stats.gamma.pdf(grid, a=k, scale=1 / lam) for k, w in zip(n, p,
+        lead = sum(w * _stats().gamma.pdf(grid, a=k, scale=1 / lam) for k, w in zip(n, p,
                                                                                  strict=True))
         dens = lead
         for width in (self.scrape_s, self.eval_s):

@@ -135,6 +135,8 @@ def _grown_rings(tq_t, tq_k, tq_n) -> dict:
 class Fleet:
     """A fleet in mid-run: ``advance(t)``, change controls, ``advance`` again."""
 
+    specialise = True  # False: the general kernel, every mechanism compiled in (tests)
+
     def __init__(self, scenario: DataPlane, seed: int | None = None, record_requests: bool = True):
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else int(seed)
@@ -213,7 +215,10 @@ class Fleet:
         if t_s < self.now:
             raise ValueError(f"cannot advance to {t_s} s: the fleet is already at {self.now} s")
         while True:
-            status = K.advance(self.cfg, self.st, self.out, float(t_s))
+            # the kernel compiled for the mechanisms this stretch may meet (K.specialised)
+            kernel = (K.specialised(K.features_of(self.cfg, self.st)) if self.specialise
+                      else K.advance)
+            status = kernel(self.cfg, self.st, self.out, float(t_s))
             if status == K.DONE:
                 return self
             self._grow(status)

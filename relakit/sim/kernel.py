@@ -95,6 +95,22 @@ CANCEL_QUEUED, CANCEL_STARTED, CANCEL_NEVER = 0, 1, 2
 BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = (BREAKER_STATES.index(b) for b in (
     "closed", "half_open", "open"))
 
+# Mechanisms a scenario may switch on. advance() is compiled once per combination in
+# use (``specialised``): each name below is a module constant, True in the general
+# kernel; in a specialisation it is a compile-time False where the mechanism is off,
+# and numba drops the code it guards. What each guards, and so what it costs when on:
+# HEDGING: setting hedge timers at each first attempt (a ring push per copy);
+# DEADLINES: an attempt timeout per copy (a ring push, and a pop when it falls due);
+# RETRIES: the retry decision on a failed copy (budget window, backoff, a heap timer);
+# ERRORS: error, wrong-answer, dependency and load-error draws at every completion;
+# INTAKE: the admission checks per copy (crashed, shed, intake limit, token bucket,
+#   queue limit, excess sent elsewhere); BREAKER: the door check per arrival;
+# DEGRADED: partial fan-out and the cheaper service factor; PROBES: the next probe's
+# time among the rare-event times compared at every event.
+FEATURES = ("hedging", "deadlines", "retries", "errors", "intake", "breaker", "degraded",
+            "probes")
+HEDGING = DEADLINES = RETRIES = ERRORS = INTAKE = BREAKER = DEGRADED = PROBES = True
+
 # status returned by advance
 DONE, GROW_POOLS, GROW_RECORDS, GROW_SAMPLES = 0, 1, 2, 3
 
@@ -106,48 +122,49 @@ ID_MASK = (1 << 29) - 1
 # cfg_f: model scalars (float)
 (CF_RATE_MAX, CF_SAMPLE_DT, CF_DEADLINE, CF_WARMUP, CF_SVC_A, CF_SVC_B, CF_SVC_C,
  CF_HEDGE_DELAY, CF_HEDGE_Q, CF_BACKOFF, CF_BACKOFF_MAX, CF_BUDGET_RATIO, CF_BUDGET_WINDOW,
- CF_DEGRADED_FACTOR, CF_HALF_OPEN_ADMIT, CF_PROBE_RATE) = range(16)
-N_CF = 16
+ CF_DEGRADED_FACTOR, CF_HALF_OPEN_ADMIT, CF_PROBE_RATE) = _CF_COLUMNS = range(16)  # checked
+N_CF = len(_CF_COLUMNS)
 # cfg_i: model scalars (int)
 (CI_SVC_KIND, CI_ROUTING, CI_FANOUT, CI_RECORD, CI_CONST_RATE, CI_QUEUE_LIMIT, CI_CANCEL,
  CI_MAX_HEDGES, CI_MAX_ATTEMPTS, CI_JITTER, CI_RETRY_MASK, CI_DEGRADED_FANOUT,
- CI_BREAKER_MASK, CI_FAILOVER, CI_ELSEWHERE) = range(15)
-N_CI = 15
+ CI_BREAKER_MASK, CI_FAILOVER, CI_ELSEWHERE) = _CI_COLUMNS = range(15)  # unpacking checks the count
+N_CI = len(_CI_COLUMNS)
 
 # st.fs: state scalars (float)
 (FS_NOW, FS_NEXT_ARRIVAL, FS_NEXT_SAMPLE, FS_NEXT_SCHED, FS_WRR_TOTAL, FS_HEDGE_DELAY,
- FS_NEXT_NODE_SAMPLE, FS_NEXT_PROBE) = range(8)
-N_FS = 8
+ FS_NEXT_NODE_SAMPLE, FS_NEXT_PROBE) = _FS_COLUMNS = range(8)  # unpacking checks the count
+N_FS = len(_FS_COLUMNS)
 # st.is_: state scalars (int)
 (IS_HEAP_N, IS_JOB_FREE_N, IS_USR_FREE_N, IS_CALL_FREE_N, IS_NREC, IS_NSAMPLE, IS_RR,
  IS_SCHED_POS, IS_STAMP, IS_N_ELIGIBLE, IS_EQUAL_WEIGHTS, IS_SHED_MASK, IS_IN_FLIGHT_USERS,
  IS_HEDGE_ON, IS_DEGRADED_ON, IS_BREAKER, IS_BUDGET_BUCKET, IS_USER_SEQ,
- IS_MAX_NODE_SAMPLE) = range(19)
-N_IS = 19
+ IS_MAX_NODE_SAMPLE) = _IS_COLUMNS = range(19)  # unpacking checks the count
+N_IS = len(_IS_COLUMNS)
 # Timers with one fixed delay fall due in the order they are set, so they wait in FIFO
 # rings (st.tq_t / st.tq_k; row 0 attempt timeouts, row 1 fixed-delay hedges) instead of
 # the heap: O(1) each, and the heap stays small. st.tq_n[q] = (head, count).
 TQ_TIMEOUT, TQ_HEDGE = 0, 1
+N_TQ = 2
 TQ_HEAP = -1
 BUDGET_BUCKETS = 10
 
 # st.node_i columns
 (NI_SERVERS, NI_BUSY, NI_QLEN, NI_QHEAD, NI_QTAIL, NI_ROUTABLE, NI_INTAKE_LIMIT, NI_CRASHED,
- NI_STAMP, NI_NSAMPLE, NI_FAILOVER) = range(11)
-N_NI = 11
+ NI_STAMP, NI_NSAMPLE, NI_FAILOVER) = _NI_COLUMNS = range(11)  # unpacking checks the count
+N_NI = len(_NI_COLUMNS)
 # st.node_f columns
 (NF_WEIGHT, NF_ERR_RATE, NF_SLOWDOWN, NF_BUSY_AREA, NF_LAST_T, NF_WRR_CUR, NF_CUM,
  NF_WRONG_RATE, NF_TOKEN_RATE, NF_TOKEN_BURST, NF_TOKENS, NF_TOKEN_T, NF_LAT_SUM,
- NF_NEXT_SAMPLE, NF_REPAIRED_AT) = range(15)
-N_NF = 15
+ NF_NEXT_SAMPLE, NF_REPAIRED_AT) = _NF_COLUMNS = range(15)  # unpacking checks the count
+N_NF = len(_NF_COLUMNS)
 # st.node_c: per-node counters beyond requests_total
-NC_WRONG, NC_CANCELLED, NC_PROBES, NC_PROBE_FAILURES = 0, 1, 2, 3
-N_NC = 4
+NC_WRONG, NC_CANCELLED, NC_PROBES, NC_PROBE_FAILURES = _NC_COLUMNS = range(4)
+N_NC = len(_NC_COLUMNS)
 
 # st.job_i / job_f columns
 (JI_CALL, JI_NODE, JI_NEXT, JI_PREV, JI_GEN, JI_STATE, JI_OUTCOME, JI_SIB, JI_CLIENT, JI_HEDGE,
- JI_TIER, JI_DEGRADED) = range(12)
-N_JI = 12
+ JI_TIER, JI_DEGRADED) = _JI_COLUMNS = range(12)  # unpacking checks the count
+N_JI = len(_JI_COLUMNS)
 # a job ENDING has its outcome decided (rejected, or its node crashed) and its DONE event
 # due now; a SERVING job's outcome is drawn when its DONE event fires
 J_FREE, J_QUEUED, J_SERVING, J_ENDING, J_MOVING = 0, 1, 2, 3, 4
@@ -161,16 +178,16 @@ N_JF = 3
 
 # st.call_i columns
 (CL_USER, CL_GEN, CL_ATTEMPTS, CL_HEDGES, CL_COPIES, CL_FIRST, CL_LAST_NODE,
- CL_TIER) = range(8)
-N_CL = 8
+ CL_TIER) = _CL_COLUMNS = range(8)  # unpacking checks the count
+N_CL = len(_CL_COLUMNS)
 # st.call_f: the call's first-attempt service demand (seconds), drawn at arrival
 CLF_DEMAND = 0
 N_CLF = 1
 
 # st.usr_i / usr_f columns
 (UI_TIER, UI_REMAINING, UI_WORST, UI_CRIT, UI_FANOUT, UI_GEN, UI_ATTEMPTS, UI_HEDGES,
- UI_DEGRADED, UI_WRONG) = range(10)
-N_UI = 10
+ UI_DEGRADED, UI_WRONG) = _UI_COLUMNS = range(10)  # unpacking checks the count
+N_UI = len(_UI_COLUMNS)
 UF_T_ARRIVAL, UF_DEMAND = 0, 1  # UF_DEMAND: its first call's first-attempt demand (s)
 N_UF = 2
 
@@ -810,7 +827,7 @@ def advance(cfg, st, out, t_end):
         hn = isv[IS_HEAP_N]
         t_heap = heap_t[0] if hn > 0 else np.inf
         src = TQ_HEAP  # where the earliest timer waits: the heap or a FIFO ring
-        for q in range(2):
+        for q in range(N_TQ):
             if tq_n[q, 1] > 0 and tq_t[q, tq_n[q, 0]] < t_heap:
                 t_heap = tq_t[q, tq_n[q, 0]]
                 src = q
@@ -818,7 +835,7 @@ def advance(cfg, st, out, t_end):
         t_fleet = fs[FS_NEXT_SAMPLE]
         t_node = fs[FS_NEXT_NODE_SAMPLE]
         t_sched = fs[FS_NEXT_SCHED]
-        t_probe = fs[FS_NEXT_PROBE]
+        t_probe = fs[FS_NEXT_PROBE] if PROBES else np.inf
         t_rare = min(min(t_fleet, t_probe), min(t_node, t_sched))
         if t_rare <= t and t_rare <= t_end:  # ---- fault schedule, metrics sample or probe
             if t_probe == t_rare:
@@ -923,18 +940,18 @@ def advance(cfg, st, out, t_end):
                     touched[0] = node
                     n_touched = 1
                     outcome = OK
-                    err = node_f[node, NF_ERR_RATE]
-                    dep = dep_node[node] if has_deps else -1
+                    err = node_f[node, NF_ERR_RATE] if ERRORS else 0.0
+                    dep = dep_node[node] if ERRORS and has_deps else -1
                     if dep >= 0:  # its downstream dependency fails its share of calls
                         dep_err = 1.0 if node_i[dep, NI_CRASHED] != 0 else node_f[dep, NF_ERR_RATE]
                         err = 1.0 - (1.0 - err) * (1.0 - dep_share[node] * dep_err)
-                    if has_load_errors:  # errors that grow with load (in flight per server)
+                    if ERRORS and has_load_errors:  # errors growing with load (in flight/server)
                         load = (busy + node_i[node, NI_QLEN]) / node_i[node, NI_SERVERS]
                         p = np.interp(load, load_x, load_p)
                         err = 1.0 - (1.0 - err) * (1.0 - p)
                     if err > 0.0 and uniform(rng, draws) < err:
                         outcome = ERROR
-                    wrong = node_f[node, NF_WRONG_RATE]
+                    wrong = node_f[node, NF_WRONG_RATE] if ERRORS else 0.0
                     if outcome == OK and wrong > 0.0 and uniform(rng, draws) < wrong:
                         correct = 0  # a silent failure: success, wrong answer
                         if not probe:
@@ -1045,7 +1062,7 @@ def advance(cfg, st, out, t_end):
             usr_f[u, UF_DEMAND] = demand[0]
             k = fanout
             usr_i[u, UI_DEGRADED] = 0
-            if degraded_on and 0 < k_deg < k:
+            if DEGRADED and degraded_on and 0 < k_deg < k:
                 k = k_deg  # partial fan-out: a cheaper, poorer answer
                 usr_i[u, UI_DEGRADED] = 1
             usr_i[u, UI_TIER] = tier
@@ -1057,7 +1074,7 @@ def advance(cfg, st, out, t_end):
             usr_i[u, UI_WRONG] = 0
             usr_f[u, UF_T_ARRIVAL] = t
             k = min(k, n_elig)
-            if breaker != BREAKER_CLOSED and (breaker_mask >> tier) & 1 and (
+            if BREAKER and breaker != BREAKER_CLOSED and (breaker_mask >> tier) & 1 and (
                     breaker == BREAKER_OPEN
                     or uniform(rng, RNG_HALF_OPEN) >= cfg_f[CF_HALF_OPEN_ADMIT]):
                 fin_u = u  # the global breaker rejects it at the door
@@ -1124,7 +1141,7 @@ def advance(cfg, st, out, t_end):
             elif copies == 0:  # nothing else outstanding: retry, or the call fails
                 done = res_outcome
                 attempts = call_i[c, CL_ATTEMPTS]
-                if (retry_mask >> res_outcome) & 1 and attempts < max_attempts:
+                if RETRIES and (retry_mask >> res_outcome) & 1 and attempts < max_attempts:
                     allowed = True
                     if budgeted:
                         slot = budget_slot(budget, isv, budget_width, t)
@@ -1277,12 +1294,12 @@ def advance(cfg, st, out, t_end):
                     job_f[j, JF_DEMAND] = call_f[c, CLF_DEMAND]
                 else:
                     job_f[j, JF_DEMAND] = NO_DEMAND
-                if deadline < np.inf:
+                if DEADLINES and deadline < np.inf:
                     pend_t[n_pend] = t + deadline
                     pend_k[n_pend] = event_key(j, EV_TIMEOUT, job_i[j, JI_GEN])
                     pend_q[n_pend] = TQ_TIMEOUT
                     n_pend += 1
-                if hedge_on and call_i[c, CL_HEDGES] < max_hedges and n_elig > 1:
+                if HEDGING and hedge_on and call_i[c, CL_HEDGES] < max_hedges and n_elig > 1:
                     pend_t[n_pend] = t + fs[FS_HEDGE_DELAY]
                     pend_k[n_pend] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
                     pend_q[n_pend] = hedge_queue
@@ -1298,7 +1315,9 @@ def advance(cfg, st, out, t_end):
             tier = job_i[j, JI_TIER]
             tries = 0
             stamp = -1
-            while True:
+            qlen = node_i[node, NI_QLEN]
+            rejected = -1
+            while INTAKE:
                 busy = node_i[node, NI_BUSY]
                 qlen = node_i[node, NI_QLEN]
                 rejected = -1
@@ -1376,7 +1395,7 @@ def advance(cfg, st, out, t_end):
                         s = draw_service(rng, RNG_COPY_SERVICE, svc_kind, svc_a, svc_b, svc_c)
                     job_f[j, JF_DEMAND] = s
                 s *= node_f[node, NF_SLOWDOWN]
-                if degraded_on:
+                if DEGRADED and degraded_on:
                     s *= svc_factor  # the cheaper path, at a loss of quality
                     job_i[j, JI_DEGRADED] = 1
                 pend_t[n_pend] = t + s
@@ -1411,3 +1430,66 @@ def advance(cfg, st, out, t_end):
     rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1] = v0, v1
     rng[RNG_SERVICE, 2], rng[RNG_SERVICE, 3] = v2, v3
     return status
+
+
+# ---- specialisations ----------------------------------------------------------------
+_SPECIALISED: dict = {}
+
+
+def specialised(features: frozenset):
+    """``advance`` compiled with every mechanism not in ``features`` switched off.
+
+    The same code object as :func:`advance` under a copy of this module's globals in
+    which the FEATURES constants not named are False: numba reads globals as
+    compile-time constants and prunes the branches they guard. Each combination
+    has its own qualified name (``advance[plain]``, ``advance[hedging+retries]``),
+    which names its on-disk cache entry: numba's cache key hashes the bytecode and
+    the signature but not the globals, so the name is what keeps two combinations
+    apart. Compiled (or loaded from NUMBA_CACHE_DIR) on first use per process.
+    """
+    unknown = set(features) - set(FEATURES)
+    if unknown:
+        raise ValueError(f"unknown kernel features {sorted(unknown)}; known: {FEATURES}")
+    key = tuple(f for f in FEATURES if f in features)
+    fn = _SPECIALISED.get(key)
+    if fn is None:
+        import types
+
+        py = advance.py_func
+        scope = dict(py.__globals__)
+        scope.update({f.upper(): f in key for f in FEATURES})
+        body = types.FunctionType(py.__code__, scope, py.__name__, py.__defaults__)
+        body.__qualname__ = f"advance[{'+'.join(key) or 'plain'}]"
+        body.__module__ = py.__module__
+        body.__doc__ = py.__doc__
+        fn = _SPECIALISED[key] = njit(cache=True, error_model="numpy")(body)
+    return fn
+
+
+def features_of(cfg, st) -> frozenset:
+    """The mechanisms the next ``advance`` call may meet, from the model and the state
+    Python left (flags and controls change only between calls; a fault schedule may
+    raise error rates or crash nodes within one, so faults count from the start)."""
+    cfg_f, cfg_i, isv, ni, nf = cfg.cfg_f, cfg.cfg_i, st.is_, st.node_i, st.node_f
+    faults = cfg.fault_f.shape[0] > 0
+    on = set()
+    if isv[IS_HEDGE_ON] != 0 and cfg_i[CI_MAX_HEDGES] > 0:
+        on.add("hedging")
+    if cfg_f[CF_DEADLINE] < np.inf:
+        on.add("deadlines")
+    if cfg_i[CI_MAX_ATTEMPTS] > 1:
+        on.add("retries")
+    if (faults or cfg.load_x.shape[0] > 0 or (cfg.dep_node >= 0).any()
+            or (nf[:, NF_ERR_RATE] > 0).any() or (nf[:, NF_WRONG_RATE] > 0).any()):
+        on.add("errors")
+    if ((faults and cfg.fault_i[:, 1].any()) or ni[:, NI_CRASHED].any()
+            or isv[IS_SHED_MASK] != 0 or (ni[:, NI_INTAKE_LIMIT] >= 0).any()
+            or np.isfinite(nf[:, NF_TOKEN_RATE]).any() or cfg_i[CI_QUEUE_LIMIT] >= 0):
+        on.add("intake")
+    if isv[IS_BREAKER] != BREAKER_CLOSED:
+        on.add("breaker")
+    if isv[IS_DEGRADED_ON] != 0:
+        on.add("degraded")
+    if cfg_f[CF_PROBE_RATE] > 0.0:
+        on.add("probes")
+    return frozenset(on)

@@ -1,0 +1,28 @@
+"""Fill NUMBA_CACHE_DIR with the kernel's common specialisations (``make setup`` runs it).
+
+Compiling ``advance`` from an empty cache takes tens of seconds per combination
+of mechanisms (relakit.sim.kernel.specialised); done once here, every later
+process (tests, sweep workers, notebooks) sharing the cache directory loads it
+in well under a second. Warms the plain kernel and the one with the usual
+mitigations (hedging, retries, deadlines, errors); others compile on first use.
+"""
+
+from __future__ import annotations
+
+import time
+
+import relakit
+
+PLAIN = {"duration_s": 1, "workload": {"arrival": {"kind": "poisson", "rate_rps": 700}},
+         "fleet": {"servers": 8, "service": {"kind": "exponential", "mean_ms": 10}}}
+MITIGATED = {**PLAIN, "workload": {**PLAIN["workload"], "deadline_ms": 100},
+             "controls": {"hedge_enabled": True},
+             "mitigations": {"hedge": {"delay_ms": 50},
+                             "retries": {"max_attempts": 3, "budget_ratio": 0.1}},
+             "faults": [{"node": 0, "start_s": 0, "end_s": 1, "error_rate": 0.01}]}
+
+if __name__ == "__main__":
+    for name, sc in (("plain", PLAIN), ("mitigated", MITIGATED)):
+        t = time.perf_counter()
+        relakit.simulate(sc, record_requests=False)
+        print(f"kernel cache: {name} ready in {time.perf_counter() - t:.1f} s")
