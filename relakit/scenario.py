@@ -109,8 +109,16 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
     design = _experiment(r)
     if design["warmup_auto"]:  # the data plane counts from 0; the cut is made on the series
         r = Reader({k: v for k, v in r.data.items() if k != "warmup_s"}, r.source)
-    return Scenario(**read_data_plane(r, base_dir, control=lambda: _control(r, base_dir)),
-                    **design)
+    sc = Scenario(**read_data_plane(r, base_dir, control=lambda: _control(r, base_dir)),
+                  **design)
+    if sc.policy is not None and sc.policy.scope == "zone" and not sc.fleet.zones:
+        r.fail("policy scope 'zone' runs one controller per zone; give fleet.zones "
+               "(nodes per zone) or use scope: fleet", "policy.scope")
+    if sc.fleet.zones:
+        from relakit.zones import check_zoned
+
+        check_zoned(sc, r)
+    return sc
 
 
 EXPERIMENT_KEYS = ("replications", "ci", "batches")

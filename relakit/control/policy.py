@@ -31,6 +31,9 @@ from relakit.validate import Reader, load_yaml
 from relakit.vocab import POLICY_FLAGS
 
 OPS = (">", ">=", "<", "<=")
+# fleet: one controller for the whole fleet; zone: one per zone of fleet.zones, each
+# reading its zone's nodes and setting its zone's flags (relakit.zones)
+SCOPES = ("fleet", "zone")
 FLAGS = POLICY_FLAGS  # relakit.vocab's: the flags a mode asserts
 # events of one evaluation
 EV_NONE, EV_HOLD, EV_ENTER, EV_EXIT, EV_MAX_DURATION, EV_PREEMPT, EV_ESCALATE = range(7)
@@ -75,6 +78,7 @@ class Policy:
     modes: tuple[Mode, ...]
     normal: dict
     source: str = "<policy>"
+    scope: str = "fleet"
 
     def desired(self, mode: int) -> dict:
         """The full flag state a mode asserts (normal's values where it is silent)."""
@@ -276,7 +280,7 @@ def load_policy(source) -> Policy:
         return source
     data, name, _ = load_yaml(source, "policy")
     r = Reader(data, name)
-    r.only({"name", "signals", "conditions", "modes", "normal"})
+    r.only({"name", "signals", "conditions", "modes", "normal", "scope"})
     sig_r = r.sub("signals")
     if not sig_r.data:
         r.fail("at least one signal is required", "signals")
@@ -308,7 +312,7 @@ def load_policy(source) -> Policy:
     normal = _asserts(r.sub("normal", {f: False for f in FLAGS}))
     normal = {f: normal.get(f, False) for f in FLAGS}
     return Policy(r.data.get("name", "policy"), signals, tuple(conditions), modes, normal,
-                  source=name)
+                  source=name, scope=r.choice("scope", SCOPES, "fleet"))
 
 
 def _escalation_cycles(modes, source: str) -> None:

@@ -1,0 +1,241 @@
+"""Zones and sharded controllers: `fleet.zones` and a policy's `scope: fleet|zone`.
+
+A zone is a group of nodes (``fleet.zones: [4, 4, 4]``: nodes 0-3, 4-7, 8-11) that
+its requests never leave: each arrival belongs to one zone (``fleet.zone_mix``, by
+default each zone's share of the nodes) and every copy of it (first attempt, retry,
+hedge, failover) is routed inside that zone. Splitting a Poisson stream by
+independent shares gives independent Poisson streams, so a zoned fleet *is* one
+data plane per zone, each with its own arrivals at ``rate x share``; relakit runs it
+that way, one kernel per zone on a seed derived from the run's seed and the zone
+index, in lock-step under the control plane. The kernel is untouched: every flag
+(hedging, degraded mode, shedding, breaker) is per zone because each zone has its
+own flag state, and a fleet without zones runs exactly as before.
+
+* ``scope: fleet`` — one controller reads all zones' node series (one TSDB, nodes
+  numbered fleet-wide) and asserts the same flags in every zone: RelA's global
+  control, whose shedding reaches zones that were fine.
+* ``scope: zone`` — one controller per zone reads its zone's nodes only and asserts
+  its zone's flags: a sharded control plane.
+
+What this does not model (and a single kernel with per-zone flag arrays would): a
+copy crossing zones, and fleet-wide mitigation state (the retry budget and the
+breaker are per zone). The decisions table carries a ``zone`` column (null: the
+fleet-wide controller).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from relakit.control import TSDB, Controller, Target
+from relakit.control.decider import latest_in_force
+from relakit.control.signals import policy_reach_s
+from relakit.sim import Fleet, SimulationResult
+
+
+def check_zoned(sc, r) -> None:
+    """What a zoned scenario must also satisfy (one-line errors through Reader ``r``)."""
+    zones = sc.fleet.zones
+    if any(m <= 0 for m in sc.fleet.zone_mix):
+        r.fail(f"every zone needs a positive share of the arrivals, got "
+               f"{list(sc.fleet.zone_mix)}", "fleet.zone_mix")
+    if sc.workload.fanout > min(zones):
+        r.fail(f"fan-out {sc.workload.fanout} needs that many nodes in every zone; the "
+               f"smallest zone has {min(zones)}", "workload.fanout")
+    zone_of = np.repeat(np.arange(len(zones)), zones)
+    for node, dep, _ in sc.fleet.dependencies:
+        if zone_of[node] != zone_of[dep]:
+            r.fail(f"node {node} depends on node {dep} in another zone; requests stay in "
+                   "their zone", "fleet.dependencies")
+    if sc.chain is not None:
+        r.fail("a chain with fleet.zones is not supported yet (zones run a policy)",
+               "chain")
+
+
+def zone_offsets(sc) -> np.ndarray:
+    """First node of each zone, and the node count after the last."""
+    return np.concatenate([[0], np.cumsum(sc.fleet.zones)]).astype(int)
+
+
+def zone_seed(seed: int, zone: int) -> int:
+    """The zone's kernel seed: the run's seed and the zone index, mixed."""
+    return int(np.random.SeedSequence([int(seed), int(zone)]).generate_state(1, np.uint64)[0]
+               >> np.uint64(1))
+
+
+def zone_scenario(sc, zone: int):
+    """The data plane of one zone: its nodes, its share of the arrivals, its faults."""
+    lo, hi = (int(x) for x in zone_offsets(sc)[zone:zone + 2])
+    f = sc.fleet
+    share = f.zone_mix[zone]
+    arrival = dataclasses.replace(sc.workload.arrival,
+                                  rates_rps=tuple(x * share for x in sc.workload.arrival.rates_rps))
+    fleet = dataclasses.replace(
+        f, nodes=hi - lo, servers=f.servers[lo:hi], weights=f.weights[lo:hi], zones=(),
+        zone_mix=(), dependencies=tuple((a - lo, b - lo, s) for a, b, s in f.dependencies
+                                        if lo <= a < hi))
+    faults = tuple(dataclasses.replace(x, node=x.node - lo) for x in sc.faults
+                   if lo <= x.node < hi)
+    metrics = sc.metrics
+    if metrics.phase_s:
+        metrics = dataclasses.replace(metrics, phase_s=metrics.phase_s[lo:hi])
+    return dataclasses.replace(sc, name=f"{sc.name}[zone {zone}]", fleet=fleet, faults=faults,
+                               metrics=metrics,
+                               workload=dataclasses.replace(sc.workload, arrival=arrival))
+
+
+def with_scope(sc, scope: str):
+    """The scenario with its policy's scope set (global vs per-zone control, same seeds)."""
+    return dataclasses.replace(sc, policy=dataclasses.replace(sc.policy, scope=scope))
+
+
+@dataclass
+class ZonedResult:
+    """One zoned run: each zone's result (nodes numbered within the zone) and the audit."""
+
+    scope: str
+    zones: list[SimulationResult]
+    decisions: pl.DataFrame | None  # None: no policy
+    info: dict = dataclasses.field(default_factory=dict)
+
+    def write(self, out_dir) -> list:
+        """Each zone's tables under ``zone<i>/``, plus by_zone.parquet and the audit
+        (decisions.parquet, with its zone column), each file atomically."""
+        from pathlib import Path
+
+        from relakit.io import write_parquet
+
+        out = Path(out_dir)
+        written = [p for z, r in enumerate(self.zones) for p in r.write(out / f"zone{z}")]
+        written.append(write_parquet(self.by_zone(), out / "by_zone.parquet"))
+        if self.decisions is not None:
+            written.append(write_parquet(self.decisions, out / "decisions.parquet"))
+        return written
+
+    def format_summary(self) -> str:
+        """Each zone's summary, one block per zone (the CLI prints it)."""
+        return "\n\n".join(f"zone {z} (scope {self.scope}):\n{r.format_summary()}"
+                             for z, r in enumerate(self.zones))
+
+    def by_zone(self) -> pl.DataFrame:
+        """Each zone's summary rows (tier gold..bronze and all), with a ``zone`` column."""
+        return pl.concat([r.summary.with_columns(pl.lit(z, pl.Int32).alias("zone"))
+                          for z, r in enumerate(self.zones)])
+
+    def blast_radius(self, inside) -> dict:
+        """What control did to requests outside the ``inside`` zones (shed = dropped,
+        hedged, degraded: requests touched by a mitigation they did not need), and gold
+        success inside and outside."""
+        t = self.by_zone()
+        ins = pl.col("zone").is_in(list(inside))
+        out_all = t.filter(~ins & (pl.col("tier") == "all"))
+        gold = t.filter(pl.col("tier") == "gold")
+
+        def ratio(rows):
+            n = int(rows["requests"].sum())
+            return int(rows["ok"].sum()) / n if n else float("nan")
+
+        shed, hedged, degraded = (int(out_all[c].sum()) for c in ("dropped", "hedges",
+                                                                   "degraded"))
+        return {"outside_requests": int(out_all["requests"].sum()), "outside_shed": shed,
+                "outside_hedged": hedged, "outside_degraded": degraded,
+                "blast_radius": shed + hedged + degraded,
+                "gold_success_inside": ratio(gold.filter(ins)),
+                "gold_success_outside": ratio(gold.filter(~ins))}
+
+
+def run_zoned(sc, seed: int | None = None, record_requests: bool = False) -> ZonedResult:
+    """One run of a zoned scenario (policy scope fleet or zone)."""
+    from relakit.experiment import run_once
+
+    seed = sc.seed if seed is None else int(seed)
+    n = len(sc.fleet.zones)
+    parts = [zone_scenario(sc, z) for z in range(n)]
+    if sc.policy is not None and sc.policy.scope == "zone":
+        results = [run_once(p, zone_seed(seed, z), record_requests) for z, p in enumerate(parts)]
+        decisions = pl.concat([r.decisions.with_columns(pl.lit(z, pl.Int32).alias("zone"))
+                               for z, r in enumerate(results)]).sort("decided_at_s",
+                                                                     maintain_order=True)
+        return ZonedResult("zone", results, decisions)
+    fleets = [Fleet(p, seed=zone_seed(seed, z), record_requests=record_requests)
+              for z, p in enumerate(parts)]
+    if sc.policy is None:
+        for f in fleets:
+            f.advance(sc.duration_s)
+        return ZonedResult("fleet", [f.result() for f in fleets], None)
+    controller = _fleet_scope_loop(fleets, sc)
+    results = []
+    for f in fleets:
+        res = f.result()
+        res.timeline = controller.timeline()
+        res.decisions = controller.decisions()
+        results.append(res)
+    decisions = controller.decisions().with_columns(pl.lit(None, pl.Int32).alias("zone"))
+    return ZonedResult("fleet", results, decisions)
+
+
+def _fleet_scope_loop(fleets: list[Fleet], sc) -> Controller:
+    """:func:`relakit.experiment.run_closed_loop` over several zones in lock-step: one
+    controller reads them all and its flags go to every zone at each config poll."""
+    from relakit.experiment import FleetView
+
+    clk = sc.clocks
+    controller = Controller(sc.policy, clk)
+    evals = clk.eval_times(0.0, sc.duration_s)
+    polls = clk.poll_times(0.0, sc.duration_s)
+    eval_set, poll_set = set(evals.tolist()), set(polls.tolist())
+    lookback = clk.lookback(policy_reach_s(sc.policy))
+    views = [FleetView(f, lookback_s=lookback) for f in fleets]
+    offsets = zone_offsets(sc)
+    pending = []
+    for t in np.union1d(evals, polls):
+        for f in fleets:
+            f.advance(float(t))
+        if t in eval_set:
+            decision = controller.decide(merged_tsdb(views, offsets, float(t)), float(t))
+            pending.append((float(clk.effective_at(float(t))), decision))
+        if t in poll_set:
+            flags = latest_in_force(pending, float(t), "flags")
+            if flags is not None:
+                for f in fleets:
+                    f.set_flags(**flags)
+    for f in fleets:
+        f.advance(sc.duration_s)
+    return controller
+
+
+def merged_tsdb(views, offsets, t: float) -> TSDB:
+    """One TSDB over all zones: node targets renumbered fleet-wide; the client-side
+    (fleet, node -1) targets summed sample by sample over their common times (counters
+    add up; a flag gauge then counts the zones with the flag on)."""
+    targets, client = [], []
+    for z, view in enumerate(views):
+        for tgt in view.tsdb(t).targets:
+            if tgt.node >= 0:
+                targets.append(Target(int(offsets[z]) + tgt.node, tgt.times, tgt.values,
+                                      tgt.columns))
+            else:
+                client.append(tgt)
+    k = min(c.times.size for c in client)
+    values = sum(c.values[c.values.shape[0] - k:] for c in client)
+    targets.append(Target(-1, client[0].times[client[0].times.size - k:], values,
+                          client[0].columns))
+    return TSDB(targets)
+
+
+def replicate_zoned(sc, n: int, seed: int | None = None, inside=(0,)) -> pl.DataFrame:
+    """``n`` replications (seeds from :func:`relakit.replications.replication_seeds`):
+    one row per replication with :meth:`ZonedResult.blast_radius`'s numbers. Two
+    scopes run on the same seeds are paired (common random numbers)."""
+    from relakit.replications import replication_seeds
+
+    base = sc.seed if seed is None else int(seed)
+    rows = []
+    for i, s in enumerate(replication_seeds(base, n)):
+        rows.append({"replication": i, "seed": int(s),
+                     **run_zoned(sc, int(s)).blast_radius(inside)})
+    return pl.DataFrame(rows)
