@@ -239,3 +239,50 @@ def replicate_zoned(sc, n: int, seed: int | None = None, inside=(0,)) -> pl.Data
         rows.append({"replication": i, "seed": int(s),
                      **run_zoned(sc, int(s)).blast_radius(inside)})
     return pl.DataFrame(rows)
+
+
+def zone_series(runs: dict) -> pl.DataFrame:
+    """Dropped requests per second in each zone over time, per scope: ``runs`` maps a
+    scope to a :class:`ZonedResult`; columns scope, zone, time_s, dropped_rps."""
+    from relakit.experiment import fleet_series
+
+    return pl.concat([fleet_series(r).select("time_s", "dropped_rps").with_columns(
+        pl.lit(scope).alias("scope"), pl.lit(f"zone {z}").alias("zone"))
+        for scope, zr in runs.items() for z, r in enumerate(zr.zones)])
+
+
+def zone_series_chart(series: pl.DataFrame, fault=None):
+    """Shed requests per zone over time, one panel per scope on a shared time axis;
+    ``fault`` (start_s, end_s) shades the overload."""
+    import altair as alt
+
+    panels = []
+    for scope in series["scope"].unique(maintain_order=True).to_list():
+        line = alt.Chart(series.filter(pl.col("scope") == scope),
+                         title=f"policy scope: {scope}").mark_line().encode(
+            x=alt.X("time_s:Q", title="time (s)"),
+            y=alt.Y("dropped_rps:Q", title="requests shed (per s)"),
+            color=alt.Color("zone:N", title="zone"))
+        layers = [line]
+        if fault is not None:
+            band = pl.DataFrame({"start_s": [fault[0]], "end_s": [fault[1]]})
+            layers.insert(0, alt.Chart(band).mark_rect(opacity=0.12, color="gray").encode(
+                x="start_s:Q", x2="end_s:Q"))
+        panels.append(alt.layer(*layers).properties(width=560, height=140))
+    return alt.vconcat(*panels).resolve_scale(x="shared", y="shared", color="shared")
+
+
+def blast_radius_chart(table: pl.DataFrame):
+    """Mean blast radius per scope with its 95 % interval (columns scope, mean, low,
+    high) as bars and error bars."""
+    import altair as alt
+
+    df = table
+    base = alt.Chart(df).encode(y=alt.Y("scope:N", title="policy scope"))
+    bars = base.mark_bar().encode(
+        x=alt.X("mean:Q", title="requests shed, hedged or degraded outside zone 0"),
+        color=alt.Color("scope:N", title="policy scope", legend=None))
+    err = base.mark_errorbar(color="black").encode(
+        x=alt.X("low:Q", title="requests shed, hedged or degraded outside zone 0"),
+        x2="high:Q")
+    return alt.layer(bars, err).properties(width=560, height=90)
