@@ -22,7 +22,7 @@ _LAZY = {  # public name -> the module that defines it
     "load_sweep": "relakit.sweep",
     "replay": "relakit.replay",
     "run_sweep": "relakit.sweep",
-    "simulate": "relakit.experiment",
+    "simulate": "relakit.zones",  # zoned fleets there, the rest to relakit.experiment
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from relakit.sim.spec import (  # noqa: F401 - the data plane's names, as scenarios know them
@@ -115,8 +116,6 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
         r.fail("policy scope 'zone' runs one controller per zone; give fleet.zones "
                "(nodes per zone) or use scope: fleet", "policy.scope")
     if sc.fleet.zones:
-        from relakit.zones import check_zoned
-
         check_zoned(sc, r)
     return sc
 
@@ -228,3 +227,22 @@ def _set_dotted(data: dict, dotted: str, value, source: str = "<scenario>"):
 
 def _what(value) -> str:
     return f"the value {value!r}" if not isinstance(value, str) else f"the string {value!r}"
+
+
+def check_zoned(sc, r) -> None:
+    """What a zoned scenario must also satisfy (one-line errors through Reader ``r``)."""
+    zones = sc.fleet.zones
+    if any(m <= 0 for m in sc.fleet.zone_mix):
+        r.fail(f"every zone needs a positive share of the arrivals, got "
+               f"{list(sc.fleet.zone_mix)}", "fleet.zone_mix")
+    if sc.workload.fanout > min(zones):
+        r.fail(f"fan-out {sc.workload.fanout} needs that many nodes in every zone; the "
+               f"smallest zone has {min(zones)}", "workload.fanout")
+    zone_of = np.repeat(np.arange(len(zones)), zones)
+    for node, dep, _ in sc.fleet.dependencies:
+        if zone_of[node] != zone_of[dep]:
+            r.fail(f"node {node} depends on node {dep} in another zone; requests stay in "
+                   "their zone", "fleet.dependencies")
+    if sc.chain is not None:
+        r.fail("a chain with fleet.zones is not supported yet (zones run a policy)",
+               "chain")

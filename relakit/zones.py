@@ -37,25 +37,6 @@ from relakit.control.signals import policy_reach_s
 from relakit.sim import Fleet, SimulationResult
 
 
-def check_zoned(sc, r) -> None:
-    """What a zoned scenario must also satisfy (one-line errors through Reader ``r``)."""
-    zones = sc.fleet.zones
-    if any(m <= 0 for m in sc.fleet.zone_mix):
-        r.fail(f"every zone needs a positive share of the arrivals, got "
-               f"{list(sc.fleet.zone_mix)}", "fleet.zone_mix")
-    if sc.workload.fanout > min(zones):
-        r.fail(f"fan-out {sc.workload.fanout} needs that many nodes in every zone; the "
-               f"smallest zone has {min(zones)}", "workload.fanout")
-    zone_of = np.repeat(np.arange(len(zones)), zones)
-    for node, dep, _ in sc.fleet.dependencies:
-        if zone_of[node] != zone_of[dep]:
-            r.fail(f"node {node} depends on node {dep} in another zone; requests stay in "
-                   "their zone", "fleet.dependencies")
-    if sc.chain is not None:
-        r.fail("a chain with fleet.zones is not supported yet (zones run a policy)",
-               "chain")
-
-
 def zone_offsets(sc) -> np.ndarray:
     """First node of each zone, and the node count after the last."""
     return np.concatenate([[0], np.cumsum(sc.fleet.zones)]).astype(int)
@@ -93,6 +74,22 @@ def with_scope(sc, scope: str):
     return dataclasses.replace(sc, policy=dataclasses.replace(sc.policy, scope=scope))
 
 
+def simulate(scenario, seed: int | None = None, record_requests: bool | None = None, **kw):
+    """:func:`relakit.simulate`: a zoned scenario runs here (one replication, a
+    :class:`ZonedResult`); any other goes to :func:`relakit.experiment.simulate`."""
+    from relakit.experiment import simulate as simulate_fleet
+    from relakit.scenario import load_scenario
+
+    sc = load_scenario(scenario)
+    if not sc.fleet.zones:
+        return simulate_fleet(sc, seed, record_requests, **kw)
+    n = kw.get("replications") or sc.replications
+    if n > 1:
+        raise ValueError(f"{sc.source}: key 'replications': a zoned fleet runs one "
+                         "replication at a time; use relakit.zones.replicate_zoned")
+    return run_zoned(sc, seed, record_requests=record_requests is not False)
+
+
 @dataclass
 class ZonedResult:
     """One zoned run: each zone's result (nodes numbered within the zone) and the audit."""
@@ -120,6 +117,23 @@ class ZonedResult:
         """Each zone's summary, one block per zone (the CLI prints it)."""
         return "\n\n".join(f"zone {z} (scope {self.scope}):\n{r.format_summary()}"
                              for z, r in enumerate(self.zones))
+
+    @property
+    def requests(self) -> pl.DataFrame | None:
+        """Every zone's per-request records with a ``zone`` column (node ids within
+        the zone), or None when they were not kept."""
+        if self.zones[0].requests is None:
+            return None
+        return pl.concat([r.requests.with_columns(pl.lit(z, pl.Int32).alias("zone"))
+                          for z, r in enumerate(self.zones)])
+
+    @property
+    def summary(self) -> pl.DataFrame:
+        """Per tier, the counts summed over zones and the success ratio (latency
+        quantiles do not add up over zones: read them per zone, :meth:`by_zone`)."""
+        counts = ["requests", "ok", "error", "timeout", "dropped", "hedges", "degraded", "wrong"]
+        t = self.by_zone().group_by("tier", maintain_order=True).agg(pl.col(counts).sum())
+        return t.with_columns((pl.col("ok") / pl.col("requests")).alias("success_ratio"))
 
     def by_zone(self) -> pl.DataFrame:
         """Each zone's summary rows (tier gold..bronze and all), with a ``zone`` column."""
