@@ -23,7 +23,7 @@ _LAZY = {  # public name -> the module that defines it
     "replay": "relakit.replay",
     "run_sweep": "relakit.sweep",
     "search": "relakit.search",
-    "simulate": "relakit.experiment",
+    "simulate": "relakit.zones",  # zoned fleets there, the rest to relakit.experiment
 }
 
 

@@ -54,6 +54,9 @@ def simulate(scenario, seed: int | None = None, record_requests: bool | None = N
 
     sc: Scenario = load_scenario(scenario)
     n = sc.replications if replications is None else _replications(replications)
+    if sc.fleet.zones:  # one data plane per zone: relakit.zones runs it (relakit.simulate)
+        raise ValueError(f"{sc.source}: key 'fleet.zones': a zoned fleet runs through "
+                         "relakit.simulate (relakit.zones.simulate)")
     if n > 1:
         enforce(check_run(sc, bool(record_requests)))
         return run_replications(sc, n, seed=seed, record_requests=bool(record_requests),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from relakit.control.faults import (
@@ -121,7 +122,13 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
         r = Reader({k: v for k, v in r.data.items() if k != "warmup_s"}, r.source)
     kw = read_data_plane(r, base_dir, control=lambda: _control(r, base_dir))
     kw.update(read_control_plane(r, kw["duration_s"], kw["clocks"], kw["fleet"].nodes))
-    return Scenario(**kw, **design)
+    sc = Scenario(**kw, **design)
+    if sc.policy is not None and sc.policy.scope == "zone" and not sc.fleet.zones:
+        r.fail("policy scope 'zone' runs one controller per zone; give fleet.zones "
+               "(nodes per zone) or use scope: fleet", "policy.scope")
+    if sc.fleet.zones:
+        check_zoned(sc, r)
+    return sc
 
 
 EXPERIMENT_KEYS = ("replications", "ci", "batches")
@@ -231,3 +238,22 @@ def _set_dotted(data: dict, dotted: str, value, source: str = "<scenario>"):
 
 def _what(value) -> str:
     return f"the value {value!r}" if not isinstance(value, str) else f"the string {value!r}"
+
+
+def check_zoned(sc, r) -> None:
+    """What a zoned scenario must also satisfy (one-line errors through Reader ``r``)."""
+    zones = sc.fleet.zones
+    if any(m <= 0 for m in sc.fleet.zone_mix):
+        r.fail(f"every zone needs a positive share of the arrivals, got "
+               f"{list(sc.fleet.zone_mix)}", "fleet.zone_mix")
+    if sc.workload.fanout > min(zones):
+        r.fail(f"fan-out {sc.workload.fanout} needs that many nodes in every zone; the "
+               f"smallest zone has {min(zones)}", "workload.fanout")
+    zone_of = np.repeat(np.arange(len(zones)), zones)
+    for node, dep, _ in sc.fleet.dependencies:
+        if zone_of[node] != zone_of[dep]:
+            r.fail(f"node {node} depends on node {dep} in another zone; requests stay in "
+                   "their zone", "fleet.dependencies")
+    if sc.chain is not None:
+        r.fail("a chain with fleet.zones is not supported yet (zones run a policy)",
+               "chain")

@@ -37,6 +37,10 @@ OPS = (">", ">=", "<", "<=")
 # ``hold`` keeps the signal's last present value; ``breach`` counts it as breaching
 # every condition on it (fail towards the modes).
 MISSING = ("clear", "hold", "breach")
+
+# fleet: one controller for the whole fleet; zone: one per zone of fleet.zones, each
+# reading its zone's nodes and setting its zone's flags (relakit.zones)
+SCOPES = ("fleet", "zone")
 FLAGS = POLICY_FLAGS  # relakit.vocab's: the flags a mode asserts
 # events of one evaluation
 EV_NONE, EV_HOLD, EV_ENTER, EV_EXIT, EV_MAX_DURATION, EV_PREEMPT, EV_ESCALATE = range(7)
@@ -81,6 +85,7 @@ class Policy:
     modes: tuple[Mode, ...]
     normal: dict
     source: str = "<policy>"
+    scope: str = "fleet"
     # per signal, what an absent value (no samples in the window) counts as: see MISSING
     on_missing: dict = field(default_factory=dict)
 
@@ -287,7 +292,7 @@ def load_policy(source) -> Policy:
         return source
     data, name, _ = load_yaml(source, "policy")
     r = Reader(data, name)
-    r.only({"name", "signals", "conditions", "modes", "normal", "on_missing"})
+    r.only({"name", "signals", "conditions", "modes", "normal", "on_missing", "scope"})
     sig_r = r.sub("signals")
     if not sig_r.data:
         r.fail("at least one signal is required", "signals")
@@ -326,7 +331,8 @@ def load_policy(source) -> Policy:
     normal = _asserts(r.sub("normal", {f: False for f in FLAGS}))
     normal = {f: normal.get(f, False) for f in FLAGS}
     return Policy(r.data.get("name", "policy"), signals, tuple(conditions), modes, normal,
-                  source=name, on_missing={k: v for k, v in on_missing.items() if v != "clear"})
+                  source=name, on_missing={k: v for k, v in on_missing.items() if v != "clear"},
+                  scope=r.choice("scope", SCOPES, "fleet"))
 
 
 def _breach_directions(conditions, on_missing: dict, source: str) -> None:

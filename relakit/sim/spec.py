@@ -191,6 +191,9 @@ class FleetSpec:
     baseline_error_rates: tuple[float, ...] = ()
     # correctness probes a second, per node (fleet.probes.rate_rps; 0: none)
     probe_rate_rps: float = 0.0
+    # nodes per zone, in node order (empty: one zone); each zone's share of the arrivals
+    zones: tuple[int, ...] = ()
+    zone_mix: tuple[float, ...] = ()
 
     @property
     def capacity_rps(self) -> float:
@@ -350,7 +353,7 @@ def _items(r: Reader, key: str, values: list, **rules) -> tuple:
 
 def _fleet(r: Reader) -> FleetSpec:
     r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights", "load_errors",
-            "dependencies", "baseline_error_rate", "probes"})
+            "dependencies", "baseline_error_rate", "probes", "zones", "zone_mix"})
     nodes = r.number("nodes", 1, lo=1, hi=MAX_NODES, integer=True)
     servers = r.data.get("servers", 1)
     if isinstance(servers, list):
@@ -375,7 +378,36 @@ def _fleet(r: Reader) -> FleetSpec:
         routing=r.choice("routing", ROUTINGS, "random"), weights=weights,
         load_errors=_load_errors(r), dependencies=_dependencies(r, nodes),
         baseline_error_rates=_baseline(r, nodes), probe_rate_rps=_probes(r.sub("probes")),
+        **_zones(r, nodes),
     )
+
+
+def _zones(r: Reader, nodes: int) -> dict:
+    """`zones: [4, 4, 4]`: nodes per zone, in node order (zone 0 holds nodes 0-3, ...);
+    `zone_mix`: each zone's share of the arrivals (default: its share of the nodes).
+    Requests stay in their zone (see relakit.zones), so dependencies must too."""
+    raw = r.data.get("zones")
+    if raw is None:
+        if "zone_mix" in r.data:
+            r.fail("shares the arrivals between zones; give fleet.zones too", "zone_mix")
+        return {}
+    if not isinstance(raw, list) or len(raw) < 2:
+        r.fail("expected a list of at least two node counts (nodes per zone, in node order)",
+               "zones")
+    zones = _items(r, "zones", raw, lo=1, integer=True)
+    if sum(zones) != nodes:
+        r.fail(f"nodes per zone {list(zones)} sum to {sum(zones)}; they must sum to "
+               f"fleet.nodes ({nodes})", "zones")
+    mix = r.data.get("zone_mix")
+    if mix is None:
+        mix = tuple(z / nodes for z in zones)
+    elif not isinstance(mix, list) or len(mix) != len(zones):
+        r.fail(f"expected a list of {len(zones)} shares (one per zone)", "zone_mix")
+    else:
+        mix = _items(r, "zone_mix", mix, lo=0)
+        if abs(sum(mix) - 1.0) > 1e-9:
+            r.fail(f"shares must sum to 1, got {sum(mix):g}", "zone_mix")
+    return {"zones": tuple(int(z) for z in zones), "zone_mix": tuple(float(m) for m in mix)}
 
 
 def _probes(r: Reader) -> float:
