@@ -39,8 +39,11 @@ def _probed():
     return sc, frozenset({"errors", "probes"})
 
 
-def _fleet(sc, specialise, monkeypatch):
-    monkeypatch.setattr(Fleet, "specialise", specialise)
+def _fleet(sc, kernel, monkeypatch):
+    # runs pick the plain specialisation or the general kernel (relakit.sim.fleet); any
+    # other specialisation is driven here directly, standing in for the general one
+    monkeypatch.setattr(Fleet, "specialise", False)
+    monkeypatch.setattr(K, "advance", kernel)
     fleet = Fleet(load_scenario(sc))
     for t in (5.0, 12.5, sc["duration_s"]):  # several calls, as a control plane makes
         fleet.advance(t)
@@ -53,9 +56,10 @@ def test_specialised_equals_general(make, monkeypatch):
     sc, features = make()
     fleet = Fleet(load_scenario(sc))
     assert K.features_of(fleet.cfg, fleet.st) == features
-    fast = _fleet(sc, True, monkeypatch)
+    general_kernel = K.advance
+    fast = _fleet(sc, K.specialised(features), monkeypatch)
     assert tuple(f for f in K.FEATURES if f in features) in K._SPECIALISED
-    general = _fleet(sc, False, monkeypatch)
+    general = _fleet(sc, general_kernel, monkeypatch)
     assert fast.st.is_[K.IS_USER_SEQ] > 10_000
     for part in ("st", "out"):  # every array of the state and the outputs, bit for bit
         a, b = getattr(fast, part), getattr(general, part)

@@ -3,8 +3,8 @@
 Compiling ``advance`` from an empty cache takes tens of seconds per combination
 of mechanisms (relakit.sim.kernel.specialised); done once here, every later
 process (tests, sweep workers, notebooks) sharing the cache directory loads it
-in well under a second. Warms the plain kernel and the one with the usual
-mitigations (hedging, retries, deadlines, errors); others compile on first use.
+in well under a second. Warms the two kernels runs use: the plain specialisation and
+the general kernel (any mechanism on; relakit.sim.fleet picks between them).
 """
 
 from __future__ import annotations
