@@ -72,12 +72,8 @@ def _rotl(x, k):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def next_u64(s, k):
-    """The next 64 bits of stream k (row k of the state)."""
-    s0 = s[k, 0]
-    s1 = s[k, 1]
-    s2 = s[k, 2]
-    s3 = s[k, 3]
+def _step(s0, s1, s2, s3):
+    """One xoshiro256** step on four words: (64 output bits, the next four words)."""
     result = _rotl(s1 * np.uint64(5), 7) * np.uint64(9)
     t = s1 << np.uint64(17)
     s2 ^= s0
@@ -85,7 +81,13 @@ def next_u64(s, k):
     s1 ^= s2
     s0 ^= s3
     s2 ^= t
-    s3 = _rotl(s3, 45)
+    return result, s0, s1, s2, _rotl(s3, 45)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def next_u64(s, k):
+    """The next 64 bits of stream k (row k of the state)."""
+    result, s0, s1, s2, s3 = _step(s[k, 0], s[k, 1], s[k, 2], s[k, 3])
     s[k, 0] = s0
     s[k, 1] = s1
     s[k, 2] = s2
@@ -106,14 +108,7 @@ def uniform_words(s0, s1, s2, s3):
 
     The event loop keeps its busiest streams in locals (registers), not in the
     state array, and writes them back when it returns."""
-    result = _rotl(s1 * np.uint64(5), 7) * np.uint64(9)
-    t = s1 << np.uint64(17)
-    s2 ^= s0
-    s3 ^= s1
-    s1 ^= s2
-    s0 ^= s3
-    s2 ^= t
-    s3 = _rotl(s3, 45)
+    result, s0, s1, s2, s3 = _step(s0, s1, s2, s3)
     return float(np.int64(result >> np.uint64(11))) * _TWO53, s0, s1, s2, s3
 
 
