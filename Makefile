@@ -45,6 +45,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_kernel.py
 	$(BIN)/python benchmarks/bench_replay.py
 	$(BIN)/python benchmarks/bench_memory.py
+	$(BIN)/python benchmarks/bench_stream_split.py
 	$(BIN)/python benchmarks/bench_replications.py
 	$(BIN)/python benchmarks/bench_search.py
 

@@ -108,19 +108,18 @@ def test_local_processes_give_the_same_runs_as_one_by_one(three):
     assert par.series.equals(three.series)
 
 
-def test_the_runner_starts_a_pool_only_when_the_work_pays_for_it(monkeypatch):
+def test_the_runner_starts_helpers_only_when_the_work_pays_for_them(monkeypatch):
     from relakit import runner
 
     calls = []
 
-    class NoPool:
+    class NoHelpers:
         def __init__(self, *a, **k):
-            calls.append("pool")
-            raise RuntimeError("no pool expected")
+            calls.append("helpers")
+            raise RuntimeError("no helpers expected")
 
-    import concurrent.futures
-
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", NoPool)
+    runner.close_helpers()
+    monkeypatch.setattr(runner, "_Helpers", NoHelpers)
     out = runner.run_tasks([(pow, (2, k)) for k in range(5)], workers=2, adaptive=True)
     assert out == [1, 2, 4, 8, 16] and not calls
     monkeypatch.setattr(runner, "POOL_START_S", 0.0)  # as if the tasks were long
@@ -131,11 +130,63 @@ def test_the_runner_starts_a_pool_only_when_the_work_pays_for_it(monkeypatch):
     assert out == [1, 2, 4, 8, 16] and not calls
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))
     assert runner.free_cores() == 2
-    with pytest.raises(RuntimeError, match="no pool expected"):  # free cores: a pool
+    with pytest.raises(RuntimeError, match="no helpers expected"):  # free cores: helpers
         runner.run_tasks([(pow, (2, k)) for k in range(5)], adaptive=True)
-    with pytest.raises(RuntimeError, match="no pool expected"):  # asked for: a pool
+    with pytest.raises(RuntimeError, match="no helpers expected"):  # asked for: helpers
         monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 7.0, 7.0))
         runner.run_tasks([(pow, (2, k)) for k in range(5)], workers=2, adaptive=True)
+
+
+def _where(k, parent):
+    """A task that says which process ran it (and, for ``k < 0``, fails)."""
+    if k < 0:
+        raise ValueError(f"task {k} refuses")
+    import time
+
+    time.sleep(0.05)
+    return k, os.getpid() != parent
+
+
+def _die_in_a_helper(k, parent):
+    if os.getpid() != parent:
+        os._exit(3)  # the helper dies holding the task
+    return 2 * k
+
+
+def test_helpers_share_the_work_with_this_process_and_are_kept_warm(monkeypatch):
+    from relakit import runner
+
+    runner.close_helpers()
+    monkeypatch.setattr(runner, "POOL_START_S", 0.0)
+    me = os.getpid()
+    seen = []
+    out = runner.run_tasks([(_where, (k, me)) for k in range(40)], workers=2, adaptive=True,
+                           on_done=lambda i, v: seen.append(i))
+    assert [k for k, _ in out] == list(range(40))  # in task order, each once
+    assert sorted(seen) == list(range(40))
+    here = sum(not remote for _, remote in out)
+    assert here >= 1  # this process worked too, not only waited
+    helpers = runner._HELPERS
+    assert helpers is not None and helpers.usable(1)
+    pids = [p.pid for p in helpers.procs]
+    out = runner.run_tasks([(_where, (k, me)) for k in range(40)], workers=2, adaptive=True)
+    assert runner._HELPERS is helpers and [p.pid for p in helpers.procs] == pids  # warm
+    assert sum(remote for _, remote in out) >= 1  # a warm helper takes work at once
+    with pytest.raises(ValueError, match="task -1 refuses"):  # its own error, as raised
+        runner.run_tasks([(_where, (k, me)) for k in (-1, -1, -1, -1)], workers=2,
+                         adaptive=True)
+    runner.close_helpers()
+
+
+def test_a_task_whose_helper_died_is_run_here(monkeypatch):
+    from relakit import runner
+
+    runner.close_helpers()
+    monkeypatch.setattr(runner, "POOL_START_S", 0.0)
+    out = runner.run_tasks([(_die_in_a_helper, (k, os.getpid())) for k in range(30)],
+                           workers=2, adaptive=True)
+    assert out == [2 * k for k in range(30)]
+    runner.close_helpers()
 
 
 def test_a_real_dask_cluster_gives_the_same_runs(three):

@@ -52,7 +52,8 @@ _JUMP = (0x180EC6D33CFD0ABA, 0xD5A61266F0C9392C, 0xA9582618E03FC9AA, 0x39ABDC452
 
 
 def stream_words(seed: int, n_streams: int) -> list[list[int]]:
-    """Four words per stream: the seed's state, then each one jumped 2**128 draws on."""
+    """Four words per stream: the seed's state, then each one jumped 2**128 draws on
+    (the pure-Python twin of :func:`new_state`, which the reference uses)."""
     g = XoshiroPy(seed)
     words = []
     for _ in range(n_streams):
@@ -62,8 +63,32 @@ def stream_words(seed: int, n_streams: int) -> list[list[int]]:
 
 
 def new_state(seed: int, n_streams: int = 1) -> np.ndarray:
-    """The kernel's generator state: one row of four words per stream."""
-    return np.array(stream_words(seed, n_streams), dtype=np.uint64).reshape(n_streams, 4)
+    """The kernel's generator state: one row of four words per stream. Jumped in numba:
+    a jump is 256 generator steps, 2 ms in Python, and a run has ten streams."""
+    s = np.zeros((n_streams, 4), dtype=np.uint64)
+    s[0] = np.array(seed_words(seed), dtype=np.uint64)
+    _jump_rows(s, np.array(_JUMP, dtype=np.uint64))
+    return s
+
+
+@njit(cache=True, error_model="numpy")
+def _jump_rows(s, jump):
+    """Row k+1 = row k moved on 2**128 draws (Vigna's jump): the streams' starts."""
+    for k in range(1, s.shape[0]):
+        w = s[k - 1].copy()
+        a0 = a1 = a2 = a3 = np.uint64(0)
+        for word in jump:
+            for b in range(64):
+                if (word >> np.uint64(b)) & np.uint64(1):
+                    a0 ^= w[0]
+                    a1 ^= w[1]
+                    a2 ^= w[2]
+                    a3 ^= w[3]
+                _, w[0], w[1], w[2], w[3] = _step(w[0], w[1], w[2], w[3])
+        s[k, 0] = a0
+        s[k, 1] = a1
+        s[k, 2] = a2
+        s[k, 3] = a3
 
 
 @njit(cache=True, error_model="numpy", inline="always")

@@ -71,6 +71,8 @@ class Arrival:
         return out if np.ndim(t_s) else float(out[0])
 
     def mean_rate(self, duration_s: float, warmup_s: float = 0.0) -> float:
+        if self.constant:  # most scenarios; the grid below costs ~4 ms a call
+            return float(self.rates_rps[0])
         t = np.linspace(warmup_s, duration_s, 20001)
         return float(np.mean(self.rate_at(t)))
 
