@@ -158,13 +158,7 @@ def comparison_table(runs_a: pl.DataFrame, runs_b: pl.DataFrame) -> pl.DataFrame
                    "difference_high": None, "significant": None, "variance_ratio": None,
                    "pairs": int(xa.size)}
             if xa.size and np.all(np.isfinite(xa)) and np.all(np.isfinite(xb)):
-                pd = paired_difference(xb, xa)
-                iv = pd.interval
-                row.update(difference=iv.mean, difference_ci=iv.half_width,
-                           difference_low=iv.low, difference_high=iv.high,
-                           significant=bool(iv.low > 0 or iv.high < 0) if iv.half_width ==
-                           iv.half_width else None,
-                           variance_ratio=pd.variance_ratio)
+                row.update(paired_difference(xb, xa).columns())
             out.append(row)
     schema = {"tier": pl.String, "number": pl.String, **dict.fromkeys(
         ("a", "a_ci", "b", "b_ci", "difference", "difference_ci", "difference_low",

@@ -106,6 +106,20 @@ class PairedDifference:
     mean_b: float
     variance_ratio: float
 
+    @property
+    def significant(self) -> bool | None:
+        """Whether the interval excludes zero (None when it could not be computed)."""
+        iv = self.interval
+        return bool(iv.low > 0 or iv.high < 0) if np.isfinite(iv.half_width) else None
+
+    def columns(self) -> dict:
+        """The difference as the columns every paired table carries (``relakit
+        compare``, a search's incumbent table, a rollout's observations)."""
+        iv = self.interval
+        return {"difference": iv.mean, "difference_ci": iv.half_width,
+                "difference_low": iv.low, "difference_high": iv.high,
+                "significant": self.significant, "variance_ratio": self.variance_ratio}
+
 
 def _as_series(values, what: str) -> np.ndarray:
     x = np.asarray(values, dtype=float)

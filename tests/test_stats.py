@@ -173,6 +173,15 @@ def test_paired_difference_edges():
         paired_difference([1.0, 2.0], [1.0])
 
 
+def test_paired_difference_columns_say_whether_zero_is_inside():
+    far = paired_difference([5.0, 6.0, 7.0, 6.5], [1.0, 1.5, 2.5, 2.0]).columns()
+    assert far["significant"] is True and far["difference_low"] > 0
+    assert far["difference"] == pytest.approx(4.375)
+    near = paired_difference([1.0, 2.0, 3.0, 1.0], [2.0, 1.0, 2.0, 2.5]).columns()
+    assert near["significant"] is False and near["difference_low"] < 0 < near["difference_high"]
+    assert paired_difference([1.0], [2.0]).columns()["significant"] is None  # one pair
+
+
 # ---- coverage against Erlang C -------------------------------------------------------
 #
 # The point: M/M/8 at rho = 0.8 (mmc-demo's shape) with 1 ms mean service (6400 req/s),

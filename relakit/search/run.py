@@ -330,17 +330,14 @@ def _incumbent_table(spec, study, members) -> pl.DataFrame | None:
         for o in spec.objectives:
             a = np.asarray(inc[o.number], dtype=float)
             b = np.asarray(vals[o.number], dtype=float)
-            pd_ = paired_difference(b, a)
-            d, ia, ib = pd_.interval, t_interval(a), t_interval(b)
-            significant = bool(d.low > 0 or d.high < 0)
-            better = significant and ((d.mean > 0) == (o.direction == "max"))
+            diff = paired_difference(b, a)
+            ia, ib = t_interval(a), t_interval(b)
+            better = bool(diff.significant) and \
+                ((diff.interval.mean > 0) == (o.direction == "max"))
             rows.append({"trial": n, "number": o.number, "direction": o.direction,
                          "incumbent": ia.mean, "incumbent_ci": ia.half_width,
                          "value": ib.mean, "value_ci": ib.half_width,
-                         "difference": d.mean, "difference_ci": d.half_width,
-                         "difference_low": d.low, "difference_high": d.high,
-                         "significant": significant, "better": better,
-                         "variance_ratio": pd_.variance_ratio})
+                         **diff.columns(), "better": better})
     schema = {"trial": pl.Int64, "number": pl.String, "direction": pl.String,
               **dict.fromkeys(("incumbent", "incumbent_ci", "value", "value_ci", "difference",
                                "difference_ci", "difference_low", "difference_high"),
