@@ -414,10 +414,11 @@ def check_load(sc) -> list[Finding]:
                         f"the offered load ({rate:.4g} rps{fan}) is {util:.2f}x the fleet's "
                         f"capacity ({fl.capacity_rps:.4g} rps: {sum(fl.servers)} servers at "
                         f"{at}) {tail}")]
-    # routing that fixes each node's share (weights) can overload one node of a fleet with
-    # capacity to spare: a slow node (fleet.service_scale) or a heavy weight
+    # a slow node (fleet.service_scale) can be overloaded in a fleet with capacity to
+    # spare when routing fixes each node's share (weights). Only for scaled fleets: with
+    # one service, an overloaded heavy weight is a scenario's own design (chain-throttle)
     shares = fl.node_shares(wl.fanout)
-    if shares is None:
+    if shares is None or not fl.service_scale:
         return []
     node_util = [rate * s / c for s, c in zip(shares, fl.node_capacity_rps, strict=True)]
     worst = int(np.argmax(node_util))

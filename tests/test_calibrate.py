@@ -2,7 +2,7 @@
 twin is judged honestly, and bad inputs are one-line errors.
 
 The round trip simulates ``params/scenarios/calibrate-roundtrip.yaml`` (four nodes of
-4/4/6/8 servers, exponential 25 ms, a load step 400 -> 700 req/s at 420 s, error faults
+4/4/6/8 servers, exponential 25 ms scaled per node to 25/40/20/25 ms, a load step 400 -> 700 req/s at 420 s, error faults
 on nodes 1 and 3, 5 s scrapes on random phases), keeps only its ``metrics.parquet`` and
 calibrates from that file.
 """
@@ -62,12 +62,21 @@ def test_tier_mix(roundtrip, fitted):
 
 
 def test_servers_exact_and_mean_service_within_10_percent(roundtrip, fitted):
+    """Each node's own mean service (25, 40, 20 and 25 ms in the truth: fleet.service
+    25 ms x fleet.service_scale) is in the twin, as the twin's fleet.service x its
+    fleet.service_scale, within 10 %."""
     truth = roundtrip[0].fleet
     assert fitted.scenario.fleet.servers == truth.servers == (4, 4, 6, 8)
     assert all(n.servers_exact for n in fitted.service.nodes)
-    for node in fitted.service.nodes:
-        assert abs(node.mean_ms / truth.service.mean_ms - 1) < 0.10, node
-    assert abs(fitted.scenario.fleet.service.mean_ms / truth.service.mean_ms - 1) < 0.10
+    assert truth.node_mean_ms == (25.0, 40.0, 20.0, 25.0)
+    twin = fitted.scenario.fleet.node_mean_ms
+    for i, want in enumerate(truth.node_mean_ms):
+        assert abs(twin[i] / want - 1) < 0.10, (i, twin[i], want)
+        assert twin[i] == pytest.approx(fitted.service.nodes[i].mean_ms, rel=1e-3)
+    # the twin's capacity is the truth's, node by node (servers / own mean)
+    for got, want in zip(fitted.scenario.fleet.node_capacity_rps, truth.node_capacity_rps,
+                         strict=True):
+        assert abs(got / want - 1) < 0.10
     # the stated rule (least AIC, fewest parameters within 2) names the true kind
     assert fitted.scenario.fleet.service.kind == "exponential"
     assert {s["kind"] for s in fitted.service.scores} == {
@@ -93,15 +102,15 @@ def test_yaml_loads_and_every_fitted_value_says_where_it_came_from(fitted, tmp_p
     assert sc.metrics.interval_s == 5.0
     assert len(set(sc.metrics.phase_s)) == 4  # each target's own scrape phase
     lines = fitted.yaml.splitlines()
-    fitted_keys = ("duration_s:", "tiers:", "nodes:", "service:", "interval_s:", "phase_s:",
-                   "latency_buckets_s:")
+    fitted_keys = ("duration_s:", "tiers:", "nodes:", "service:", "service_scale:",
+                   "interval_s:", "phase_s:", "latency_buckets_s:")
     for key in fitted_keys:
         line = next(x for x in lines if x.strip().startswith(key))
         has_comment = "#" in line or "#" in lines[lines.index(line) - 1]
         assert has_comment, line
     in_list = [x for x in lines if x.strip().startswith("- {node:") or
                x.strip().startswith("- ") and "# node" in x]
-    assert len(in_list) == 2 + 4 + 4  # faults, servers, weights: each with its comment
+    assert len(in_list) == 2 + 4 + 4 + 4  # faults, servers, weights, service_scale: commented
     assert all("#" in x for x in in_list)
     assert yaml.safe_load(fitted.yaml)["workload"]["arrival"]["kind"] == "trace"
 

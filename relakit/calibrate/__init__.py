@@ -40,7 +40,6 @@ from relakit.calibrate.validation import Validation, validate
 from relakit.calibrate.yamlout import twin_yaml
 
 CAPACITY_MARGIN = 1.10   # a recorded throughput this far above the fitted capacity: a caution
-HETEROGENEITY = 0.15     # a node's mean service this far from the fleet's: a caution
 MIN_WINDOWS = 10         # fewer validation windows than this: a caution
 
 
@@ -93,6 +92,7 @@ class Calibration:
             "servers": [n.servers for n in self.service.nodes],
             "servers_exact": [n.servers_exact for n in self.service.nodes],
             "mean_ms_by_node": [n.mean_ms for n in self.service.nodes],
+            "service_scale": list(self.scenario.fleet.scales),
             "faults": [{"node": f.node, "start_s": f.start_s, "end_s": f.end_s,
                         "error_rate": f.error_rate, "whole_run": f.whole_run}
                        for f in self.faults],
@@ -174,23 +174,20 @@ def cautions(cal: Calibration) -> list[str]:
             ones = np.ones(k)
             served = np.convolve(done, ones, "valid") / np.convolve(nd.dt, ones, "valid")
             served = served[np.convolve(plain, ones, "valid") == k]
+        fl = cal.scenario.fleet
         if done.size >= k and served.size:
-            cap = ns.servers / (svc.mean_ms / 1000.0)
+            cap = fl.node_capacity_rps[i]
             if served.max() > CAPACITY_MARGIN * cap:
                 out.append(f"node {i} served {served.max():.0f} req/s over a {cal.window_s:g} s "
                            f"window, above the twin's capacity there ({cap:.0f} req/s: "
-                           f"{ns.servers} servers x {svc.mean_ms:.1f} ms): a load the fitted "
-                           "model cannot produce")
-        if ns.mean_ms and abs(ns.mean_ms / svc.mean_ms - 1) > HETEROGENEITY:
-            out.append(f"node {i}'s mean service time {ns.mean_ms:.1f} ms differs from the "
-                       f"fleet's {svc.mean_ms:.1f} ms by more than {HETEROGENEITY:.0%}: the twin "
-                       "gives every node the fleet's service")
+                           f"{fl.servers[i]} servers x {fl.node_mean_ms[i]:.1f} ms): a load the "
+                           "fitted model cannot produce")
         if busy_rate(nd) is None:
             out.append(f"node {i} has no busy_seconds_total: its servers ({ns.servers}) and "
                        "service are guesses")
         elif not ns.servers_exact:
             out.append(f"node {i}: {ns.servers} servers is a lower bound ({ns.servers_note})")
-    capacity = sum(n.servers for n in svc.nodes) / (svc.mean_ms / 1000.0)
+    capacity = cal.scenario.fleet.capacity_rps
     peak = float(cal.arrivals.rates_rps.max())
     if peak > capacity:
         out.append(f"the recorded load peaks at {peak:.0f} req/s, above the twin's capacity of "

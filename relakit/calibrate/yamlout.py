@@ -64,16 +64,21 @@ def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float
     for i, w in enumerate(weights):
         lines.append(f"    - {num(w, 4)}  # node {i}: its share of {weights_source}")
     params = ", ".join(f"{k}: {num(v, 5)}" for k, v in svc.params.items())
-    per_node = ", ".join(f"node {i} {num(ns.mean_ms, 4)}" for i, ns in enumerate(svc.nodes))
     lines += [
         "  # mean: " + svc.mean_note,
-        f"  #   per node (ms): {per_node}",
         f"  # kind: {svc.shape_note}",
     ]
     for s in svc.scores:
         p = ", ".join(f"{k} {num(v, 4)}" for k, v in s["params"].items() if k != "mean_ms")
         lines.append(f"  #   {s['kind']}: AIC {s['aic']:.1f}" + (f" ({p})" if p else ""))
     lines.append(f"  service: {{kind: {svc.kind}, {params}}}")
+    lines.append("  service_scale:  # per node: its own mean service over the fleet's "
+                 f"{num(svc.mean_ms, 4)} ms (same kind and shape)")
+    for i, (ns, scale) in enumerate(zip(svc.nodes, svc.scales, strict=True)):
+        own = (f"busy_seconds_total / completions (Little): {ns.busy_s:.1f} server-s / "
+               f"{ns.completions:.0f}" if ns.busy_s > 0 else
+               "no busy_seconds_total: the fleet's mean")
+        lines.append(f"    - {num(scale, 4)}  # node {i}: {num(ns.mean_ms, 4)} ms, {own}")
     if faults:
         lines.append("faults:  # change points in each node's error ratio (PELT, binomial "
                      "cost); rate = excess over the node's usual level")
