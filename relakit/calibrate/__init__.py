@@ -32,6 +32,7 @@ import polars as pl
 import yaml
 
 from relakit.calibrate.arrivals import ArrivalFit, fit_arrivals, rounded_tiers
+from relakit.calibrate.client import DeadlineFit, RetryFit, fit_deadline, fit_retries
 from relakit.calibrate.faults import FaultWindow, fit_faults
 from relakit.calibrate.flags import FlagSchedule, from_decisions, from_gauges, run_twin
 from relakit.calibrate.recording import CalibrationError, Recording, increments, read_recording
@@ -56,12 +57,23 @@ class Calibration:
     faults: list[FaultWindow]
     flags: FlagSchedule | None            # recorded flags (None: the recording shows none)
     replay_flags: bool
-    cautions: list[str] = field(default_factory=list)
+    deadline: DeadlineFit | None = None
+    retries: RetryFit | None = None
     window_s: float = 0.0
     replications: int = 3
     seed: int = 1
     asked_flags: bool = False             # replay_flags was asked for
     _validation: Validation | None = None
+    # of the scenario as it is now: dataclasses.replace(cal, scenario=...) (a twin the
+    # engineer changed) gets its own, never the calibration's stale ones
+    _cautions: list[str] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def cautions(self) -> list[str]:
+        """What the twin as it stands (``.scenario``) cannot reproduce, each with its number."""
+        if self._cautions is None:
+            self._cautions = cautions(self)
+        return self._cautions
 
     @property
     def validation(self) -> Validation:
@@ -96,6 +108,14 @@ class Calibration:
             "faults": [{"node": f.node, "start_s": f.start_s, "end_s": f.end_s,
                         "error_rate": f.error_rate, "whole_run": f.whole_run}
                        for f in self.faults],
+            "deadline_ms": {"estimated": None if self.deadline is None
+                            else self.deadline.deadline_ms,
+                            "note": None if self.deadline is None else self.deadline.note,
+                            "in_twin": self.scenario.workload.deadline_ms},
+            "retries": {"max_attempts": None if self.retries is None
+                        else self.retries.max_attempts,
+                        "note": None if self.retries is None else self.retries.note,
+                        "in_twin": self.scenario.mitigations.retries.max_attempts},
             "flags": None if self.flags is None else {
                 "source": self.flags.source, "changes": len(self.flags.changes),
                 "replayed": self.replay_flags},
@@ -140,6 +160,7 @@ def calibrate(trace, nodes: list[int] | None = None, *, replay_flags=False,
     weights = shares / shares.sum() if shares.sum() > 0 else np.full(len(shares), 1 / len(shares))
     phases = [float(n.t[1] % rec.scrape_s if n.t[0] == 0 and n.t.size > 1 else
                     n.t[0] % rec.scrape_s) for n in rec.nodes]
+    deadline, retries = fit_deadline(rec), fit_retries(rec)
     bounds = next((n.bounds for n in rec.nodes if n.bounds is not None), None)
     buckets = None if bounds is None else [float(b) for b in bounds if np.isfinite(b)]
     stem = name or "twin-" + (Path(source).stem if source != "<trace>" else "trace")
@@ -153,13 +174,12 @@ def calibrate(trace, nodes: list[int] | None = None, *, replay_flags=False,
                      tiers=rounded_tiers(arrivals.tiers), node_ids=node_ids, service=service,
                      weights=weights, weights_source="requests_total (all outcomes)",
                      faults=windows, scrape_s=rec.scrape_s, phases=phases, buckets=buckets,
-                     flags_note=flags_note, seed=seed)
+                     flags_note=flags_note, seed=seed, deadline=deadline, retries=retries)
     scenario = load_scenario(yaml.safe_load(text))
-    cal = Calibration(text, scenario, rec, node_ids, arrivals, service, windows, schedule,
-                      replaying, window_s=window_s or 5 * rec.scrape_s,
-                      replications=replications, seed=seed, asked_flags=bool(replay_flags))
-    cal.cautions = cautions(cal)
-    return cal
+    return Calibration(text, scenario, rec, node_ids, arrivals, service, windows, schedule,
+                       replaying, deadline=deadline, retries=retries,
+                       window_s=window_s or 5 * rec.scrape_s, replications=replications,
+                       seed=seed, asked_flags=bool(replay_flags))
 
 
 def cautions(cal: Calibration) -> list[str]:
@@ -207,11 +227,26 @@ def cautions(cal: Calibration) -> list[str]:
     if windows < MIN_WINDOWS:
         out.append(f"only {windows} validation windows of {cal.window_s:g} s: too short a "
                    "recording for narrow intervals")
+    # the clients as the twin runs them now (the engineer may have set them by hand)
+    wl, tries = cal.scenario.workload, cal.scenario.mitigations.retries
     timeouts = sum(n.outcome_increments(("timeout",)).sum() for n in rec.nodes)
     answered = sum(n.outcome_increments(("ok", "error", "timeout")).sum() for n in rec.nodes)
-    if answered and timeouts / answered > 0.01:
-        out.append(f"{timeouts / answered:.1%} of answers were timeouts, and the client "
-                   "deadline is not estimated (the twin has none)")
+    why = "" if cal.deadline is None else f" ({cal.deadline.note})"
+    if answered and timeouts / answered > 0.01 and wl.deadline_ms is None:
+        out.append(f"{timeouts / answered:.1%} of answers were timeouts, and the twin has no "
+                   f"client deadline: the estimate could not be made{why}")
+    fit = cal.deadline
+    if (fit is not None and fit.deadline_ms is not None and wl.deadline_ms is not None
+            and abs(wl.deadline_ms / fit.deadline_ms - 1) > 0.10):
+        out.append(f"the twin's client deadline ({wl.deadline_ms:g} ms) is not the one the "
+                   f"recording shows ({fit.deadline_ms:g} ms, {fit.note})")
+    rt = cal.retries
+    if rt is not None and rt.max_attempts is None and tries.max_attempts == 1:
+        out.append(f"retries could not be estimated and the twin's clients do not retry: "
+                   f"{rt.note}")
+    if rt is not None and rt.denied and tries.budget_ratio is None:
+        out.append(f"a retry budget denied {rt.denied:.0f} retries in the recording; the "
+                   "twin has no budget (mitigations.retries.budget_ratio is not estimated)")
     return out
 
 

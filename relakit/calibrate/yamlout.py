@@ -29,14 +29,15 @@ def num(x: float, digits: int = 6) -> str:
 def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float,
               arrival, tiers: dict, node_ids: list[int], service, weights: np.ndarray,
               weights_source: str, faults: list, scrape_s: float, phases: list[float],
-              buckets: list[float] | None, flags_note: str, seed: int = 1) -> str:
+              buckets: list[float] | None, flags_note: str, seed: int = 1,
+              deadline=None, retries=None) -> str:
     svc = service
     lines = [
         f"# Twin of {source}, calibrated by `relakit calibrate` from its metrics alone.",
         f"# Time 0 is t = {num(origin_s, 15)} s in the recording; every fitted value says "
         "what it came from.",
         f"# Flags: {flags_note}",
-        "# Not estimated (relakit's defaults): client deadline, retries, hedging delay, "
+        "# Not estimated (relakit's defaults): hedging delay, retry backoff and budget, "
         "fan-out (1), queue limit.",
         f"name: {name}",
         f"duration_s: {num(arrival.end_s)}  # whole arrival bins within the span every "
@@ -52,8 +53,13 @@ def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float
     lines += [f"      - [{num(t)}, {num(r, 5)}]" for t, r in
               zip(arrival.times_s, arrival.rates_rps, strict=True)]
     tier_text = ", ".join(f"{t}: {num(tiers[t], 4)}" for t in TIERS)
-    lines += [f"  tiers: {{{tier_text}}}  # shares of {arrival.tier_source}",
-              "fleet:",
+    lines.append(f"  tiers: {{{tier_text}}}  # shares of {arrival.tier_source}")
+    if deadline is not None and deadline.deadline_ms is not None:
+        lines.append(f"  deadline_ms: {num(deadline.deadline_ms, 4)}  # per attempt: "
+                     f"{deadline.note}")
+    elif deadline is not None:
+        lines.append(f"  # deadline_ms: none written: {deadline.note}")
+    lines += ["fleet:",
               f"  nodes: {len(node_ids)}  # scrape targets calibrated"
               + ("" if node_ids == list(range(len(node_ids))) else
                  f" (recorded nodes {', '.join(map(str, node_ids))}, renumbered from 0)"),
@@ -79,6 +85,11 @@ def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float
                f"{ns.completions:.0f}" if ns.busy_s > 0 else
                "no busy_seconds_total: the fleet's mean")
         lines.append(f"    - {num(scale, 4)}  # node {i}: {num(ns.mean_ms, 4)} ms, {own}")
+    if retries is not None and retries.max_attempts is not None:
+        lines += ["mitigations:",
+                  f"  retries: {{max_attempts: {retries.max_attempts}}}  # {retries.note}"]
+    elif retries is not None:
+        lines.append(f"# mitigations.retries: none written: {retries.note}")
     if faults:
         lines.append("faults:  # change points in each node's error ratio (PELT, binomial "
                      "cost); rate = excess over the node's usual level")
