@@ -113,7 +113,7 @@ def fit_deadline(rec: Recording) -> DeadlineFit:
     note = (f"where the latency histogram's exceedance equals the timed-out share "
             f"{share:.4f} (requests_total timeout / (ok + timeout), {timeouts:.0f} timeouts, "
             f"scrape intervals without errors), interpolated in the bucket ({lo_b:g}, {b:g}] s")
-    return DeadlineFit(round(1000.0 * float(d), 3), note, timeouts, share, (lo_b, b))
+    return DeadlineFit(float(f"{1000.0 * float(d):.4g}"), note, timeouts, share, (lo_b, b))
 
 
 def fit_retries(rec: Recording) -> RetryFit:
