@@ -2,9 +2,9 @@
 twin is judged honestly, and bad inputs are one-line errors.
 
 The round trip simulates ``params/scenarios/calibrate-roundtrip.yaml`` (four nodes of
-4/4/6/8 servers, exponential 25 ms scaled per node to 25/40/20/25 ms, a load step 400 -> 700 req/s at 420 s, error faults
-on nodes 1 and 3, 5 s scrapes on random phases), keeps only its ``metrics.parquet`` and
-calibrates from that file.
+4/4/6/8 servers, exponential 25 ms scaled per node to 25/40/20/25 ms, a load step
+400 -> 700 req/s at 420 s, error faults on nodes 1 and 3, 5 s scrapes on random
+phases), keeps only its ``metrics.parquet`` and calibrates from that file.
 """
 
 from __future__ import annotations

@@ -231,11 +231,13 @@ def cautions(cal: Calibration) -> list[str]:
     wl, tries = cal.scenario.workload, cal.scenario.mitigations.retries
     timeouts = sum(n.outcome_increments(("timeout",)).sum() for n in rec.nodes)
     answered = sum(n.outcome_increments(("ok", "error", "timeout")).sum() for n in rec.nodes)
-    why = "" if cal.deadline is None else f" ({cal.deadline.note})"
-    if answered and timeouts / answered > 0.01 and wl.deadline_ms is None:
-        out.append(f"{timeouts / answered:.1%} of answers were timeouts, and the twin has no "
-                   f"client deadline: the estimate could not be made{why}")
     fit = cal.deadline
+    if answered and timeouts / answered > 0.01 and wl.deadline_ms is None:
+        why = ("" if fit is None else
+               f": the estimate could not be made ({fit.note})" if fit.deadline_ms is None else
+               f", though the recording shows {fit.deadline_ms:g} ms ({fit.note})")
+        out.append(f"{timeouts / answered:.1%} of answers were timeouts, and the twin has no "
+                   f"client deadline{why}")
     if (fit is not None and fit.deadline_ms is not None and wl.deadline_ms is not None
             and abs(wl.deadline_ms / fit.deadline_ms - 1) > 0.10):
         out.append(f"the twin's client deadline ({wl.deadline_ms:g} ms) is not the one the "
