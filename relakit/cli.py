@@ -260,7 +260,7 @@ def _figure(sc, result, path) -> Path:
 
         from relakit.analytic import mmc
 
-        m = mmc(sc.workload.arrival.rates_rps[0], 1000.0 / fl.service.mean_ms, fl.servers[0])
+        m = mmc(sc.workload.arrival.rates_rps[0], 1000.0 / fl.node_mean_ms[0], fl.servers[0])
         xs = curves["simulation"]["latency_ms"].to_numpy()
         sf = np.array([1.0 - m.response_cdf(x / 1000.0) for x in xs])
         curves[f"Erlang C (M/M/{fl.servers[0]})"] = pl.DataFrame(

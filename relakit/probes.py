@@ -53,14 +53,18 @@ def probe_report(sc, result) -> dict:
         wrong = int(result.requests.filter(
             (pl.col("node") == f.node) & ~pl.col("correct") & (pl.col("arrival_s") >= f.start_s)
             & (pl.col("arrival_s") < until)).height)
-    probes = result.metrics.filter(pl.col("name") == "probe_requests_total").group_by(
-        "node").agg(pl.col("value").max())["value"].sum()
+    per_node = result.metrics.filter(pl.col("name") == "probe_requests_total").group_by(
+        "node").agg(pl.col("value").max())
+    probes = per_node["value"].sum()
+    # server-seconds the probes held: each node's probes at that node's mean service
+    mean_s = {i: m / 1000 for i, m in enumerate(sc.fleet.node_mean_ms)}
+    probe_s = sum(float(v or 0) * mean_s[int(n)] for n, v in per_node.iter_rows())
     capacity_s = sum(sc.fleet.servers) * sc.duration_s
     return {"onset_s": f.start_s, "detected": int(iso.height > 0),
             "detection_delay_s": decided - f.start_s, "effective_delay_s": effective - f.start_s,
             "wrong_before_isolation": wrong,
             "probes": int(probes or 0),
-            "probe_cost": float(probes or 0) * sc.fleet.service.mean_ms / 1000 / capacity_s}
+            "probe_cost": probe_s / capacity_s}
 
 
 def detection_runs(scenario, replications: int = 10, onset_jitter_s: float = 10.0,

@@ -57,6 +57,8 @@ def zone_scenario(sc, zone: int):
                                   rates_rps=tuple(x * share for x in sc.workload.arrival.rates_rps))
     fleet = dataclasses.replace(
         f, nodes=hi - lo, servers=f.servers[lo:hi], weights=f.weights[lo:hi], zones=(),
+        service_scale=f.service_scale[lo:hi],
+        baseline_error_rates=f.baseline_error_rates[lo:hi],
         zone_mix=(), dependencies=tuple((a - lo, b - lo, s) for a, b, s in f.dependencies
                                         if lo <= a < hi))
     faults = tuple(dataclasses.replace(x, node=x.node - lo) for x in sc.faults

@@ -2,9 +2,9 @@
 twin is judged honestly, and bad inputs are one-line errors.
 
 The round trip simulates ``params/scenarios/calibrate-roundtrip.yaml`` (four nodes of
-4/4/6/8 servers, exponential 25 ms, a load step 400 -> 700 req/s at 420 s, error faults
-on nodes 1 and 3, 5 s scrapes on random phases), keeps only its ``metrics.parquet`` and
-calibrates from that file.
+4/4/6/8 servers, exponential 25 ms scaled per node to 25/40/20/25 ms, a load step
+400 -> 700 req/s at 420 s, error faults on nodes 1 and 3, 5 s scrapes on random
+phases), keeps only its ``metrics.parquet`` and calibrates from that file.
 """
 
 from __future__ import annotations
@@ -62,12 +62,21 @@ def test_tier_mix(roundtrip, fitted):
 
 
 def test_servers_exact_and_mean_service_within_10_percent(roundtrip, fitted):
+    """Each node's own mean service (25, 40, 20 and 25 ms in the truth: fleet.service
+    25 ms x fleet.service_scale) is in the twin, as the twin's fleet.service x its
+    fleet.service_scale, within 10 %."""
     truth = roundtrip[0].fleet
     assert fitted.scenario.fleet.servers == truth.servers == (4, 4, 6, 8)
     assert all(n.servers_exact for n in fitted.service.nodes)
-    for node in fitted.service.nodes:
-        assert abs(node.mean_ms / truth.service.mean_ms - 1) < 0.10, node
-    assert abs(fitted.scenario.fleet.service.mean_ms / truth.service.mean_ms - 1) < 0.10
+    assert truth.node_mean_ms == (25.0, 40.0, 20.0, 25.0)
+    twin = fitted.scenario.fleet.node_mean_ms
+    for i, want in enumerate(truth.node_mean_ms):
+        assert abs(twin[i] / want - 1) < 0.10, (i, twin[i], want)
+        assert twin[i] == pytest.approx(fitted.service.nodes[i].mean_ms, rel=1e-3)
+    # the twin's capacity is the truth's, node by node (servers / own mean)
+    for got, want in zip(fitted.scenario.fleet.node_capacity_rps, truth.node_capacity_rps,
+                         strict=True):
+        assert abs(got / want - 1) < 0.10
     # the stated rule (least AIC, fewest parameters within 2) names the true kind
     assert fitted.scenario.fleet.service.kind == "exponential"
     assert {s["kind"] for s in fitted.service.scores} == {
@@ -93,15 +102,15 @@ def test_yaml_loads_and_every_fitted_value_says_where_it_came_from(fitted, tmp_p
     assert sc.metrics.interval_s == 5.0
     assert len(set(sc.metrics.phase_s)) == 4  # each target's own scrape phase
     lines = fitted.yaml.splitlines()
-    fitted_keys = ("duration_s:", "tiers:", "nodes:", "service:", "interval_s:", "phase_s:",
-                   "latency_buckets_s:")
+    fitted_keys = ("duration_s:", "tiers:", "nodes:", "service:", "service_scale:",
+                   "interval_s:", "phase_s:", "latency_buckets_s:")
     for key in fitted_keys:
         line = next(x for x in lines if x.strip().startswith(key))
         has_comment = "#" in line or "#" in lines[lines.index(line) - 1]
         assert has_comment, line
     in_list = [x for x in lines if x.strip().startswith("- {node:") or
                x.strip().startswith("- ") and "# node" in x]
-    assert len(in_list) == 2 + 4 + 4  # faults, servers, weights: each with its comment
+    assert len(in_list) == 2 + 4 + 4 + 4  # faults, servers, weights, service_scale: commented
     assert all("#" in x for x in in_list)
     assert yaml.safe_load(fitted.yaml)["workload"]["arrival"]["kind"] == "trace"
 
@@ -306,3 +315,76 @@ def test_twin_wrong_in_the_tail_windows_is_not_trusted(roundtrip):
     assert not wrong.trusted
     assert "request_rate_rps: 90th-percentile relative error" in wrong.verdict
     assert wrong.verdict.startswith("twin NOT good enough")
+
+
+def _clients(deadline_ms, attempts, rate, error_rate, at_s=None):
+    """Two nodes of 4 servers (exponential 25 ms), clients with a per-attempt deadline and
+    retries, node 1 failing a share of its requests from 100 s to 500 s."""
+    arrival = ({"kind": "poisson", "rate_rps": rate} if at_s is None else
+               {"kind": "step", "rate_rps": 250, "to_rps": rate, "at_s": at_s})
+    return {"name": "clients", "duration_s": 600, "seed": 5,
+            "workload": {"arrival": arrival, "deadline_ms": deadline_ms},
+            "fleet": {"nodes": 2, "servers": 4,
+                      "service": {"kind": "exponential", "mean_ms": 25}},
+            "mitigations": {"retries": {"max_attempts": attempts, "backoff_ms": 5}},
+            "faults": [{"node": 1, "start_s": 100, "end_s": 500, "error_rate": error_rate}],
+            "metrics": {"interval_s": 5}}
+
+
+def _recorded(sc, folder):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RelakitWarning)  # the retry storm overloads
+        relakit.simulate(sc, record_requests=False).write(folder)
+    return folder / "metrics.parquet"
+
+
+def test_deadline_and_retries_recovered_and_written(tmp_path):
+    """A 60 ms deadline (inside the histogram's (0.05, 0.1] s bucket) and 3 attempts:
+    the deadline within 10 % and in the right bucket, the attempts exactly, both in the
+    twin's YAML with what they came from; the twin then has no client caution."""
+    cal = calibrate(_recorded(_clients(60, 3, 250, 0.05), tmp_path))
+    d = cal.deadline
+    assert d.bucket_s == (0.05, 0.1)
+    assert abs(d.deadline_ms / 60 - 1) < 0.10, d
+    assert cal.retries.max_attempts == 3, cal.retries
+    assert cal.scenario.workload.deadline_ms == d.deadline_ms
+    assert cal.scenario.mitigations.retries.max_attempts == 3
+    lines = cal.yaml.splitlines()
+    line = next(x for x in lines if x.strip().startswith("deadline_ms:"))
+    assert "# per attempt: " in line and "exceedance" in line and "(0.05, 0.1] s" in line
+    line = next(x for x in lines if x.strip().startswith("retries:"))
+    assert "# " in line and "retries_total" in line
+    assert not any("deadline" in c or "retr" in c for c in cal.cautions), cal.cautions
+
+
+def test_retry_storm_attempts_bounded_by_failed_requests(tmp_path):
+    """An overload retried into itself (4 attempts, a 700 ms deadline): failures are not
+    independent, so the geometric match alone would say 10 attempts; every failed request
+    used all its attempts, and that bound gives 4. The deadline lands in its bucket."""
+    cal = calibrate(_recorded(_clients(700, 4, 330, 0.2, at_s=300), tmp_path))
+    assert cal.retries.max_attempts == 4, cal.retries
+    assert "the bound is taken" in cal.retries.note
+    assert cal.deadline.bucket_s == (0.5, 1.0)
+    assert abs(cal.deadline.deadline_ms / 700 - 1) < 0.25, cal.deadline
+
+
+def test_cautions_follow_the_twin_as_run(tmp_path):
+    """The caution about the client deadline speaks of the twin as it stands: the
+    calibrated twin has the recording's deadline (no caution); a twin with the deadline
+    removed is cautioned; one with a deadline far from the recording's is too."""
+    import dataclasses
+
+    cal = calibrate(ROOT / "data/incidents/overload/metrics.parquet")
+    assert cal.scenario.workload.deadline_ms == pytest.approx(500, rel=0.01)
+    assert not any("deadline" in c for c in cal.cautions), cal.cautions
+    data = yaml.safe_load(cal.yaml)
+    del data["workload"]["deadline_ms"]
+    bare = dataclasses.replace(cal, scenario=load_scenario(data))
+    assert any("no client deadline" in c for c in bare.cautions), bare.cautions
+    data["workload"]["deadline_ms"] = 2000
+    other = dataclasses.replace(cal, scenario=load_scenario(data))
+    assert any("(2000 ms) is not the one the recording shows (500 ms" in c
+               for c in other.cautions), other.cautions
+    assert not any("deadline" in c for c in cal.cautions)  # the original keeps its own

@@ -158,3 +158,20 @@ def test_streams_are_jumped_apart_and_match_the_python_twin():
     assert draw(state, K.RNG_SERVICE) == twin.random()
     changed = np.any(state != before, axis=1)
     assert changed.tolist() == [i == K.RNG_SERVICE for i in range(K.N_STREAMS)]
+
+
+def test_a_service_scale_keeps_arrivals_demands_and_routing():
+    """fleet.service_scale scales a demand where it is served, so nothing new is drawn:
+    a fleet with one node three times as slow sees the same arrivals, tiers, demands
+    and (random routing) nodes request for request; only that node's requests change."""
+    sc = make_scenario(rate=700, duration=60, nodes=3, servers=4,
+                       service={"kind": "exponential", "mean_ms": 3})
+    slow = copy.deepcopy(sc)
+    slow["fleet"]["service_scale"] = [1.0, 3.0, 1.0]
+    a, b = relakit.simulate(sc), relakit.simulate(slow)
+    joined = _assert_same_draws(a, b)
+    assert (joined["node"] == joined["node_b"]).all()
+    on1 = joined.filter(pl.col("node") == 1)
+    assert on1["latency_ms_b"].mean() > 2.5 * on1["latency_ms"].mean()  # it did change
+    off1 = joined.filter(pl.col("node") != 1)
+    assert (off1["latency_ms"] == off1["latency_ms_b"]).all()  # the other nodes untouched

@@ -132,3 +132,45 @@ def test_bounded_queue_blocks_as_mm1k_predicts():
     expected = (1 - rho) * rho**k / (1 - rho ** (k + 1))
     assert s["error"] / s["requests"] == pytest.approx(expected, rel=0.03)
     assert s["dropped"] == 0
+
+
+def test_heterogeneous_fleet_nodes_each_match_erlang_c():
+    """fleet.service_scale: three nodes of 1, 2 and 4 servers whose mean service is 2, 1
+    and 0.5 ms (one fleet.service of 1 ms, scaled per node), fed by weighted random
+    routing at utilisations 0.5, 0.7 and 0.8. A Bernoulli split of Poisson arrivals is
+    Poisson, so each node is M/M/c at its own rho: its mean response and its busy share
+    must match Erlang C, within the 99 % interval over five replications."""
+    from scipy.stats import t as student
+
+    from relakit.replications import replication_seeds
+
+    servers, scale, rho = [1, 2, 4], [2.0, 1.0, 0.5], [0.5, 0.7, 0.8]
+    mu = [1000.0 / s for s in scale]  # per second
+    lam = [r * c * m for r, c, m in zip(rho, servers, mu, strict=True)]  # 250, 1400, 6400
+    sc = make_scenario(rate=sum(lam), duration=300, nodes=3, servers=servers, weights=lam,
+                       service={"kind": "exponential", "mean_ms": 1.0}, interval=5)
+    sc["fleet"]["service_scale"] = scale
+    warm = 5.0
+    runs = []  # per replication: (per node mean response ms, per node busy share)
+    for seed in replication_seeds(7, 5):
+        m = relakit.simulate(sc, seed=seed, record_requests=False).metrics
+        row = []
+        for name in ("latency_seconds_sum", "latency_seconds_count", "busy_seconds_total"):
+            f = m.filter(m["name"] == name).sort("time_s")
+            at = {n: (f.filter((f["node"] == n) & (f["time_s"] <= warm))["value"][-1],
+                      f.filter(f["node"] == n)["value"][-1],
+                      f.filter(f["node"] == n)["time_s"][-1]) for n in range(3)}
+            row.append(at)
+        lat_sum, lat_n, busy = row
+        runs.append(([1e3 * (lat_sum[n][1] - lat_sum[n][0]) / (lat_n[n][1] - lat_n[n][0])
+                      for n in range(3)],
+                     [(busy[n][1] - busy[n][0]) / (servers[n] * (busy[n][2] - warm))
+                      for n in range(3)]))
+    q = student.ppf(0.995, 4)
+    for n in range(3):
+        exact = mmc(lam[n], mu[n], servers[n])
+        for k, want in ((0, exact.mean_response * 1e3), (1, rho[n])):
+            x = np.array([r[k][n] for r in runs])
+            half = q * x.std(ddof=1) / math.sqrt(x.size)
+            assert half < 0.05 * want, (n, k, x)  # a narrow interval, not a vacuous one
+            assert abs(x.mean() - want) <= half, (n, k, x.mean(), half, want)

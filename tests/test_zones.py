@@ -78,3 +78,23 @@ def test_per_zone_control_has_a_smaller_blast_radius_with_an_interval():
     assert b["outside_shed"].max() == 0 and b["outside_degraded"].max() == 0
     # and it buys the healthy zones' gold nothing: they keep it without shedding
     assert b["gold_success_outside"].min() >= a["gold_success_outside"].min() - 1e-3 > 0.99
+
+
+def test_a_zone_gets_its_nodes_service_scale_and_baseline_errors():
+    """Per-node lists are sliced to the zone's nodes: fleet.service_scale (zone 1's nodes
+    twice as slow) and fleet.baseline_error_rate (before, the zone's fleet kept the whole
+    fleet's list, and its kernel rows named nodes outside the zone)."""
+    from relakit.sim.fleet import build_config
+
+    sc = load_scenario(SCENARIO, overrides={
+        "fleet.service_scale": [1.0] * 4 + [2.0] * 4 + [1.0] * 4,
+        "fleet.baseline_error_rate": [0.0] * 8 + [0.01] * 4, "duration_s": 60, "faults": []})
+    z1, z2 = zone_scenario(sc, 1), zone_scenario(sc, 2)
+    assert z1.fleet.service_scale == (2.0,) * 4 and z1.fleet.baseline_error_rates == (0.0,) * 4
+    assert z2.fleet.baseline_error_rates == (0.01,) * 4
+    assert z1.fleet.node_mean_ms == tuple(2 * m for m in z2.fleet.node_mean_ms)
+    for z in (z1, z2):
+        assert build_config(z, False).fault_i[:, 0].max() < z.fleet.nodes
+    t = run_zoned(sc).by_zone().filter(pl.col("tier") == "all").sort("zone")
+    mean = dict(zip(t["zone"].to_list(), t["mean_ms"].to_list(), strict=True))
+    assert mean[1] > 1.5 * mean[0], mean  # the slow zone's requests take about twice as long

@@ -32,6 +32,7 @@ import polars as pl
 import yaml
 
 from relakit.calibrate.arrivals import ArrivalFit, fit_arrivals, rounded_tiers
+from relakit.calibrate.client import DeadlineFit, RetryFit, fit_deadline, fit_retries
 from relakit.calibrate.faults import FaultWindow, fit_faults
 from relakit.calibrate.flags import FlagSchedule, from_decisions, from_gauges, run_twin
 from relakit.calibrate.recording import CalibrationError, Recording, increments, read_recording
@@ -40,7 +41,6 @@ from relakit.calibrate.validation import Validation, validate
 from relakit.calibrate.yamlout import twin_yaml
 
 CAPACITY_MARGIN = 1.10   # a recorded throughput this far above the fitted capacity: a caution
-HETEROGENEITY = 0.15     # a node's mean service this far from the fleet's: a caution
 MIN_WINDOWS = 10         # fewer validation windows than this: a caution
 
 
@@ -57,12 +57,23 @@ class Calibration:
     faults: list[FaultWindow]
     flags: FlagSchedule | None            # recorded flags (None: the recording shows none)
     replay_flags: bool
-    cautions: list[str] = field(default_factory=list)
+    deadline: DeadlineFit | None = None
+    retries: RetryFit | None = None
     window_s: float = 0.0
     replications: int = 3
     seed: int = 1
     asked_flags: bool = False             # replay_flags was asked for
     _validation: Validation | None = None
+    # of the scenario as it is now: dataclasses.replace(cal, scenario=...) (a twin the
+    # engineer changed) gets its own, never the calibration's stale ones
+    _cautions: list[str] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def cautions(self) -> list[str]:
+        """What the twin as it stands (``.scenario``) cannot reproduce, each with its number."""
+        if self._cautions is None:
+            self._cautions = cautions(self)
+        return self._cautions
 
     @property
     def validation(self) -> Validation:
@@ -93,9 +104,18 @@ class Calibration:
             "servers": [n.servers for n in self.service.nodes],
             "servers_exact": [n.servers_exact for n in self.service.nodes],
             "mean_ms_by_node": [n.mean_ms for n in self.service.nodes],
+            "service_scale": list(self.scenario.fleet.scales),
             "faults": [{"node": f.node, "start_s": f.start_s, "end_s": f.end_s,
                         "error_rate": f.error_rate, "whole_run": f.whole_run}
                        for f in self.faults],
+            "deadline_ms": {"estimated": None if self.deadline is None
+                            else self.deadline.deadline_ms,
+                            "note": None if self.deadline is None else self.deadline.note,
+                            "in_twin": self.scenario.workload.deadline_ms},
+            "retries": {"max_attempts": None if self.retries is None
+                        else self.retries.max_attempts,
+                        "note": None if self.retries is None else self.retries.note,
+                        "in_twin": self.scenario.mitigations.retries.max_attempts},
             "flags": None if self.flags is None else {
                 "source": self.flags.source, "changes": len(self.flags.changes),
                 "replayed": self.replay_flags},
@@ -140,6 +160,7 @@ def calibrate(trace, nodes: list[int] | None = None, *, replay_flags=False,
     weights = shares / shares.sum() if shares.sum() > 0 else np.full(len(shares), 1 / len(shares))
     phases = [float(n.t[1] % rec.scrape_s if n.t[0] == 0 and n.t.size > 1 else
                     n.t[0] % rec.scrape_s) for n in rec.nodes]
+    deadline, retries = fit_deadline(rec), fit_retries(rec)
     bounds = next((n.bounds for n in rec.nodes if n.bounds is not None), None)
     buckets = None if bounds is None else [float(b) for b in bounds if np.isfinite(b)]
     stem = name or "twin-" + (Path(source).stem if source != "<trace>" else "trace")
@@ -153,13 +174,12 @@ def calibrate(trace, nodes: list[int] | None = None, *, replay_flags=False,
                      tiers=rounded_tiers(arrivals.tiers), node_ids=node_ids, service=service,
                      weights=weights, weights_source="requests_total (all outcomes)",
                      faults=windows, scrape_s=rec.scrape_s, phases=phases, buckets=buckets,
-                     flags_note=flags_note, seed=seed)
+                     flags_note=flags_note, seed=seed, deadline=deadline, retries=retries)
     scenario = load_scenario(yaml.safe_load(text))
-    cal = Calibration(text, scenario, rec, node_ids, arrivals, service, windows, schedule,
-                      replaying, window_s=window_s or 5 * rec.scrape_s,
-                      replications=replications, seed=seed, asked_flags=bool(replay_flags))
-    cal.cautions = cautions(cal)
-    return cal
+    return Calibration(text, scenario, rec, node_ids, arrivals, service, windows, schedule,
+                       replaying, deadline=deadline, retries=retries,
+                       window_s=window_s or 5 * rec.scrape_s, replications=replications,
+                       seed=seed, asked_flags=bool(replay_flags))
 
 
 def cautions(cal: Calibration) -> list[str]:
@@ -174,23 +194,20 @@ def cautions(cal: Calibration) -> list[str]:
             ones = np.ones(k)
             served = np.convolve(done, ones, "valid") / np.convolve(nd.dt, ones, "valid")
             served = served[np.convolve(plain, ones, "valid") == k]
+        fl = cal.scenario.fleet
         if done.size >= k and served.size:
-            cap = ns.servers / (svc.mean_ms / 1000.0)
+            cap = fl.node_capacity_rps[i]
             if served.max() > CAPACITY_MARGIN * cap:
                 out.append(f"node {i} served {served.max():.0f} req/s over a {cal.window_s:g} s "
                            f"window, above the twin's capacity there ({cap:.0f} req/s: "
-                           f"{ns.servers} servers x {svc.mean_ms:.1f} ms): a load the fitted "
-                           "model cannot produce")
-        if ns.mean_ms and abs(ns.mean_ms / svc.mean_ms - 1) > HETEROGENEITY:
-            out.append(f"node {i}'s mean service time {ns.mean_ms:.1f} ms differs from the "
-                       f"fleet's {svc.mean_ms:.1f} ms by more than {HETEROGENEITY:.0%}: the twin "
-                       "gives every node the fleet's service")
+                           f"{fl.servers[i]} servers x {fl.node_mean_ms[i]:.1f} ms): a load the "
+                           "fitted model cannot produce")
         if busy_rate(nd) is None:
             out.append(f"node {i} has no busy_seconds_total: its servers ({ns.servers}) and "
                        "service are guesses")
         elif not ns.servers_exact:
             out.append(f"node {i}: {ns.servers} servers is a lower bound ({ns.servers_note})")
-    capacity = sum(n.servers for n in svc.nodes) / (svc.mean_ms / 1000.0)
+    capacity = cal.scenario.fleet.capacity_rps
     peak = float(cal.arrivals.rates_rps.max())
     if peak > capacity:
         out.append(f"the recorded load peaks at {peak:.0f} req/s, above the twin's capacity of "
@@ -210,11 +227,28 @@ def cautions(cal: Calibration) -> list[str]:
     if windows < MIN_WINDOWS:
         out.append(f"only {windows} validation windows of {cal.window_s:g} s: too short a "
                    "recording for narrow intervals")
+    # the clients as the twin runs them now (the engineer may have set them by hand)
+    wl, tries = cal.scenario.workload, cal.scenario.mitigations.retries
     timeouts = sum(n.outcome_increments(("timeout",)).sum() for n in rec.nodes)
     answered = sum(n.outcome_increments(("ok", "error", "timeout")).sum() for n in rec.nodes)
-    if answered and timeouts / answered > 0.01:
-        out.append(f"{timeouts / answered:.1%} of answers were timeouts, and the client "
-                   "deadline is not estimated (the twin has none)")
+    fit = cal.deadline
+    if answered and timeouts / answered > 0.01 and wl.deadline_ms is None:
+        why = ("" if fit is None else
+               f": the estimate could not be made ({fit.note})" if fit.deadline_ms is None else
+               f", though the recording shows {fit.deadline_ms:g} ms ({fit.note})")
+        out.append(f"{timeouts / answered:.1%} of answers were timeouts, and the twin has no "
+                   f"client deadline{why}")
+    if (fit is not None and fit.deadline_ms is not None and wl.deadline_ms is not None
+            and abs(wl.deadline_ms / fit.deadline_ms - 1) > 0.10):
+        out.append(f"the twin's client deadline ({wl.deadline_ms:g} ms) is not the one the "
+                   f"recording shows ({fit.deadline_ms:g} ms, {fit.note})")
+    rt = cal.retries
+    if rt is not None and rt.max_attempts is None and tries.max_attempts == 1:
+        out.append(f"retries could not be estimated and the twin's clients do not retry: "
+                   f"{rt.note}")
+    if rt is not None and rt.denied and tries.budget_ratio is None:
+        out.append(f"a retry budget denied {rt.denied:.0f} retries in the recording; the "
+                   "twin has no budget (mitigations.retries.budget_ratio is not estimated)")
     return out
 
 

@@ -202,7 +202,7 @@ def read_recording(frame: pl.DataFrame, source: str, nodes: list[int] | None = N
         rec.fleet_t = ft.times
         rec.client_requests = _requests(ft, "client_requests_total")
         for name in ("hedge_enabled", "degraded_mode", "breaker_state", "retries_total",
-                     "hedges_total", "attempts_total"):
+                     "hedges_total", "attempts_total", "retries_denied_total"):
             v = _column(ft, name)
             if v is not None:
                 rec.fleet[name] = (fill_counter(v) if name.endswith("_total")

@@ -20,8 +20,16 @@ vectorised), and the kind with the smallest AIC (2 x parameters - 2 x
 log-likelihood) wins; among kinds within 2 of the best, the one with fewer
 parameters. Latency also holds the little queueing left at low load, which
 leans the choice towards more variable kinds; the report shows every kind's
-score. The fleet has one service: the pooled mean (all completions), and the
-per-node means are reported beside it.
+score.
+
+Per node. The twin has one service kind and shape (``fleet.service``, at the pooled
+mean: all busy seconds over all completions) and one multiplier per node
+(``fleet.service_scale``: the node's own Little mean over the pooled one), which is
+what the simulator can run without drawing node-dependent randoms. Each kind's
+shape parameter is scale-free (a CV, a tail index, a slow share and a slow/fast
+ratio), so the shape is fitted to every node's low-load histogram at once, each at
+its own mean (log-likelihoods summed over nodes): pooling the histograms instead
+would read nodes of different speeds as one more variable service.
 """
 
 from __future__ import annotations
@@ -68,6 +76,11 @@ class ServiceFit:
     scores: list[dict] = field(default_factory=list)  # kind, params, loglik, aic
     shape_note: str = ""
 
+    @property
+    def scales(self) -> list[float]:
+        """Each node's mean over the pooled mean: the twin's ``fleet.service_scale``."""
+        return [ns.mean_ms / self.mean_ms for ns in self.nodes]
+
 
 def busy_rate(nd: NodeData) -> np.ndarray | None:
     return None if nd.busy_seconds is None else increments(nd.busy_seconds) / nd.dt
@@ -108,7 +121,7 @@ def fit_servers(nd: NodeData) -> tuple[int, str, bool]:
 
 def fit_service(nodes: list[NodeData], degraded, source: str = "<trace>") -> ServiceFit:
     """``degraded(t0, t1)``: per interval, whether degraded mode was on in it (masked out)."""
-    per_node, busy_all, done_all, hist, bounds = [], 0.0, 0.0, None, None
+    per_node, busy_all, done_all, hists, bounds = [], 0.0, 0.0, [], None
     no_busy = []
     for nd in nodes:
         c, note, exact = fit_servers(nd)
@@ -132,9 +145,9 @@ def fit_service(nodes: list[NodeData], degraded, source: str = "<trace>") -> Ser
             counts = np.diff(np.concatenate([np.zeros((inc.shape[0], 1)), inc], axis=1), axis=1)
             counts = np.maximum(counts[quiet].sum(axis=0), 0)
             if bounds is None:
-                bounds, hist = nd.bounds, counts
-            elif np.array_equal(bounds, nd.bounds):
-                hist = hist + counts
+                bounds = nd.bounds
+            if np.array_equal(bounds, nd.bounds):
+                hists.append((len(per_node) - 1, counts))
     if done_all > 0 and busy_all > 0:
         mean_ms = 1000.0 * busy_all / done_all
         mean_note = (f"busy_seconds_total / completions over all nodes (Little): "
@@ -147,18 +160,21 @@ def fit_service(nodes: list[NodeData], degraded, source: str = "<trace>") -> Ser
     fit = ServiceFit("exponential", {"mean_ms": mean_ms}, mean_ms, mean_note, per_node)
     if no_busy:
         fit.mean_note += f" (nodes {','.join(map(str, no_busy))} have no busy_seconds_total)"
-    if hist is None or hist.sum() < MIN_OBSERVATIONS:
-        n_obs = 0 if hist is None else int(hist.sum())
+    n_obs = int(sum(h.sum() for _, h in hists))
+    if n_obs < MIN_OBSERVATIONS:
         fit.shape_note = (f"{n_obs} latencies at low load, fewer than {MIN_OBSERVATIONS}: "
                           "exponential assumed")
         return fit
-    fit.scores = score_kinds(bounds, hist, mean_ms / 1000.0)
+    counts = np.stack([h for _, h in hists])
+    means_s = np.array([per_node[i].mean_ms for i, _ in hists]) / 1000.0
+    fit.scores = score_kinds(bounds, counts, means_s, ref_s=mean_ms / 1000.0)
     best = min(s["aic"] for s in fit.scores)
     near = [s for s in fit.scores if s["aic"] <= best + 2.0]
     pick = min(near, key=lambda s: (N_PARAMS[s["kind"]], s["aic"]))
     fit.kind, fit.params = pick["kind"], pick["params"]
     fit.shape_note = (f"{pick['kind']}: least AIC (within 2, fewest parameters) over "
-                      f"{int(hist.sum())} latencies at low load in {bounds.size} buckets")
+                      f"{n_obs} latencies at low load in {bounds.size} buckets, one shape for "
+                      f"all {len(hists)} nodes, each at its own mean")
     return fit
 
 
@@ -211,16 +227,27 @@ def _cdfs(kind: str, x: np.ndarray, m: float):
     return params, f
 
 
-def score_kinds(bounds: np.ndarray, counts: np.ndarray, mean_s: float) -> list[dict]:
-    """Each kind's best shape (maximum multinomial likelihood over the buckets) and AIC."""
+def score_kinds(bounds: np.ndarray, counts: np.ndarray, mean_s, ref_s: float | None = None
+                ) -> list[dict]:
+    """Each kind's best shape (maximum multinomial likelihood over the buckets) and AIC.
+
+    ``counts`` is one histogram, or one per node (rows) with ``mean_s`` one mean per
+    node: the shape is shared, the log-likelihoods add up. The parameters are given at
+    ``ref_s`` (default: the single mean)."""
     finite = bounds[np.isfinite(bounds)]
+    counts = np.atleast_2d(np.asarray(counts, dtype=float))
+    means = np.broadcast_to(np.asarray(mean_s, dtype=float), (counts.shape[0],))
+    ref = float(means[0]) if ref_s is None else float(ref_s)
     out = []
     for kind in N_PARAMS:
-        params, cdf = _cdfs(kind, finite, mean_s)
-        full = np.concatenate([np.zeros((cdf.shape[0], 1)), cdf, np.ones((cdf.shape[0], 1))],
-                              axis=1)
-        prob = np.maximum(np.diff(full, axis=1), 1e-12)
-        ll = (np.log(prob) * counts[None, :]).sum(axis=1)
+        params, _ = _cdfs(kind, finite, ref)
+        ll = 0.0
+        for m, c in zip(means, counts, strict=True):
+            _, cdf = _cdfs(kind, finite, float(m))
+            full = np.concatenate([np.zeros((cdf.shape[0], 1)), cdf,
+                                   np.ones((cdf.shape[0], 1))], axis=1)
+            prob = np.maximum(np.diff(full, axis=1), 1e-12)
+            ll = ll + (np.log(prob) * c[None, :]).sum(axis=1)
         i = int(np.argmax(ll))
         out.append({"kind": kind, "params": _rounded(params[i]), "loglik": float(ll[i]),
                     "aic": 2 * N_PARAMS[kind] - 2 * float(ll[i])})

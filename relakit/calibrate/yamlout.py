@@ -29,14 +29,15 @@ def num(x: float, digits: int = 6) -> str:
 def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float,
               arrival, tiers: dict, node_ids: list[int], service, weights: np.ndarray,
               weights_source: str, faults: list, scrape_s: float, phases: list[float],
-              buckets: list[float] | None, flags_note: str, seed: int = 1) -> str:
+              buckets: list[float] | None, flags_note: str, seed: int = 1,
+              deadline=None, retries=None) -> str:
     svc = service
     lines = [
         f"# Twin of {source}, calibrated by `relakit calibrate` from its metrics alone.",
         f"# Time 0 is t = {num(origin_s, 15)} s in the recording; every fitted value says "
         "what it came from.",
         f"# Flags: {flags_note}",
-        "# Not estimated (relakit's defaults): client deadline, retries, hedging delay, "
+        "# Not estimated (relakit's defaults): hedging delay, retry backoff and budget, "
         "fan-out (1), queue limit.",
         f"name: {name}",
         f"duration_s: {num(arrival.end_s)}  # whole arrival bins within the span every "
@@ -52,8 +53,13 @@ def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float
     lines += [f"      - [{num(t)}, {num(r, 5)}]" for t, r in
               zip(arrival.times_s, arrival.rates_rps, strict=True)]
     tier_text = ", ".join(f"{t}: {num(tiers[t], 4)}" for t in TIERS)
-    lines += [f"  tiers: {{{tier_text}}}  # shares of {arrival.tier_source}",
-              "fleet:",
+    lines.append(f"  tiers: {{{tier_text}}}  # shares of {arrival.tier_source}")
+    if deadline is not None and deadline.deadline_ms is not None:
+        lines.append(f"  deadline_ms: {num(deadline.deadline_ms, 4)}  # per attempt: "
+                     f"{deadline.note}")
+    elif deadline is not None:
+        lines.append(f"  # deadline_ms: none written: {deadline.note}")
+    lines += ["fleet:",
               f"  nodes: {len(node_ids)}  # scrape targets calibrated"
               + ("" if node_ids == list(range(len(node_ids))) else
                  f" (recorded nodes {', '.join(map(str, node_ids))}, renumbered from 0)"),
@@ -64,16 +70,26 @@ def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float
     for i, w in enumerate(weights):
         lines.append(f"    - {num(w, 4)}  # node {i}: its share of {weights_source}")
     params = ", ".join(f"{k}: {num(v, 5)}" for k, v in svc.params.items())
-    per_node = ", ".join(f"node {i} {num(ns.mean_ms, 4)}" for i, ns in enumerate(svc.nodes))
     lines += [
         "  # mean: " + svc.mean_note,
-        f"  #   per node (ms): {per_node}",
         f"  # kind: {svc.shape_note}",
     ]
     for s in svc.scores:
         p = ", ".join(f"{k} {num(v, 4)}" for k, v in s["params"].items() if k != "mean_ms")
         lines.append(f"  #   {s['kind']}: AIC {s['aic']:.1f}" + (f" ({p})" if p else ""))
     lines.append(f"  service: {{kind: {svc.kind}, {params}}}")
+    lines.append("  service_scale:  # per node: its own mean service over the fleet's "
+                 f"{num(svc.mean_ms, 4)} ms (same kind and shape)")
+    for i, (ns, scale) in enumerate(zip(svc.nodes, svc.scales, strict=True)):
+        own = (f"busy_seconds_total / completions (Little): {ns.busy_s:.1f} server-s / "
+               f"{ns.completions:.0f}" if ns.busy_s > 0 else
+               "no busy_seconds_total: the fleet's mean")
+        lines.append(f"    - {num(scale, 4)}  # node {i}: {num(ns.mean_ms, 4)} ms, {own}")
+    if retries is not None and retries.max_attempts is not None:
+        lines += ["mitigations:",
+                  f"  retries: {{max_attempts: {retries.max_attempts}}}  # {retries.note}"]
+    elif retries is not None:
+        lines.append(f"# mitigations.retries: none written: {retries.note}")
     if faults:
         lines.append("faults:  # change points in each node's error ratio (PELT, binomial "
                      "cost); rate = excess over the node's usual level")

@@ -85,12 +85,17 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
     faults = sc.faults
     # a node's baseline error rate is a row that starts at 0, never ends, and no repair
     # clears (fault_i[:, 2] = 1); apply_faults combines it with the node's real faults
-    base = [(i, b) for i, b in enumerate(fl.baseline_error_rates) if b > 0]
+    # fleet.service_scale rides the same rows as a slowdown: a node's scale multiplies the
+    # demand it serves (NF_SLOWDOWN), drawn before routing, so nothing new is drawn (CRN)
+    # and a fault's slowdown multiplies it; no repair clears it (it is how the node is)
+    rates = fl.baseline_error_rates or (0.0,) * fl.nodes
+    base = [(i, b, s) for i, (b, s) in enumerate(zip(rates, fl.scales, strict=True))
+            if b > 0 or s != 1.0]
     fault_f = np.array([[f.start_s, f.end_s, f.error_rate, f.slowdown, f.wrong_rate]
-                        for f in faults] + [[0.0, np.inf, b, 1.0, 0.0] for _, b in base],
+                        for f in faults] + [[0.0, np.inf, b, s, 0.0] for _, b, s in base],
                        dtype=np.float64).reshape(len(faults) + len(base), 5)
     fault_i = np.array([[f.node, int(f.crash), 0] for f in faults]
-                       + [[i, 0, 1] for i, _ in base], dtype=np.int64).reshape(
+                       + [[i, 0, 1] for i, _, _ in base], dtype=np.int64).reshape(
         len(faults) + len(base), 3)
     sched_t = np.unique(fault_f[:, :2]) if fault_f.shape[0] else np.zeros(0)
     load = np.asarray(fl.load_errors, dtype=np.float64).reshape(-1, 2)
@@ -156,7 +161,8 @@ class Fleet:
         node_i[:, K.NI_STAMP] = -1
         node_f = np.zeros((n, K.N_NF))
         node_f[:, K.NF_WEIGHT] = scenario.fleet.weights
-        node_f[:, K.NF_SLOWDOWN] = 1.0
+        # the node's service scale; the baseline rows set it from t = 0 (build_config)
+        node_f[:, K.NF_SLOWDOWN] = scenario.fleet.scales
         node_f[:, K.NF_TOKEN_RATE] = np.inf
         node_f[:, K.NF_REPAIRED_AT] = -np.inf
         job_i = np.zeros((jobs, K.N_JI), np.int64)
@@ -319,11 +325,13 @@ class Fleet:
 
     def faulty(self) -> np.ndarray:
         """Ground truth, for tests and notebooks (a control plane never sees it). A node's
-        baseline error rate (``fleet.baseline_error_rate``) is how it is, not a fault."""
+        baseline error rate (``fleet.baseline_error_rate``) and its service scale
+        (``fleet.service_scale``) are how it is, not faults."""
         nf, ni = self.st.node_f, self.st.node_i
         base = np.asarray(self.scenario.fleet.baseline_error_rates or (0.0,) * len(nf))
+        scale = np.asarray(self.scenario.fleet.scales)
         return (nf[:, K.NF_ERR_RATE] > base + 1e-12) | (nf[:, K.NF_WRONG_RATE] > 0) | (
-            nf[:, K.NF_SLOWDOWN] != 1) | (ni[:, K.NI_CRASHED] != 0)
+            nf[:, K.NF_SLOWDOWN] != scale) | (ni[:, K.NI_CRASHED] != 0)
 
     def set_flags(self, flags: Flags | None = None, **changes) -> None:
         """Global flags from now on (RelA's flags, generalised): a whole

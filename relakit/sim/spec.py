@@ -196,11 +196,38 @@ class FleetSpec:
     # nodes per zone, in node order (empty: one zone); each zone's share of the arrivals
     zones: tuple[int, ...] = ()
     zone_mix: tuple[float, ...] = ()
+    # per node, a multiplier on fleet.service's demand (empty: 1 everywhere); see _scale
+    service_scale: tuple[float, ...] = ()
+
+    @property
+    def scales(self) -> tuple[float, ...]:
+        """Each node's multiplier on the service demand (1.0 where the fleet is uniform)."""
+        return self.service_scale or (1.0,) * self.nodes
+
+    @property
+    def node_mean_ms(self) -> tuple[float, ...]:
+        """Each node's mean service time: fleet.service's mean times the node's scale."""
+        return tuple(self.service.mean_ms * s for s in self.scales)
+
+    @property
+    def node_capacity_rps(self) -> tuple[float, ...]:
+        """Requests per second each node serves at 100 % utilisation."""
+        return tuple(c / (m / 1000.0) for c, m in zip(self.servers, self.node_mean_ms,
+                                                      strict=True))
 
     @property
     def capacity_rps(self) -> float:
         """Requests per second the fleet serves at 100 % utilisation."""
-        return sum(self.servers) / (self.service.mean_ms / 1000.0)
+        return sum(self.node_capacity_rps)
+
+    def node_shares(self, fanout: int = 1) -> tuple[float, ...] | None:
+        """Each node's share of the copies when routing fixes it (random or round robin
+        by weight, one copy a request); None where it depends on the state (jsq, p2c)
+        or on fan-out (distinct nodes per request)."""
+        if self.routing not in ("random", "round_robin") or fanout != 1:
+            return None
+        total = sum(self.weights)
+        return tuple(w / total for w in self.weights)
 
 
 class DataPlane(Protocol):
@@ -355,7 +382,8 @@ def _items(r: Reader, key: str, values: list, **rules) -> tuple:
 
 def _fleet(r: Reader) -> FleetSpec:
     r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights", "load_errors",
-            "dependencies", "baseline_error_rate", "probes", "zones", "zone_mix"})
+            "dependencies", "baseline_error_rate", "probes", "zones", "zone_mix",
+            "service_scale"})
     nodes = r.number("nodes", 1, lo=1, hi=MAX_NODES, integer=True)
     servers = r.data.get("servers", 1)
     if isinstance(servers, list):
@@ -380,8 +408,28 @@ def _fleet(r: Reader) -> FleetSpec:
         routing=r.choice("routing", ROUTINGS, "random"), weights=weights,
         load_errors=_load_errors(r), dependencies=_dependencies(r, nodes),
         baseline_error_rates=_baseline(r, nodes), probe_rate_rps=_probes(r.sub("probes")),
-        **_zones(r, nodes),
+        **_zones(r, nodes), service_scale=_scale(r, nodes),
     )
+
+
+def _scale(r: Reader, nodes: int) -> tuple[float, ...]:
+    """`service_scale: [s0, s1, ...]`: one positive multiplier per node on fleet.service's
+    demand, so node i's mean is s_i x the service's mean with the same kind and shape.
+
+    Why a multiplier and not a service per node: the demands of a request's whole fan-out
+    are drawn at arrival, before routing, from one stream (common random numbers across
+    policies need that); the node scales the drawn demand when it starts serving it, as a
+    fault's slowdown does, so nothing node-dependent is drawn. Empty (the default): all 1.
+    """
+    raw = r.data.get("service_scale")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) != nodes:
+        got = f"{len(raw)} entries" if isinstance(raw, list) else repr(raw)
+        r.fail(f"expected a list of {nodes} positive multipliers (one per node, on "
+               f"fleet.service's demand), got {got}", "service_scale")
+    scale = _items(r, "service_scale", raw, lo=0, lo_open=True)
+    return () if all(x == 1.0 for x in scale) else tuple(float(x) for x in scale)
 
 
 def _zones(r: Reader, nodes: int) -> dict:
