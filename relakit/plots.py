@@ -1292,3 +1292,46 @@ def pareto_front(result, x: str, y: str, x_title: str, y_title: str,
         title, subtitle=f"{result.trials.height} trials, {result.spec.replications} "
         "replications each on common random numbers; bars: 95 % intervals")
     ).properties(width=PANEL_WIDTH, height=320)
+
+
+# ---- series over time with their replications' bands (notebook 05) --------------------------
+def compare_series_bands(frame: pl.DataFrame, x: str, y: str, series: str, *, title: str,
+                         x_title: str, y_title: str, subtitle: str | None = None,
+                         domain=None, interpolate: str = "linear",
+                         rules: dict[str, float] | None = None, height: int = 200,
+                         clip: tuple[float, float] | None = (0.0, float("inf"))):
+    """:func:`compare_series` of replicated series: each line is the mean over
+    replications, shaded with its 95 % interval (``<y>_ci``, as
+    :func:`relakit.replications.summarise_replications` names it) in the line's
+    colour. ``clip`` bounds the band to what the quantity can be (counts and rates
+    are never negative). The subtitle says what the bands are (replication count
+    from a ``replications`` column). A null ``<y>_ci`` (one replication) draws no
+    band there; nulls in ``y`` break line and band."""
+    ci = f"{y}_ci"
+    if ci not in frame.columns:
+        raise ValueError(f"compare_series_bands: no column {ci!r} (the half-width of {y!r})")
+    note = _interval_note(frame, "bands") or "bands: 95 % intervals"
+    sub = f"{subtitle}; {note}" if subtitle else note
+    chart = compare_series(frame, x, y, series, title=title, x_title=x_title,
+                           y_title=y_title, subtitle=sub, domain=domain,
+                           interpolate=interpolate, rules=rules, height=height)
+    names = list(dict.fromkeys(frame[series].to_list()))
+    lo, hi = clip if clip is not None else (-float("inf"), float("inf"))
+    band = frame.with_columns(
+        (pl.col(y) - pl.col(ci).fill_nan(None)).clip(lo, hi).alias("_low"),
+        (pl.col(y) + pl.col(ci).fill_nan(None)).clip(lo, hi).alias("_high"))
+    area = alt.Chart(band).mark_area(opacity=0.22, interpolate=interpolate,
+                                     invalid="break-paths-show-domains").encode(
+        x=_time_x(x, domain, x_title), y=alt.Y("_low:Q", title=y_title, stack=None), y2="_high:Q",
+        color=alt.Color(f"{series}:N", title=None, sort=names, legend=None,
+                        scale=alt.Scale(domain=names,
+                                        range=(list(CATEGORY) * 3)[:len(names)])))
+    # the band's legend off and the legends resolved apart: the lines' legend (colour and
+    # dash) is the only one, so it shows the dashes that tell the series apart in grey
+    # data altair hoisted to the layer chart (lines without rules share one frame) stays
+    # with the lines: the band brings its own
+    lines = [layer if chart.data is alt.Undefined or layer.data is not alt.Undefined
+             else layer.properties(data=chart.data) for layer in chart.layer]
+    return alt.LayerChart(layer=[area, *lines], title=chart.title,
+                          width=chart.width, height=chart.height
+                          ).resolve_legend(color="independent", strokeDash="independent")

@@ -43,8 +43,11 @@ __all__ = [
     "Interval",
     "PairedDifference",
     "batch_means",
+    "binomial_interval",
     "mser5",
     "paired_difference",
+    "prediction_interval",
+    "quantile_interval",
     "t_interval",
 ]
 
@@ -256,3 +259,68 @@ def paired_difference(a, b, confidence: float = 0.95) -> PairedDifference:
         vs = float(xa.var(ddof=1) + xb.var(ddof=1))
         ratio = vs / vd if vd > 0 else (float("nan") if vs == 0 else float("inf"))
     return PairedDifference(iv, float(xa.mean()), float(xb.mean()), ratio)
+
+
+def prediction_interval(values, confidence: float = 0.95) -> Interval:
+    """Where one *more* independent value would fall: ``mean ± t s sqrt(1 + 1/n)``.
+
+    :func:`t_interval` says where the mean is; this says where a single new run
+    lands (Student t prediction interval, for near-normal values), which is the
+    question when one outside observation (a recorded live run, say) is set
+    beside ``n`` simulated replications: a value outside it is unlikely to be
+    one more draw of the same model. ``nan`` half-width with one value.
+    """
+    x = _as_series(values, "values")
+    c = _check_confidence(confidence)
+    n = int(x.size)
+    mean = float(x.mean())
+    if n == 1:
+        return Interval(mean, float("nan"), 1, float("nan"), float("nan"), c)
+    half = float(_st.t.ppf(0.5 + c / 2.0, n - 1) * x.std(ddof=1) * np.sqrt(1.0 + 1.0 / n))
+    return Interval(mean, half, n, mean - half, mean + half, c)
+
+
+def binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> Interval:
+    """Clopper-Pearson (exact) interval for a share of ``trials`` independent trials.
+
+    A share of a dozen trials that came out 0 or 1 has no spread for a t
+    interval to use, yet it is not certain; the exact interval (beta quantiles)
+    is the honest one there: 0 of 12 gives [0, 0.26]. ``mean`` is the observed
+    share, ``half_width`` the larger of its distances to the two ends (the
+    interval is not symmetric), ``n`` the trials.
+    """
+    k, n = int(successes), int(trials)
+    if n < 1 or not 0 <= k <= n or k != successes or n != trials:
+        raise ValueError(f"successes and trials: need integers 0 <= successes <= trials and "
+                         f"trials >= 1, got {successes!r} of {trials!r}")
+    c = _check_confidence(confidence)
+    alpha = 1.0 - c
+    low = 0.0 if k == 0 else float(_st.beta.ppf(alpha / 2, k, n - k + 1))
+    high = 1.0 if k == n else float(_st.beta.ppf(1 - alpha / 2, k + 1, n - k))
+    share = k / n
+    return Interval(share, max(share - low, high - share), n, low, high, c)
+
+
+def quantile_interval(values, q: float, confidence: float = 0.95) -> Interval:
+    """Distribution-free interval for the ``q`` quantile of independent values.
+
+    The number of values below the true quantile is Binomial(n, q), so the
+    order statistics at that binomial's ``(1 - c)/2`` and ``(1 + c)/2`` quantiles
+    bracket it with probability at least ``c`` whatever the distribution (no
+    normality, unlike a t interval; Conover, *Practical Nonparametric
+    Statistics*, sec. 3.2). ``mean`` is ``numpy.quantile(values, q)``,
+    ``half_width`` the larger distance to an end; ends beyond the sample (too
+    few values for that confidence) are ``nan``.
+    """
+    x = np.sort(_as_series(values, "values"))
+    c = _check_confidence(confidence)
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"q: must lie strictly between 0 and 1, got {q!r}")
+    n = int(x.size)
+    lo_k = int(_st.binom.ppf((1.0 - c) / 2.0, n, q))  # values below the low end
+    hi_k = int(_st.binom.ppf((1.0 + c) / 2.0, n, q)) + 1  # 1-based rank of the high end
+    low = float(x[lo_k - 1]) if lo_k >= 1 else float("nan")
+    high = float(x[hi_k - 1]) if hi_k <= n else float("nan")
+    est = float(np.quantile(x, q))
+    half = max(est - low, high - est) if low == low and high == high else float("nan")
+    return Interval(est, half, n, low, high, c)
