@@ -270,8 +270,10 @@ class RolloutRun:
                 whole_b = window_metric(metric, rb.sum(axis=0)[None],
                                         rest[1].sum(axis=0)[None], self.bounds)[0]
                 iv = paired_batches(a, b)
+                ia, ib = _slot_interval(a), _slot_interval(b)
                 out.append({"metric": metric, "tier": tier, "canary": float(whole_a),
-                            "rest": float(whole_b),
+                            "rest": float(whole_b), "canary_low": ia[0], "canary_high": ia[1],
+                            "rest_low": ib[0], "rest_high": ib[1],
                             "diff": math.nan if iv is None else iv.mean,
                             "low": math.nan if iv is None else iv.low,
                             "high": math.nan if iv is None else iv.high,
@@ -375,6 +377,69 @@ def _iv_text(iv) -> str:
     if iv is None:
         return "n/a (fewer than 2 slots measured)"
     return f"{iv.mean:+.4g} [{iv.low:+.4g}, {iv.high:+.4g}]"
+
+
+def _slot_interval(x: np.ndarray) -> tuple[float, float]:
+    """One side's 95 % interval over its slots (for figures: the decision uses the
+    paired difference, whose interval is narrower when both sides move together)."""
+    from relakit.stats import t_interval
+
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        return math.nan, math.nan
+    iv = t_interval(x)
+    return iv.low, iv.high
+
+
+def rollout_chart(result: RolloutResult, metric: str = "success_ratio", tier: str = "all",
+                  title: str = "", label: str | None = None):
+    """Canary vs rest over time, one point per observation window (at its middle; the
+    two slices drawn a little apart), with 95 % intervals over the window's slots;
+    below, their paired difference with its interval (what the rollout decides on)
+    and the zero line. Rules on both panels, which share the time axis: where the
+    canary started (dashed) and the promotion or rollback (solid)."""
+    import altair as alt
+
+    o = result.observation(metric, tier).with_columns(
+        ((pl.col("start_s") + pl.col("end_s")) / 2).alias("mid_s"))
+    label = label or f"{metric.replace('_', ' ')} ({tier})"
+    shift = 0.04 * float(result.observations["end_s"][0] - result.observations["start_s"][0])
+    levels = pl.concat([
+        o.select((pl.col("mid_s") + d).alias("mid_s"), pl.col(side).alias("value"),
+                 pl.col(f"{side}_low").alias("low"), pl.col(f"{side}_high").alias("high"),
+                 pl.lit(side).alias("slice"))
+        for side, d in (("canary", -shift), ("rest", shift))])
+    end = float(o["end_s"].max())
+    x = alt.X("mid_s:Q", title="time (s; each point: one observation window, at its middle)",
+              scale=alt.Scale(domain=[0, end]))
+    colour = alt.Color("slice:N", title="slice", scale=alt.Scale(
+        domain=["canary", "rest"], range=["#d62728", "#1f77b4"]))
+    top = alt.Chart(levels)
+    upper = [top.mark_line(point=True).encode(
+                 x=x, y=alt.Y("value:Q", title=label, scale=alt.Scale(zero=False)),
+                 color=colour),
+             top.mark_errorbar().encode(x=x, y=alt.Y("low:Q", title=label), y2="high:Q",
+                                        color=colour)]
+    diff = alt.Chart(o)
+    lower = [alt.Chart(pl.DataFrame({"y": [0.0]})).mark_rule(color="gray", strokeDash=[2, 2])
+             .encode(y="y:Q"),
+             diff.mark_errorbar(color="black").encode(
+                 x=x, y=alt.Y("low:Q", title="canary - rest, 95 % interval"), y2="high:Q"),
+             diff.mark_point(color="black", filled=True).encode(x=x, y="diff:Q")]
+    marks = [(float(result.observations["start_s"].min()), "canary starts", [4, 3], 8)]
+    if result.outcome.get("action"):
+        marks.append((result.outcome["at_s"], f"{result.outcome['action']}", [], 24))
+    for t, what, dash, y in marks:
+        m = pl.DataFrame({"t": [t], "what": [f"{what} at {t:g} s"]})
+        rule = alt.Chart(m).mark_rule(color="#2ca02c", strokeWidth=2, strokeDash=dash).encode(
+            x="t:Q")
+        text = alt.Chart(m).mark_text(align="left", dx=4, color="#2ca02c").encode(
+            x="t:Q", y=alt.value(y), text="what:N")
+        upper += [rule, text]
+        lower.append(rule)
+    return alt.vconcat(alt.layer(*upper).properties(width=560, height=160, title=title),
+                       alt.layer(*lower).properties(width=560, height=110)
+                       ).resolve_scale(x="shared")
 
 
 def _at(times: np.ndarray, values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
