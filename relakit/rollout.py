@@ -456,17 +456,26 @@ def run_rollout(sc, seed: int | None = None, record_requests: bool = False) -> R
     return RolloutRun(sc, seed, record_requests).run()
 
 
-def replicate(sc, n: int, seed: int | None = None) -> pl.DataFrame:
+def replicate(sc, n: int, seed: int | None = None, metric: str = "success_ratio",
+              tier: str = "all") -> pl.DataFrame:
     """``n`` runs on :func:`relakit.replications.replication_seeds`: per replication the
-    rollout's outcome (action, at_s, observation). Two scenarios run on the same seeds
-    are paired (common random numbers)."""
+    rollout's outcome (action, at_s, observation) and, at the observation that decided
+    (the last one if none did), ``metric`` of ``tier``: canary, rest, and the paired
+    difference with its interval over the window's slots. Two scenarios run on the
+    same seeds are paired (common random numbers)."""
     from relakit.replications import replication_seeds
 
     base = sc.seed if seed is None else int(seed)
     rows = []
     for i, s in enumerate(replication_seeds(base, n)):
         res = run_rollout(sc, int(s))
-        rows.append({"replication": i, "seed": int(s), **res.outcome})
+        o = res.observation(metric, tier)
+        k = res.outcome["observation"] or int(o["observation"].max())
+        at = o.filter(pl.col("observation") == k).row(0, named=True)
+        rows.append({"replication": i, "seed": int(s), **res.outcome,
+                     **{c: at[c] for c in ("canary", "rest", "diff", "low", "high")}})
     return pl.DataFrame(rows, schema={"replication": pl.Int64, "seed": pl.UInt64,
                                       "action": pl.String, "at_s": pl.Float64,
-                                      "observation": pl.Int64})
+                                      "observation": pl.Int64, "canary": pl.Float64,
+                                      "rest": pl.Float64, "diff": pl.Float64,
+                                      "low": pl.Float64, "high": pl.Float64})
