@@ -451,6 +451,23 @@ def _at(times: np.ndarray, values: np.ndarray, bounds: np.ndarray) -> np.ndarray
     return out
 
 
+def simulate(scenario, seed: int | None = None, record_requests: bool | None = None, **kw):
+    """:func:`relakit.simulate`: a scenario with ``rollout`` or ``overrides`` runs here
+    (one run, a :class:`RolloutResult`); any other goes on to
+    :func:`relakit.zones.simulate` (zoned fleets), which sends the rest to
+    :func:`relakit.experiment.simulate`."""
+    from relakit.scenario import load_scenario
+    from relakit.zones import simulate as simulate_zoned
+
+    sc = load_scenario(scenario)
+    if not uses_rollout(sc):
+        return simulate_zoned(sc, seed, record_requests, **kw)
+    if (kw.get("replications") or 1) > 1:
+        raise ValueError(f"{sc.source}: key 'rollout': a rollout decides inside one run; "
+                         "use relakit.rollout.replicate for replications")
+    return run_rollout(sc, seed, record_requests=record_requests is not False)
+
+
 def run_rollout(sc, seed: int | None = None, record_requests: bool = False) -> RolloutResult:
     """One run of a scenario with ``rollout`` and/or ``overrides``."""
     return RolloutRun(sc, seed, record_requests).run()

@@ -135,7 +135,8 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
     if any(r.data.get(k) is not None for k in ROLLOUT_KEYS):
         import dataclasses
 
-        sc = dataclasses.replace(sc, **read_rollout(r, base_dir, sc))
+        sc = dataclasses.replace(sc, **read_rollout(
+            r, lambda rr, value, key: _resolve(rr, value, base_dir, key), sc))
     return sc
 
 

@@ -76,19 +76,11 @@ def with_scope(sc, scope: str):
 
 def simulate(scenario, seed: int | None = None, record_requests: bool | None = None, **kw):
     """:func:`relakit.simulate`: a zoned scenario runs here (one replication, a
-    :class:`ZonedResult`), one with ``rollout`` or ``overrides`` in
-    :mod:`relakit.rollout`; any other goes to :func:`relakit.experiment.simulate`."""
+    :class:`ZonedResult`); any other goes to :func:`relakit.experiment.simulate`."""
     from relakit.experiment import simulate as simulate_fleet
     from relakit.scenario import load_scenario
 
     sc = load_scenario(scenario)
-    if sc.rollout is not None or sc.overrides:  # cells in lock-step: relakit.rollout
-        from relakit.rollout import run_rollout
-
-        if (kw.get("replications") or 1) > 1:
-            raise ValueError(f"{sc.source}: key 'rollout': a rollout decides inside one "
-                             "run; use relakit.rollout.replicate for replications")
-        return run_rollout(sc, seed, record_requests=record_requests is not False)
     if not sc.fleet.zones:
         return simulate_fleet(sc, seed, record_requests, **kw)
     n = kw.get("replications") or sc.replications

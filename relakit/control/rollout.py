@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -121,12 +120,13 @@ class Override:
         return "every zone" if self.zone is None else f"zone {self.zone}"
 
 
-def read_rollout(r: Reader, base_dir: Path, sc) -> dict:
+def read_rollout(r: Reader, resolve, sc) -> dict:
     """``rollout`` and ``overrides`` of scenario ``sc`` (already built): a dict of
-    Scenario fields. Nothing given: an empty dict, so such a scenario is unchanged."""
+    Scenario fields. Nothing given: an empty dict, so such a scenario is unchanged.
+    ``resolve(reader, value, key)`` finds a file the way the scenario's own keys do."""
     out = {}
     if r.data.get("rollout") is not None:
-        out["rollout"] = _rollout(r.sub("rollout"), base_dir, sc)
+        out["rollout"] = _rollout(r.sub("rollout"), resolve, sc)
     if r.data.get("overrides") is not None:
         out["overrides"] = _overrides(r, sc)
     if out:
@@ -153,16 +153,15 @@ def _combinations(r: Reader, sc, out: dict) -> None:
                "relakit.rollout.replicate for intervals across runs", "replications")
 
 
-def _rollout(r: Reader, base_dir: Path, sc) -> Rollout:
+def _rollout(r: Reader, resolve, sc) -> Rollout:
     from relakit.control import load_policy
-    from relakit.sim.spec import _resolve
     from relakit.validate import ScenarioError
 
     r.only({"policy", "canary", "start_s", "observe_s", "promote_if", "rollback_if"})
     spec = r.data.get("policy")
     try:
         if isinstance(spec, str):
-            path = _resolve(r, spec, base_dir, "policy")
+            path = resolve(r, spec, "policy")
             policy, source = load_policy(path), str(path)
         elif isinstance(spec, dict):
             policy, source = load_policy(spec), "inline"
