@@ -54,7 +54,7 @@ from relakit.control.decider import latest_in_force
 from relakit.control.rollout import METRICS, canary_nodes, paired_batches, window_metric
 from relakit.control.signals import policy_reach_s
 from relakit.sim import Fleet
-from relakit.vocab import OUTCOMES, POLICY_FLAGS, TIERS
+from relakit.vocab import OUTCOMES, POLICY_FLAGS, TIERS, Flags
 from relakit.zones import ZonedResult, zone_scenario, zone_seed
 
 EPS = 1e-9
@@ -81,7 +81,7 @@ def cells(sc) -> tuple[list, list[str], int | None, list[int]]:
             sc.fleet, zones=(k, n - k), zone_mix=(k / n, 1 - k / n)))
         return ([zone_scenario(split, z) for z in (0, 1)],
                 [f"canary cell (nodes 0-{k - 1})", f"rest (nodes {k}-{n - 1})"], 0, [-1, -1])
-    return [sc], ["fleet"], None, [-1]
+    return [sc], ["fleet"], None if ro is None else 0, [-1]  # a tier canary: the one cell
 
 
 @dataclass
@@ -93,6 +93,7 @@ class RolloutResult(ZonedResult):
     canary: int | None = None
     observations: pl.DataFrame | None = None
     outcome: dict = dataclasses.field(default_factory=dict)
+    shadow: object = None  # a tier canary's shadow run (SimulationResult), else None
 
     def write(self, out_dir) -> list:
         from pathlib import Path
@@ -131,7 +132,9 @@ class _Cell:
         self.pending: list = []
         self.controller = None
         self.policy_label = "current"
-        self.pinning: dict = {}  # override index -> the value the policy asked, while pinned
+        self.tier_controller = None  # a tier canary's: the new policy, for that tier only
+        self.tier_pending: list = []
+        self.pinning: dict = {}  # override index -> the tiers the policy asked, while pinned
 
 
 class RolloutRun:
@@ -154,6 +157,14 @@ class RolloutRun:
         self.controllers: list = []  # (cell, policy label, Controller), in start order
         for c in self.cells:
             self._install(c, sc.policy, "current")
+        self.tier = self.ro.canary if self.ro is not None and self.ro.canary_kind == "tier" \
+            else None
+        self.shadow = None  # a tier canary's baseline: the same seed, the current policy
+        if self.tier is not None:
+            self.shadow = _Cell(-1, sc, self.seed, False, lookback,
+                                "shadow (the current policy alone)", -1)
+            self.shadow.controller = Controller(sc.policy, self.clk)
+        self.rest_name = "shadow" if self.tier is not None else "rest"
         self.rows: list[dict] = []
         self.obs_rows: list[dict] = []
         self.outcome = {"action": None, "at_s": None, "observation": None}
@@ -172,20 +183,24 @@ class RolloutRun:
         instants = np.union1d(np.union1d(evals, polls), rollout_t)
         eval_set, poll_set = set(evals.tolist()), set(polls.tolist())
         rollout_set = set(rollout_t.tolist())
+        every = self.cells + ([self.shadow] if self.shadow is not None else [])
         for t in instants:
             t = float(t)
-            for c in self.cells:
+            for c in every:
                 c.fleet.advance(t)
             if t in rollout_set:
                 self._rollout_step(t)
             if t in eval_set:
-                for c in self.cells:
-                    decision = c.controller.decide(c.view.tsdb(t), t)
-                    c.pending.append((float(clk.effective_at(t)), decision))
+                eff = float(clk.effective_at(t))
+                for c in every:
+                    tsdb = c.view.tsdb(t)
+                    c.pending.append((eff, c.controller.decide(tsdb, t)))
+                    if c.tier_controller is not None:
+                        c.tier_pending.append((eff, c.tier_controller.decide(tsdb, t)))
             if t in poll_set:
-                for c in self.cells:
+                for c in every:
                     self._apply(c, t)
-        for c in self.cells:
+        for c in every:
             c.fleet.advance(sc.duration_s)
         return self._result()
 
@@ -199,6 +214,17 @@ class RolloutRun:
         ro = self.ro
         k = int(round((t - ro.start_s) / ro.observe_s))
         canary = self.cells[self.canary]
+        if k == 0 and self.tier is not None:
+            canary.tier_controller = Controller(ro.policy, self.clk)
+            canary.tier_pending = []
+            self.controllers.append((canary.index, f"new (tier {self.tier})",
+                                     canary.tier_controller))
+            self._row(t, "start", f"tier {self.tier}", f"the canary, tier {self.tier}, gets the "
+                      f"flags of the new policy {ro.policy.name!r} ({ro.source}, fresh "
+                      f"hysteresis state); the other tiers keep {self.sc.policy.name!r}'s; "
+                      f"compared every {ro.observe_s:g} s with a shadow run of "
+                      f"{self.sc.policy.name!r} alone on the same seed")
+            return
         if k == 0:
             self._install(canary, ro.policy, "new")
             self._row(t, "start", canary.label, f"the canary, {canary.label}, runs the new policy "
@@ -224,13 +250,28 @@ class RolloutRun:
                 r = by[(cond.metric, cond.tier)]
                 self._row(t, "observe", canary.label, (
                     f"observation {k} ({t - ro.observe_s:g}-{t:g} s), {rule_name} "
-                    f"{rule.combine}: {cond.describe()}: canary {r['canary']:.4g}, rest "
-                    f"{r['rest']:.4g}, difference {_iv_text(r['_iv'])} over {r['batches']} "
+                    f"{rule.combine}: {cond.describe()}: canary {r['canary']:.4g}, "
+                    f"{self.rest_name} {r['rest']:.4g}, difference {_iv_text(r['_iv'])} "
+                    f"over {r['batches']} "
                     f"paired slots: {'holds' if cond.holds(r['_iv']) else 'not shown'}; "
                     f"{verdict}"), signal=cond.label, value=r["diff"], threshold=cond.margin)
         if rollback or promote:
             self.outcome = {"action": verdict, "at_s": t, "observation": k}
-            if rollback:
+            if rollback and self.tier is not None:
+                canary.tier_controller, canary.tier_pending = None, []
+                self._row(t, "rollback", f"tier {self.tier}", f"rolled back at observation "
+                          f"{k}: {ro.rollback_if.combine} of rollback_if held; tier "
+                          f"{self.tier} returns to {self.sc.policy.name!r}'s flags (its "
+                          "controller never stopped)")
+            elif promote and self.tier is not None:
+                canary.controller, canary.pending = canary.tier_controller, canary.tier_pending
+                canary.tier_controller, canary.tier_pending = None, []
+                canary.policy_label = "new"
+                self._row(t, "promote", "every tier", f"promoted at observation {k}: "
+                          f"{ro.promote_if.combine} of promote_if held; {ro.policy.name!r} "
+                          f"now sets every tier's flags (its controller, labelled new (tier "
+                          f"{self.tier}), goes on with its state)")
+            elif rollback:
                 self._install(canary, self.sc.policy, "current")
                 self._row(t, "rollback", canary.label, f"rolled back at observation {k}: "
                           f"{ro.rollback_if.combine} of rollback_if held; {canary.label} "
@@ -255,7 +296,8 @@ class RolloutRun:
         bounds = t - ro.observe_s + np.arange(nb + 1) * step
         per = [self._counts(c, bounds) for c in self.cells]
         can = per[self.canary]
-        rest_cells = [p for i, p in enumerate(per) if i != self.canary]
+        rest_cells = ([self._counts(self.shadow, bounds)] if self.shadow is not None else
+                      [p for i, p in enumerate(per) if i != self.canary])
         rest = tuple(sum(p[j] for p in rest_cells) for j in range(2))
         out = []
         for metric in METRICS:
@@ -304,37 +346,56 @@ class RolloutRun:
 
     # ---- the data plane's poll, with overrides --------------------------------------------
     def _apply(self, cell: _Cell, t: float) -> None:
-        """At a poll: the cell's policy's latest decision in force (before any, the data
-        plane's own flags), with the overrides active for the cell on top."""
+        """At a poll: per flag, the tiers the cell's policy asks it for (its latest decision
+        in force; before any, the data plane's own flags), a tier canary's tier taking
+        the new policy's, then the overrides active for the cell on top."""
         asked = latest_in_force(cell.pending, t, "flags")
         now = cell.fleet.flags()
-        want = dict(asked) if asked is not None else {k: now[k] for k in POLICY_FLAGS}
+        state = _tier_state(asked if asked is not None else
+                            {k: now[k] for k in POLICY_FLAGS})
+        tier_asked = (latest_in_force(cell.tier_pending, t, "flags")
+                      if cell.tier_controller is not None else None)
+        if tier_asked is not None:
+            mine, theirs = frozenset({self.tier}), _tier_state(tier_asked)
+            state = {k: (v - mine) | (theirs[k] & mine) for k, v in state.items()}
+        policy_state = dict(state)
         for i, o in enumerate(self.sc.overrides):
             if o.zone is not None and o.zone != cell.zone:
                 continue
-            policy_value = bool(want.get(o.flag, now[o.flag]))
-            pinning = o.active(t) and policy_value != o.value
+            key = "shed" if o.flag == "shed_bronze" else o.flag
+            wanted = policy_state[key] & o.tiers  # what the policy asked for the pin's tiers
+            pinned = o.tiers if o.value else frozenset()
+            pinning = o.active(t) and wanted != pinned
             was = i in cell.pinning
             if pinning:
-                want[o.flag] = o.value
+                state[key] = (state[key] - o.tiers) | pinned
+            where = cell.label + ("" if o.tier is None else f", tier {o.tier}")
             who = (f"the {cell.policy_label} policy {cell.controller.policy.name!r}"
                    if asked is not None else "the data plane's default (no decision yet)")
-            if pinning and (not was or cell.pinning[i] != policy_value):
-                cell.pinning[i] = policy_value
+            said = _asked(wanted, o.tiers)
+            if pinning and (not was or cell.pinning[i] != wanted):
+                cell.pinning[i] = wanted
                 self._row(t, "pin", cell.label, f"override {i}: {o.flag} pinned "
-                          f"{str(o.value).lower()} in {cell.label} ({o.start_s:g}-"
-                          f"{_end(o.end_s)} s) where {who} asked "
-                          f"{str(policy_value).lower()}", stage="override", signal=o.flag,
-                          desired={o.flag: o.value})
+                          f"{str(o.value).lower()} in {where} ({o.start_s:g}-"
+                          f"{_end(o.end_s)} s) where {who} asked {said}", stage="override",
+                          signal=o.flag, desired={o.flag: o.value})
             elif was and not pinning:
                 del cell.pinning[i]
                 why = ("the override's interval ended" if not o.active(t) else
                        f"{who} now asks the pinned value")
                 self._row(t, "release", cell.label, f"override {i}: {o.flag} follows the "
-                          f"policy again in {cell.label} ({str(policy_value).lower()}): {why}",
-                          stage="override", signal=o.flag, desired={o.flag: policy_value})
-        if asked is not None or any(want[k] != now[k] for k in want):
-            cell.fleet.set_flags(**want)
+                          f"policy again in {where} ({said}): {why}", stage="override",
+                          signal=o.flag, desired={o.flag: said})
+        have = cell.fleet.tier_flags()
+        if asked is None and tier_asked is None and all(
+                state[k] == frozenset(have[k]) for k in state):
+            return
+        cell.fleet.set_flags(hedge_enabled=bool(state["hedge_enabled"]),
+                             degraded_mode=bool(state["degraded_mode"]),
+                             shed_tiers=tuple(t for t in TIERS if t in state["shed"]))
+        if any(v and v != ALL for k, v in state.items() if k != "shed"):
+            cell.fleet.set_tier_flags(hedge_tiers=sorted(state["hedge_enabled"]),
+                                      degraded_tiers=sorted(state["degraded_mode"]))
 
     # ---- audit and result --------------------------------------------------------------
     def _row(self, t, action, target, reason, stage="rollout", signal=None, value=None,
@@ -366,7 +427,30 @@ class RolloutRun:
         return RolloutResult(scope, results, self.decisions(),
                              info={"rollout": dict(self.outcome)},
                              labels=[c.label for c in self.cells], canary=self.canary,
-                             observations=obs, outcome=dict(self.outcome))
+                             observations=obs, outcome=dict(self.outcome),
+                             shadow=None if self.shadow is None else self.shadow.fleet.result())
+
+
+ALL = frozenset(TIERS)
+
+
+def _tier_state(flags: dict) -> dict:
+    """A policy's flags as the tiers each is on for: hedge_enabled and degraded_mode
+    for every tier or none, shed for the tiers it sheds."""
+    f = Flags().updated(**{k: v for k, v in flags.items()
+                           if k in ("hedge_enabled", "degraded_mode", "shed_bronze",
+                                    "shed_tiers")})
+    return {"hedge_enabled": ALL if f.hedge_enabled else frozenset(),
+            "degraded_mode": ALL if f.degraded_mode else frozenset(),
+            "shed": frozenset(f.shed_tiers)}
+
+
+def _asked(wanted: frozenset, tiers: frozenset) -> str:
+    if wanted == tiers:
+        return "true"
+    if not wanted:
+        return "false"
+    return "true for " + ", ".join(t for t in TIERS if t in wanted) + " only"
 
 
 def _end(x: float) -> str:

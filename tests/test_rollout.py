@@ -180,3 +180,87 @@ def test_bucket_quantile_interpolates_as_prometheus():
     assert bucket_quantile(0.99, [50, 49, 1], [0.1, 0.2]) == pytest.approx(0.2)
     assert bucket_quantile(0.75, [50, 50, 0], [0.1, 0.2]) == pytest.approx(0.15)
     assert math.isnan(bucket_quantile(0.5, [0, 0, 0], [0.1, 0.2]))
+
+
+# ---- a tier canary, per-tier flags -----------------------------------------------------------
+def test_a_tier_canary_is_compared_with_its_shadow_run_and_rolled_back():
+    """The eager policy on bronze alone: bronze is shed, gold and silver keep RelA's flags;
+    the shadow run (RelA alone, same seed) is the baseline, tier by tier."""
+    sc = load_scenario(ROLLBACK, overrides={"rollout.canary": {"tier": "bronze"},
+                                            "duration_s": 120})
+    r = run_rollout(sc)
+    assert r.outcome == {"action": "rollback", "at_s": 60.0, "observation": 1}
+    assert r.labels == ["fleet"] and r.shadow is not None
+    rows = _stage(r, "rollout")
+    assert rows.filter(pl.col("action") == "start")["target"][0] == "tier bronze"
+    assert all("shadow" in x for x in rows.filter(pl.col("action") == "observe")["reason"])
+    summary = r.zones[0].summary
+    dropped = dict(zip(summary["tier"], summary["dropped"], strict=True))
+    assert dropped["bronze"] > 1000 and dropped["gold"] == dropped["silver"] == 0
+    assert int(r.shadow.summary.filter(pl.col("tier") == "all")["dropped"][0]) == 0
+    gold = r.observation("success_ratio", "gold").row(0, named=True)
+    assert gold["low"] < 0 < gold["high"]  # gold is not what changed: no evidence either way
+    shed = r.observation("success_ratio", "bronze").row(0, named=True)
+    assert shed["high"] < -0.9  # bronze lost nearly everything against its shadow
+    # common random numbers: after the rollback the run and its shadow agree again
+    late = r.observation("success_ratio", "all").filter(pl.col("observation") == 3)
+    assert late["diff"][0] == 0.0 and late["canary"][0] == late["rest"][0]
+    pols = r.decisions.filter(pl.col("stage") == "policy")["policy"].unique().to_list()
+    assert pols == ["new (tier bronze)"]  # only the tier's controller left normal
+
+
+def test_a_tier_override_pins_one_tier_only():
+    sc = load_scenario(ROLLBACK, overrides={
+        "rollout": None, "duration_s": 60,
+        "overrides": [{"flag": "hedge_enabled", "value": True, "tier": "gold"},
+                      {"flag": "degraded_mode", "value": True, "tier": "silver"}]})
+    r = run_rollout(sc)
+    s = r.zones[0].summary
+    hedges = dict(zip(s["tier"], s["hedges"], strict=True))
+    degraded = dict(zip(s["tier"], s["degraded"], strict=True))
+    assert hedges["gold"] > 50 and hedges["silver"] == hedges["bronze"] == 0, hedges
+    assert degraded["silver"] > 1000 and degraded["gold"] == degraded["bronze"] == 0, degraded
+    pins = _stage(r, "override").filter(pl.col("action") == "pin")
+    assert {"fleet"} == set(pins["target"]) and any("tier gold" in x for x in pins["reason"])
+
+
+def test_per_tier_flags_specialised_equals_general(monkeypatch):
+    """Hedging for gold only and degraded mode for bronze only: the specialised kernel
+    and the general one agree bit for bit, and the masks reach only their tiers."""
+    import numpy as np
+    from conftest import make_scenario
+
+    from relakit.sim import kernel as K
+    from relakit.sim.fleet import Fleet
+
+    sc = make_scenario(rate=1400, duration=20, nodes=4, servers=4, deadline_ms=40)
+    sc["mitigations"] = {"hedge": {"delay_ms": 5, "cancel": "queued"},
+                         "degraded": {"service_factor": 0.5}}
+
+    def run(kernel, specialise):
+        monkeypatch.setattr(Fleet, "specialise", specialise)
+        monkeypatch.setattr(K, "advance", kernel)
+        fleet = Fleet(load_scenario(sc))
+        fleet.set_tier_flags(hedge_tiers=["gold"], degraded_tiers=["bronze"])
+        for t in (5.0, 12.5, 20.0):
+            fleet.advance(t)
+        return fleet
+
+    general = K.advance
+    probe = Fleet(load_scenario(sc))
+    probe.set_tier_flags(hedge_tiers=["gold"], degraded_tiers=["bronze"])
+    features = K.features_of(probe.cfg, probe.st)
+    assert {"hedging", "degraded"} <= features
+    fast = run(K.specialised(features), False)
+    slow = run(general, False)
+    for part in ("st", "out"):
+        a, b = getattr(fast, part), getattr(slow, part)
+        for name in a._fields:
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    ext = fast.out.tier_ext
+    gold, bronze = K.TIERS.index("gold"), K.TIERS.index("bronze")
+    assert ext[gold, K.TX_HEDGES] > 0 and ext[:, K.TX_HEDGES].sum() == ext[gold, K.TX_HEDGES]
+    assert ext[bronze, K.TX_DEGRADED] > 0
+    assert ext[:, K.TX_DEGRADED].sum() == ext[bronze, K.TX_DEGRADED]
+    assert fast.tier_flags() == {"hedge_enabled": ("gold",), "degraded_mode": ("bronze",),
+                                 "shed": ()}

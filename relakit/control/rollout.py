@@ -18,8 +18,12 @@ allowed); the run itself is :mod:`relakit.rollout`'s.
     same share of the arrivals, run like a zone (requests stay in their cell), so the
     canary's nodes are as loaded as the rest's. It models a cell-based deployment,
     not a per-request cohort on shared nodes;
-  - ``{tier: T}`` — refused for now: the data plane's hedging and degraded flags are
-    fleet-wide, not per tier (see docs/design.md).
+  - ``{tier: T}`` — tier T's requests get the new policy's flags (hedging, degraded
+    mode, and shedding of T itself) while the other tiers keep the current policy's,
+    on a fleet without zones. Tiers differ by design, so "the rest" is no baseline:
+    the canary is compared with a **shadow run** of the same scenario and seed under
+    the current policy alone (common random numbers: the same arrivals, tiers and
+    first demands), tier by tier.
 
 * ``promote_if`` / ``rollback_if``: ``{all: [COND, ...]}`` or ``{any: [COND, ...]}``,
   each COND ``{metric, tier, op, margin}``: it holds when the whole 95 % interval of
@@ -28,13 +32,15 @@ allowed); the run itself is :mod:`relakit.rollout`'s.
   evidence either way. Metrics (:data:`METRICS`): ``success_ratio`` (answered ok over
   requests), ``shed_share`` (dropped), ``error_share`` (error or timeout), per tier
   or ``all``, from what clients saw; ``p99_ms``, the servers' p99 latency over all
-  tiers (``tier: all`` only). When both fire, rollback wins.
+  tiers (``tier: all`` only). When both fire, rollback wins. For a tier canary, "rest"
+  is the shadow run: a condition on tier T judges the canary tier, one on another
+  tier the change's effect on it.
 
-* ``overrides: [{flag, value, zone, start_s, end_s}, ...]`` — pin ``flag``
+* ``overrides: [{flag, value, zone, tier, start_s, end_s}, ...]`` — pin ``flag``
   (hedge_enabled, degraded_mode, shed_bronze) to ``value`` in ``zone`` (default: every
-  zone or the whole fleet) from ``start_s`` to ``end_s`` (default: the whole run),
-  whatever the policy asks. A ``tier`` key is refused for now, for the same reason as
-  a tier canary.
+  zone or the whole fleet) for ``tier`` (default: every tier; shed_bronze is bronze's
+  flag, so only ``tier: bronze``) from ``start_s`` to ``end_s`` (default: the whole
+  run), whatever the policy asks.
 """
 
 from __future__ import annotations
@@ -52,8 +58,6 @@ KEYS = ("rollout", "overrides")
 METRICS = ("success_ratio", "shed_share", "error_share", "p99_ms")
 OPS = (">", "<")
 CANARY_KINDS = ("zone", "fraction", "tier")
-TIER_NOT_BUILT = ("needs per-tier hedging and degraded flags in the data plane, which "
-                  "are fleet-wide today (shedding alone is per tier); not built yet")
 
 
 @dataclass(frozen=True)
@@ -91,8 +95,8 @@ class Rule:
 @dataclass(frozen=True)
 class Rollout:
     policy: object  # relakit.control.Policy: the new policy
-    canary_kind: str  # "zone" | "fraction"
-    canary: float  # the zone index, or the fraction
+    canary_kind: str  # "zone" | "fraction" | "tier"
+    canary: float | str  # the zone index, the fraction, or the tier
     observe_s: float
     start_s: float = 0.0
     promote_if: Rule | None = None
@@ -112,12 +116,17 @@ class Override:
     zone: int | None = None  # None: every zone (or the whole fleet)
     start_s: float = 0.0
     end_s: float = math.inf
+    tier: str | None = None  # None: every tier
 
     def active(self, t: float) -> bool:
         return self.start_s <= t < self.end_s
 
-    def where(self) -> str:
-        return "every zone" if self.zone is None else f"zone {self.zone}"
+    @property
+    def tiers(self) -> frozenset:
+        """The tiers the pin covers (shed_bronze: bronze, whatever is said)."""
+        if self.flag == "shed_bronze":
+            return frozenset({"bronze"})
+        return frozenset(TIERS) if self.tier is None else frozenset({self.tier})
 
 
 def read_rollout(r: Reader, resolve, sc) -> dict:
@@ -206,8 +215,11 @@ def _canary(r: Reader, sc) -> tuple[str, float]:
     kind = given[0]
     zones = sc.fleet.zones
     if kind == "tier":
-        c.choice("tier", TIERS)
-        c.fail(f"a tier canary {TIER_NOT_BUILT}; use zone or fraction", "tier")
+        tier = c.choice("tier", TIERS)
+        if zones:
+            c.fail("a tier canary runs on a fleet without zones (one data plane and its "
+                   "shadow); use zone on a zoned fleet", "tier")
+        return kind, tier
     if kind == "zone":
         if not zones:
             c.fail("a zone canary needs fleet.zones; use fraction for a fleet without "
@@ -261,7 +273,7 @@ def _rule(r: Reader, key: str) -> Rule | None:
 def _overrides(r: Reader, sc) -> tuple[Override, ...]:
     raw = r.data["overrides"]
     if not isinstance(raw, list) or not raw:
-        r.fail("expected a list of {flag, value, zone, start_s, end_s}", "overrides")
+        r.fail("expected a list of {flag, value, zone, tier, start_s, end_s}", "overrides")
     out = []
     for i, item in enumerate(raw):
         o = Reader(item, r.source, f"overrides[{i}]")
@@ -270,9 +282,12 @@ def _overrides(r: Reader, sc) -> tuple[Override, ...]:
         value = o.data.get("value")
         if not isinstance(value, bool):
             o.fail(f"expected true or false, got {value!r}", "value")
+        tier = None
         if "tier" in o.data:
-            o.fail(f"a per-tier override {TIER_NOT_BUILT}; pin it for a zone or the fleet",
-                   "tier")
+            tier = o.choice("tier", TIERS)
+            if flag == "shed_bronze" and tier != "bronze":
+                o.fail(f"shed_bronze is bronze's flag; {tier} is never shed by it (use tier: "
+                       "bronze or drop tier)", "tier")
         zone = None
         if "zone" in o.data:
             if not sc.fleet.zones:
@@ -284,7 +299,7 @@ def _overrides(r: Reader, sc) -> tuple[Override, ...]:
         if not start < end <= sc.duration_s:
             o.fail(f"expected start_s < end_s <= duration_s ({sc.duration_s:g}), got "
                    f"{start:g} and {end:g}", "end_s")
-        out.append(Override(flag, value, zone, start, end))
+        out.append(Override(flag, value, zone, start, end, tier))
     return tuple(out)
 
 
