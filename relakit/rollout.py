@@ -6,7 +6,11 @@ the zones of ``fleet.zones`` (as :mod:`relakit.zones` builds them), or, for a
 ``canary: {fraction: F}``, a canary cell of ``round(F x nodes)`` nodes with the same
 share of the arrivals and a rest cell of the others (requests stay in their cell,
 so the canary's nodes are loaded like the rest's). A fleet without zones and without
-a fraction canary (overrides alone) is one cell, on the run's own seed.
+a fraction canary (overrides alone, or a tier canary) is one cell, on the run's own
+seed. A ``canary: {tier: T}`` runs a second controller on that cell, whose flags
+apply to tier T's requests only (``Fleet.set_tier_flags``), and a **shadow run**: the
+same scenario and seed under the current policy alone, in lock-step, which is the
+tier canary's "rest" (tier by tier; common random numbers make the pairing tight).
 
 At every instant, in this order:
 
@@ -101,6 +105,8 @@ class RolloutResult(ZonedResult):
         from relakit.io import write_parquet
 
         written = super().write(out_dir)
+        if self.shadow is not None:  # a tier canary's baseline run
+            written += self.shadow.write(Path(out_dir) / "shadow")
         if self.observations is not None:
             written.append(write_parquet(self.observations,
                                          Path(out_dir) / "observations.parquet"))
@@ -392,7 +398,7 @@ class RolloutRun:
             return
         cell.fleet.set_flags(hedge_enabled=bool(state["hedge_enabled"]),
                              degraded_mode=bool(state["degraded_mode"]),
-                             shed_tiers=tuple(t for t in TIERS if t in state["shed"]))
+                             shed_tiers=tuple(x for x in TIERS if x in state["shed"]))
         if any(v and v != ALL for k, v in state.items() if k != "shed"):
             cell.fleet.set_tier_flags(hedge_tiers=sorted(state["hedge_enabled"]),
                                       degraded_tiers=sorted(state["degraded_mode"]))
