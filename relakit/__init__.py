@@ -23,7 +23,8 @@ _LAZY = {  # public name -> the module that defines it
     "replay": "relakit.replay",
     "run_sweep": "relakit.sweep",
     "search": "relakit.search",
-    "simulate": "relakit.zones",  # zoned fleets there, the rest to relakit.experiment
+    "simulate": "relakit.rollout",  # rollouts there, zoned fleets to relakit.zones, the rest
+    # to relakit.experiment
 }
 
 

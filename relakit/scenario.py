@@ -21,6 +21,8 @@ from relakit.control.faults import (
     DataPlaneStale,
     read_control_plane,
 )
+from relakit.control.rollout import KEYS as ROLLOUT_KEYS
+from relakit.control.rollout import read_rollout
 from relakit.sim.spec import (  # noqa: F401 - the data plane's names, as scenarios know them
     ARRIVAL_PARAMS,
     BREAKER_STATES,
@@ -68,6 +70,8 @@ class Scenario:
     control_plane: ControlPlaneFaults = ControlPlaneFaults()  # the control plane's faults
     data_plane: DataPlaneStale = DataPlaneStale()  # what instances do when polls fail
     agents: Agents = Agents()  # replicas electing a leader through a lease
+    rollout: object = None  # relakit.control.rollout.Rollout: a policy change on a canary
+    overrides: tuple = ()  # relakit.control.rollout.Override: flags pinned whatever asked
     source: str = "<dict>"
     # how the answer's uncertainty is stated (see :func:`_experiment`)
     replications: int = 1
@@ -116,7 +120,7 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
     and the experiment's keys (replications, ci, batches, ``warmup_s: auto``)."""
     r.only({"name", "duration_s", "seed", "warmup_s", "workload", "fleet", "faults", "metrics",
             "controls", "mitigations", "policy", "clocks", "chain", "control_plane",
-            "data_plane", "agents", *EXPERIMENT_KEYS})
+            "data_plane", "agents", *ROLLOUT_KEYS, *EXPERIMENT_KEYS})
     design = _experiment(r)
     if design["warmup_auto"]:  # the data plane counts from 0; the cut is made on the series
         r = Reader({k: v for k, v in r.data.items() if k != "warmup_s"}, r.source)
@@ -128,6 +132,11 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
                "(nodes per zone) or use scope: fleet", "policy.scope")
     if sc.fleet.zones:
         check_zoned(sc, r)
+    if any(r.data.get(k) is not None for k in ROLLOUT_KEYS):
+        import dataclasses
+
+        sc = dataclasses.replace(sc, **read_rollout(
+            r, lambda rr, value, key: _resolve(rr, value, base_dir, key), sc))
     return sc
 
 

@@ -216,6 +216,10 @@ def test_every_shipped_scenario_loads_and_runs(path):
     overrides = {"duration_s": 30.0, "warmup_s": 0.0}
     if "control_plane:" in path.read_text():  # its intervals must end within the run
         overrides["control_plane"] = {}
+    if "\nrollout:" in path.read_text():  # start the canary at once: one observation in 30 s
+        overrides["rollout.start_s"] = 0
+    if "\noverrides:" in path.read_text():  # their intervals must end within the run
+        overrides["overrides"] = None
     sc = load_scenario(path, overrides=overrides)
     r = relakit.simulate(sc)
     assert r.requests.height > 0

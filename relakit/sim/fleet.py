@@ -343,10 +343,29 @@ class Fleet:
         """
         new = (flags if flags is not None else self.flag_state()).updated(**changes)
         isv = self.st.is_
-        isv[K.IS_HEDGE_ON] = int(new.hedge_enabled)
-        isv[K.IS_DEGRADED_ON] = int(new.degraded_mode)
+        isv[K.IS_HEDGE_ON] = K.ALL_TIERS if new.hedge_enabled else 0
+        isv[K.IS_DEGRADED_ON] = K.ALL_TIERS if new.degraded_mode else 0
         isv[K.IS_SHED_MASK] = _tier_mask(new.shed_tiers)
         isv[K.IS_BREAKER] = BREAKER_STATES.index(new.breaker)
+
+    def set_tier_flags(self, hedge_tiers=None, degraded_tiers=None) -> None:
+        """Hedging and degraded mode for some tiers only, from now on (None: left as is);
+        a tier canary's data plane. :meth:`set_flags` sets them for every tier again.
+        The kernel reads one bit per tier where a tier's request is hedged or served
+        degraded, so a flag on for every tier runs exactly as the global flag did."""
+        isv = self.st.is_
+        if hedge_tiers is not None:
+            isv[K.IS_HEDGE_ON] = _tier_mask(hedge_tiers)
+        if degraded_tiers is not None:
+            isv[K.IS_DEGRADED_ON] = _tier_mask(degraded_tiers)
+
+    def tier_flags(self) -> dict:
+        """Per flag, the tiers it is on for now: hedge_enabled, degraded_mode, shed."""
+        isv = self.st.is_
+        return {name: tuple(t for i, t in enumerate(TIERS) if int(isv[col]) >> i & 1)
+                for name, col in (("hedge_enabled", K.IS_HEDGE_ON),
+                                  ("degraded_mode", K.IS_DEGRADED_ON),
+                                  ("shed", K.IS_SHED_MASK))}
 
     def flag_state(self) -> Flags:
         """The flags in force now, typed."""

@@ -74,6 +74,7 @@ from relakit.vocab import BREAKER_STATES, OUTCOMES, TIERS  # noqa: F401 - re-exp
 # the words are relakit.vocab's; the codes are their positions, never counted by hand
 OK, ERROR, TIMEOUT, DROPPED = (OUTCOMES.index(o) for o in ("ok", "error", "timeout", "dropped"))
 GOLD = TIERS.index("gold")
+ALL_TIERS = (1 << len(TIERS)) - 1  # a flag on for every tier (IS_HEDGE_ON, IS_DEGRADED_ON)
 
 # random streams: st.rng[RNG_X] is stream "x" (see the module docstring); append only
 STREAMS = ("arrivals", "service", "copy_service", "routing", "reroute", "hedge_targets",
@@ -525,8 +526,9 @@ def probe_arrives(cfg, st, t):
 
 
 @njit(cache=True, error_model="numpy")
-def start_service(cfg, st, node, t, degraded_on, svc_factor):
-    """Start queued jobs where servers are free (the loop's tail 4, for a rare path)."""
+def start_service(cfg, st, node, t, degraded_mask, svc_factor):
+    """Start queued jobs where servers are free (the loop's tail 4, for a rare path).
+    ``degraded_mask``: the tiers served degraded (bit per tier, as IS_DEGRADED_ON)."""
     ni = st.node_i
     nf = st.node_f
     job_i = st.job_i
@@ -549,7 +551,7 @@ def start_service(cfg, st, node, t, degraded_on, svc_factor):
                              cfg.cfg_f[CF_SVC_A], cfg.cfg_f[CF_SVC_B], cfg.cfg_f[CF_SVC_C])
             st.job_f[j, JF_DEMAND] = s
         s *= nf[node, NF_SLOWDOWN]
-        if degraded_on:
+        if (degraded_mask >> job_i[j, JI_TIER]) & 1:
             s *= svc_factor
             job_i[j, JI_DEGRADED] = 1
         heap_push(st.heap_t, st.heap_k, st.is_, t + s, event_key(j, EV_DONE, job_i[j, JI_GEN]))
@@ -650,8 +652,8 @@ def sample_fleet(cfg, st, out, t):
     for c in range(N_FLEET_COUNTERS):
         f[s, c] = st.fleet_c[c]
     f[s, F_BREAKER] = st.is_[IS_BREAKER]
-    f[s, F_HEDGE_ON] = st.is_[IS_HEDGE_ON]
-    f[s, F_DEGRADED_ON] = st.is_[IS_DEGRADED_ON]
+    f[s, F_HEDGE_ON] = 1 if st.is_[IS_HEDGE_ON] != 0 else 0  # on for some tier
+    f[s, F_DEGRADED_ON] = 1 if st.is_[IS_DEGRADED_ON] != 0 else 0
     for tier in range(len(TIERS)):
         f[s, F_SHEDDING + tier] = (st.is_[IS_SHED_MASK] >> tier) & 1
     st.is_[IS_NSAMPLE] = s + 1
@@ -775,8 +777,9 @@ def advance(cfg, st, out, t_end):
     prepare_routing(node_i, node_f, isv, fs)
     n_elig = isv[IS_N_ELIGIBLE]
     shed_mask = isv[IS_SHED_MASK]
-    hedge_on = isv[IS_HEDGE_ON] != 0
-    degraded_on = isv[IS_DEGRADED_ON] != 0
+    hedge_mask = isv[IS_HEDGE_ON]  # the tiers hedged (bit per tier; all: ALL_TIERS)
+    degraded_mask = isv[IS_DEGRADED_ON]  # the tiers served degraded
+    degraded_on = degraded_mask != 0
     breaker = isv[IS_BREAKER]
     fanout = cfg_i[CI_FANOUT]
     k_deg = cfg_i[CI_DEGRADED_FANOUT]
@@ -845,7 +848,7 @@ def advance(cfg, st, out, t_end):
                 fs[FS_NOW] = t_probe
                 node = probe_arrives(cfg, st, t_probe)
                 if node >= 0:
-                    start_service(cfg, st, node, t_probe, degraded_on, svc_factor)
+                    start_service(cfg, st, node, t_probe, degraded_mask, svc_factor)
             elif t_sched == t_rare:
                 if heap_cap - hn < n_jobs:  # a crash may end every job at once
                     status = GROW_POOLS
@@ -1010,7 +1013,8 @@ def advance(cfg, st, out, t_end):
                 c = ident
                 if (call_i[c, CL_GEN] & GEN_MASK) != gen:
                     continue  # the call has been answered since
-                if kind == EV_HEDGE and (not hedge_on or call_i[c, CL_COPIES] == 0
+                if kind == EV_HEDGE and (not (hedge_mask >> call_i[c, CL_TIER]) & 1
+                                        or call_i[c, CL_COPIES] == 0
                                         or call_i[c, CL_HEDGES] >= max_hedges):
                     continue
                 # a node other than those already holding this call's copies
@@ -1062,7 +1066,7 @@ def advance(cfg, st, out, t_end):
             usr_f[u, UF_DEMAND] = demand[0]
             k = fanout
             usr_i[u, UI_DEGRADED] = 0
-            if DEGRADED and degraded_on and 0 < k_deg < k:
+            if DEGRADED and (degraded_mask >> tier) & 1 and 0 < k_deg < k:
                 k = k_deg  # partial fan-out: a cheaper, poorer answer
                 usr_i[u, UI_DEGRADED] = 1
             usr_i[u, UI_TIER] = tier
@@ -1299,7 +1303,8 @@ def advance(cfg, st, out, t_end):
                     pend_k[n_pend] = event_key(j, EV_TIMEOUT, job_i[j, JI_GEN])
                     pend_q[n_pend] = TQ_TIMEOUT
                     n_pend += 1
-                if HEDGING and hedge_on and call_i[c, CL_HEDGES] < max_hedges and n_elig > 1:
+                if (HEDGING and (hedge_mask >> call_i[c, CL_TIER]) & 1
+                        and call_i[c, CL_HEDGES] < max_hedges and n_elig > 1):
                     pend_t[n_pend] = t + fs[FS_HEDGE_DELAY]
                     pend_k[n_pend] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
                     pend_q[n_pend] = hedge_queue
@@ -1395,7 +1400,7 @@ def advance(cfg, st, out, t_end):
                         s = draw_service(rng, RNG_COPY_SERVICE, svc_kind, svc_a, svc_b, svc_c)
                     job_f[j, JF_DEMAND] = s
                 s *= node_f[node, NF_SLOWDOWN]
-                if DEGRADED and degraded_on:
+                if DEGRADED and (degraded_mask >> job_i[j, JI_TIER]) & 1:
                     s *= svc_factor  # the cheaper path, at a loss of quality
                     job_i[j, JI_DEGRADED] = 1
                 pend_t[n_pend] = t + s
