@@ -17,6 +17,7 @@ import numpy as np
 
 from relakit.sim import kernel as K
 from relakit.sim.longtable import fleet_columns, node_columns
+from relakit.sim.plain import plain_ok, run_plain
 from relakit.sim.rng import new_state
 from relakit.sim.spec import DataPlane
 from relakit.vocab import BREAKER_STATES, TIERS, Flags
@@ -215,12 +216,11 @@ class Fleet:
         if t_s < self.now:
             raise ValueError(f"cannot advance to {t_s} s: the fleet is already at {self.now} s")
         while True:
-            # two kernels only: the plain one (no mechanism this stretch may meet) and the
-            # general one. Every combination (K.specialised) costs its own cold compile of
-            # tens of seconds; with one per combination a fresh CI run passed 20 minutes
+            # two kernels: the small plain loop (relakit.sim.plain: no mechanism this
+            # stretch may meet, nothing one left pending) and the general one
             kernel = K.advance
-            if self.specialise and not K.features_of(self.cfg, self.st):
-                kernel = K.specialised(frozenset())
+            if self.specialise and plain_ok(self.cfg, self.st):
+                kernel = run_plain
             status = kernel(self.cfg, self.st, self.out, float(t_s))
             if status == K.DONE:
                 return self

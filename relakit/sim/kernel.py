@@ -252,6 +252,19 @@ def event_key(ident, kind, gen):
 
 # ---- model pieces ------------------------------------------------------------
 @njit(cache=True, error_model="numpy")
+def bisect_right(a, x, lo, hi):
+    """``np.searchsorted(a[lo:hi], x, side="right") + lo`` for sorted a: the first index
+    whose value is > x. Written out: numba's searchsorted adds ~1 s to a cold compile."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, error_model="numpy")
 def rate_at(t, rate_t, rate_v):
     """Piecewise-linear rate; a repeated time is a step (the later value wins)."""
     n = rate_t.shape[0]
@@ -259,7 +272,7 @@ def rate_at(t, rate_t, rate_v):
         return rate_v[0]
     if t >= rate_t[n - 1]:
         return rate_v[n - 1]
-    i = np.searchsorted(rate_t, t, side="right") - 1
+    i = bisect_right(rate_t, t, 0, n) - 1
     t0 = rate_t[i]
     t1 = rate_t[i + 1]
     if t1 <= t0:
@@ -354,7 +367,7 @@ def _weighted_pick(node_i, node_f, isv, fs, rng, k):
     if isv[IS_EQUAL_WEIGHTS] != 0:
         return min(int(uniform(rng, k) * n), n - 1)
     x = uniform(rng, k) * fs[FS_WRR_TOTAL]
-    i = np.searchsorted(node_f[:, NF_CUM], x, side="right")
+    i = bisect_right(node_f[:, NF_CUM], x, 0, n)
     while i < n - 1 and not _eligible(node_i, node_f, i):
         i += 1
     return min(i, n - 1)
@@ -600,74 +613,78 @@ def on_schedule(cfg, st, t):
 
 
 @njit(cache=True, error_model="numpy")
-def sample_node(cfg, st, out, i, t):
-    """What a scrape of node i at time t would return, as one row of out.metrics."""
-    s = st.node_i[i, NI_NSAMPLE]
-    out.sample_t[s, i] = t
-    m = out.metrics
-    ni = st.node_i
+def sample_node(m, sample_t, cnt, ni, nf, node_c, lat_b, isv, phase, dt, i, t):
+    """What a scrape of node i at time t would return, as one row of out.metrics (m).
+
+    Arrays only, as every helper of the loops: a helper taking the Config, State
+    and Output tuples costs about a second more to compile (unboxing ~60 arrays),
+    and ~20 us a call."""
+    s = ni[i, NI_NSAMPLE]
+    sample_t[s, i] = t
     c = 0
     for tier in range(len(TIERS)):
         for o in range(len(OUTCOMES)):
-            m[s, i, c] = st.cnt[i, tier, o]
+            m[s, i, c] = cnt[i, tier, o]
             c += 1
-    touch_busy(ni, st.node_f, i, t)
+    touch_busy(ni, nf, i, t)
     m[s, i, M_BUSY] = ni[i, NI_BUSY]
     m[s, i, M_QLEN] = ni[i, NI_QLEN]
     m[s, i, M_IN_FLIGHT] = ni[i, NI_BUSY] + ni[i, NI_QLEN]
-    m[s, i, M_BUSY_SECONDS] = st.node_f[i, NF_BUSY_AREA]
-    m[s, i, M_WRONG] = st.node_c[i, NC_WRONG]
-    m[s, i, M_CANCELLED] = st.node_c[i, NC_CANCELLED]
-    m[s, i, M_PROBES] = st.node_c[i, NC_PROBES]
-    m[s, i, M_PROBE_FAILURES] = st.node_c[i, NC_PROBE_FAILURES]
-    m[s, i, M_LAT_SUM] = st.node_f[i, NF_LAT_SUM]
+    m[s, i, M_BUSY_SECONDS] = nf[i, NF_BUSY_AREA]
+    m[s, i, M_WRONG] = node_c[i, NC_WRONG]
+    m[s, i, M_CANCELLED] = node_c[i, NC_CANCELLED]
+    m[s, i, M_PROBES] = node_c[i, NC_PROBES]
+    m[s, i, M_PROBE_FAILURES] = node_c[i, NC_PROBE_FAILURES]
+    m[s, i, M_LAT_SUM] = nf[i, NF_LAT_SUM]
     total = 0
-    for b in range(st.lat_b.shape[1]):
-        total += st.lat_b[i, b]
+    for b in range(lat_b.shape[1]):
+        total += lat_b[i, b]
         m[s, i, M_BUCKETS + b] = total
     m[s, i, M_LAT_COUNT] = total
     ni[i, NI_NSAMPLE] = s + 1
-    if s + 1 > st.is_[IS_MAX_NODE_SAMPLE]:
-        st.is_[IS_MAX_NODE_SAMPLE] = s + 1
-    st.node_f[i, NF_NEXT_SAMPLE] = cfg.phase[i] + (s + 1) * cfg.cfg_f[CF_SAMPLE_DT]
+    if s + 1 > isv[IS_MAX_NODE_SAMPLE]:
+        isv[IS_MAX_NODE_SAMPLE] = s + 1
+    nf[i, NF_NEXT_SAMPLE] = phase[i] + (s + 1) * dt
 
 
 @njit(cache=True, error_model="numpy")
-def next_node_sample(st):
-    nf = st.node_f
+def next_node_sample(nf, fs):
     best = np.inf
     for i in range(nf.shape[0]):
         best = min(best, nf[i, NF_NEXT_SAMPLE])
-    st.fs[FS_NEXT_NODE_SAMPLE] = best
+    fs[FS_NEXT_NODE_SAMPLE] = best
 
 
 @njit(cache=True, error_model="numpy")
-def sample_fleet(cfg, st, out, t):
-    """Fleet-wide counters and flags (the front's view), and the adaptive hedge delay."""
-    s = st.is_[IS_NSAMPLE]
-    out.fleet_t[s] = t
-    f = out.fleet
+def sample_fleet(f, fleet_t, fleet_c, isv, fs, hist, dt, q, t):
+    """Fleet-wide counters and flags (the front's view, a row of out.fleet: f), and the
+    adaptive hedge delay (q: the hedge delay quantile, 0 for a fixed delay)."""
+    s = isv[IS_NSAMPLE]
+    fleet_t[s] = t
     for c in range(N_FLEET_COUNTERS):
-        f[s, c] = st.fleet_c[c]
-    f[s, F_BREAKER] = st.is_[IS_BREAKER]
-    f[s, F_HEDGE_ON] = st.is_[IS_HEDGE_ON]
-    f[s, F_DEGRADED_ON] = st.is_[IS_DEGRADED_ON]
+        f[s, c] = fleet_c[c]
+    f[s, F_BREAKER] = isv[IS_BREAKER]
+    f[s, F_HEDGE_ON] = isv[IS_HEDGE_ON]
+    f[s, F_DEGRADED_ON] = isv[IS_DEGRADED_ON]
     for tier in range(len(TIERS)):
-        f[s, F_SHEDDING + tier] = (st.is_[IS_SHED_MASK] >> tier) & 1
-    st.is_[IS_NSAMPLE] = s + 1
-    st.fs[FS_NEXT_SAMPLE] = (s + 1) * cfg.cfg_f[CF_SAMPLE_DT]
-    q = cfg.cfg_f[CF_HEDGE_Q]
+        f[s, F_SHEDDING + tier] = (isv[IS_SHED_MASK] >> tier) & 1
+    isv[IS_NSAMPLE] = s + 1
+    fs[FS_NEXT_SAMPLE] = (s + 1) * dt
     if q > 0.0:  # hedge after this quantile of the latency seen so far
-        h = out.hist[:, OK, :].sum(axis=0)
-        total = h.sum()
+        # plain loops, not .sum(axis=0): numpy's axis reductions add seconds to a cold compile
+        total = 0
+        for tier in range(hist.shape[0]):
+            for b in range(hist.shape[2]):
+                total += hist[tier, OK, b]
         if total >= 100:
             target = q * total
             cum = 0
-            for b in range(h.shape[0]):
-                cum += h[b]
+            for b in range(hist.shape[2]):
+                for tier in range(hist.shape[0]):
+                    cum += hist[tier, OK, b]
                 if cum >= target:
-                    st.fs[FS_HEDGE_DELAY] = 10 ** (HIST_LOG10_MIN + (b + 1.0)
-                                                  / HIST_BINS_PER_DECADE) / 1000.0
+                    fs[FS_HEDGE_DELAY] = 10 ** (HIST_LOG10_MIN + (b + 1.0)
+                                               / HIST_BINS_PER_DECADE) / 1000.0
                     break
 
 
@@ -689,17 +706,16 @@ def budget_slot(bud, isv, width, t):
     return b % BUDGET_BUCKETS
 
 
-@njit(cache=True, error_model="numpy")
 def start(cfg, st):
-    """Draw the first arrival and arm the fault schedule (once, at t = 0)."""
+    """Draw the first arrival and arm the fault schedule (once, at t = 0). Python
+    calling arrays-only kernels: compiled with the tuples it would cost a second more."""
     const = cfg.cfg_i[CI_CONST_RATE] != 0
     st.fs[FS_NEXT_ARRIVAL] = next_arrival(st.rng, cfg.cfg_f[CF_RATE_MAX], const, cfg.rate_t,
                                           cfg.rate_v, 0.0)
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[0] if cfg.sched_t.shape[0] > 0 else np.inf
     st.fs[FS_NEXT_PROBE] = next_probe(st.rng, cfg.cfg_f[CF_PROBE_RATE], st.node_i.shape[0], 0.0)
-    for i in range(st.node_f.shape[0]):
-        st.node_f[i, NF_NEXT_SAMPLE] = cfg.phase[i]
-    next_node_sample(st)
+    st.node_f[:, NF_NEXT_SAMPLE] = cfg.phase
+    next_node_sample(st.node_f, st.fs)
 
 
 # ---- the loop ---------------------------------------------------------------------
@@ -858,14 +874,16 @@ def advance(cfg, st, out, t_end):
                 fs[FS_NOW] = t_node
                 for i in range(n_nodes):
                     if node_f[i, NF_NEXT_SAMPLE] == t_node:
-                        sample_node(cfg, st, out, i, t_node)
-                next_node_sample(st)
+                        sample_node(out.metrics, out.sample_t, cnt, node_i, node_f, node_c,
+                                    lat_b, isv, cfg.phase, cfg_f[CF_SAMPLE_DT], i, t_node)
+                next_node_sample(node_f, fs)
             else:
                 if isv[IS_NSAMPLE] >= fleet_cap:
                     status = GROW_SAMPLES
                     break
                 fs[FS_NOW] = t_fleet
-                sample_fleet(cfg, st, out, t_fleet)
+                sample_fleet(out.fleet, out.fleet_t, fleet_c, isv, fs, out.hist,
+                             cfg_f[CF_SAMPLE_DT], cfg_f[CF_HEDGE_Q], t_fleet)
             continue
         if t > t_end:
             fs[FS_NOW] = max(fs[FS_NOW], t_end)
