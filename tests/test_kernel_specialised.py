@@ -207,3 +207,5 @@ def test_plain_kernel_parameters_are_the_named_fields():
     assert set(P.CFG_ARGS) <= set(K.Config._fields)
     assert set(P.STATE_ARGS) <= set(K.State._fields)
     assert set(P.OUT_ARGS) <= set(K.Output._fields)
+    # its cache entry is named by a digest of kernel.py and rng.py, which it inlines
+    assert P.advance_plain.py_func.__qualname__.startswith("advance_plain[")

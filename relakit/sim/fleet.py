@@ -122,9 +122,9 @@ def _grown_pool(ids_free: np.ndarray, n_free: int, old: int, new: int) -> np.nda
 def _grown_rings(tq_t, tq_k, tq_n) -> dict:
     """Timer rings twice as long, each unrolled so its head is at slot 0."""
     cap = tq_t.shape[1]
-    new_t, new_k = np.zeros((2, 2 * cap)), np.zeros((2, 2 * cap), np.int64)
+    new_t, new_k = np.zeros((K.N_TQ, 2 * cap)), np.zeros((K.N_TQ, 2 * cap), np.int64)
     new_n = tq_n.copy()
-    for q in range(2):
+    for q in range(K.N_TQ):
         head, count = tq_n[q]
         order = (head + np.arange(count)) % cap
         new_t[q, :count] = tq_t[q, order]
@@ -177,8 +177,8 @@ class Fleet:
             call_i=np.zeros((jobs, K.N_CL), np.int64), call_f=np.zeros((jobs, K.N_CLF)),
             call_free=np.arange(jobs - 1, -1, -1, dtype=np.int64),
             heap_t=np.zeros(heap), heap_k=np.zeros(heap, np.int64),
-            tq_t=np.zeros((2, heap)), tq_k=np.zeros((2, heap), np.int64),
-            tq_n=np.zeros((2, 2), np.int64),
+            tq_t=np.zeros((K.N_TQ, heap)), tq_k=np.zeros((K.N_TQ, heap), np.int64),
+            tq_n=np.zeros((K.N_TQ, 2), np.int64),  # (head, count) per ring
             scratch=np.zeros(n + 3 * fanout + 8, np.int64),
             send=np.zeros((fanout + 2, 4), np.int64),
             pend_t=np.zeros(n + 4 * fanout + 16), pend_k=np.zeros(n + 4 * fanout + 16, np.int64),

@@ -74,6 +74,7 @@ from relakit.vocab import BREAKER_STATES, OUTCOMES, TIERS  # noqa: F401 - re-exp
 # the words are relakit.vocab's; the codes are their positions, never counted by hand
 OK, ERROR, TIMEOUT, DROPPED = (OUTCOMES.index(o) for o in ("ok", "error", "timeout", "dropped"))
 GOLD = TIERS.index("gold")
+N_OUTCOMES = len(OUTCOMES)
 
 # random streams: st.rng[RNG_X] is stream "x" (see the module docstring); append only
 STREAMS = ("arrivals", "service", "copy_service", "routing", "reroute", "hedge_targets",
@@ -85,13 +86,13 @@ STREAMS = ("arrivals", "service", "copy_service", "routing", "reroute", "hedge_t
 N_STREAMS = len(STREAMS)
 
 SERVICE_KINDS = ("exponential", "deterministic", "lognormal", "pareto", "bimodal")
-S_EXP, S_DET, S_LOGNORMAL, S_PARETO, S_BIMODAL = 0, 1, 2, 3, 4
+S_EXP, S_DET, S_LOGNORMAL, S_PARETO, S_BIMODAL = (SERVICE_KINDS.index(k) for k in SERVICE_KINDS)
 
 ROUTINGS = ("random", "round_robin", "jsq", "p2c")
-R_RANDOM, R_RR, R_JSQ, R_P2C = 0, 1, 2, 3
+R_RANDOM, R_RR, R_JSQ, R_P2C = (ROUTINGS.index(r) for r in ROUTINGS)
 
 CANCELS = ("queued", "started", "never")
-CANCEL_QUEUED, CANCEL_STARTED, CANCEL_NEVER = 0, 1, 2
+CANCEL_QUEUED, CANCEL_STARTED, CANCEL_NEVER = (CANCELS.index(c) for c in CANCELS)
 BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = (BREAKER_STATES.index(b) for b in (
     "closed", "half_open", "open"))
 
@@ -111,103 +112,107 @@ FEATURES = ("hedging", "deadlines", "retries", "errors", "intake", "breaker", "d
             "probes")
 HEDGING = DEADLINES = RETRIES = ERRORS = INTAKE = BREAKER = DEGRADED = PROBES = True
 
-# status returned by advance
-DONE, GROW_POOLS, GROW_RECORDS, GROW_SAMPLES = 0, 1, 2, 3
+# Index constants: each group is unpacked from 0, 1, 2, ...; the name after a group's
+# last member is its count (N_*), so adding one is one edit and nothing is counted by hand
+_COUNT = range(64)
 
-# heap key = generation << 32 | id << 3 | kind (a stale generation means: ignore)
-EV_DONE, EV_TIMEOUT, EV_HEDGE, EV_RETRY, EV_MOVE = 0, 1, 2, 3, 4
+# status returned by advance
+DONE, GROW_POOLS, GROW_RECORDS, GROW_SAMPLES, *_ = _COUNT
+
+# Event kinds a timer carries. Heap key = generation << 32 | id << EV_BITS | kind (a
+# stale generation means: ignore). EV_DONE: a copy's service ends (or its rejection
+# or crash is due); EV_TIMEOUT: its client stops waiting; EV_HEDGE, EV_RETRY: a call's
+# hedge or retry falls due; EV_MOVE: a job failed over from an isolated node arrives.
+EV_DONE, EV_TIMEOUT, EV_HEDGE, EV_RETRY, EV_MOVE, N_EVENT_KINDS, *_ = _COUNT
+EV_BITS = 3
+EV_MASK = (1 << EV_BITS) - 1
+assert N_EVENT_KINDS <= 1 << EV_BITS
 GEN_MASK = (1 << 31) - 1
-ID_MASK = (1 << 29) - 1
+ID_MASK = (1 << (32 - EV_BITS)) - 1
 
 # cfg_f: model scalars (float)
 (CF_RATE_MAX, CF_SAMPLE_DT, CF_DEADLINE, CF_WARMUP, CF_SVC_A, CF_SVC_B, CF_SVC_C,
  CF_HEDGE_DELAY, CF_HEDGE_Q, CF_BACKOFF, CF_BACKOFF_MAX, CF_BUDGET_RATIO, CF_BUDGET_WINDOW,
- CF_DEGRADED_FACTOR, CF_HALF_OPEN_ADMIT, CF_PROBE_RATE) = _CF_COLUMNS = range(16)  # checked
-N_CF = len(_CF_COLUMNS)
+ CF_DEGRADED_FACTOR, CF_HALF_OPEN_ADMIT, CF_PROBE_RATE,
+ N_CF, *_) = _COUNT
 # cfg_i: model scalars (int)
 (CI_SVC_KIND, CI_ROUTING, CI_FANOUT, CI_RECORD, CI_CONST_RATE, CI_QUEUE_LIMIT, CI_CANCEL,
  CI_MAX_HEDGES, CI_MAX_ATTEMPTS, CI_JITTER, CI_RETRY_MASK, CI_DEGRADED_FANOUT,
- CI_BREAKER_MASK, CI_FAILOVER, CI_ELSEWHERE) = _CI_COLUMNS = range(15)  # unpacking checks the count
-N_CI = len(_CI_COLUMNS)
+ CI_BREAKER_MASK, CI_FAILOVER, CI_ELSEWHERE,
+ N_CI, *_) = _COUNT
 
 # st.fs: state scalars (float)
 (FS_NOW, FS_NEXT_ARRIVAL, FS_NEXT_SAMPLE, FS_NEXT_SCHED, FS_WRR_TOTAL, FS_HEDGE_DELAY,
- FS_NEXT_NODE_SAMPLE, FS_NEXT_PROBE) = _FS_COLUMNS = range(8)  # unpacking checks the count
-N_FS = len(_FS_COLUMNS)
+ FS_NEXT_NODE_SAMPLE, FS_NEXT_PROBE,
+ N_FS, *_) = _COUNT
 # st.is_: state scalars (int)
 (IS_HEAP_N, IS_JOB_FREE_N, IS_USR_FREE_N, IS_CALL_FREE_N, IS_NREC, IS_NSAMPLE, IS_RR,
  IS_SCHED_POS, IS_STAMP, IS_N_ELIGIBLE, IS_EQUAL_WEIGHTS, IS_SHED_MASK, IS_IN_FLIGHT_USERS,
  IS_HEDGE_ON, IS_DEGRADED_ON, IS_BREAKER, IS_BUDGET_BUCKET, IS_USER_SEQ,
- IS_MAX_NODE_SAMPLE) = _IS_COLUMNS = range(19)  # unpacking checks the count
-N_IS = len(_IS_COLUMNS)
+ IS_MAX_NODE_SAMPLE,
+ N_IS, *_) = _COUNT
 # Timers with one fixed delay fall due in the order they are set, so they wait in FIFO
 # rings (st.tq_t / st.tq_k; row 0 attempt timeouts, row 1 fixed-delay hedges) instead of
 # the heap: O(1) each, and the heap stays small. st.tq_n[q] = (head, count).
-TQ_TIMEOUT, TQ_HEDGE = 0, 1
-N_TQ = 2
+TQ_TIMEOUT, TQ_HEDGE, N_TQ, *_ = _COUNT
 TQ_HEAP = -1
 BUDGET_BUCKETS = 10
 
 # st.node_i columns
 (NI_SERVERS, NI_BUSY, NI_QLEN, NI_QHEAD, NI_QTAIL, NI_ROUTABLE, NI_INTAKE_LIMIT, NI_CRASHED,
- NI_STAMP, NI_NSAMPLE, NI_FAILOVER) = _NI_COLUMNS = range(11)  # unpacking checks the count
-N_NI = len(_NI_COLUMNS)
+ NI_STAMP, NI_NSAMPLE, NI_FAILOVER,
+ N_NI, *_) = _COUNT
 # st.node_f columns
 (NF_WEIGHT, NF_ERR_RATE, NF_SLOWDOWN, NF_BUSY_AREA, NF_LAST_T, NF_WRR_CUR, NF_CUM,
  NF_WRONG_RATE, NF_TOKEN_RATE, NF_TOKEN_BURST, NF_TOKENS, NF_TOKEN_T, NF_LAT_SUM,
- NF_NEXT_SAMPLE, NF_REPAIRED_AT) = _NF_COLUMNS = range(15)  # unpacking checks the count
-N_NF = len(_NF_COLUMNS)
+ NF_NEXT_SAMPLE, NF_REPAIRED_AT,
+ N_NF, *_) = _COUNT
 # st.node_c: per-node counters beyond requests_total
-NC_WRONG, NC_CANCELLED, NC_PROBES, NC_PROBE_FAILURES = _NC_COLUMNS = range(4)
-N_NC = len(_NC_COLUMNS)
+NC_WRONG, NC_CANCELLED, NC_PROBES, NC_PROBE_FAILURES, N_NC, *_ = _COUNT
 
 # st.job_i / job_f columns
 (JI_CALL, JI_NODE, JI_NEXT, JI_PREV, JI_GEN, JI_STATE, JI_OUTCOME, JI_SIB, JI_CLIENT, JI_HEDGE,
- JI_TIER, JI_DEGRADED) = _JI_COLUMNS = range(12)  # unpacking checks the count
-N_JI = len(_JI_COLUMNS)
+ JI_TIER, JI_DEGRADED,
+ N_JI, *_) = _COUNT
 # a job ENDING has its outcome decided (rejected, or its node crashed) and its DONE event
 # due now; a SERVING job's outcome is drawn when its DONE event fires
-J_FREE, J_QUEUED, J_SERVING, J_ENDING, J_MOVING = 0, 1, 2, 3, 4
+J_FREE, J_QUEUED, J_SERVING, J_ENDING, J_MOVING, *_ = _COUNT
 # what the client makes of a job: still waiting on it, gave up on it (timeout), or
 # no longer needs it (another copy answered)
-C_WAITING, C_TIMED_OUT, C_LOST = 0, 1, 2
+C_WAITING, C_TIMED_OUT, C_LOST, *_ = _COUNT
 # JF_DEMAND: service seconds before slowdown; NO_DEMAND until drawn (a copy's, at its start)
-JF_T_NODE, JF_T_START, JF_DEMAND = 0, 1, 2
+JF_T_NODE, JF_T_START, JF_DEMAND, N_JF, *_ = _COUNT
 NO_DEMAND = -1.0
-N_JF = 3
 
 # st.call_i columns
 (CL_USER, CL_GEN, CL_ATTEMPTS, CL_HEDGES, CL_COPIES, CL_FIRST, CL_LAST_NODE,
- CL_TIER) = _CL_COLUMNS = range(8)  # unpacking checks the count
-N_CL = len(_CL_COLUMNS)
+ CL_TIER,
+ N_CL, *_) = _COUNT
 # st.call_f: the call's first-attempt service demand (seconds), drawn at arrival
-CLF_DEMAND = 0
-N_CLF = 1
+CLF_DEMAND, N_CLF, *_ = _COUNT
 
 # st.usr_i / usr_f columns
 (UI_TIER, UI_REMAINING, UI_WORST, UI_CRIT, UI_FANOUT, UI_GEN, UI_ATTEMPTS, UI_HEDGES,
- UI_DEGRADED, UI_WRONG) = _UI_COLUMNS = range(10)  # unpacking checks the count
-N_UI = len(_UI_COLUMNS)
-UF_T_ARRIVAL, UF_DEMAND = 0, 1  # UF_DEMAND: its first call's first-attempt demand (s)
-N_UF = 2
+ UI_DEGRADED, UI_WRONG,
+ N_UI, *_) = _COUNT
+# UF_DEMAND: its first call's first-attempt demand (s)
+UF_T_ARRIVAL, UF_DEMAND, N_UF, *_ = _COUNT
 
 # per-node metric columns in out.metrics[sample, node, :]
 N_COUNTERS = len(TIERS) * len(OUTCOMES)  # requests_total{tier, outcome}
 (M_BUSY, M_QLEN, M_IN_FLIGHT, M_BUSY_SECONDS, M_WRONG, M_CANCELLED, M_LAT_SUM,
- M_LAT_COUNT, M_PROBES, M_PROBE_FAILURES) = range(N_COUNTERS, N_COUNTERS + 10)
-M_BUCKETS = N_COUNTERS + 10  # then one cumulative count per bucket bound, +Inf last
+ M_LAT_COUNT, M_PROBES, M_PROBE_FAILURES,
+ M_BUCKETS, *_) = _COUNT[N_COUNTERS:]  # then one cumulative count per bucket bound, +Inf last
 
 # fleet-wide metric columns in out.fleet[sample, :]
-(F_ATTEMPTS, F_RETRIES, F_RETRIES_DENIED, F_HEDGES, F_HEDGES_WON, F_DEGRADED) = range(
-    N_COUNTERS, N_COUNTERS + 6)
-N_FLEET_COUNTERS = N_COUNTERS + 6  # client_requests_total{tier, outcome} first
-F_BREAKER, F_HEDGE_ON, F_DEGRADED_ON = range(N_FLEET_COUNTERS, N_FLEET_COUNTERS + 3)
-F_SHEDDING = N_FLEET_COUNTERS + 3  # one gauge per tier
-N_FLEET = F_SHEDDING + len(TIERS)
+# client_requests_total{tier, outcome} first, then these counters, then the gauges
+(F_ATTEMPTS, F_RETRIES, F_RETRIES_DENIED, F_HEDGES, F_HEDGES_WON, F_DEGRADED,
+ N_FLEET_COUNTERS, *_) = _COUNT[N_COUNTERS:]
+F_BREAKER, F_HEDGE_ON, F_DEGRADED_ON, F_SHEDDING, *_ = _COUNT[N_FLEET_COUNTERS:]
+N_FLEET = F_SHEDDING + len(TIERS)  # F_SHEDDING: one gauge per tier
 
 # per-tier user statistics beyond outcome counts: out.tier_ext[tier, :]
-TX_ATTEMPTS, TX_HEDGES, TX_DEGRADED, TX_WRONG = 0, 1, 2, 3
-N_TX = 4
+TX_ATTEMPTS, TX_HEDGES, TX_DEGRADED, TX_WRONG, N_TX, *_ = _COUNT
 
 # latency histogram: log-spaced bins over [1e-3 ms, 1e7 ms]
 HIST_LOG10_MIN, HIST_BINS_PER_DECADE, HIST_DECADES = -3.0, 200, 10
@@ -247,7 +252,7 @@ def heap_push(ht, hk, isv, t, key):
 
 @njit(cache=True, error_model="numpy")
 def event_key(ident, kind, gen):
-    return ((gen & GEN_MASK) << 32) | (ident << 3) | kind
+    return ((gen & GEN_MASK) << 32) | (ident << EV_BITS) | kind
 
 
 # ---- model pieces ------------------------------------------------------------
@@ -939,8 +944,8 @@ def advance(cfg, st, out, t_end):
                 heap_k[i] = last_k
         if t_heap <= t_arr:  # ---- a timed event
             gen = key >> 32
-            ident = (key >> 3) & ID_MASK
-            kind = key & 7
+            ident = (key >> EV_BITS) & ID_MASK
+            kind = key & EV_MASK
             if kind == EV_DONE:  # a copy ends at its node: served, rejected or crashed
                 j = ident
                 if (job_i[j, JI_GEN] & GEN_MASK) != gen:
@@ -1248,7 +1253,7 @@ def advance(cfg, st, out, t_end):
             t0 = usr_f[u, UF_T_ARRIVAL]
             latency_ms = (t - t0) * 1000.0
             tier = usr_i[u, UI_TIER]
-            fleet_c[tier * 4 + fin_outcome] += 1
+            fleet_c[tier * N_OUTCOMES + fin_outcome] += 1
             if usr_i[u, UI_DEGRADED] != 0:
                 fleet_c[F_DEGRADED] += 1
             if record:

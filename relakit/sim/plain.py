@@ -32,12 +32,15 @@ ending or moving, or given up on by its client).
 
 from __future__ import annotations
 
+import hashlib
 import math
+from pathlib import Path
 
 import numpy as np
 from numba import njit
 
 from relakit.sim import kernel as K
+from relakit.sim import rng as rng_module
 from relakit.sim.kernel import (
     budget_slot,
     draw_service,
@@ -102,7 +105,6 @@ def run_plain(cfg: K.Config, st: K.State, out: K.Output, t_end: float) -> int:
                          *[getattr(out, a) for a in OUT_ARGS], t_end)
 
 
-@njit(cache=True, error_model="numpy")
 def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                   fs, isv, rng, node_i, node_f, node_c, cnt, lat_b, fleet_c,
                   budget, job_i, job_f, job_free, usr_i, usr_f, usr_free, call_i,
@@ -461,3 +463,21 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
     rng[K.RNG_SERVICE, 0], rng[K.RNG_SERVICE, 1] = v0, v1
     rng[K.RNG_SERVICE, 2], rng[K.RNG_SERVICE, 3] = v2, v3
     return status
+
+
+def _compiled(py):
+    """``py`` compiled and cached under a name carrying a digest of kernel.py and rng.py.
+
+    numba keys a cache entry on the source file of the function alone, but this loop
+    inlines kernel.py's constants and helpers and rng.py's generator: without the
+    digest an edit there (a column added, a helper fixed) would leave a stale compiled
+    loop in NUMBA_CACHE_DIR, silently. With it, such an edit is a new name, so a
+    recompile (the old entry stays on disk until ``make clean-cache``)."""
+    digest = hashlib.sha1()
+    for module in (K, rng_module):
+        digest.update(Path(module.__file__).read_bytes())
+    py.__qualname__ = f"{py.__name__}[{digest.hexdigest()[:12]}]"
+    return njit(cache=True, error_model="numpy")(py)
+
+
+advance_plain = _compiled(advance_plain)
