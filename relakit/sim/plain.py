@@ -1,33 +1,45 @@
 """The plain kernel: a small event loop for stretches that use none of the mechanisms.
 
 Most runs (every closed-form check, every sweep of routing, fan-out, tiers or
-load, and any policy run between its interventions) switch on no mitigation:
-no hedging, retries, deadlines, errors, intake limits, breaker, degraded mode
-or probes. For them :func:`advance_plain` replaces the general
+load, and a policy run between its interventions) switch on no mitigation: no
+hedging, retries, deadlines, errors, intake limits, breaker, degraded mode or
+probes. For them :func:`advance_plain` replaces the general
 :func:`relakit.sim.kernel.advance`: it reads and writes the *same* state and
 output arrays in the same way and draws the same numbers from the same
-streams, so the two are interchangeable between any two calls
-(``tests/test_kernel_specialised.py`` runs scenarios through both and asserts
-every array equal, bit for bit). What it leaves out is everything a plain
-stretch cannot meet: timer rings, hedge, retry, timeout and move events,
-admission checks, error draws, cancellation of sibling copies, breaker and
-degraded paths.
+streams, so the two kernels are interchangeable between any two calls
+(``tests/test_kernel_specialised.py`` runs scenarios through both, and one that
+switches hedging on and off mid-run, and asserts every array equal, bit for
+bit, but the per-event scratch ones, ``SCRATCH``). What it leaves out is
+everything a plain stretch cannot meet: the timer rings, hedge, retry, timeout
+and move events, admission checks, error draws, the settling of sibling
+copies, breaker and degraded paths, probes and the fault schedule.
 
-Why a separate loop rather than the general one with those branches compiled
-out (``kernel.specialised``, which it replaces for runs): measured, the
-specialisation of the 660-line loop was no faster (its removed branches were
-well predicted) and still took ~30 s to compile. The time a plain event costs
-went instead to state kept in arrays: every store into a pool array may alias
-the scalar state array ``st.is_``, so LLVM reloads and re-stores the pools'
-counters, the heap size and the clock around every store. Here the scalars a
-plain event touches live in locals (registers) and are written back when the
-call returns; the loop is ~200 lines and compiles in a few seconds.
+Why a loop of its own rather than the general one with those branches
+compiled out (``kernel.specialised``, which runs no longer use), measured on
+the 2-core machine under load 4-6 (CPU seconds, so the neighbours count less):
+
+* compile: the specialisation still typed and lowered the whole 660-line loop
+  and took its Config, State and Output tuples (~60 arrays: a trivial function
+  taking them compiles in ~0.9 s against ~0.1 s for two arrays, and a call
+  costs ~20 us against ~0.4 us). This loop takes the arrays themselves
+  (``CFG_ARGS``, ``STATE_ARGS``, ``OUT_ARGS``), as do the samplers it calls, and
+  a cold start (import, compile, run of a 1 s M/M/8) fell from 34.4-34.6 to
+  10.9-12.0 CPU s (wall 60-69 s to 17-22 s under that load);
+* speed: best of 5, records off, plain M/M/8 6.3 -> 7.0 M requests per CPU
+  second, 50 M/M/8 nodes 4.5 -> 4.7 (about +10 %); the branches the
+  specialisation removed were well predicted. The rest of the distance to the
+  C heap (``benchmarks/ref_heap.c``) is the bookkeeping the state layout asks
+  for, spread evenly over the loop (perf: no instruction range above 5 %;
+  ``log`` 21 %, ``log10`` 2 %): a user, a call and a job row per request, a
+  FIFO link, per-node Prometheus buckets and counters, the tier histogram.
+  The scalars an event touches (pool and heap counts, clock, streams) live in
+  locals and are written back on return.
 
 :func:`plain_ok` says when the loop applies: the model and the flags use no
 mechanism (``kernel.features_of`` is empty), and nothing a mechanism left
-behind is still pending (timers in the rings or the heap other than
-completions, a failover to do, a live copy that is a hedge, a retry, degraded,
-ending or moving, or given up on by its client).
+behind is pending (timers in the rings, heap events other than completions, a
+failover to do, a live copy that is a hedge, a retry, degraded, ending or
+moving, or given up on by its client).
 """
 
 from __future__ import annotations
@@ -173,10 +185,12 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
     v0, v1, v2, v3 = rng[K.RNG_SERVICE, 0], rng[K.RNG_SERVICE, 1], rng[K.RNG_SERVICE, 2], rng[
         K.RNG_SERVICE, 3]
     while True:
-        # ---- loop head: the earliest of the next arrival, completion and sample
+        # ---- loop head: the earliest of the next arrival, completion and sample; the
+        # room checks (as the general kernel's, so pools grow at the same event). Cost:
+        # a dozen loads and compares; the arrival-or-completion branch is a coin toss.
         t_heap = heap_t[0] if heap_n > 0 else np.inf
         t = min(t_arr, t_heap)
-        if t_rare <= t and t_rare <= t_end:  # ---- a metrics sample (rare)
+        if t_rare <= t and t_rare <= t_end:  # ---- a metrics sample: once per node per interval
             t_node = fs[K.FS_NEXT_NODE_SAMPLE]
             if t_node == t_rare:
                 if isv[K.IS_MAX_NODE_SAMPLE] >= samp_cap:
@@ -212,7 +226,7 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
         fin_u = -1  # the user request that ends now, and how
         fin_outcome = K.OK
 
-        if t_heap <= t_arr:  # ---- a completion: pop the heap's top (sift down)
+        if t_heap <= t_arr:  # ---- a completion: heap pop, O(log in-service copies)
             key = heap_k[0]
             heap_n -= 1
             if heap_n > 0:
@@ -254,7 +268,9 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
             job_i[j, K.JI_GEN] += 1
             job_free[job_free_n] = j
             job_free_n += 1
-            # ---- its call is answered (its only copy): unlink the copy, settle the user
+            # (then the node's bucket search, a few compares; busy-seconds, counters)
+            # ---- its call is answered (its only copy): unlink the copy, settle the user;
+            # ~15 loads and stores over the job, call and user rows
             prev = -1
             j2 = call_i[c, K.CL_FIRST]
             while j2 != j:
@@ -278,7 +294,8 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
             if remaining == 0:
                 fin_u = u
                 fin_outcome = usr_i[u, K.UI_WORST]
-        else:  # ---- a user request arrives: tier, demands, nodes, calls; next arrival
+        else:  # ---- a user request arrives: tier, demands, nodes, calls; next arrival.
+            # Cost: 3 uniforms and 2 logs (tier, demand, gap), ~20 stores (user, calls)
             usr_free_n -= 1
             u = usr_free[usr_free_n]
             user_seq += 1
@@ -344,7 +361,8 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 a0, a1, a2, a3 = rng[K.RNG_ARRIVALS, 0], rng[K.RNG_ARRIVALS, 1], rng[
                     K.RNG_ARRIVALS, 2], rng[K.RNG_ARRIVALS, 3]
 
-        # ---- the user request ends: client counters, record row, histogram
+        # ---- the user request ends: client counters, record row, histogram. Cost: one
+        # log10 (the histogram bin), ~10 stores, 10 more with records on
         if fin_u >= 0:
             u = fin_u
             in_flight -= 1
@@ -380,7 +398,8 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
             usr_free[usr_free_n] = u
             usr_free_n += 1
 
-        # ---- send: each new call's first attempt joins its node's queue
+        # ---- send: each new call's first attempt joins its node's queue. Cost: a job
+        # from the pool, ~18 stores (job row, call row, FIFO link)
         for i in range(n_send):
             c = send[i, 0]
             node = send[i, 1]
@@ -415,7 +434,8 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
             touched[n_touched] = node
             n_touched += 1
 
-        # ---- start service where servers are free; each start pushes its completion
+        # ---- start service where servers are free; each start pushes its completion.
+        # Cost: a dequeue, busy-seconds, a heap push, O(log in-service copies)
         for i in range(n_touched):
             node = touched[i]
             while (node_i[node, K.NI_QLEN] > 0
