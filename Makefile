@@ -20,9 +20,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (relakit)"
 	touch $@
 
-# the kernel's common specialisations compiled once into the shared cache (again after
-# a kernel edit): tests, sweep workers and notebooks then load instead of compiling
-$(NUMBA_CACHE_DIR)/.warm: $(VENV)/.installed relakit/sim/kernel.py relakit/sim/rng.py
+# the two kernels runs use (plain and general) compiled once into the shared cache (again
+# after a kernel edit): tests, sweep workers and notebooks then load instead of compiling
+$(NUMBA_CACHE_DIR)/.warm: $(VENV)/.installed relakit/sim/kernel.py relakit/sim/plain.py \
+		relakit/sim/rng.py
 	$(BIN)/python tools/warm_kernel_cache.py
 	touch $@
 

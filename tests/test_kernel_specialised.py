@@ -1,25 +1,29 @@
-"""The specialised kernels (relakit.sim.kernel.specialised) change speed, never results.
+"""The plain kernel (relakit.sim.plain) and the specialised kernels
+(relakit.sim.kernel.specialised) change speed, never results.
 
-A scenario runs through the kernel compiled for the mechanisms it uses and
-through the general kernel (every mechanism compiled in, configured off where
-the scenario does not use it): every table and counter must be identical.
-Each scenario also checks that its mechanisms did something, so the equality
-is not vacuous, and that the specialisation picked is the one named.
+A scenario runs through the fast kernel and through the general kernel (every
+mechanism compiled in, configured off where the scenario does not use it):
+every state and output array must be identical, bit for bit (for the plain
+kernel, all but one event's scratch arrays, ``plain.SCRATCH``). Each scenario
+also checks that the fast kernel really ran and that its mechanisms did
+something, so the equality is not vacuous.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 import pytest
 from conftest import make_scenario
 
 from relakit.scenario import load_scenario
+from relakit.sim import fleet as fleet_module
 from relakit.sim import kernel as K
+from relakit.sim import plain as P
 from relakit.sim.fleet import Fleet
 
-
-def _plain():
-    return make_scenario(rate=700, duration=20, servers=8), frozenset()
+general_advance = K.advance
 
 
 def _mitigated():
@@ -50,8 +54,7 @@ def _fleet(sc, kernel, monkeypatch):
     return fleet
 
 
-@pytest.mark.parametrize("make", [_plain, _mitigated, _probed],
-                         ids=["plain", "mitigated", "probes"])
+@pytest.mark.parametrize("make", [_mitigated, _probed], ids=["mitigated", "probes"])
 def test_specialised_equals_general(make, monkeypatch):
     sc, features = make()
     fleet = Fleet(load_scenario(sc))
@@ -70,10 +73,8 @@ def test_specialised_equals_general(make, monkeypatch):
         assert fleet_c[K.F_RETRIES] > 0 and fleet_c[K.F_HEDGES] > 0
         assert fast.out.tier_cnt[:, K.TIMEOUT].sum() > 0
         assert fast.out.tier_cnt[:, K.ERROR].sum() > 0
-    elif "probes" in features:
-        assert fast.st.node_c[1, K.NC_PROBE_FAILURES] > 0
     else:
-        assert fleet_c[K.F_ATTEMPTS] == fast.st.is_[K.IS_USER_SEQ]  # one copy per request
+        assert fast.st.node_c[1, K.NC_PROBE_FAILURES] > 0
 
 
 def test_unknown_feature_is_an_error():
@@ -88,3 +89,123 @@ def test_each_combination_has_its_own_name():
     assert a.py_func.__qualname__ == "advance[plain]"
     assert b.py_func.__qualname__ == "advance[hedging+retries]"
     assert np.all([f in K.FEATURES for f in ("hedging", "intake", "errors")])
+
+
+# ---- the plain kernel (relakit.sim.plain) ----------------------------------------------
+def _p_single():
+    return make_scenario(rate=700, duration=20, servers=8)
+
+
+def _p_fleet():  # weights, tiers, fan-out to distinct nodes, metric phases
+    sc = make_scenario(rate=900, duration=20, nodes=5, servers=4, fanout=3,
+                       weights=[1, 2, 1, 1, 3], warmup=2,
+                       tiers={"gold": 0.2, "silver": 0.3, "bronze": 0.5})
+    sc["metrics"]["phase_s"] = [0.0, 0.1, 0.2, 0.3, 0.4]
+    return sc
+
+
+def _p_p2c():  # p2c routing, lognormal service, a retry budget that counts first attempts
+    sc = make_scenario(rate=2000, duration=20, nodes=4, servers=4, routing="p2c",
+                       service={"kind": "lognormal", "mean_ms": 10, "cv": 2})
+    sc["mitigations"] = {"retries": {"max_attempts": 1, "budget_ratio": 0.1}}
+    return sc
+
+
+def _p_jsq():
+    return make_scenario(rate=2000, duration=20, nodes=4, servers=4, routing="jsq",
+                         service={"kind": "pareto", "mean_ms": 10, "alpha": 2.5})
+
+
+def _p_trace():  # trace arrivals (thinning), round robin
+    return make_scenario(rate=1, duration=20, nodes=4, servers=4, routing="round_robin",
+                         arrival={"kind": "trace", "points": [[0, 500], [10, 3000], [20, 1000]]})
+
+
+def _run(sc, plain, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeypatch=None):
+    """A fleet advanced in steps through the plain kernel where it applies (plain=True),
+    or the general kernel throughout; returns it and how many calls went to each."""
+    calls = {"plain": 0, "general": 0}
+    fleet = Fleet(load_scenario(sc), record_requests=records)
+
+    def counting(kernel, name):
+        def run(*args):
+            calls[name] += 1
+            return kernel(*args)
+        return run
+
+    monkeypatch.setattr(Fleet, "specialise", plain)
+    monkeypatch.setattr(fleet_module, "run_plain", counting(P.run_plain, "plain"))
+    monkeypatch.setattr(K, "advance", counting(general_advance, "general"))
+    for t in steps:
+        fleet.advance(t)
+        if between is not None:
+            between(fleet, t)
+    return fleet, calls
+
+
+def _assert_same(a, b):
+    for part in ("st", "out"):  # every array of the state and the outputs, bit for bit
+        x, y = getattr(a, part), getattr(b, part)
+        for name in x._fields:
+            if name not in P.SCRATCH:
+                np.testing.assert_array_equal(getattr(x, name), getattr(y, name), err_msg=name)
+
+
+@pytest.mark.parametrize("records", [True, False], ids=["records", "no-records"])
+@pytest.mark.parametrize("make", [_p_single, _p_fleet, _p_p2c, _p_jsq, _p_trace],
+                         ids=["mm8", "weighted-fanout-tiers", "p2c-lognormal", "jsq-pareto",
+                              "trace-round-robin"])
+def test_plain_kernel_equals_general(make, records, monkeypatch):
+    sc = make()
+    fast, used = _run(sc, True, records, monkeypatch=monkeypatch)
+    general, used_general = _run(sc, False, records, monkeypatch=monkeypatch)
+    assert used["general"] == 0 and used["plain"] >= 3  # the plain kernel ran it all
+    assert used_general["plain"] == 0
+    assert fast.n_arrived > 10_000
+    assert fast.out.sample_t.shape == general.out.sample_t.shape
+    _assert_same(fast, general)
+    if records:  # the records are the user requests, one row each
+        assert fast.st.is_[K.IS_NREC] > 0.99 * fast.n_arrived - fast.users_in_flight
+
+
+def test_kernels_hand_over_mid_run(monkeypatch):
+    """Plain, then hedging switched on (the general kernel), then off again: the plain
+    kernel takes over once no hedge is pending, and the run equals the general one."""
+    sc = make_scenario(rate=1400, duration=30, nodes=4, servers=4)
+    sc["mitigations"] = {"hedge": {"delay_ms": 15, "cancel": "queued"}}
+
+    def flip(fleet, t):
+        fleet.set_flags(hedge_enabled=(t == 10.0))
+
+    steps = (10.0, 20.0, 20.5, 25.0, 30.0)
+    fast, used = _run(sc, True, steps=steps, between=flip, monkeypatch=monkeypatch)
+    general, _ = _run(sc, False, steps=steps, between=flip, monkeypatch=monkeypatch)
+    assert fast.st.fleet_c[K.F_HEDGES] > 0
+    assert used["plain"] >= 3 and used["general"] >= 1
+    _assert_same(fast, general)
+
+
+def test_plain_ok_says_no_while_a_mechanism_or_its_leftovers_are_about():
+    fleet = Fleet(load_scenario(_p_single()))
+    assert P.plain_ok(fleet.cfg, fleet.st)
+    mitigated = Fleet(load_scenario(_mitigated()[0]))
+    assert not P.plain_ok(mitigated.cfg, mitigated.st)
+    sc = make_scenario(rate=1400, duration=5, nodes=4, servers=4)
+    sc["mitigations"] = {"hedge": {"delay_ms": 15}}
+    sc["controls"] = {"hedge_enabled": True}
+    hedged = Fleet(load_scenario(sc))
+    hedged.advance(2.0)
+    assert not P.plain_ok(hedged.cfg, hedged.st)
+    hedged.set_flags(hedge_enabled=False)  # hedge timers still pending in their ring
+    assert not K.features_of(hedged.cfg, hedged.st)
+    assert not P.plain_ok(hedged.cfg, hedged.st)
+
+
+def test_plain_kernel_parameters_are_the_named_fields():
+    names = list(inspect.signature(P.advance_plain.py_func).parameters)
+    assert len(names) == len(P.CFG_ARGS) + len(P.STATE_ARGS) + len(P.OUT_ARGS) + 1
+    assert set(P.CFG_ARGS) <= set(K.Config._fields)
+    assert set(P.STATE_ARGS) <= set(K.State._fields)
+    assert set(P.OUT_ARGS) <= set(K.Output._fields)
+    # its cache entry is named by a digest of kernel.py and rng.py, which it inlines
+    assert P.advance_plain.py_func.__qualname__.startswith("advance_plain[")

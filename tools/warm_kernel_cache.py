@@ -1,10 +1,12 @@
-"""Fill NUMBA_CACHE_DIR with the kernel's common specialisations (``make setup`` runs it).
+"""Fill NUMBA_CACHE_DIR with the two kernels runs use (``make setup`` runs it).
 
-Compiling ``advance`` from an empty cache takes tens of seconds per combination
-of mechanisms (relakit.sim.kernel.specialised); done once here, every later
-process (tests, sweep workers, notebooks) sharing the cache directory loads it
-in well under a second. Warms the two kernels runs use: the plain specialisation and
-the general kernel (any mechanism on; relakit.sim.fleet picks between them).
+relakit.sim.fleet picks, before each kernel call, the plain kernel
+(relakit.sim.plain: no mechanism on; ~10-20 s to compile from an empty cache
+on this machine, load included) or the general one (relakit.sim.kernel.advance:
+any mechanism on; ~30-60 s). Compiled once here, every later process (tests,
+sweep workers, notebooks) sharing the cache directory loads them in about a
+second. One scenario of each kind is enough: every scenario gives the kernels
+the same argument types.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import numpy as np
 
 from relakit.sim import kernel as K
 from relakit.sim.longtable import fleet_columns, node_columns
+from relakit.sim.plain import plain_ok, run_plain
 from relakit.sim.rng import new_state
 from relakit.sim.spec import DataPlane
 from relakit.vocab import BREAKER_STATES, TIERS, Flags
@@ -126,9 +127,9 @@ def _grown_pool(ids_free: np.ndarray, n_free: int, old: int, new: int) -> np.nda
 def _grown_rings(tq_t, tq_k, tq_n) -> dict:
     """Timer rings twice as long, each unrolled so its head is at slot 0."""
     cap = tq_t.shape[1]
-    new_t, new_k = np.zeros((2, 2 * cap)), np.zeros((2, 2 * cap), np.int64)
+    new_t, new_k = np.zeros((K.N_TQ, 2 * cap)), np.zeros((K.N_TQ, 2 * cap), np.int64)
     new_n = tq_n.copy()
-    for q in range(2):
+    for q in range(K.N_TQ):
         head, count = tq_n[q]
         order = (head + np.arange(count)) % cap
         new_t[q, :count] = tq_t[q, order]
@@ -182,8 +183,8 @@ class Fleet:
             call_i=np.zeros((jobs, K.N_CL), np.int64), call_f=np.zeros((jobs, K.N_CLF)),
             call_free=np.arange(jobs - 1, -1, -1, dtype=np.int64),
             heap_t=np.zeros(heap), heap_k=np.zeros(heap, np.int64),
-            tq_t=np.zeros((2, heap)), tq_k=np.zeros((2, heap), np.int64),
-            tq_n=np.zeros((2, 2), np.int64),
+            tq_t=np.zeros((K.N_TQ, heap)), tq_k=np.zeros((K.N_TQ, heap), np.int64),
+            tq_n=np.zeros((K.N_TQ, 2), np.int64),  # (head, count) per ring
             scratch=np.zeros(n + 3 * fanout + 8, np.int64),
             send=np.zeros((fanout + 2, 4), np.int64),
             pend_t=np.zeros(n + 4 * fanout + 16), pend_k=np.zeros(n + 4 * fanout + 16, np.int64),
@@ -221,12 +222,11 @@ class Fleet:
         if t_s < self.now:
             raise ValueError(f"cannot advance to {t_s} s: the fleet is already at {self.now} s")
         while True:
-            # two kernels only: the plain one (no mechanism this stretch may meet) and the
-            # general one. Every combination (K.specialised) costs its own cold compile of
-            # tens of seconds; with one per combination a fresh CI run passed 20 minutes
+            # two kernels: the small plain loop (relakit.sim.plain: no mechanism this
+            # stretch may meet, nothing one left pending) and the general one
             kernel = K.advance
-            if self.specialise and not K.features_of(self.cfg, self.st):
-                kernel = K.specialised(frozenset())
+            if self.specialise and plain_ok(self.cfg, self.st):
+                kernel = run_plain
             status = kernel(self.cfg, self.st, self.out, float(t_s))
             if status == K.DONE:
                 return self

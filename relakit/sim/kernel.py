@@ -75,6 +75,7 @@ from relakit.vocab import BREAKER_STATES, OUTCOMES, TIERS  # noqa: F401 - re-exp
 OK, ERROR, TIMEOUT, DROPPED = (OUTCOMES.index(o) for o in ("ok", "error", "timeout", "dropped"))
 GOLD = TIERS.index("gold")
 ALL_TIERS = (1 << len(TIERS)) - 1  # a flag on for every tier (IS_HEDGE_ON, IS_DEGRADED_ON)
+N_OUTCOMES = len(OUTCOMES)
 
 # random streams: st.rng[RNG_X] is stream "x" (see the module docstring); append only
 STREAMS = ("arrivals", "service", "copy_service", "routing", "reroute", "hedge_targets",
@@ -86,13 +87,13 @@ STREAMS = ("arrivals", "service", "copy_service", "routing", "reroute", "hedge_t
 N_STREAMS = len(STREAMS)
 
 SERVICE_KINDS = ("exponential", "deterministic", "lognormal", "pareto", "bimodal")
-S_EXP, S_DET, S_LOGNORMAL, S_PARETO, S_BIMODAL = 0, 1, 2, 3, 4
+S_EXP, S_DET, S_LOGNORMAL, S_PARETO, S_BIMODAL = (SERVICE_KINDS.index(k) for k in SERVICE_KINDS)
 
 ROUTINGS = ("random", "round_robin", "jsq", "p2c")
-R_RANDOM, R_RR, R_JSQ, R_P2C = 0, 1, 2, 3
+R_RANDOM, R_RR, R_JSQ, R_P2C = (ROUTINGS.index(r) for r in ROUTINGS)
 
 CANCELS = ("queued", "started", "never")
-CANCEL_QUEUED, CANCEL_STARTED, CANCEL_NEVER = 0, 1, 2
+CANCEL_QUEUED, CANCEL_STARTED, CANCEL_NEVER = (CANCELS.index(c) for c in CANCELS)
 BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = (BREAKER_STATES.index(b) for b in (
     "closed", "half_open", "open"))
 
@@ -112,103 +113,107 @@ FEATURES = ("hedging", "deadlines", "retries", "errors", "intake", "breaker", "d
             "probes")
 HEDGING = DEADLINES = RETRIES = ERRORS = INTAKE = BREAKER = DEGRADED = PROBES = True
 
-# status returned by advance
-DONE, GROW_POOLS, GROW_RECORDS, GROW_SAMPLES = 0, 1, 2, 3
+# Index constants: each group is unpacked from 0, 1, 2, ...; the name after a group's
+# last member is its count (N_*), so adding one is one edit and nothing is counted by hand
+_COUNT = range(64)
 
-# heap key = generation << 32 | id << 3 | kind (a stale generation means: ignore)
-EV_DONE, EV_TIMEOUT, EV_HEDGE, EV_RETRY, EV_MOVE = 0, 1, 2, 3, 4
+# status returned by advance
+DONE, GROW_POOLS, GROW_RECORDS, GROW_SAMPLES, *_ = _COUNT
+
+# Event kinds a timer carries. Heap key = generation << 32 | id << EV_BITS | kind (a
+# stale generation means: ignore). EV_DONE: a copy's service ends (or its rejection
+# or crash is due); EV_TIMEOUT: its client stops waiting; EV_HEDGE, EV_RETRY: a call's
+# hedge or retry falls due; EV_MOVE: a job failed over from an isolated node arrives.
+EV_DONE, EV_TIMEOUT, EV_HEDGE, EV_RETRY, EV_MOVE, N_EVENT_KINDS, *_ = _COUNT
+EV_BITS = 3
+EV_MASK = (1 << EV_BITS) - 1
+assert N_EVENT_KINDS <= 1 << EV_BITS
 GEN_MASK = (1 << 31) - 1
-ID_MASK = (1 << 29) - 1
+ID_MASK = (1 << (32 - EV_BITS)) - 1
 
 # cfg_f: model scalars (float)
 (CF_RATE_MAX, CF_SAMPLE_DT, CF_DEADLINE, CF_WARMUP, CF_SVC_A, CF_SVC_B, CF_SVC_C,
  CF_HEDGE_DELAY, CF_HEDGE_Q, CF_BACKOFF, CF_BACKOFF_MAX, CF_BUDGET_RATIO, CF_BUDGET_WINDOW,
- CF_DEGRADED_FACTOR, CF_HALF_OPEN_ADMIT, CF_PROBE_RATE) = _CF_COLUMNS = range(16)  # checked
-N_CF = len(_CF_COLUMNS)
+ CF_DEGRADED_FACTOR, CF_HALF_OPEN_ADMIT, CF_PROBE_RATE,
+ N_CF, *_) = _COUNT
 # cfg_i: model scalars (int)
 (CI_SVC_KIND, CI_ROUTING, CI_FANOUT, CI_RECORD, CI_CONST_RATE, CI_QUEUE_LIMIT, CI_CANCEL,
  CI_MAX_HEDGES, CI_MAX_ATTEMPTS, CI_JITTER, CI_RETRY_MASK, CI_DEGRADED_FANOUT,
- CI_BREAKER_MASK, CI_FAILOVER, CI_ELSEWHERE) = _CI_COLUMNS = range(15)  # unpacking checks the count
-N_CI = len(_CI_COLUMNS)
+ CI_BREAKER_MASK, CI_FAILOVER, CI_ELSEWHERE,
+ N_CI, *_) = _COUNT
 
 # st.fs: state scalars (float)
 (FS_NOW, FS_NEXT_ARRIVAL, FS_NEXT_SAMPLE, FS_NEXT_SCHED, FS_WRR_TOTAL, FS_HEDGE_DELAY,
- FS_NEXT_NODE_SAMPLE, FS_NEXT_PROBE) = _FS_COLUMNS = range(8)  # unpacking checks the count
-N_FS = len(_FS_COLUMNS)
+ FS_NEXT_NODE_SAMPLE, FS_NEXT_PROBE,
+ N_FS, *_) = _COUNT
 # st.is_: state scalars (int)
 (IS_HEAP_N, IS_JOB_FREE_N, IS_USR_FREE_N, IS_CALL_FREE_N, IS_NREC, IS_NSAMPLE, IS_RR,
  IS_SCHED_POS, IS_STAMP, IS_N_ELIGIBLE, IS_EQUAL_WEIGHTS, IS_SHED_MASK, IS_IN_FLIGHT_USERS,
  IS_HEDGE_ON, IS_DEGRADED_ON, IS_BREAKER, IS_BUDGET_BUCKET, IS_USER_SEQ,
- IS_MAX_NODE_SAMPLE) = _IS_COLUMNS = range(19)  # unpacking checks the count
-N_IS = len(_IS_COLUMNS)
+ IS_MAX_NODE_SAMPLE,
+ N_IS, *_) = _COUNT
 # Timers with one fixed delay fall due in the order they are set, so they wait in FIFO
 # rings (st.tq_t / st.tq_k; row 0 attempt timeouts, row 1 fixed-delay hedges) instead of
 # the heap: O(1) each, and the heap stays small. st.tq_n[q] = (head, count).
-TQ_TIMEOUT, TQ_HEDGE = 0, 1
-N_TQ = 2
+TQ_TIMEOUT, TQ_HEDGE, N_TQ, *_ = _COUNT
 TQ_HEAP = -1
 BUDGET_BUCKETS = 10
 
 # st.node_i columns
 (NI_SERVERS, NI_BUSY, NI_QLEN, NI_QHEAD, NI_QTAIL, NI_ROUTABLE, NI_INTAKE_LIMIT, NI_CRASHED,
- NI_STAMP, NI_NSAMPLE, NI_FAILOVER) = _NI_COLUMNS = range(11)  # unpacking checks the count
-N_NI = len(_NI_COLUMNS)
+ NI_STAMP, NI_NSAMPLE, NI_FAILOVER,
+ N_NI, *_) = _COUNT
 # st.node_f columns
 (NF_WEIGHT, NF_ERR_RATE, NF_SLOWDOWN, NF_BUSY_AREA, NF_LAST_T, NF_WRR_CUR, NF_CUM,
  NF_WRONG_RATE, NF_TOKEN_RATE, NF_TOKEN_BURST, NF_TOKENS, NF_TOKEN_T, NF_LAT_SUM,
- NF_NEXT_SAMPLE, NF_REPAIRED_AT) = _NF_COLUMNS = range(15)  # unpacking checks the count
-N_NF = len(_NF_COLUMNS)
+ NF_NEXT_SAMPLE, NF_REPAIRED_AT,
+ N_NF, *_) = _COUNT
 # st.node_c: per-node counters beyond requests_total
-NC_WRONG, NC_CANCELLED, NC_PROBES, NC_PROBE_FAILURES = _NC_COLUMNS = range(4)
-N_NC = len(_NC_COLUMNS)
+NC_WRONG, NC_CANCELLED, NC_PROBES, NC_PROBE_FAILURES, N_NC, *_ = _COUNT
 
 # st.job_i / job_f columns
 (JI_CALL, JI_NODE, JI_NEXT, JI_PREV, JI_GEN, JI_STATE, JI_OUTCOME, JI_SIB, JI_CLIENT, JI_HEDGE,
- JI_TIER, JI_DEGRADED) = _JI_COLUMNS = range(12)  # unpacking checks the count
-N_JI = len(_JI_COLUMNS)
+ JI_TIER, JI_DEGRADED,
+ N_JI, *_) = _COUNT
 # a job ENDING has its outcome decided (rejected, or its node crashed) and its DONE event
 # due now; a SERVING job's outcome is drawn when its DONE event fires
-J_FREE, J_QUEUED, J_SERVING, J_ENDING, J_MOVING = 0, 1, 2, 3, 4
+J_FREE, J_QUEUED, J_SERVING, J_ENDING, J_MOVING, *_ = _COUNT
 # what the client makes of a job: still waiting on it, gave up on it (timeout), or
 # no longer needs it (another copy answered)
-C_WAITING, C_TIMED_OUT, C_LOST = 0, 1, 2
+C_WAITING, C_TIMED_OUT, C_LOST, *_ = _COUNT
 # JF_DEMAND: service seconds before slowdown; NO_DEMAND until drawn (a copy's, at its start)
-JF_T_NODE, JF_T_START, JF_DEMAND = 0, 1, 2
+JF_T_NODE, JF_T_START, JF_DEMAND, N_JF, *_ = _COUNT
 NO_DEMAND = -1.0
-N_JF = 3
 
 # st.call_i columns
 (CL_USER, CL_GEN, CL_ATTEMPTS, CL_HEDGES, CL_COPIES, CL_FIRST, CL_LAST_NODE,
- CL_TIER) = _CL_COLUMNS = range(8)  # unpacking checks the count
-N_CL = len(_CL_COLUMNS)
+ CL_TIER,
+ N_CL, *_) = _COUNT
 # st.call_f: the call's first-attempt service demand (seconds), drawn at arrival
-CLF_DEMAND = 0
-N_CLF = 1
+CLF_DEMAND, N_CLF, *_ = _COUNT
 
 # st.usr_i / usr_f columns
 (UI_TIER, UI_REMAINING, UI_WORST, UI_CRIT, UI_FANOUT, UI_GEN, UI_ATTEMPTS, UI_HEDGES,
- UI_DEGRADED, UI_WRONG) = _UI_COLUMNS = range(10)  # unpacking checks the count
-N_UI = len(_UI_COLUMNS)
-UF_T_ARRIVAL, UF_DEMAND = 0, 1  # UF_DEMAND: its first call's first-attempt demand (s)
-N_UF = 2
+ UI_DEGRADED, UI_WRONG,
+ N_UI, *_) = _COUNT
+# UF_DEMAND: its first call's first-attempt demand (s)
+UF_T_ARRIVAL, UF_DEMAND, N_UF, *_ = _COUNT
 
 # per-node metric columns in out.metrics[sample, node, :]
 N_COUNTERS = len(TIERS) * len(OUTCOMES)  # requests_total{tier, outcome}
 (M_BUSY, M_QLEN, M_IN_FLIGHT, M_BUSY_SECONDS, M_WRONG, M_CANCELLED, M_LAT_SUM,
- M_LAT_COUNT, M_PROBES, M_PROBE_FAILURES) = range(N_COUNTERS, N_COUNTERS + 10)
-M_BUCKETS = N_COUNTERS + 10  # then one cumulative count per bucket bound, +Inf last
+ M_LAT_COUNT, M_PROBES, M_PROBE_FAILURES,
+ M_BUCKETS, *_) = _COUNT[N_COUNTERS:]  # then one cumulative count per bucket bound, +Inf last
 
 # fleet-wide metric columns in out.fleet[sample, :]
-(F_ATTEMPTS, F_RETRIES, F_RETRIES_DENIED, F_HEDGES, F_HEDGES_WON, F_DEGRADED) = range(
-    N_COUNTERS, N_COUNTERS + 6)
-N_FLEET_COUNTERS = N_COUNTERS + 6  # client_requests_total{tier, outcome} first
-F_BREAKER, F_HEDGE_ON, F_DEGRADED_ON = range(N_FLEET_COUNTERS, N_FLEET_COUNTERS + 3)
-F_SHEDDING = N_FLEET_COUNTERS + 3  # one gauge per tier
-N_FLEET = F_SHEDDING + len(TIERS)
+# client_requests_total{tier, outcome} first, then these counters, then the gauges
+(F_ATTEMPTS, F_RETRIES, F_RETRIES_DENIED, F_HEDGES, F_HEDGES_WON, F_DEGRADED,
+ N_FLEET_COUNTERS, *_) = _COUNT[N_COUNTERS:]
+F_BREAKER, F_HEDGE_ON, F_DEGRADED_ON, F_SHEDDING, *_ = _COUNT[N_FLEET_COUNTERS:]
+N_FLEET = F_SHEDDING + len(TIERS)  # F_SHEDDING: one gauge per tier
 
 # per-tier user statistics beyond outcome counts: out.tier_ext[tier, :]
-TX_ATTEMPTS, TX_HEDGES, TX_DEGRADED, TX_WRONG = 0, 1, 2, 3
-N_TX = 4
+TX_ATTEMPTS, TX_HEDGES, TX_DEGRADED, TX_WRONG, N_TX, *_ = _COUNT
 
 # latency histogram: log-spaced bins over [1e-3 ms, 1e7 ms]
 HIST_LOG10_MIN, HIST_BINS_PER_DECADE, HIST_DECADES = -3.0, 200, 10
@@ -248,10 +253,23 @@ def heap_push(ht, hk, isv, t, key):
 
 @njit(cache=True, error_model="numpy")
 def event_key(ident, kind, gen):
-    return ((gen & GEN_MASK) << 32) | (ident << 3) | kind
+    return ((gen & GEN_MASK) << 32) | (ident << EV_BITS) | kind
 
 
 # ---- model pieces ------------------------------------------------------------
+@njit(cache=True, error_model="numpy")
+def bisect_right(a, x, lo, hi):
+    """``np.searchsorted(a[lo:hi], x, side="right") + lo`` for sorted a: the first index
+    whose value is > x. Written out: numba's searchsorted adds ~1 s to a cold compile."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @njit(cache=True, error_model="numpy")
 def rate_at(t, rate_t, rate_v):
     """Piecewise-linear rate; a repeated time is a step (the later value wins)."""
@@ -260,7 +278,7 @@ def rate_at(t, rate_t, rate_v):
         return rate_v[0]
     if t >= rate_t[n - 1]:
         return rate_v[n - 1]
-    i = np.searchsorted(rate_t, t, side="right") - 1
+    i = bisect_right(rate_t, t, 0, n) - 1
     t0 = rate_t[i]
     t1 = rate_t[i + 1]
     if t1 <= t0:
@@ -355,7 +373,7 @@ def _weighted_pick(node_i, node_f, isv, fs, rng, k):
     if isv[IS_EQUAL_WEIGHTS] != 0:
         return min(int(uniform(rng, k) * n), n - 1)
     x = uniform(rng, k) * fs[FS_WRR_TOTAL]
-    i = np.searchsorted(node_f[:, NF_CUM], x, side="right")
+    i = bisect_right(node_f[:, NF_CUM], x, 0, n)
     while i < n - 1 and not _eligible(node_i, node_f, i):
         i += 1
     return min(i, n - 1)
@@ -602,74 +620,78 @@ def on_schedule(cfg, st, t):
 
 
 @njit(cache=True, error_model="numpy")
-def sample_node(cfg, st, out, i, t):
-    """What a scrape of node i at time t would return, as one row of out.metrics."""
-    s = st.node_i[i, NI_NSAMPLE]
-    out.sample_t[s, i] = t
-    m = out.metrics
-    ni = st.node_i
+def sample_node(m, sample_t, cnt, ni, nf, node_c, lat_b, isv, phase, dt, i, t):
+    """What a scrape of node i at time t would return, as one row of out.metrics (m).
+
+    Arrays only, as every helper of the loops: a helper taking the Config, State
+    and Output tuples costs about a second more to compile (unboxing ~60 arrays),
+    and ~20 us a call."""
+    s = ni[i, NI_NSAMPLE]
+    sample_t[s, i] = t
     c = 0
     for tier in range(len(TIERS)):
         for o in range(len(OUTCOMES)):
-            m[s, i, c] = st.cnt[i, tier, o]
+            m[s, i, c] = cnt[i, tier, o]
             c += 1
-    touch_busy(ni, st.node_f, i, t)
+    touch_busy(ni, nf, i, t)
     m[s, i, M_BUSY] = ni[i, NI_BUSY]
     m[s, i, M_QLEN] = ni[i, NI_QLEN]
     m[s, i, M_IN_FLIGHT] = ni[i, NI_BUSY] + ni[i, NI_QLEN]
-    m[s, i, M_BUSY_SECONDS] = st.node_f[i, NF_BUSY_AREA]
-    m[s, i, M_WRONG] = st.node_c[i, NC_WRONG]
-    m[s, i, M_CANCELLED] = st.node_c[i, NC_CANCELLED]
-    m[s, i, M_PROBES] = st.node_c[i, NC_PROBES]
-    m[s, i, M_PROBE_FAILURES] = st.node_c[i, NC_PROBE_FAILURES]
-    m[s, i, M_LAT_SUM] = st.node_f[i, NF_LAT_SUM]
+    m[s, i, M_BUSY_SECONDS] = nf[i, NF_BUSY_AREA]
+    m[s, i, M_WRONG] = node_c[i, NC_WRONG]
+    m[s, i, M_CANCELLED] = node_c[i, NC_CANCELLED]
+    m[s, i, M_PROBES] = node_c[i, NC_PROBES]
+    m[s, i, M_PROBE_FAILURES] = node_c[i, NC_PROBE_FAILURES]
+    m[s, i, M_LAT_SUM] = nf[i, NF_LAT_SUM]
     total = 0
-    for b in range(st.lat_b.shape[1]):
-        total += st.lat_b[i, b]
+    for b in range(lat_b.shape[1]):
+        total += lat_b[i, b]
         m[s, i, M_BUCKETS + b] = total
     m[s, i, M_LAT_COUNT] = total
     ni[i, NI_NSAMPLE] = s + 1
-    if s + 1 > st.is_[IS_MAX_NODE_SAMPLE]:
-        st.is_[IS_MAX_NODE_SAMPLE] = s + 1
-    st.node_f[i, NF_NEXT_SAMPLE] = cfg.phase[i] + (s + 1) * cfg.cfg_f[CF_SAMPLE_DT]
+    if s + 1 > isv[IS_MAX_NODE_SAMPLE]:
+        isv[IS_MAX_NODE_SAMPLE] = s + 1
+    nf[i, NF_NEXT_SAMPLE] = phase[i] + (s + 1) * dt
 
 
 @njit(cache=True, error_model="numpy")
-def next_node_sample(st):
-    nf = st.node_f
+def next_node_sample(nf, fs):
     best = np.inf
     for i in range(nf.shape[0]):
         best = min(best, nf[i, NF_NEXT_SAMPLE])
-    st.fs[FS_NEXT_NODE_SAMPLE] = best
+    fs[FS_NEXT_NODE_SAMPLE] = best
 
 
 @njit(cache=True, error_model="numpy")
-def sample_fleet(cfg, st, out, t):
-    """Fleet-wide counters and flags (the front's view), and the adaptive hedge delay."""
-    s = st.is_[IS_NSAMPLE]
-    out.fleet_t[s] = t
-    f = out.fleet
+def sample_fleet(f, fleet_t, fleet_c, isv, fs, hist, dt, q, t):
+    """Fleet-wide counters and flags (the front's view, a row of out.fleet: f), and the
+    adaptive hedge delay (q: the hedge delay quantile, 0 for a fixed delay)."""
+    s = isv[IS_NSAMPLE]
+    fleet_t[s] = t
     for c in range(N_FLEET_COUNTERS):
-        f[s, c] = st.fleet_c[c]
-    f[s, F_BREAKER] = st.is_[IS_BREAKER]
-    f[s, F_HEDGE_ON] = 1 if st.is_[IS_HEDGE_ON] != 0 else 0  # on for some tier
-    f[s, F_DEGRADED_ON] = 1 if st.is_[IS_DEGRADED_ON] != 0 else 0
+        f[s, c] = fleet_c[c]
+    f[s, F_BREAKER] = isv[IS_BREAKER]
+    f[s, F_HEDGE_ON] = 1 if isv[IS_HEDGE_ON] != 0 else 0  # on for some tier
+    f[s, F_DEGRADED_ON] = 1 if isv[IS_DEGRADED_ON] != 0 else 0
     for tier in range(len(TIERS)):
-        f[s, F_SHEDDING + tier] = (st.is_[IS_SHED_MASK] >> tier) & 1
-    st.is_[IS_NSAMPLE] = s + 1
-    st.fs[FS_NEXT_SAMPLE] = (s + 1) * cfg.cfg_f[CF_SAMPLE_DT]
-    q = cfg.cfg_f[CF_HEDGE_Q]
+        f[s, F_SHEDDING + tier] = (isv[IS_SHED_MASK] >> tier) & 1
+    isv[IS_NSAMPLE] = s + 1
+    fs[FS_NEXT_SAMPLE] = (s + 1) * dt
     if q > 0.0:  # hedge after this quantile of the latency seen so far
-        h = out.hist[:, OK, :].sum(axis=0)
-        total = h.sum()
+        # plain loops, not .sum(axis=0): numpy's axis reductions add seconds to a cold compile
+        total = 0
+        for tier in range(hist.shape[0]):
+            for b in range(hist.shape[2]):
+                total += hist[tier, OK, b]
         if total >= 100:
             target = q * total
             cum = 0
-            for b in range(h.shape[0]):
-                cum += h[b]
+            for b in range(hist.shape[2]):
+                for tier in range(hist.shape[0]):
+                    cum += hist[tier, OK, b]
                 if cum >= target:
-                    st.fs[FS_HEDGE_DELAY] = 10 ** (HIST_LOG10_MIN + (b + 1.0)
-                                                  / HIST_BINS_PER_DECADE) / 1000.0
+                    fs[FS_HEDGE_DELAY] = 10 ** (HIST_LOG10_MIN + (b + 1.0)
+                                               / HIST_BINS_PER_DECADE) / 1000.0
                     break
 
 
@@ -691,17 +713,16 @@ def budget_slot(bud, isv, width, t):
     return b % BUDGET_BUCKETS
 
 
-@njit(cache=True, error_model="numpy")
 def start(cfg, st):
-    """Draw the first arrival and arm the fault schedule (once, at t = 0)."""
+    """Draw the first arrival and arm the fault schedule (once, at t = 0). Python
+    calling arrays-only kernels: compiled with the tuples it would cost a second more."""
     const = cfg.cfg_i[CI_CONST_RATE] != 0
     st.fs[FS_NEXT_ARRIVAL] = next_arrival(st.rng, cfg.cfg_f[CF_RATE_MAX], const, cfg.rate_t,
                                           cfg.rate_v, 0.0)
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[0] if cfg.sched_t.shape[0] > 0 else np.inf
     st.fs[FS_NEXT_PROBE] = next_probe(st.rng, cfg.cfg_f[CF_PROBE_RATE], st.node_i.shape[0], 0.0)
-    for i in range(st.node_f.shape[0]):
-        st.node_f[i, NF_NEXT_SAMPLE] = cfg.phase[i]
-    next_node_sample(st)
+    st.node_f[:, NF_NEXT_SAMPLE] = cfg.phase
+    next_node_sample(st.node_f, st.fs)
 
 
 # ---- the loop ---------------------------------------------------------------------
@@ -861,14 +882,16 @@ def advance(cfg, st, out, t_end):
                 fs[FS_NOW] = t_node
                 for i in range(n_nodes):
                     if node_f[i, NF_NEXT_SAMPLE] == t_node:
-                        sample_node(cfg, st, out, i, t_node)
-                next_node_sample(st)
+                        sample_node(out.metrics, out.sample_t, cnt, node_i, node_f, node_c,
+                                    lat_b, isv, cfg.phase, cfg_f[CF_SAMPLE_DT], i, t_node)
+                next_node_sample(node_f, fs)
             else:
                 if isv[IS_NSAMPLE] >= fleet_cap:
                     status = GROW_SAMPLES
                     break
                 fs[FS_NOW] = t_fleet
-                sample_fleet(cfg, st, out, t_fleet)
+                sample_fleet(out.fleet, out.fleet_t, fleet_c, isv, fs, out.hist,
+                             cfg_f[CF_SAMPLE_DT], cfg_f[CF_HEDGE_Q], t_fleet)
             continue
         if t > t_end:
             fs[FS_NOW] = max(fs[FS_NOW], t_end)
@@ -924,8 +947,8 @@ def advance(cfg, st, out, t_end):
                 heap_k[i] = last_k
         if t_heap <= t_arr:  # ---- a timed event
             gen = key >> 32
-            ident = (key >> 3) & ID_MASK
-            kind = key & 7
+            ident = (key >> EV_BITS) & ID_MASK
+            kind = key & EV_MASK
             if kind == EV_DONE:  # a copy ends at its node: served, rejected or crashed
                 j = ident
                 if (job_i[j, JI_GEN] & GEN_MASK) != gen:
@@ -1234,7 +1257,7 @@ def advance(cfg, st, out, t_end):
             t0 = usr_f[u, UF_T_ARRIVAL]
             latency_ms = (t - t0) * 1000.0
             tier = usr_i[u, UI_TIER]
-            fleet_c[tier * 4 + fin_outcome] += 1
+            fleet_c[tier * N_OUTCOMES + fin_outcome] += 1
             if usr_i[u, UI_DEGRADED] != 0:
                 fleet_c[F_DEGRADED] += 1
             if record:

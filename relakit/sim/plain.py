@@ -1,0 +1,505 @@
+"""The plain kernel: a small event loop for stretches that use none of the mechanisms.
+
+Most runs (every closed-form check, every sweep of routing, fan-out, tiers or
+load, and a policy run between its interventions) switch on no mitigation: no
+hedging, retries, deadlines, errors, intake limits, breaker, degraded mode or
+probes. For them :func:`advance_plain` replaces the general
+:func:`relakit.sim.kernel.advance`: it reads and writes the *same* state and
+output arrays in the same way and draws the same numbers from the same
+streams, so the two kernels are interchangeable between any two calls
+(``tests/test_kernel_specialised.py`` runs scenarios through both, and one that
+switches hedging on and off mid-run, and asserts every array equal, bit for
+bit, but the per-event scratch ones, ``SCRATCH``). What it leaves out is
+everything a plain stretch cannot meet: the timer rings, hedge, retry, timeout
+and move events, admission checks, error draws, the settling of sibling
+copies, breaker and degraded paths, probes and the fault schedule.
+
+Why a loop of its own rather than the general one with those branches
+compiled out (``kernel.specialised``, which runs no longer use), measured on
+the 2-core machine under load 4-6 (CPU seconds, so the neighbours count less):
+
+* compile: the specialisation still typed and lowered the whole 660-line loop
+  and took its Config, State and Output tuples (~60 arrays: a trivial function
+  taking them compiles in ~0.9 s against ~0.1 s for two arrays, and a call
+  costs ~20 us against ~0.4 us). This loop takes the arrays themselves
+  (``CFG_ARGS``, ``STATE_ARGS``, ``OUT_ARGS``), as do the samplers it calls, and
+  a cold start (import, compile, run of a 1 s M/M/8) fell from 34.4-34.6 to
+  10.9-12.0 CPU s (wall 60-69 s to 17-22 s under that load);
+* speed: best of 5, records off, plain M/M/8 6.3 -> 7.0 M requests per CPU
+  second, 50 M/M/8 nodes 4.5 -> 4.7 (about +10 %); the branches the
+  specialisation removed were well predicted. The rest of the distance to the
+  C heap (``benchmarks/ref_heap.c``) is the bookkeeping the state layout asks
+  for, spread evenly over the loop (perf: no instruction range above 5 %;
+  ``log`` 21 %, ``log10`` 2 %): a user, a call and a job row per request, a
+  FIFO link, per-node Prometheus buckets and counters, the tier histogram.
+  The scalars an event touches (pool and heap counts, clock, streams) live in
+  locals and are written back on return.
+
+:func:`plain_ok` says when the loop applies: the model and the flags use no
+mechanism (``kernel.features_of`` is empty), and nothing a mechanism left
+behind is pending (timers in the rings, heap events other than completions, a
+failover to do, a live copy that is a hedge, a retry, degraded, ending or
+moving, or given up on by its client).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from relakit.sim import kernel as K
+from relakit.sim import rng as rng_module
+from relakit.sim.kernel import (
+    budget_slot,
+    draw_service,
+    hist_bin,
+    next_arrival,
+    next_node_sample,
+    pick_node,
+    prepare_routing,
+    sample_fleet,
+    sample_node,
+)
+from relakit.sim.rng import uniform, uniform_words
+
+N_OUTCOMES = len(K.OUTCOMES)
+# State arrays that are one event's scratch (its sends, timers, touched nodes): no value
+# in them outlives the event, and the two kernels fill them differently
+SCRATCH = ("scratch", "send", "pend_t", "pend_k", "pend_q")
+# the event kinds a plain stretch may hold pending: completions only (kernel.EV_*)
+PLAIN_EVENTS = (K.EV_DONE,)  # (plain_ok compares with each)
+# a live copy's states in a plain stretch: waiting in a queue or in service
+PLAIN_JOB_STATES = (K.J_QUEUED, K.J_SERVING)
+
+
+def plain_ok(cfg: K.Config, st: K.State) -> bool:
+    """True when the next call may run :func:`advance_plain` instead of the general
+    kernel: no mechanism is on, and none left work pending (see the module docstring).
+    Costs a pass over the heap and the job pool (~0.1 ms for 50 nodes; once per call)."""
+    if K.features_of(cfg, st):
+        return False
+    if st.tq_n[:, 1].any() or st.node_i[:, K.NI_FAILOVER].any():
+        return False
+    kinds = st.heap_k[: st.is_[K.IS_HEAP_N]] & K.EV_MASK
+    if (kinds != PLAIN_EVENTS[0]).any():
+        return False
+    ji = st.job_i
+    state = ji[:, K.JI_STATE]
+    live = state != K.J_FREE
+    queued_or_serving = (state == PLAIN_JOB_STATES[0]) | (state == PLAIN_JOB_STATES[1])
+    if (live & ~queued_or_serving).any():
+        return False
+    jl = ji[live]
+    if (jl[:, K.JI_HEDGE].any() or jl[:, K.JI_DEGRADED].any() or (jl[:, K.JI_CALL] < 0).any()
+            or (jl[:, K.JI_CLIENT] != K.C_WAITING).any()):
+        return False
+    calls = st.call_i[jl[:, K.JI_CALL]]  # one copy per call, its first attempt
+    return bool((calls[:, K.CL_COPIES] == 1).all() and (calls[:, K.CL_ATTEMPTS] == 1).all())
+
+
+# advance_plain's parameters, in order: the arrays it reads or writes, by their field
+# names in kernel.Config, kernel.State and kernel.Output (run_plain picks them out)
+CFG_ARGS = ("cfg_f", "cfg_i", "tier_cum", "rate_t", "rate_v", "buckets", "phase")
+STATE_ARGS = ("fs", "is_", "rng", "node_i", "node_f", "node_c", "cnt", "lat_b", "fleet_c",
+              "budget", "job_i", "job_f", "job_free", "usr_i", "usr_f", "usr_free", "call_i",
+              "call_f", "call_free", "heap_t", "heap_k", "tq_t", "tq_n", "scratch", "send",
+              "demand")
+OUT_ARGS = ("metrics", "sample_t", "fleet", "fleet_t", "rec_f", "rec_i", "hist", "tier_cnt",
+            "tier_ext", "lat_sum")
+
+
+def run_plain(cfg: K.Config, st: K.State, out: K.Output, t_end: float) -> int:
+    """:func:`advance_plain` called as the general kernel is: ``(cfg, st, out, t_end)``."""
+    return advance_plain(*[getattr(cfg, a) for a in CFG_ARGS],
+                         *[getattr(st, a) for a in STATE_ARGS],
+                         *[getattr(out, a) for a in OUT_ARGS], t_end)
+
+
+def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
+                  fs, isv, rng, node_i, node_f, node_c, cnt, lat_b, fleet_c,
+                  budget, job_i, job_f, job_free, usr_i, usr_f, usr_free, call_i,
+                  call_f, call_free, heap_t, heap_k, tq_t, tq_n, touched, send,
+                  demand,
+                  metrics, sample_t, fleet, fleet_t, rec_f, rec_i, hist, tier_cnt,
+                  tier_ext, lat_sum, t_end):
+    """:func:`relakit.sim.kernel.advance` for a plain stretch (:func:`plain_ok`), on the
+    arrays themselves (``CFG_ARGS``, ``STATE_ARGS``, ``OUT_ARGS``, then ``t_end``): a
+    kernel taking the Config, State and Output tuples compiles seconds longer.
+
+    Sections, and what each costs per user request (one node, fan-out 1):
+    the loop head (earliest of arrival, heap top and next sample: a few loads);
+    an arrival (3 uniforms and 2 logs: tier, demand, next gap; pool pops);
+    sending (a job from the pool, a FIFO link); starting service (a heap push,
+    O(log n)); a completion (a heap pop, O(log n); the node's bucket search);
+    the user's end (1 log10 for the latency histogram; a record row if kept).
+    Metric samples are rare (one per node per interval).
+    """
+    n_nodes = node_i.shape[0]
+    heap_cap = heap_t.shape[0]
+    prepare_routing(node_i, node_f, isv, fs)
+    n_elig = isv[K.IS_N_ELIGIBLE]
+    fanout = cfg_i[K.CI_FANOUT]
+    record = cfg_i[K.CI_RECORD] != 0
+    warmup = cfg_f[K.CF_WARMUP]
+    svc_kind = cfg_i[K.CI_SVC_KIND]
+    svc_a = cfg_f[K.CF_SVC_A]
+    svc_b = cfg_f[K.CF_SVC_B]
+    svc_c = cfg_f[K.CF_SVC_C]
+    routing = cfg_i[K.CI_ROUTING]
+    const_rate = cfg_i[K.CI_CONST_RATE] != 0
+    rmax = cfg_f[K.CF_RATE_MAX]
+    mean_gap = 1.0 / rmax if rmax > 0.0 else np.inf
+    budget_ratio = cfg_f[K.CF_BUDGET_RATIO]
+    budgeted = budget_ratio < np.inf  # first attempts counted even with retries off
+    budget_width = cfg_f[K.CF_BUDGET_WINDOW] / K.BUDGET_BUCKETS
+    n_bounds = bounds.shape[0]
+    sample_dt = cfg_f[K.CF_SAMPLE_DT]
+    hedge_q = cfg_f[K.CF_HEDGE_Q]
+    record_cap = rec_f.shape[0]
+    samp_cap = sample_t.shape[0]
+    fleet_cap = fleet_t.shape[0]
+    # the general kernel's room checks, kept exactly: pools grow at the same event
+    room = fanout + cfg_i[K.CI_MAX_HEDGES] + 4
+    heap_room = 4 * fanout + 16
+    tq_cap = tq_t.shape[1]
+    rings_short = tq_cap - tq_n[0, 1] < room or tq_cap - tq_n[1, 1] < room
+    uniform_random = routing == K.R_RANDOM and isv[K.IS_EQUAL_WEIGHTS] != 0
+
+    # scalars in locals (registers), written back on return: see the module docstring
+    heap_n = isv[K.IS_HEAP_N]
+    job_free_n = isv[K.IS_JOB_FREE_N]
+    usr_free_n = isv[K.IS_USR_FREE_N]
+    call_free_n = isv[K.IS_CALL_FREE_N]
+    n_rec = isv[K.IS_NREC]
+    user_seq = isv[K.IS_USER_SEQ]
+    in_flight = isv[K.IS_IN_FLIGHT_USERS]
+    stamp = isv[K.IS_STAMP]
+    now = fs[K.FS_NOW]
+    t_arr = fs[K.FS_NEXT_ARRIVAL]
+    t_rare = min(fs[K.FS_NEXT_SAMPLE], fs[K.FS_NEXT_NODE_SAMPLE])
+    status = K.DONE
+    a0, a1, a2, a3 = rng[K.RNG_ARRIVALS, 0], rng[K.RNG_ARRIVALS, 1], rng[K.RNG_ARRIVALS, 2], rng[
+        K.RNG_ARRIVALS, 3]
+    v0, v1, v2, v3 = rng[K.RNG_SERVICE, 0], rng[K.RNG_SERVICE, 1], rng[K.RNG_SERVICE, 2], rng[
+        K.RNG_SERVICE, 3]
+    while True:
+        # ---- loop head: the earliest of the next arrival, completion and sample; the
+        # room checks (as the general kernel's, so pools grow at the same event). Cost:
+        # a dozen loads and compares; the arrival-or-completion branch is a coin toss.
+        t_heap = heap_t[0] if heap_n > 0 else np.inf
+        t = min(t_arr, t_heap)
+        if t_rare <= t and t_rare <= t_end:  # ---- a metrics sample: once per node per interval
+            t_node = fs[K.FS_NEXT_NODE_SAMPLE]
+            if t_node == t_rare:
+                if isv[K.IS_MAX_NODE_SAMPLE] >= samp_cap:
+                    status = K.GROW_SAMPLES
+                    break
+                now = t_node
+                for i in range(n_nodes):
+                    if node_f[i, K.NF_NEXT_SAMPLE] == t_node:
+                        sample_node(metrics, sample_t, cnt, node_i, node_f, node_c, lat_b,
+                                    isv, phase, sample_dt, i, t_node)
+                next_node_sample(node_f, fs)
+            else:
+                if isv[K.IS_NSAMPLE] >= fleet_cap:
+                    status = K.GROW_SAMPLES
+                    break
+                now = fs[K.FS_NEXT_SAMPLE]
+                sample_fleet(fleet, fleet_t, fleet_c, isv, fs, hist, sample_dt, hedge_q, now)
+            t_rare = min(fs[K.FS_NEXT_SAMPLE], fs[K.FS_NEXT_NODE_SAMPLE])
+            continue
+        if t > t_end:
+            now = max(now, t_end)
+            break
+        if (job_free_n < room or usr_free_n < 2 or call_free_n < room
+                or heap_cap - heap_n < heap_room or rings_short):
+            status = K.GROW_POOLS
+            break
+        if record and record_cap - n_rec < 2:
+            status = K.GROW_RECORDS
+            break
+        now = t
+        n_touched = 0  # nodes whose queue may now start service
+        n_send = 0  # new first attempts to send: send[i] = (call, node, 0, -1)
+        fin_u = -1  # the user request that ends now, and how
+        fin_outcome = K.OK
+
+        if t_heap <= t_arr:  # ---- a completion: heap pop, O(log in-service copies)
+            key = heap_k[0]
+            heap_n -= 1
+            if heap_n > 0:
+                last_t = heap_t[heap_n]
+                last_k = heap_k[heap_n]
+                i = 0
+                while True:
+                    c = 2 * i + 1
+                    if c >= heap_n:
+                        break
+                    if c + 1 < heap_n and heap_t[c + 1] < heap_t[c]:
+                        c += 1
+                    if heap_t[c] >= last_t:
+                        break
+                    heap_t[i] = heap_t[c]
+                    heap_k[i] = heap_k[c]
+                    i = c
+                heap_t[i] = last_t
+                heap_k[i] = last_k
+            j = (key >> 3) & K.ID_MASK
+            if (job_i[j, K.JI_GEN] & K.GEN_MASK) != key >> 32:
+                continue  # stale: left by the general kernel (a cancelled copy)
+            node = job_i[j, K.JI_NODE]
+            busy = node_i[node, K.NI_BUSY]
+            node_f[node, K.NF_BUSY_AREA] += busy * (t - node_f[node, K.NF_LAST_T])
+            node_f[node, K.NF_LAST_T] = t
+            node_i[node, K.NI_BUSY] = busy - 1
+            touched[0] = node
+            n_touched = 1
+            lat = t - job_f[j, K.JF_T_NODE]  # the server's histogram (Prometheus buckets)
+            b = 0
+            while b < n_bounds and lat > bounds[b]:
+                b += 1
+            lat_b[node, b] += 1
+            node_f[node, K.NF_LAT_SUM] += lat
+            cnt[node, job_i[j, K.JI_TIER], K.OK] += 1
+            c = job_i[j, K.JI_CALL]
+            job_i[j, K.JI_STATE] = K.J_FREE  # free the job
+            job_i[j, K.JI_GEN] += 1
+            job_free[job_free_n] = j
+            job_free_n += 1
+            # (then the node's bucket search, a few compares; busy-seconds, counters)
+            # ---- its call is answered (its only copy): unlink the copy, settle the user;
+            # ~15 loads and stores over the job, call and user rows
+            prev = -1
+            j2 = call_i[c, K.CL_FIRST]
+            while j2 != j:
+                prev = j2
+                j2 = job_i[j2, K.JI_SIB]
+            if prev < 0:
+                call_i[c, K.CL_FIRST] = job_i[j, K.JI_SIB]
+            else:
+                job_i[prev, K.JI_SIB] = job_i[j, K.JI_SIB]
+            call_i[c, K.CL_COPIES] -= 1
+            u = call_i[c, K.CL_USER]
+            usr_i[u, K.UI_ATTEMPTS] += call_i[c, K.CL_ATTEMPTS]
+            usr_i[u, K.UI_HEDGES] += call_i[c, K.CL_HEDGES]
+            if usr_i[u, K.UI_WORST] == K.OK:
+                usr_i[u, K.UI_CRIT] = node  # the slowest call decides latency
+            call_i[c, K.CL_GEN] += 1
+            call_free[call_free_n] = c
+            call_free_n += 1
+            remaining = usr_i[u, K.UI_REMAINING] - 1
+            usr_i[u, K.UI_REMAINING] = remaining
+            if remaining == 0:
+                fin_u = u
+                fin_outcome = usr_i[u, K.UI_WORST]
+        else:  # ---- a user request arrives: tier, demands, nodes, calls; next arrival.
+            # Cost: 3 uniforms and 2 logs (tier, demand, gap), ~20 stores (user, calls)
+            usr_free_n -= 1
+            u = usr_free[usr_free_n]
+            user_seq += 1
+            in_flight += 1
+            x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
+            tier = (x >= tier_cum[0]) + (x >= tier_cum[1])  # as the general kernel's, branch-free
+            for i in range(fanout):  # the full fan-out's first-attempt demands
+                if svc_kind == K.S_EXP:
+                    x, v0, v1, v2, v3 = uniform_words(v0, v1, v2, v3)
+                    demand[i] = -svc_a * math.log(1.0 - x)
+                else:  # through the array: the helper draws from it
+                    rng[K.RNG_SERVICE, 0], rng[K.RNG_SERVICE, 1] = v0, v1
+                    rng[K.RNG_SERVICE, 2], rng[K.RNG_SERVICE, 3] = v2, v3
+                    demand[i] = draw_service(rng, K.RNG_SERVICE, svc_kind, svc_a, svc_b, svc_c)
+                    v0, v1 = rng[K.RNG_SERVICE, 0], rng[K.RNG_SERVICE, 1]
+                    v2, v3 = rng[K.RNG_SERVICE, 2], rng[K.RNG_SERVICE, 3]
+            usr_f[u, K.UF_DEMAND] = demand[0]
+            usr_i[u, K.UI_DEGRADED] = 0
+            usr_i[u, K.UI_TIER] = tier
+            usr_i[u, K.UI_WORST] = K.OK
+            usr_i[u, K.UI_CRIT] = -1
+            usr_i[u, K.UI_FANOUT] = fanout
+            usr_i[u, K.UI_ATTEMPTS] = 0
+            usr_i[u, K.UI_HEDGES] = 0
+            usr_i[u, K.UI_WRONG] = 0
+            usr_f[u, K.UF_T_ARRIVAL] = t
+            k = min(fanout, n_elig)
+            if k <= 0:
+                fin_u = u  # no routable node
+                fin_outcome = K.ERROR
+            else:
+                usr_i[u, K.UI_REMAINING] = k
+                if n_nodes == 1:
+                    send[0, 1] = 0  # a single node: no draw
+                elif k == 1 and uniform_random:
+                    send[0, 1] = min(int(uniform(rng, K.RNG_ROUTING) * n_nodes), n_nodes - 1)
+                else:
+                    stamp += 1
+                    for i in range(k):  # k distinct nodes
+                        node = pick_node(routing, node_i, node_f, isv, fs, rng, K.RNG_ROUTING,
+                                         stamp, i)
+                        node_i[node, K.NI_STAMP] = stamp
+                        send[i, 1] = node
+                for i in range(k):
+                    call_free_n -= 1
+                    c = call_free[call_free_n]
+                    call_i[c, K.CL_USER] = u
+                    call_i[c, K.CL_ATTEMPTS] = 0
+                    call_i[c, K.CL_HEDGES] = 0
+                    call_i[c, K.CL_COPIES] = 0
+                    call_i[c, K.CL_FIRST] = -1
+                    call_i[c, K.CL_TIER] = tier
+                    call_f[c, K.CLF_DEMAND] = demand[i]
+                    send[i, 0] = c
+                n_send = k
+            if const_rate:
+                x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
+                t_arr = t - mean_gap * math.log(1.0 - x)
+            else:  # through the array: the helper draws from it (thinning)
+                rng[K.RNG_ARRIVALS, 0], rng[K.RNG_ARRIVALS, 1] = a0, a1
+                rng[K.RNG_ARRIVALS, 2], rng[K.RNG_ARRIVALS, 3] = a2, a3
+                t_arr = next_arrival(rng, rmax, const_rate, rate_t, rate_v, t)
+                a0, a1, a2, a3 = rng[K.RNG_ARRIVALS, 0], rng[K.RNG_ARRIVALS, 1], rng[
+                    K.RNG_ARRIVALS, 2], rng[K.RNG_ARRIVALS, 3]
+
+        # ---- the user request ends: client counters, record row, histogram. Cost: one
+        # log10 (the histogram bin), ~10 stores, 10 more with records on
+        if fin_u >= 0:
+            u = fin_u
+            in_flight -= 1
+            t0 = usr_f[u, K.UF_T_ARRIVAL]
+            latency_ms = (t - t0) * 1000.0
+            tier = usr_i[u, K.UI_TIER]
+            fleet_c[tier * N_OUTCOMES + fin_outcome] += 1  # client_requests_total
+            if usr_i[u, K.UI_DEGRADED] != 0:
+                fleet_c[K.F_DEGRADED] += 1
+            if record:
+                rec_f[n_rec, 0] = t0
+                rec_f[n_rec, 1] = latency_ms
+                rec_f[n_rec, 2] = usr_f[u, K.UF_DEMAND] * 1000.0
+                rec_i[n_rec, 0] = tier
+                rec_i[n_rec, 1] = fin_outcome
+                rec_i[n_rec, 2] = usr_i[u, K.UI_CRIT]
+                rec_i[n_rec, 3] = usr_i[u, K.UI_FANOUT]
+                rec_i[n_rec, 4] = usr_i[u, K.UI_ATTEMPTS] + usr_i[u, K.UI_HEDGES]
+                rec_i[n_rec, 5] = usr_i[u, K.UI_DEGRADED]
+                rec_i[n_rec, 6] = 1 - usr_i[u, K.UI_WRONG]
+                n_rec += 1
+            if t0 >= warmup:
+                tier_cnt[tier, fin_outcome] += 1
+                tier_ext[tier, K.TX_ATTEMPTS] += usr_i[u, K.UI_ATTEMPTS]
+                tier_ext[tier, K.TX_HEDGES] += usr_i[u, K.UI_HEDGES]
+                tier_ext[tier, K.TX_DEGRADED] += usr_i[u, K.UI_DEGRADED]
+                if fin_outcome == K.OK:
+                    tier_ext[tier, K.TX_WRONG] += usr_i[u, K.UI_WRONG]
+                if fin_outcome == K.OK or fin_outcome == K.ERROR:  # (all a plain run has)
+                    hist[tier, fin_outcome, hist_bin(latency_ms)] += 1
+                    lat_sum[tier, fin_outcome] += latency_ms
+            usr_i[u, K.UI_GEN] += 1
+            usr_free[usr_free_n] = u
+            usr_free_n += 1
+
+        # ---- send: each new call's first attempt joins its node's queue. Cost: a job
+        # from the pool, ~18 stores (job row, call row, FIFO link)
+        for i in range(n_send):
+            c = send[i, 0]
+            node = send[i, 1]
+            job_free_n -= 1
+            j = job_free[job_free_n]
+            job_i[j, K.JI_CALL] = c
+            job_i[j, K.JI_GEN] += 1
+            job_i[j, K.JI_CLIENT] = K.C_WAITING
+            job_i[j, K.JI_HEDGE] = 0
+            job_i[j, K.JI_TIER] = call_i[c, K.CL_TIER]
+            job_i[j, K.JI_SIB] = call_i[c, K.CL_FIRST]
+            call_i[c, K.CL_FIRST] = j
+            call_i[c, K.CL_COPIES] += 1
+            fleet_c[K.F_ATTEMPTS] += 1
+            call_i[c, K.CL_ATTEMPTS] += 1
+            if budgeted and call_i[c, K.CL_ATTEMPTS] == 1:
+                budget[0, budget_slot(budget, isv, budget_width, t)] += 1
+            job_f[j, K.JF_DEMAND] = call_f[c, K.CLF_DEMAND]
+            job_i[j, K.JI_NODE] = node
+            job_i[j, K.JI_DEGRADED] = 0
+            job_f[j, K.JF_T_NODE] = t
+            job_i[j, K.JI_STATE] = K.J_QUEUED
+            job_i[j, K.JI_NEXT] = -1
+            tail = node_i[node, K.NI_QTAIL]
+            job_i[j, K.JI_PREV] = tail
+            if tail >= 0:
+                job_i[tail, K.JI_NEXT] = j
+            else:
+                node_i[node, K.NI_QHEAD] = j
+            node_i[node, K.NI_QTAIL] = j
+            node_i[node, K.NI_QLEN] += 1
+            touched[n_touched] = node
+            n_touched += 1
+
+        # ---- start service where servers are free; each start pushes its completion.
+        # Cost: a dequeue, busy-seconds, a heap push, O(log in-service copies)
+        for i in range(n_touched):
+            node = touched[i]
+            while (node_i[node, K.NI_QLEN] > 0
+                   and node_i[node, K.NI_BUSY] < node_i[node, K.NI_SERVERS]):
+                j = node_i[node, K.NI_QHEAD]  # dequeue
+                nxt = job_i[j, K.JI_NEXT]
+                node_i[node, K.NI_QHEAD] = nxt
+                if nxt >= 0:
+                    job_i[nxt, K.JI_PREV] = -1
+                else:
+                    node_i[node, K.NI_QTAIL] = -1
+                node_i[node, K.NI_QLEN] -= 1
+                job_i[j, K.JI_STATE] = K.J_SERVING
+                job_f[j, K.JF_T_START] = t
+                busy = node_i[node, K.NI_BUSY]
+                node_f[node, K.NF_BUSY_AREA] += busy * (t - node_f[node, K.NF_LAST_T])
+                node_f[node, K.NF_LAST_T] = t
+                node_i[node, K.NI_BUSY] = busy + 1
+                tp = t + job_f[j, K.JF_DEMAND] * node_f[node, K.NF_SLOWDOWN]
+                kp = ((job_i[j, K.JI_GEN] & K.GEN_MASK) << 32) | (j << 3) | K.EV_DONE
+                hi = heap_n  # heap push (sift up)
+                heap_n += 1
+                while hi > 0:
+                    parent = (hi - 1) >> 1
+                    if heap_t[parent] <= tp:
+                        break
+                    heap_t[hi] = heap_t[parent]
+                    heap_k[hi] = heap_k[parent]
+                    hi = parent
+                heap_t[hi] = tp
+                heap_k[hi] = kp
+
+    isv[K.IS_HEAP_N] = heap_n
+    isv[K.IS_JOB_FREE_N] = job_free_n
+    isv[K.IS_USR_FREE_N] = usr_free_n
+    isv[K.IS_CALL_FREE_N] = call_free_n
+    isv[K.IS_NREC] = n_rec
+    isv[K.IS_USER_SEQ] = user_seq
+    isv[K.IS_IN_FLIGHT_USERS] = in_flight
+    isv[K.IS_STAMP] = stamp
+    fs[K.FS_NOW] = now
+    fs[K.FS_NEXT_ARRIVAL] = t_arr
+    rng[K.RNG_ARRIVALS, 0], rng[K.RNG_ARRIVALS, 1] = a0, a1
+    rng[K.RNG_ARRIVALS, 2], rng[K.RNG_ARRIVALS, 3] = a2, a3
+    rng[K.RNG_SERVICE, 0], rng[K.RNG_SERVICE, 1] = v0, v1
+    rng[K.RNG_SERVICE, 2], rng[K.RNG_SERVICE, 3] = v2, v3
+    return status
+
+
+def _compiled(py):
+    """``py`` compiled and cached under a name carrying a digest of kernel.py and rng.py.
+
+    numba keys a cache entry on the source file of the function alone, but this loop
+    inlines kernel.py's constants and helpers and rng.py's generator: without the
+    digest an edit there (a column added, a helper fixed) would leave a stale compiled
+    loop in NUMBA_CACHE_DIR, silently. With it, such an edit is a new name, so a
+    recompile (the old entry stays on disk until ``make clean-cache``)."""
+    digest = hashlib.sha1()
+    for module in (K, rng_module):
+        digest.update(Path(module.__file__).read_bytes())
+    py.__qualname__ = f"{py.__name__}[{digest.hexdigest()[:12]}]"
+    return njit(cache=True, error_model="numpy")(py)
+
+
+advance_plain = _compiled(advance_plain)
