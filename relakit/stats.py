@@ -142,6 +142,18 @@ def _check_confidence(confidence: float) -> float:
     return c
 
 
+def _student(values, confidence: float, spread) -> Interval:
+    """``mean ± t_{(1+c)/2, n-1} * s * spread(n)``: the t and prediction intervals."""
+    x = _as_series(values, "values")
+    c = _check_confidence(confidence)
+    n = int(x.size)
+    mean = float(x.mean())
+    if n == 1:
+        return Interval(mean, float("nan"), 1, float("nan"), float("nan"), c)
+    half = float(_st.t.ppf(0.5 + c / 2.0, n - 1) * x.std(ddof=1) * spread(n))
+    return Interval(mean, half, n, mean - half, mean + half, c)
+
+
 def t_interval(values, confidence: float = 0.95) -> Interval:
     """Student t interval for the mean of independent values (e.g. one per replication).
 
@@ -151,14 +163,7 @@ def t_interval(values, confidence: float = 0.95) -> Interval:
     0.88 for five values). With one value the half-width is ``nan``: one run
     carries no information about its own spread.
     """
-    x = _as_series(values, "values")
-    c = _check_confidence(confidence)
-    n = int(x.size)
-    mean = float(x.mean())
-    if n == 1:
-        return Interval(mean, float("nan"), 1, float("nan"), float("nan"), c)
-    half = float(_st.t.ppf(0.5 + c / 2.0, n - 1) * x.std(ddof=1) / np.sqrt(n))
-    return Interval(mean, half, n, mean - half, mean + half, c)
+    return _student(values, confidence, lambda n: np.sqrt(1.0 / n))
 
 
 def mser5(series) -> int:
@@ -270,14 +275,7 @@ def prediction_interval(values, confidence: float = 0.95) -> Interval:
     beside ``n`` simulated replications: a value outside it is unlikely to be
     one more draw of the same model. ``nan`` half-width with one value.
     """
-    x = _as_series(values, "values")
-    c = _check_confidence(confidence)
-    n = int(x.size)
-    mean = float(x.mean())
-    if n == 1:
-        return Interval(mean, float("nan"), 1, float("nan"), float("nan"), c)
-    half = float(_st.t.ppf(0.5 + c / 2.0, n - 1) * x.std(ddof=1) * np.sqrt(1.0 + 1.0 / n))
-    return Interval(mean, half, n, mean - half, mean + half, c)
+    return _student(values, confidence, lambda n: np.sqrt(1.0 + 1.0 / n))
 
 
 def binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> Interval:
