@@ -52,6 +52,7 @@ def main() -> None:
     seeds = replication_seeds(sc.seed, n)
     relakit.simulate(sc, seed=seeds[0], record_requests=False)  # compile or load the cache
 
+    from relakit import runner
     from relakit.experiment import run_replications
     from relakit.runner import close_helpers
 
@@ -64,6 +65,7 @@ def main() -> None:
         "pool of 2": lambda: run_replications(sc, n, workers=2, processes=True),
     }
     times: dict = {m: [] for m in modes}
+    helped: dict = {m: [] for m in modes}
     out: dict = {}
     for _ in range(args.rounds):
         for m, run in modes.items():
@@ -72,6 +74,8 @@ def main() -> None:
             t = time.perf_counter()
             out[m] = run()
             times[m].append(time.perf_counter() - t)
+            if m.startswith("default"):  # whether this batch found or started helpers
+                helped[m].append(runner._HELPERS is not None)
     loop, one = out["sequential"], out["workers=1"]
     for name in ("default, first", "default, warm", "pool of 2"):  # the same numbers whichever way
         assert out[name].runs.equals(one.runs), name
@@ -90,7 +94,10 @@ def main() -> None:
         extra = "" if name == "sequential" else \
             f"  {100 * (wall / base - 1):+6.1f} % vs sequential"
         rounds = ", ".join(f"{w:.2f}" for w in walls)
-        print(f"  {name:<14} {wall:7.2f} s  {wall / n:6.2f} s a replication{extra}  [{rounds}]")
+        used = "" if not helped[name] else \
+            f"  helpers in {sum(helped[name])} of {len(helped[name])} rounds"
+        print(f"  {name:<14} {wall:7.2f} s  {wall / n:6.2f} s a replication{extra}  "
+              f"[{rounds}]{used}")
 
 
 if __name__ == "__main__":
