@@ -121,10 +121,21 @@ def _p_trace():  # trace arrivals (thinning), round robin
                          arrival={"kind": "trace", "points": [[0, 500], [10, 3000], [20, 1000]]})
 
 
+def _p_simple_fleet():  # the simple loop: fan-out 1, exponential, Poisson, random routing
+    sc = make_scenario(rate=2500, duration=20, nodes=5, servers=4, warmup=2,
+                       tiers={"gold": 0.2, "silver": 0.3, "bronze": 0.5})
+    sc["metrics"]["phase_s"] = [0.0, 0.1, 0.2, 0.3, 0.4]
+    return sc
+
+
+def _p_weighted_random():  # all but simple: random routing over unequal weights
+    return make_scenario(rate=2000, duration=20, nodes=3, servers=4, weights=[1, 2, 1])
+
+
 def _run(sc, plain, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeypatch=None):
     """A fleet advanced in steps through the plain kernel where it applies (plain=True),
     or the general kernel throughout; returns it and how many calls went to each."""
-    calls = {"plain": 0, "general": 0}
+    calls = {"plain": 0, "general": 0, "simple": 0}
     fleet = Fleet(load_scenario(sc), record_requests=records)
 
     def counting(kernel, name):
@@ -135,6 +146,7 @@ def _run(sc, plain, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeyp
 
     monkeypatch.setattr(Fleet, "specialise", plain)
     monkeypatch.setattr(fleet_module, "run_plain", counting(P.run_plain, "plain"))
+    monkeypatch.setattr(P, "advance_plain_simple", counting(P.advance_plain_simple, "simple"))
     monkeypatch.setattr(K, "advance", counting(general_advance, "general"))
     for t in steps:
         fleet.advance(t)
@@ -152,14 +164,18 @@ def _assert_same(a, b):
 
 
 @pytest.mark.parametrize("records", [True, False], ids=["records", "no-records"])
-@pytest.mark.parametrize("make", [_p_single, _p_fleet, _p_p2c, _p_jsq, _p_trace],
-                         ids=["mm8", "weighted-fanout-tiers", "p2c-lognormal", "jsq-pareto",
-                              "trace-round-robin"])
-def test_plain_kernel_equals_general(make, records, monkeypatch):
+@pytest.mark.parametrize(("make", "simple"), [
+    (_p_single, True), (_p_simple_fleet, True), (_p_fleet, False), (_p_p2c, False),
+    (_p_jsq, False), (_p_trace, False), (_p_weighted_random, False)],
+    ids=["mm8", "simple-fleet-tiers", "weighted-fanout-tiers", "p2c-lognormal", "jsq-pareto",
+         "trace-round-robin", "weighted-random"])
+def test_plain_kernel_equals_general(make, simple, records, monkeypatch):
     sc = make()
     fast, used = _run(sc, True, records, monkeypatch=monkeypatch)
     general, used_general = _run(sc, False, records, monkeypatch=monkeypatch)
     assert used["general"] == 0 and used["plain"] >= 3  # the plain kernel ran it all
+    # ... in its simple specialisation exactly when the stretch is simple (plain.simple_ok)
+    assert used["simple"] == (used["plain"] if simple else 0)
     assert used_general["plain"] == 0
     assert fast.n_arrived > 10_000
     assert fast.out.sample_t.shape == general.out.sample_t.shape
@@ -207,5 +223,26 @@ def test_plain_kernel_parameters_are_the_named_fields():
     assert set(P.CFG_ARGS) <= set(K.Config._fields)
     assert set(P.STATE_ARGS) <= set(K.State._fields)
     assert set(P.OUT_ARGS) <= set(K.Output._fields)
-    # its cache entry is named by a digest of kernel.py and rng.py, which it inlines
+    # its cache entries are named by a digest of the modules it inlines, and the simple
+    # specialisation (SIMPLE a compile-time True) by that too
     assert P.advance_plain.py_func.__qualname__.startswith("advance_plain[")
+    assert P.advance_plain_simple.py_func.__qualname__.startswith("advance_plain[simple-")
+    assert P.advance_plain_simple.py_func.__globals__["SIMPLE"] is True
+    assert P.advance_plain.py_func.__globals__["SIMPLE"] is False
+
+
+def test_simple_loop_compiles_without_the_helpers_it_never_calls():
+    """The simple loop's pruned branches are not typed: no general service draw, thinned
+    arrivals or weighted node pick is compiled into it (what its cold start saves)."""
+    from numba import njit
+
+    fleet = Fleet(load_scenario(_p_single()))
+    assert P.simple_ok(fleet.cfg, fleet.st)
+    fleet.advance(1.0)
+    sig = P.advance_plain_simple.signatures[0]
+    fresh = njit(error_model="numpy")(P._body(P.advance_plain.py_func, simple=True))
+    fresh.compile(sig)
+    ir = fresh.inspect_llvm(sig)
+    assert "sample_node" in ir and "hist_bin" in ir  # the check can see the helpers it calls
+    for helper in ("draw_service", "next_arrival", "pick_node"):
+        assert helper not in ir

@@ -67,6 +67,13 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
+from relakit.sim.latency_bins import (  # noqa: F401 - HIST_* re-exported
+    HIST_BINS,
+    HIST_BINS_PER_DECADE,
+    HIST_DECADES,
+    HIST_LOG10_MIN,
+    hist_bin,
+)
 from relakit.sim.rng import exponential, normal, uniform, uniform_words
 from relakit.vocab import BREAKER_STATES, OUTCOMES, TIERS  # noqa: F401 - re-exported codes' words
 
@@ -216,8 +223,7 @@ N_FLEET = F_SHEDDING + len(TIERS)  # F_SHEDDING: one gauge per tier
 TX_ATTEMPTS, TX_HEDGES, TX_DEGRADED, TX_WRONG, N_TX, *_ = _COUNT
 
 # latency histogram: log-spaced bins over [1e-3 ms, 1e7 ms]
-HIST_LOG10_MIN, HIST_BINS_PER_DECADE, HIST_DECADES = -3.0, 200, 10
-HIST_BINS = HIST_BINS_PER_DECADE * HIST_DECADES
+# the client latency histogram's log-spaced bins: relakit.sim.latency_bins (HIST_*)
 
 Config = namedtuple(
     "Config",
@@ -317,18 +323,6 @@ def draw_service(rng, k, kind, a, b, c):
     if uniform(rng, k) < c:
         return b
     return a
-
-
-@njit(cache=True, error_model="numpy")
-def hist_bin(latency_ms):
-    if latency_ms <= 0.0:
-        return 0
-    x = (math.log10(latency_ms) - HIST_LOG10_MIN) * HIST_BINS_PER_DECADE
-    if x < 0.0:
-        return 0
-    if x >= HIST_BINS:
-        return HIST_BINS - 1
-    return int(x)
 
 
 @njit(cache=True, error_model="numpy")
