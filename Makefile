@@ -20,10 +20,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (relakit)"
 	touch $@
 
-# the two kernels runs use (plain and general) compiled once into the shared cache (again
+# the kernels runs use (plain, simple plain and general) compiled once into the shared cache (again
 # after a kernel edit): tests, sweep workers and notebooks then load instead of compiling
 $(NUMBA_CACHE_DIR)/.warm: $(VENV)/.installed relakit/sim/kernel.py relakit/sim/plain.py \
-		relakit/sim/rng.py
+		relakit/sim/rng.py relakit/sim/latency_bins.py
 	$(BIN)/python tools/warm_kernel_cache.py
 	touch $@
 

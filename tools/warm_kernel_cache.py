@@ -1,12 +1,13 @@
-"""Fill NUMBA_CACHE_DIR with the two kernels runs use (``make setup`` runs it).
+"""Fill NUMBA_CACHE_DIR with the kernels runs use (``make setup`` runs it).
 
 relakit.sim.fleet picks, before each kernel call, the plain kernel
-(relakit.sim.plain: no mechanism on; ~10-20 s to compile from an empty cache
-on this machine, load included) or the general one (relakit.sim.kernel.advance:
-any mechanism on; ~30-60 s). Compiled once here, every later process (tests,
-sweep workers, notebooks) sharing the cache directory loads them in about a
-second. One scenario of each kind is enough: every scenario gives the kernels
-the same argument types.
+(relakit.sim.plain: no mechanism on; its simple specialisation for fan-out 1,
+exponential demand, Poisson arrivals and uniform routing, the other plain
+stretches; ~5-20 s each to compile from an empty cache on this machine) or the
+general one (relakit.sim.kernel.advance: any mechanism on; ~30-60 s). Compiled
+once here, every later process (tests, sweep workers, notebooks) sharing the
+cache directory loads them in about a second. One scenario of each kind is
+enough: every scenario gives the kernels the same argument types.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import relakit
 
 PLAIN = {"duration_s": 1, "workload": {"arrival": {"kind": "poisson", "rate_rps": 700}},
          "fleet": {"servers": 8, "service": {"kind": "exponential", "mean_ms": 10}}}
+PLAIN_LOGNORMAL = {**PLAIN, "fleet": {"servers": 8, "service": {"kind": "lognormal",
+                                                                "mean_ms": 10, "cv": 1}}}
 MITIGATED = {**PLAIN, "workload": {**PLAIN["workload"], "deadline_ms": 100},
              "controls": {"hedge_enabled": True},
              "mitigations": {"hedge": {"delay_ms": 50},
@@ -24,7 +27,8 @@ MITIGATED = {**PLAIN, "workload": {**PLAIN["workload"], "deadline_ms": 100},
              "faults": [{"node": 0, "start_s": 0, "end_s": 1, "error_rate": 0.01}]}
 
 if __name__ == "__main__":
-    for name, sc in (("plain", PLAIN), ("mitigated", MITIGATED)):
+    for name, sc in (("plain, simple", PLAIN), ("plain", PLAIN_LOGNORMAL),
+                     ("mitigated", MITIGATED)):
         t = time.perf_counter()
         relakit.simulate(sc, record_requests=False)
         print(f"kernel cache: {name} ready in {time.perf_counter() - t:.1f} s")
