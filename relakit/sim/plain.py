@@ -74,6 +74,7 @@ N_OUTCOMES = len(K.OUTCOMES)
 # the branches for the other cases fold away. That loop is 6-7 % faster (A/B, plain M/M/8)
 # and compiles without draw_service, next_arrival and pick_node (about 2.5 s of a cold start).
 SIMPLE = False
+U0, U1 = np.uint64(0), np.uint64(1)  # heap positions in the pop (unsigned)
 # State arrays that are one event's scratch (its sends, timers, touched nodes): no value
 # in them outlives the event, and the two kernels fill them differently
 SCRATCH = ("scratch", "send", "pend_t", "pend_k", "pend_q")
@@ -253,16 +254,21 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
             if heap_n > 0:
                 last_t = heap_t[heap_n]
                 last_k = heap_k[heap_n]
-                i = 0
+                # unsigned positions: numba adds no negative-index fix-up to each access
+                i = U0
+                un = np.uint64(heap_n)
                 while True:
-                    c = 2 * i + 1
-                    if c >= heap_n:
+                    c = i + i + U1
+                    if c >= un:
                         break
-                    if c + 1 < heap_n and heap_t[c + 1] < heap_t[c]:
-                        c += 1
-                    if heap_t[c] >= last_t:
+                    tc = heap_t[c]
+                    if c + U1 < un:  # the smaller child without a jump: which one is a coin
+                        t2 = heap_t[c + U1]  # toss, a branch mispredicted half the time
+                        c += np.uint64(t2 < tc)
+                        tc = min(t2, tc)
+                    if tc >= last_t:
                         break
-                    heap_t[i] = heap_t[c]
+                    heap_t[i] = tc
                     heap_k[i] = heap_k[c]
                     i = c
                 heap_t[i] = last_t
