@@ -27,13 +27,13 @@ the 2-core machine under load 4-6 (CPU seconds, so the neighbours count less):
   10.9-12.0 CPU s (wall 60-69 s to 17-22 s under that load);
 * speed: best of 5, records off, plain M/M/8 6.3 -> 7.0 M requests per CPU
   second, 50 M/M/8 nodes 4.5 -> 4.7 (about +10 %); the branches the
-  specialisation removed were well predicted. The rest of the distance to the
-  C heap (``benchmarks/ref_heap.c``) is the bookkeeping the state layout asks
-  for, spread evenly over the loop (perf: no instruction range above 5 %;
-  ``log`` 21 %, ``log10`` 2 %): a user, a call and a job row per request, a
-  FIFO link, per-node Prometheus buckets and counters, the tier histogram.
-  The scalars an event touches (pool and heap counts, clock, streams) live in
-  locals and are written back on return.
+  specialisation removed were well predicted. Since then (docs/design.md has
+  the A/B figures): the client histogram's bin from the float's bits instead of
+  a log10 (relakit.sim.latency_bins, +18 %), the heap pop without a coin-toss
+  branch (50 nodes +10-20 %), and the simple specialisation below (+3-7 %).
+  What costs is unpredictable branches, not stores: removing whole groups of
+  stores changed nothing measurable. The scalars an event touches (pool and
+  heap counts, clock, streams) live in locals and are written back on return.
 
 :func:`plain_ok` says when the loop applies: the model and the flags use no
 mechanism (``kernel.features_of`` is empty), and nothing a mechanism left
