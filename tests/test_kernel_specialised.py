@@ -132,6 +132,12 @@ def _p_weighted_random():  # all but simple: random routing over unequal weights
     return make_scenario(rate=2000, duration=20, nodes=3, servers=4, weights=[1, 2, 1])
 
 
+def _p_scaled():  # per-node service scales: slowdown rows from t = 0, no mechanism
+    sc = make_scenario(rate=2000, duration=20, nodes=3, servers=4)
+    sc["fleet"]["service_scale"] = [1.0, 1.5, 0.8]
+    return sc
+
+
 def _run(sc, plain, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeypatch=None):
     """A fleet advanced in steps through the plain kernel where it applies (plain=True),
     or the general kernel throughout; returns it and how many calls went to each."""
@@ -148,8 +154,10 @@ def _run(sc, plain, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeyp
     monkeypatch.setattr(fleet_module, "run_plain", counting(P.run_plain, "plain"))
     monkeypatch.setattr(P, "advance_plain_simple", counting(P.advance_plain_simple, "simple"))
     monkeypatch.setattr(K, "advance", counting(general_advance, "general"))
+    calls["plain_by_step"] = []
     for t in steps:
         fleet.advance(t)
+        calls["plain_by_step"].append(calls["plain"])
         if between is not None:
             between(fleet, t)
     return fleet, calls
@@ -166,9 +174,9 @@ def _assert_same(a, b):
 @pytest.mark.parametrize("records", [True, False], ids=["records", "no-records"])
 @pytest.mark.parametrize(("make", "simple"), [
     (_p_single, True), (_p_simple_fleet, True), (_p_fleet, False), (_p_p2c, False),
-    (_p_jsq, False), (_p_trace, False), (_p_weighted_random, False)],
+    (_p_jsq, False), (_p_trace, False), (_p_weighted_random, False), (_p_scaled, True)],
     ids=["mm8", "simple-fleet-tiers", "weighted-fanout-tiers", "p2c-lognormal", "jsq-pareto",
-         "trace-round-robin", "weighted-random"])
+         "trace-round-robin", "weighted-random", "service-scale"])
 def test_plain_kernel_equals_general(make, simple, records, monkeypatch):
     sc = make()
     fast, used = _run(sc, True, records, monkeypatch=monkeypatch)
@@ -198,6 +206,20 @@ def test_kernels_hand_over_mid_run(monkeypatch):
     general, _ = _run(sc, False, steps=steps, between=flip, monkeypatch=monkeypatch)
     assert fast.st.fleet_c[K.F_HEDGES] > 0
     assert used["plain"] >= 3 and used["general"] >= 1
+    _assert_same(fast, general)
+
+
+def test_a_slow_fault_hands_over_when_it_ends(monkeypatch):
+    """A fault that only slows a node is no mechanism: the general kernel runs while a
+    schedule change is due (its end), the plain one after; the run equals the general."""
+    sc = make_scenario(rate=2000, duration=30, nodes=3, servers=4,
+                       faults=[{"node": 1, "start_s": 4, "end_s": 12, "slowdown": 3}])
+    fast, used = _run(sc, True, steps=(10.0, 20.0, 30.0), monkeypatch=monkeypatch)
+    general, _ = _run(sc, False, steps=(10.0, 20.0, 30.0), monkeypatch=monkeypatch)
+    by_step = used["plain_by_step"]
+    assert by_step[0] == 0 < by_step[1] < by_step[2]  # plain only once the fault is over
+    assert used["general"] >= 1 and used["plain"] >= 2  # (a call may come back for room)
+    assert fast.st.node_f[1, K.NF_SLOWDOWN] == 1.0  # over, and applied
     _assert_same(fast, general)
 
 

@@ -714,6 +714,8 @@ def start(cfg, st):
     st.fs[FS_NEXT_ARRIVAL] = next_arrival(st.rng, cfg.cfg_f[CF_RATE_MAX], const, cfg.rate_t,
                                           cfg.rate_v, 0.0)
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[0] if cfg.sched_t.shape[0] > 0 else np.inf
+    if st.fs[FS_NEXT_SCHED] <= 0.0:  # faults and node scales from t = 0, as the loop would
+        on_schedule(cfg, st, 0.0)  # (so a scaled fleet's plain stretch starts at once)
     st.fs[FS_NEXT_PROBE] = next_probe(st.rng, cfg.cfg_f[CF_PROBE_RATE], st.node_i.shape[0], 0.0)
     st.node_f[:, NF_NEXT_SAMPLE] = cfg.phase
     next_node_sample(st.node_f, st.fs)
@@ -1491,9 +1493,13 @@ def specialised(features: frozenset):
 def features_of(cfg, st) -> frozenset:
     """The mechanisms the next ``advance`` call may meet, from the model and the state
     Python left (flags and controls change only between calls; a fault schedule may
-    raise error rates or crash nodes within one, so faults count from the start)."""
+    raise error rates or crash nodes within one, so faults with an error or wrong-answer
+    rate count from the start, and crashing ones as intake). Rows that only slow a
+    node (``fleet.service_scale``, slow faults) are no mechanism: both kernels read the
+    slowdown; a pending schedule change is the general kernel's (``plain.plain_ok``)."""
     cfg_f, cfg_i, isv, ni, nf = cfg.cfg_f, cfg.cfg_i, st.is_, st.node_i, st.node_f
     faults = cfg.fault_f.shape[0] > 0
+    fault_errors = faults and bool((cfg.fault_f[:, 2] > 0).any() or (cfg.fault_f[:, 4] > 0).any())
     on = set()
     if isv[IS_HEDGE_ON] != 0 and cfg_i[CI_MAX_HEDGES] > 0:
         on.add("hedging")
@@ -1501,7 +1507,7 @@ def features_of(cfg, st) -> frozenset:
         on.add("deadlines")
     if cfg_i[CI_MAX_ATTEMPTS] > 1:
         on.add("retries")
-    if (faults or cfg.load_x.shape[0] > 0 or (cfg.dep_node >= 0).any()
+    if (fault_errors or cfg.load_x.shape[0] > 0 or (cfg.dep_node >= 0).any()
             or (nf[:, NF_ERR_RATE] > 0).any() or (nf[:, NF_WRONG_RATE] > 0).any()):
         on.add("errors")
     if ((faults and cfg.fault_i[:, 1].any()) or ni[:, NI_CRASHED].any()
