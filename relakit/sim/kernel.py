@@ -847,14 +847,50 @@ def advance(cfg, st, out, t_end):
         RNG_ARRIVALS, 3]
     v0, v1, v2, v3 = rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1], rng[RNG_SERVICE, 2], rng[
         RNG_SERVICE, 3]
+    # the scalars every event touches live in locals (registers), as in relakit.sim.plain:
+    # in isv numba reloads them after every store to another int64 array (it may alias).
+    # Written back before a helper that reads them (HELPER_SYNC below) and on return.
+    hn = isv[IS_HEAP_N]
+    job_free_n = isv[IS_JOB_FREE_N]
+    usr_free_n = isv[IS_USR_FREE_N]
+    call_free_n = isv[IS_CALL_FREE_N]
+    n_rec = isv[IS_NREC]
+    user_seq = isv[IS_USER_SEQ]
+    in_flight = isv[IS_IN_FLIGHT_USERS]
+    stamp = isv[IS_STAMP]
+    to_h, to_n = tq_n[TQ_TIMEOUT, 0], tq_n[TQ_TIMEOUT, 1]  # the rings' (head, count)
+    he_h, he_n = tq_n[TQ_HEDGE, 0], tq_n[TQ_HEDGE, 1]
+    budget_bucket = isv[IS_BUDGET_BUCKET]
     while True:
-        hn = isv[IS_HEAP_N]
+        # ---- loop head: drop the rings' stale heads first. Most attempt timeouts and
+        # fixed-delay hedges fall due after their copy or call is over (a timer per copy
+        # and per call, cancelled by a generation bump): dropped here for one row read
+        # each, instead of a pass through the loop's event path with its room checks
+        while to_n > 0:
+            key = tq_k[TQ_TIMEOUT, to_h]
+            j = (key >> EV_BITS) & ID_MASK
+            if (job_i[j, JI_GEN] & GEN_MASK) == key >> 32 and job_i[j, JI_CLIENT] == C_WAITING:
+                break
+            to_h += 1
+            if to_h == tq_cap:
+                to_h = 0
+            to_n -= 1
+        while he_n > 0:
+            key = tq_k[TQ_HEDGE, he_h]
+            if (call_i[(key >> EV_BITS) & ID_MASK, CL_GEN] & GEN_MASK) == key >> 32:
+                break
+            he_h += 1
+            if he_h == tq_cap:
+                he_h = 0
+            he_n -= 1
         t_heap = heap_t[0] if hn > 0 else np.inf
         src = TQ_HEAP  # where the earliest timer waits: the heap or a FIFO ring
-        for q in range(N_TQ):
-            if tq_n[q, 1] > 0 and tq_t[q, tq_n[q, 0]] < t_heap:
-                t_heap = tq_t[q, tq_n[q, 0]]
-                src = q
+        if to_n > 0 and tq_t[TQ_TIMEOUT, to_h] < t_heap:
+            t_heap = tq_t[TQ_TIMEOUT, to_h]
+            src = TQ_TIMEOUT
+        if he_n > 0 and tq_t[TQ_HEDGE, he_h] < t_heap:
+            t_heap = tq_t[TQ_HEDGE, he_h]
+            src = TQ_HEDGE
         t = min(t_arr, t_heap)
         t_fleet = fs[FS_NEXT_SAMPLE]
         t_node = fs[FS_NEXT_NODE_SAMPLE]
@@ -863,18 +899,24 @@ def advance(cfg, st, out, t_end):
         t_rare = min(min(t_fleet, t_probe), min(t_node, t_sched))
         if t_rare <= t and t_rare <= t_end:  # ---- fault schedule, metrics sample or probe
             if t_probe == t_rare:
-                if isv[IS_JOB_FREE_N] < 1 or heap_cap - hn < 2:
+                if job_free_n < 1 or heap_cap - hn < 2:
                     status = GROW_POOLS
                     break
                 fs[FS_NOW] = t_probe
+                isv[IS_JOB_FREE_N] = job_free_n  # HELPER_SYNC: the helpers use isv's
+                isv[IS_HEAP_N] = hn
                 node = probe_arrives(cfg, st, t_probe)
                 if node >= 0:
                     start_service(cfg, st, node, t_probe, degraded_mask, svc_factor)
+                job_free_n = isv[IS_JOB_FREE_N]
+                hn = isv[IS_HEAP_N]
             elif t_sched == t_rare:
                 if heap_cap - hn < n_jobs:  # a crash may end every job at once
                     status = GROW_POOLS
                     break
+                isv[IS_HEAP_N] = hn  # HELPER_SYNC
                 on_schedule(cfg, st, t_sched)
+                hn = isv[IS_HEAP_N]
             elif t_node == t_rare:
                 if isv[IS_MAX_NODE_SAMPLE] >= samp_cap:
                     status = GROW_SAMPLES
@@ -897,12 +939,12 @@ def advance(cfg, st, out, t_end):
             fs[FS_NOW] = max(fs[FS_NOW], t_end)
             break
         # room for the worst case of one event, checked before touching anything
-        if (isv[IS_JOB_FREE_N] < room or isv[IS_USR_FREE_N] < 2 or isv[IS_CALL_FREE_N] < room
-                or heap_cap - hn < heap_room or tq_cap - tq_n[0, 1] < room
-                or tq_cap - tq_n[1, 1] < room):
+        if (job_free_n < room or usr_free_n < 2 or call_free_n < room
+                or heap_cap - hn < heap_room or tq_cap - to_n < room
+                or tq_cap - he_n < room):
             status = GROW_POOLS
             break
-        if record and record_cap - isv[IS_NREC] < 2:
+        if record and record_cap - n_rec < 2:
             status = GROW_RECORDS
             break
         fs[FS_NOW] = t
@@ -919,15 +961,22 @@ def advance(cfg, st, out, t_end):
         fin_outcome = OK
         n_pend = 0  # timers to push once the event is done
 
-        if t_heap <= t_arr and src >= 0:  # ---- a timer from a FIFO ring
-            key = tq_k[src, tq_n[src, 0]]
-            tq_n[src, 0] = (tq_n[src, 0] + 1) % tq_cap
-            tq_n[src, 1] -= 1
+        if t_heap <= t_arr and src == TQ_TIMEOUT:  # ---- a timer from a FIFO ring
+            key = tq_k[TQ_TIMEOUT, to_h]
+            to_h += 1
+            if to_h == tq_cap:
+                to_h = 0
+            to_n -= 1
+        elif t_heap <= t_arr and src == TQ_HEDGE:
+            key = tq_k[TQ_HEDGE, he_h]
+            he_h += 1
+            if he_h == tq_cap:
+                he_h = 0
+            he_n -= 1
         elif t_heap <= t_arr:  # ---- a timed event from the heap
             key = heap_k[0]
             # pop the heap's top: sift the last entry down from the root
             hn -= 1
-            isv[IS_HEAP_N] = hn
             if hn > 0:
                 last_t = heap_t[hn]
                 last_k = heap_k[hn]
@@ -1008,9 +1057,8 @@ def advance(cfg, st, out, t_end):
                     res_job = j
                 job_i[j, JI_STATE] = J_FREE  # free the job; its timers are now stale
                 job_i[j, JI_GEN] += 1
-                nfree = isv[IS_JOB_FREE_N]
-                job_free[nfree] = j
-                isv[IS_JOB_FREE_N] = nfree + 1
+                job_free[job_free_n] = j
+                job_free_n += 1
             elif kind == EV_TIMEOUT:  # the client stops waiting for a copy
                 j = ident
                 if (job_i[j, JI_GEN] & GEN_MASK) != gen or job_i[j, JI_CLIENT] != C_WAITING:
@@ -1024,8 +1072,7 @@ def advance(cfg, st, out, t_end):
                 j = ident
                 if (job_i[j, JI_GEN] & GEN_MASK) != gen or job_i[j, JI_STATE] != J_MOVING:
                     continue
-                stamp = isv[IS_STAMP] + 1
-                isv[IS_STAMP] = stamp
+                stamp += 1
                 send[0, 0] = job_i[j, JI_CALL]
                 send[0, 1] = -1 if n_elig == 0 else pick_node(routing, node_i, node_f, isv, fs,
                                                               rng, RNG_REROUTE, stamp, 0)
@@ -1041,8 +1088,7 @@ def advance(cfg, st, out, t_end):
                                         or call_i[c, CL_HEDGES] >= max_hedges):
                     continue
                 # a node other than those already holding this call's copies
-                stamp = isv[IS_STAMP] + 1
-                isv[IS_STAMP] = stamp
+                stamp += 1
                 n_avoid = 0
                 if kind == EV_HEDGE:
                     j2 = call_i[c, CL_FIRST]
@@ -1067,11 +1113,10 @@ def advance(cfg, st, out, t_end):
                 send[0, 3] = -1
                 n_send = 1
         else:  # ---- a user request arrives
-            nfree = isv[IS_USR_FREE_N] - 1
-            u = usr_free[nfree]
-            isv[IS_USR_FREE_N] = nfree
-            isv[IS_USER_SEQ] += 1
-            isv[IS_IN_FLIGHT_USERS] += 1
+            usr_free_n -= 1
+            u = usr_free[usr_free_n]
+            user_seq += 1
+            in_flight += 1
             x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
             tier = 0 if x < tier_cum[0] else (1 if x < tier_cum[1] else 2)
             # every call's first-attempt demand, for the scenario's full fan-out whatever
@@ -1116,17 +1161,15 @@ def advance(cfg, st, out, t_end):
                 elif k == 1 and uniform_random:
                     send[0, 1] = min(int(uniform(rng, RNG_ROUTING) * n_nodes), n_nodes - 1)
                 else:
-                    stamp = isv[IS_STAMP] + 1
-                    isv[IS_STAMP] = stamp
+                    stamp += 1
                     for i in range(k):  # k distinct nodes
                         node = pick_node(routing, node_i, node_f, isv, fs, rng, RNG_ROUTING,
                                          stamp, i)
                         node_i[node, NI_STAMP] = stamp
                         send[i, 1] = node
                 for i in range(k):
-                    nc = isv[IS_CALL_FREE_N] - 1
-                    c = call_free[nc]
-                    isv[IS_CALL_FREE_N] = nc
+                    call_free_n -= 1
+                    c = call_free[call_free_n]
                     call_i[c, CL_USER] = u
                     call_i[c, CL_ATTEMPTS] = 0
                     call_i[c, CL_HEDGES] = 0
@@ -1171,7 +1214,9 @@ def advance(cfg, st, out, t_end):
                 if RETRIES and (retry_mask >> res_outcome) & 1 and attempts < max_attempts:
                     allowed = True
                     if budgeted:
+                        isv[IS_BUDGET_BUCKET] = budget_bucket  # HELPER_SYNC
                         slot = budget_slot(budget, isv, budget_width, t)
+                        budget_bucket = isv[IS_BUDGET_BUCKET]
                         allowed = budget[1].sum() + 1 <= budget_ratio * budget[0].sum()
                         if allowed:
                             budget[1, slot] += 1
@@ -1223,9 +1268,8 @@ def advance(cfg, st, out, t_end):
                         node_c[node, NC_CANCELLED] += 1
                         job_i[j2, JI_STATE] = J_FREE
                         job_i[j2, JI_GEN] += 1
-                        nfree = isv[IS_JOB_FREE_N]
-                        job_free[nfree] = j2
-                        isv[IS_JOB_FREE_N] = nfree + 1
+                        job_free[job_free_n] = j2
+                        job_free_n += 1
                     j2 = nxt
                 u = call_i[c, CL_USER]
                 usr_i[u, UI_ATTEMPTS] += call_i[c, CL_ATTEMPTS]
@@ -1241,9 +1285,8 @@ def advance(cfg, st, out, t_end):
                 elif done == worst and done == OK:
                     usr_i[u, UI_CRIT] = res_node  # the slowest call decides latency
                 call_i[c, CL_GEN] += 1  # its timers are now stale
-                nc = isv[IS_CALL_FREE_N]
-                call_free[nc] = c
-                isv[IS_CALL_FREE_N] = nc + 1
+                call_free[call_free_n] = c
+                call_free_n += 1
                 remaining = usr_i[u, UI_REMAINING] - 1
                 usr_i[u, UI_REMAINING] = remaining
                 if remaining == 0:
@@ -1253,7 +1296,7 @@ def advance(cfg, st, out, t_end):
         # ---- tail 2: the client sees a user request's outcome
         if fin_u >= 0:
             u = fin_u
-            isv[IS_IN_FLIGHT_USERS] -= 1
+            in_flight -= 1
             t0 = usr_f[u, UF_T_ARRIVAL]
             latency_ms = (t - t0) * 1000.0
             tier = usr_i[u, UI_TIER]
@@ -1261,7 +1304,7 @@ def advance(cfg, st, out, t_end):
             if usr_i[u, UI_DEGRADED] != 0:
                 fleet_c[F_DEGRADED] += 1
             if record:
-                r = isv[IS_NREC]
+                r = n_rec
                 rec_f[r, 0] = t0
                 rec_f[r, 1] = latency_ms
                 rec_f[r, 2] = usr_f[u, UF_DEMAND] * 1000.0
@@ -1272,7 +1315,7 @@ def advance(cfg, st, out, t_end):
                 rec_i[r, 4] = usr_i[u, UI_ATTEMPTS] + usr_i[u, UI_HEDGES]
                 rec_i[r, 5] = usr_i[u, UI_DEGRADED]
                 rec_i[r, 6] = 1 - usr_i[u, UI_WRONG]
-                isv[IS_NREC] = r + 1
+                n_rec = r + 1
             if t0 >= warmup:
                 tier_cnt[tier, fin_outcome] += 1
                 tier_ext[tier, TX_ATTEMPTS] += usr_i[u, UI_ATTEMPTS]
@@ -1284,9 +1327,8 @@ def advance(cfg, st, out, t_end):
                     hist[tier, fin_outcome, hist_bin(latency_ms)] += 1
                     lat_sum[tier, fin_outcome] += latency_ms
             usr_i[u, UI_GEN] += 1
-            n = isv[IS_USR_FREE_N]
-            usr_free[n] = u
-            isv[IS_USR_FREE_N] = n + 1
+            usr_free[usr_free_n] = u
+            usr_free_n += 1
 
         # ---- tail 3: send copies (first attempts, retries, hedges, failovers)
         for i in range(n_send):
@@ -1295,9 +1337,8 @@ def advance(cfg, st, out, t_end):
             hedge = send[i, 2]
             j = send[i, 3]
             if j < 0:  # a new copy of call c
-                nj = isv[IS_JOB_FREE_N] - 1
-                j = job_free[nj]
-                isv[IS_JOB_FREE_N] = nj
+                job_free_n -= 1
+                j = job_free[job_free_n]
                 job_i[j, JI_CALL] = c
                 job_i[j, JI_GEN] += 1
                 job_i[j, JI_CLIENT] = C_WAITING
@@ -1313,7 +1354,13 @@ def advance(cfg, st, out, t_end):
                 else:
                     call_i[c, CL_ATTEMPTS] += 1
                     if budgeted and call_i[c, CL_ATTEMPTS] == 1:
-                        budget[0, budget_slot(budget, isv, budget_width, t)] += 1
+                        # budget_slot's bucket; the helper only when the window moves on
+                        b = int(t / budget_width)
+                        if b > budget_bucket:
+                            isv[IS_BUDGET_BUCKET] = budget_bucket  # HELPER_SYNC
+                            budget_slot(budget, isv, budget_width, t)
+                            budget_bucket = isv[IS_BUDGET_BUCKET]
+                        budget[0, b % BUDGET_BUCKETS] += 1
                 # the first attempt serves the demand drawn at arrival; a hedge or a
                 # retry is another piece of work, with a demand of its own, drawn when
                 # (if) it starts: a copy cancelled in the queue costs no draw
@@ -1337,12 +1384,14 @@ def advance(cfg, st, out, t_end):
             job_f[j, JF_T_NODE] = t
             if node < 0:
                 job_i[j, JI_STATE] = J_ENDING
+                isv[IS_HEAP_N] = hn  # HELPER_SYNC
                 end_now(isv, job_i, heap_t, heap_k, j, ERROR, t)
+                hn = isv[IS_HEAP_N]
                 continue
             # admission: refused (crashed), shed, throttled, queue full, or queued
             tier = job_i[j, JI_TIER]
             tries = 0
-            stamp = -1
+            ex_stamp = -1
             qlen = node_i[node, NI_QLEN]
             rejected = -1
             while INTAKE:
@@ -1374,15 +1423,17 @@ def advance(cfg, st, out, t_end):
                 if not (throttled and elsewhere) or tries + 1 >= n_elig:
                     break
                 tries += 1  # excess goes elsewhere: another node, not tried yet
-                if stamp < 0:
-                    stamp = isv[IS_STAMP] + 1
-                    isv[IS_STAMP] = stamp
-                node_i[node, NI_STAMP] = stamp
-                node = pick_node(routing, node_i, node_f, isv, fs, rng, RNG_REROUTE, stamp,
+                if ex_stamp < 0:
+                    stamp += 1
+                    ex_stamp = stamp
+                node_i[node, NI_STAMP] = ex_stamp
+                node = pick_node(routing, node_i, node_f, isv, fs, rng, RNG_REROUTE, ex_stamp,
                                  tries)
                 job_i[j, JI_NODE] = node
             if rejected >= 0:
+                isv[IS_HEAP_N] = hn  # HELPER_SYNC
                 end_now(isv, job_i, heap_t, heap_k, j, rejected, t)
+                hn = isv[IS_HEAP_N]
                 continue
             job_i[j, JI_STATE] = J_QUEUED
             job_i[j, JI_NEXT] = -1
@@ -1435,14 +1486,24 @@ def advance(cfg, st, out, t_end):
         for i in range(n_pend):
             tp = pend_t[i]
             q = pend_q[i]
-            if q >= 0:
-                slot = (tq_n[q, 0] + tq_n[q, 1]) % tq_cap
-                tq_t[q, slot] = tp
-                tq_k[q, slot] = pend_k[i]
-                tq_n[q, 1] += 1
+            if q == TQ_TIMEOUT:
+                slot = to_h + to_n
+                if slot >= tq_cap:
+                    slot -= tq_cap
+                tq_t[TQ_TIMEOUT, slot] = tp
+                tq_k[TQ_TIMEOUT, slot] = pend_k[i]
+                to_n += 1
                 continue
-            hi = isv[IS_HEAP_N]
-            isv[IS_HEAP_N] = hi + 1
+            if q == TQ_HEDGE:
+                slot = he_h + he_n
+                if slot >= tq_cap:
+                    slot -= tq_cap
+                tq_t[TQ_HEDGE, slot] = tp
+                tq_k[TQ_HEDGE, slot] = pend_k[i]
+                he_n += 1
+                continue
+            hi = hn
+            hn = hi + 1
             while hi > 0:
                 parent = (hi - 1) >> 1
                 if heap_t[parent] <= tp:
@@ -1452,6 +1513,17 @@ def advance(cfg, st, out, t_end):
                 hi = parent
             heap_t[hi] = tp
             heap_k[hi] = pend_k[i]
+    isv[IS_HEAP_N] = hn
+    isv[IS_JOB_FREE_N] = job_free_n
+    isv[IS_USR_FREE_N] = usr_free_n
+    isv[IS_CALL_FREE_N] = call_free_n
+    isv[IS_NREC] = n_rec
+    isv[IS_USER_SEQ] = user_seq
+    isv[IS_IN_FLIGHT_USERS] = in_flight
+    isv[IS_STAMP] = stamp
+    isv[IS_BUDGET_BUCKET] = budget_bucket
+    tq_n[TQ_TIMEOUT, 0], tq_n[TQ_TIMEOUT, 1] = to_h, to_n
+    tq_n[TQ_HEDGE, 0], tq_n[TQ_HEDGE, 1] = he_h, he_n
     fs[FS_NEXT_ARRIVAL] = t_arr
     rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1] = a0, a1
     rng[RNG_ARRIVALS, 2], rng[RNG_ARRIVALS, 3] = a2, a3
