@@ -773,7 +773,6 @@ def advance(cfg, st, out, t_end):
     send = st.send
     pend_t = st.pend_t
     pend_k = st.pend_k
-    pend_q = st.pend_q
     tq_t = st.tq_t
     tq_k = st.tq_k
     tq_n = st.tq_n
@@ -861,6 +860,25 @@ def advance(cfg, st, out, t_end):
     to_h, to_n = tq_n[TQ_TIMEOUT, 0], tq_n[TQ_TIMEOUT, 1]  # the rings' (head, count)
     he_h, he_n = tq_n[TQ_HEDGE, 0], tq_n[TQ_HEDGE, 1]
     budget_bucket = isv[IS_BUDGET_BUCKET]
+    now = fs[FS_NOW]
+    hedge_delay = fs[FS_HEDGE_DELAY]  # changes only at a fleet sample (adaptive hedging)
+    # the next rare event's times (fault schedule, samples, probe), reloaded after one
+    t_fleet = fs[FS_NEXT_SAMPLE]
+    t_node = fs[FS_NEXT_NODE_SAMPLE]
+    t_sched = fs[FS_NEXT_SCHED]
+    t_probe = fs[FS_NEXT_PROBE] if PROBES else np.inf
+    t_rare = min(min(t_fleet, t_probe), min(t_node, t_sched))
+    # the error draws' and the routing draws' streams in locals too (e*, r*)
+    e0, e1, e2, e3 = rng[RNG_ERRORS, 0], rng[RNG_ERRORS, 1], rng[RNG_ERRORS, 2], rng[
+        RNG_ERRORS, 3]
+    r0, r1, r2, r3 = rng[RNG_ROUTING, 0], rng[RNG_ROUTING, 1], rng[RNG_ROUTING, 2], rng[
+        RNG_ROUTING, 3]
+    # admission checks beyond a crashed node: only if some control asks for them (they
+    # change between calls only; a crash may come from the fault schedule at any time)
+    checks = qlim >= 0 or shed_mask != 0
+    for i in range(n_nodes):
+        if node_i[i, NI_INTAKE_LIMIT] >= 0 or node_f[i, NF_TOKEN_RATE] < np.inf:
+            checks = True
     while True:
         # ---- loop head: drop the rings' stale heads first. Most attempt timeouts and
         # fixed-delay hedges fall due after their copy or call is over (a timer per copy
@@ -892,17 +910,12 @@ def advance(cfg, st, out, t_end):
             t_heap = tq_t[TQ_HEDGE, he_h]
             src = TQ_HEDGE
         t = min(t_arr, t_heap)
-        t_fleet = fs[FS_NEXT_SAMPLE]
-        t_node = fs[FS_NEXT_NODE_SAMPLE]
-        t_sched = fs[FS_NEXT_SCHED]
-        t_probe = fs[FS_NEXT_PROBE] if PROBES else np.inf
-        t_rare = min(min(t_fleet, t_probe), min(t_node, t_sched))
         if t_rare <= t and t_rare <= t_end:  # ---- fault schedule, metrics sample or probe
             if t_probe == t_rare:
                 if job_free_n < 1 or heap_cap - hn < 2:
                     status = GROW_POOLS
                     break
-                fs[FS_NOW] = t_probe
+                now = t_probe
                 isv[IS_JOB_FREE_N] = job_free_n  # HELPER_SYNC: the helpers use isv's
                 isv[IS_HEAP_N] = hn
                 node = probe_arrives(cfg, st, t_probe)
@@ -921,7 +934,7 @@ def advance(cfg, st, out, t_end):
                 if isv[IS_MAX_NODE_SAMPLE] >= samp_cap:
                     status = GROW_SAMPLES
                     break
-                fs[FS_NOW] = t_node
+                now = t_node
                 for i in range(n_nodes):
                     if node_f[i, NF_NEXT_SAMPLE] == t_node:
                         sample_node(out.metrics, out.sample_t, cnt, node_i, node_f, node_c,
@@ -931,12 +944,18 @@ def advance(cfg, st, out, t_end):
                 if isv[IS_NSAMPLE] >= fleet_cap:
                     status = GROW_SAMPLES
                     break
-                fs[FS_NOW] = t_fleet
+                now = t_fleet
                 sample_fleet(out.fleet, out.fleet_t, fleet_c, isv, fs, out.hist,
                              cfg_f[CF_SAMPLE_DT], cfg_f[CF_HEDGE_Q], t_fleet)
+                hedge_delay = fs[FS_HEDGE_DELAY]
+            t_fleet = fs[FS_NEXT_SAMPLE]
+            t_node = fs[FS_NEXT_NODE_SAMPLE]
+            t_sched = fs[FS_NEXT_SCHED]
+            t_probe = fs[FS_NEXT_PROBE] if PROBES else np.inf
+            t_rare = min(min(t_fleet, t_probe), min(t_node, t_sched))
             continue
         if t > t_end:
-            fs[FS_NOW] = max(fs[FS_NOW], t_end)
+            now = max(now, t_end)
             break
         # room for the worst case of one event, checked before touching anything
         if (job_free_n < room or usr_free_n < 2 or call_free_n < room
@@ -947,7 +966,7 @@ def advance(cfg, st, out, t_end):
         if record and record_cap - n_rec < 2:
             status = GROW_RECORDS
             break
-        fs[FS_NOW] = t
+        now = t
         n_touched = 0  # nodes whose queue may now start service
         n_send = 0  # copies to send: (call, node, is_hedge, existing job or -1)
         res_c = -1  # the call a copy answered, or gave up on
@@ -1006,7 +1025,6 @@ def advance(cfg, st, out, t_end):
                 outcome = job_i[j, JI_OUTCOME]
                 correct = 1
                 probe = job_i[j, JI_CALL] < 0  # a correctness probe: its own dice and counts
-                draws = RNG_PROBES if probe else RNG_ERRORS
                 if job_i[j, JI_STATE] == J_SERVING:
                     busy = node_i[node, NI_BUSY]
                     node_f[node, NF_BUSY_AREA] += busy * (t - node_f[node, NF_LAST_T])
@@ -1024,13 +1042,23 @@ def advance(cfg, st, out, t_end):
                         load = (busy + node_i[node, NI_QLEN]) / node_i[node, NI_SERVERS]
                         p = np.interp(load, load_x, load_p)
                         err = 1.0 - (1.0 - err) * (1.0 - p)
-                    if err > 0.0 and uniform(rng, draws) < err:
-                        outcome = ERROR
+                    if err > 0.0:
+                        if probe:
+                            x = uniform(rng, RNG_PROBES)
+                        else:
+                            x, e0, e1, e2, e3 = uniform_words(e0, e1, e2, e3)
+                        if x < err:
+                            outcome = ERROR
                     wrong = node_f[node, NF_WRONG_RATE] if ERRORS else 0.0
-                    if outcome == OK and wrong > 0.0 and uniform(rng, draws) < wrong:
-                        correct = 0  # a silent failure: success, wrong answer
-                        if not probe:
-                            node_c[node, NC_WRONG] += 1
+                    if outcome == OK and wrong > 0.0:
+                        if probe:
+                            x = uniform(rng, RNG_PROBES)
+                        else:
+                            x, e0, e1, e2, e3 = uniform_words(e0, e1, e2, e3)
+                        if x < wrong:
+                            correct = 0  # a silent failure: success, wrong answer
+                            if not probe:
+                                node_c[node, NC_WRONG] += 1
                     # the server's latency histogram (Prometheus buckets, seconds)
                     lat = t - job_f[j, JF_T_NODE]
                     b = 0
@@ -1159,14 +1187,19 @@ def advance(cfg, st, out, t_end):
                 if n_nodes == 1:
                     send[0, 1] = 0  # a single node: no draw
                 elif k == 1 and uniform_random:
-                    send[0, 1] = min(int(uniform(rng, RNG_ROUTING) * n_nodes), n_nodes - 1)
+                    x, r0, r1, r2, r3 = uniform_words(r0, r1, r2, r3)
+                    send[0, 1] = min(int(x * n_nodes), n_nodes - 1)
                 else:
                     stamp += 1
+                    rng[RNG_ROUTING, 0], rng[RNG_ROUTING, 1] = r0, r1  # HELPER_SYNC
+                    rng[RNG_ROUTING, 2], rng[RNG_ROUTING, 3] = r2, r3
                     for i in range(k):  # k distinct nodes
                         node = pick_node(routing, node_i, node_f, isv, fs, rng, RNG_ROUTING,
                                          stamp, i)
                         node_i[node, NI_STAMP] = stamp
                         send[i, 1] = node
+                    r0, r1, r2, r3 = rng[RNG_ROUTING, 0], rng[RNG_ROUTING, 1], rng[
+                        RNG_ROUTING, 2], rng[RNG_ROUTING, 3]
                 for i in range(k):
                     call_free_n -= 1
                     c = call_free[call_free_n]
@@ -1230,7 +1263,6 @@ def advance(cfg, st, out, t_end):
                         call_i[c, CL_LAST_NODE] = res_node
                         pend_t[n_pend] = t + backoff
                         pend_k[n_pend] = event_key(c, EV_RETRY, call_i[c, CL_GEN])
-                        pend_q[n_pend] = TQ_HEAP
                         n_pend += 1
                     else:
                         fleet_c[F_RETRIES_DENIED] += 1
@@ -1368,17 +1400,28 @@ def advance(cfg, st, out, t_end):
                     job_f[j, JF_DEMAND] = call_f[c, CLF_DEMAND]
                 else:
                     job_f[j, JF_DEMAND] = NO_DEMAND
+                # its timers: a ring's tail at once (a ring holds one kind; tail 5 files
+                # the heap's, in order)
                 if DEADLINES and deadline < np.inf:
-                    pend_t[n_pend] = t + deadline
-                    pend_k[n_pend] = event_key(j, EV_TIMEOUT, job_i[j, JI_GEN])
-                    pend_q[n_pend] = TQ_TIMEOUT
-                    n_pend += 1
+                    slot = to_h + to_n
+                    if slot >= tq_cap:
+                        slot -= tq_cap
+                    tq_t[TQ_TIMEOUT, slot] = t + deadline
+                    tq_k[TQ_TIMEOUT, slot] = event_key(j, EV_TIMEOUT, job_i[j, JI_GEN])
+                    to_n += 1
                 if (HEDGING and (hedge_mask >> call_i[c, CL_TIER]) & 1
                         and call_i[c, CL_HEDGES] < max_hedges and n_elig > 1):
-                    pend_t[n_pend] = t + fs[FS_HEDGE_DELAY]
-                    pend_k[n_pend] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
-                    pend_q[n_pend] = hedge_queue
-                    n_pend += 1
+                    if hedge_queue == TQ_HEDGE:
+                        slot = he_h + he_n
+                        if slot >= tq_cap:
+                            slot -= tq_cap
+                        tq_t[TQ_HEDGE, slot] = t + hedge_delay
+                        tq_k[TQ_HEDGE, slot] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
+                        he_n += 1
+                    else:
+                        pend_t[n_pend] = t + hedge_delay
+                        pend_k[n_pend] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
+                        n_pend += 1
             job_i[j, JI_NODE] = node
             job_i[j, JI_DEGRADED] = 0
             job_f[j, JF_T_NODE] = t
@@ -1401,6 +1444,8 @@ def advance(cfg, st, out, t_end):
                 throttled = False
                 if node_i[node, NI_CRASHED] != 0:
                     rejected = ERROR
+                elif not checks:  # no shedding, intake limit, token bucket or queue limit
+                    break
                 elif tier != GOLD and (shed_mask >> tier) & 1:
                     rejected = DROPPED
                 else:
@@ -1479,29 +1524,11 @@ def advance(cfg, st, out, t_end):
                     job_i[j, JI_DEGRADED] = 1
                 pend_t[n_pend] = t + s
                 pend_k[n_pend] = event_key(j, EV_DONE, job_i[j, JI_GEN])
-                pend_q[n_pend] = TQ_HEAP
                 n_pend += 1
 
-        # ---- tail 5: file the timers this event set: a ring's tail, or the heap (sift up)
+        # ---- tail 5: file the heap timers this event set, in the order set (sift up)
         for i in range(n_pend):
             tp = pend_t[i]
-            q = pend_q[i]
-            if q == TQ_TIMEOUT:
-                slot = to_h + to_n
-                if slot >= tq_cap:
-                    slot -= tq_cap
-                tq_t[TQ_TIMEOUT, slot] = tp
-                tq_k[TQ_TIMEOUT, slot] = pend_k[i]
-                to_n += 1
-                continue
-            if q == TQ_HEDGE:
-                slot = he_h + he_n
-                if slot >= tq_cap:
-                    slot -= tq_cap
-                tq_t[TQ_HEDGE, slot] = tp
-                tq_k[TQ_HEDGE, slot] = pend_k[i]
-                he_n += 1
-                continue
             hi = hn
             hn = hi + 1
             while hi > 0:
@@ -1524,6 +1551,11 @@ def advance(cfg, st, out, t_end):
     isv[IS_BUDGET_BUCKET] = budget_bucket
     tq_n[TQ_TIMEOUT, 0], tq_n[TQ_TIMEOUT, 1] = to_h, to_n
     tq_n[TQ_HEDGE, 0], tq_n[TQ_HEDGE, 1] = he_h, he_n
+    fs[FS_NOW] = now
+    rng[RNG_ERRORS, 0], rng[RNG_ERRORS, 1] = e0, e1
+    rng[RNG_ERRORS, 2], rng[RNG_ERRORS, 3] = e2, e3
+    rng[RNG_ROUTING, 0], rng[RNG_ROUTING, 1] = r0, r1
+    rng[RNG_ROUTING, 2], rng[RNG_ROUTING, 3] = r2, r3
     fs[FS_NEXT_ARRIVAL] = t_arr
     rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1] = a0, a1
     rng[RNG_ARRIVALS, 2], rng[RNG_ARRIVALS, 3] = a2, a3
