@@ -129,6 +129,7 @@ EV_BITS = 3
 EV_MASK = (1 << EV_BITS) - 1
 assert N_EVENT_KINDS <= 1 << EV_BITS
 GEN_MASK = (1 << 31) - 1
+U0, U1 = np.uint64(0), np.uint64(1)  # heap positions in the loop's pop (unsigned)
 ID_MASK = (1 << (32 - EV_BITS)) - 1
 
 # cfg_f: model scalars (float)
@@ -999,16 +1000,21 @@ def advance(cfg, st, out, t_end):
             if hn > 0:
                 last_t = heap_t[hn]
                 last_k = heap_k[hn]
-                i = 0
+                # unsigned positions: numba adds no negative-index fix-up to each access
+                i = U0
+                un = np.uint64(hn)
                 while True:
-                    c = 2 * i + 1
-                    if c >= hn:
+                    c = i + i + U1
+                    if c >= un:
                         break
-                    if c + 1 < hn and heap_t[c + 1] < heap_t[c]:
-                        c += 1
-                    if heap_t[c] >= last_t:
+                    tc = heap_t[c]
+                    if c + U1 < un:  # the smaller child, without a jump: which one is a
+                        t2 = heap_t[c + U1]  # coin toss, so a branch mispredicts half the
+                        c += np.uint64(t2 < tc)  # time (perf: this loop was a quarter of
+                        tc = min(t2, tc)  # the run)
+                    if tc >= last_t:
                         break
-                    heap_t[i] = heap_t[c]
+                    heap_t[i] = tc
                     heap_k[i] = heap_k[c]
                     i = c
                 heap_t[i] = last_t
