@@ -101,8 +101,10 @@ BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = (BREAKER_STATES.index(b) for b
 # use (``specialised``): each name below is a module constant, True in the general
 # kernel; in a specialisation it is a compile-time False where the mechanism is off,
 # and numba drops the code it guards. What each guards, and so what it costs when on:
-# HEDGING: setting hedge timers at each first attempt (a ring push per copy);
-# DEADLINES: an attempt timeout per copy (a ring push, and a pop when it falls due);
+# HEDGING: setting hedge timers at each first attempt (a ring push per copy, and a
+#   drop at the loop head once the call is answered);
+# DEADLINES: an attempt timeout per copy (a ring push, and a drop at the loop head
+#   once the copy is over, or an event if the client is still waiting);
 # RETRIES: the retry decision on a failed copy (budget window, backoff, a heap timer);
 # ERRORS: error, wrong-answer, dependency and load-error draws at every completion;
 # INTAKE: the admission checks per copy (crashed, shed, intake limit, token bucket,
@@ -738,6 +740,24 @@ def advance(cfg, st, out, t_end):
     here rather than in helpers: numba pays an atomic reference count for every
     array handed to a helper, which cost more than the event itself (a third of
     the run time, measured with perf). Helpers remain for rare paths.
+
+    Sections, and what each costs (perf on the 50-node M/M/8 fleet with every
+    mitigation on; docs/design.md has the figures): the loop head drops the
+    rings' stale heads (a row read each: most attempt timeouts and fixed-delay
+    hedges fall due after their copy or call is over) and picks the earliest of
+    arrival, heap top, ring heads and the next rare event (locals); the heap pop
+    (O(log n), branch-free child choice: ~18 % of the loop's samples, most of
+    them the loads' latency); a completion (an error draw, the node's bucket
+    search, counters: cache misses on the job, node and user rows); an arrival
+    (3 uniforms, 2 logs); tail 1 (unlink the copy, settle its siblings and its
+    user: one row each); tail 2 (a log10 for the histogram, whose 3-D bin store
+    misses the cache); tail 3 (a job from the pool, its timers straight onto
+    the rings' tails, admission: one crash check unless a control asks for
+    more, a FIFO link); tail 4 (a dequeue, busy-seconds, a completion timer);
+    tail 5 (the heap's timers, sifted up in the order set).
+    The scalars every event touches (pool and heap counts, ring heads, clock,
+    rare-event times, the arrival, service, error and routing streams) live in
+    locals, written back where a helper reads them (HELPER_SYNC) and on return.
     """
     cfg_f = cfg.cfg_f
     cfg_i = cfg.cfg_i
