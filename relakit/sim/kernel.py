@@ -108,8 +108,10 @@ BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = (BREAKER_STATES.index(b) for b
 # use (``specialised``): each name below is a module constant, True in the general
 # kernel; in a specialisation it is a compile-time False where the mechanism is off,
 # and numba drops the code it guards. What each guards, and so what it costs when on:
-# HEDGING: setting hedge timers at each first attempt (a ring push per copy);
-# DEADLINES: an attempt timeout per copy (a ring push, and a pop when it falls due);
+# HEDGING: setting hedge timers at each first attempt (a ring push per copy, and a
+#   drop at the loop head once the call is answered);
+# DEADLINES: an attempt timeout per copy (a ring push, and a drop at the loop head
+#   once the copy is over, or an event if the client is still waiting);
 # RETRIES: the retry decision on a failed copy (budget window, backoff, a heap timer);
 # ERRORS: error, wrong-answer, dependency and load-error draws at every completion;
 # INTAKE: the admission checks per copy (crashed, shed, intake limit, token bucket,
@@ -136,6 +138,7 @@ EV_BITS = 3
 EV_MASK = (1 << EV_BITS) - 1
 assert N_EVENT_KINDS <= 1 << EV_BITS
 GEN_MASK = (1 << 31) - 1
+U0, U1 = np.uint64(0), np.uint64(1)  # heap positions in the loop's pop (unsigned)
 ID_MASK = (1 << (32 - EV_BITS)) - 1
 
 # cfg_f: model scalars (float)
@@ -733,6 +736,24 @@ def advance(cfg, st, out, t_end):
     here rather than in helpers: numba pays an atomic reference count for every
     array handed to a helper, which cost more than the event itself (a third of
     the run time, measured with perf). Helpers remain for rare paths.
+
+    Sections, and what each costs (perf on the 50-node M/M/8 fleet with every
+    mitigation on; docs/design.md has the figures): the loop head drops the
+    rings' stale heads (a row read each: most attempt timeouts and fixed-delay
+    hedges fall due after their copy or call is over) and picks the earliest of
+    arrival, heap top, ring heads and the next rare event (locals); the heap pop
+    (O(log n), branch-free child choice: ~18 % of the loop's samples, most of
+    them the loads' latency); a completion (an error draw, the node's bucket
+    search, counters: cache misses on the job, node and user rows); an arrival
+    (3 uniforms, 2 logs); tail 1 (unlink the copy, settle its siblings and its
+    user: one row each); tail 2 (a log10 for the histogram, whose 3-D bin store
+    misses the cache); tail 3 (a job from the pool, its timers straight onto
+    the rings' tails, admission: one crash check unless a control asks for
+    more, a FIFO link); tail 4 (a dequeue, busy-seconds, a completion timer);
+    tail 5 (the heap's timers, sifted up in the order set).
+    The scalars every event touches (pool and heap counts, ring heads, clock,
+    rare-event times, the arrival, service, error and routing streams) live in
+    locals, written back where a helper reads them (HELPER_SYNC) and on return.
     """
     cfg_f = cfg.cfg_f
     cfg_i = cfg.cfg_i
@@ -769,7 +790,6 @@ def advance(cfg, st, out, t_end):
     send = st.send
     pend_t = st.pend_t
     pend_k = st.pend_k
-    pend_q = st.pend_q
     tq_t = st.tq_t
     tq_k = st.tq_k
     tq_n = st.tq_n
@@ -843,39 +863,95 @@ def advance(cfg, st, out, t_end):
         RNG_ARRIVALS, 3]
     v0, v1, v2, v3 = rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1], rng[RNG_SERVICE, 2], rng[
         RNG_SERVICE, 3]
+    # the scalars every event touches live in locals (registers), as in relakit.sim.plain:
+    # in isv numba reloads them after every store to another int64 array (it may alias).
+    # Written back before a helper that reads them (HELPER_SYNC below) and on return.
+    hn = isv[IS_HEAP_N]
+    job_free_n = isv[IS_JOB_FREE_N]
+    usr_free_n = isv[IS_USR_FREE_N]
+    call_free_n = isv[IS_CALL_FREE_N]
+    n_rec = isv[IS_NREC]
+    user_seq = isv[IS_USER_SEQ]
+    in_flight = isv[IS_IN_FLIGHT_USERS]
+    stamp = isv[IS_STAMP]
+    to_h, to_n = tq_n[TQ_TIMEOUT, 0], tq_n[TQ_TIMEOUT, 1]  # the rings' (head, count)
+    he_h, he_n = tq_n[TQ_HEDGE, 0], tq_n[TQ_HEDGE, 1]
+    budget_bucket = isv[IS_BUDGET_BUCKET]
+    now = fs[FS_NOW]
+    hedge_delay = fs[FS_HEDGE_DELAY]  # changes only at a fleet sample (adaptive hedging)
+    # the next rare event's times (fault schedule, samples, probe), reloaded after one
+    t_fleet = fs[FS_NEXT_SAMPLE]
+    t_node = fs[FS_NEXT_NODE_SAMPLE]
+    t_sched = fs[FS_NEXT_SCHED]
+    t_probe = fs[FS_NEXT_PROBE] if PROBES else np.inf
+    t_rare = min(min(t_fleet, t_probe), min(t_node, t_sched))
+    # the error draws' and the routing draws' streams in locals too (e*, r*)
+    e0, e1, e2, e3 = rng[RNG_ERRORS, 0], rng[RNG_ERRORS, 1], rng[RNG_ERRORS, 2], rng[
+        RNG_ERRORS, 3]
+    r0, r1, r2, r3 = rng[RNG_ROUTING, 0], rng[RNG_ROUTING, 1], rng[RNG_ROUTING, 2], rng[
+        RNG_ROUTING, 3]
+    # admission checks beyond a crashed node: only if some control asks for them (they
+    # change between calls only; a crash may come from the fault schedule at any time)
+    checks = qlim >= 0 or shed_mask != 0
+    for i in range(n_nodes):
+        if node_i[i, NI_INTAKE_LIMIT] >= 0 or node_f[i, NF_TOKEN_RATE] < np.inf:
+            checks = True
     while True:
-        hn = isv[IS_HEAP_N]
+        # ---- loop head: drop the rings' stale heads first. Most attempt timeouts and
+        # fixed-delay hedges fall due after their copy or call is over (a timer per copy
+        # and per call, cancelled by a generation bump): dropped here for one row read
+        # each, instead of a pass through the loop's event path with its room checks
+        while to_n > 0:
+            key = tq_k[TQ_TIMEOUT, to_h]
+            j = (key >> EV_BITS) & ID_MASK
+            if (job_i[j, JI_GEN] & GEN_MASK) == key >> 32 and job_i[j, JI_CLIENT] == C_WAITING:
+                break
+            to_h += 1
+            if to_h == tq_cap:
+                to_h = 0
+            to_n -= 1
+        while he_n > 0:
+            key = tq_k[TQ_HEDGE, he_h]
+            if (call_i[(key >> EV_BITS) & ID_MASK, CL_GEN] & GEN_MASK) == key >> 32:
+                break
+            he_h += 1
+            if he_h == tq_cap:
+                he_h = 0
+            he_n -= 1
         t_heap = heap_t[0] if hn > 0 else np.inf
         src = TQ_HEAP  # where the earliest timer waits: the heap or a FIFO ring
-        for q in range(N_TQ):
-            if tq_n[q, 1] > 0 and tq_t[q, tq_n[q, 0]] < t_heap:
-                t_heap = tq_t[q, tq_n[q, 0]]
-                src = q
+        if to_n > 0 and tq_t[TQ_TIMEOUT, to_h] < t_heap:
+            t_heap = tq_t[TQ_TIMEOUT, to_h]
+            src = TQ_TIMEOUT
+        if he_n > 0 and tq_t[TQ_HEDGE, he_h] < t_heap:
+            t_heap = tq_t[TQ_HEDGE, he_h]
+            src = TQ_HEDGE
         t = min(t_arr, t_heap)
-        t_fleet = fs[FS_NEXT_SAMPLE]
-        t_node = fs[FS_NEXT_NODE_SAMPLE]
-        t_sched = fs[FS_NEXT_SCHED]
-        t_probe = fs[FS_NEXT_PROBE] if PROBES else np.inf
-        t_rare = min(min(t_fleet, t_probe), min(t_node, t_sched))
         if t_rare <= t and t_rare <= t_end:  # ---- fault schedule, metrics sample or probe
             if t_probe == t_rare:
-                if isv[IS_JOB_FREE_N] < 1 or heap_cap - hn < 2:
+                if job_free_n < 1 or heap_cap - hn < 2:
                     status = GROW_POOLS
                     break
-                fs[FS_NOW] = t_probe
+                now = t_probe
+                isv[IS_JOB_FREE_N] = job_free_n  # HELPER_SYNC: the helpers use isv's
+                isv[IS_HEAP_N] = hn
                 node = probe_arrives(cfg, st, t_probe)
                 if node >= 0:
                     start_service(cfg, st, node, t_probe, degraded_mask, svc_factor)
+                job_free_n = isv[IS_JOB_FREE_N]
+                hn = isv[IS_HEAP_N]
             elif t_sched == t_rare:
                 if heap_cap - hn < n_jobs:  # a crash may end every job at once
                     status = GROW_POOLS
                     break
+                isv[IS_HEAP_N] = hn  # HELPER_SYNC
                 on_schedule(cfg, st, t_sched)
+                hn = isv[IS_HEAP_N]
             elif t_node == t_rare:
                 if isv[IS_MAX_NODE_SAMPLE] >= samp_cap:
                     status = GROW_SAMPLES
                     break
-                fs[FS_NOW] = t_node
+                now = t_node
                 for i in range(n_nodes):
                     if node_f[i, NF_NEXT_SAMPLE] == t_node:
                         sample_node(out.metrics, out.sample_t, cnt, node_i, node_f, node_c,
@@ -885,23 +961,29 @@ def advance(cfg, st, out, t_end):
                 if isv[IS_NSAMPLE] >= fleet_cap:
                     status = GROW_SAMPLES
                     break
-                fs[FS_NOW] = t_fleet
+                now = t_fleet
                 sample_fleet(out.fleet, out.fleet_t, fleet_c, isv, fs, out.hist,
                              cfg_f[CF_SAMPLE_DT], cfg_f[CF_HEDGE_Q], t_fleet)
+                hedge_delay = fs[FS_HEDGE_DELAY]
+            t_fleet = fs[FS_NEXT_SAMPLE]
+            t_node = fs[FS_NEXT_NODE_SAMPLE]
+            t_sched = fs[FS_NEXT_SCHED]
+            t_probe = fs[FS_NEXT_PROBE] if PROBES else np.inf
+            t_rare = min(min(t_fleet, t_probe), min(t_node, t_sched))
             continue
         if t > t_end:
-            fs[FS_NOW] = max(fs[FS_NOW], t_end)
+            now = max(now, t_end)
             break
         # room for the worst case of one event, checked before touching anything
-        if (isv[IS_JOB_FREE_N] < room or isv[IS_USR_FREE_N] < 2 or isv[IS_CALL_FREE_N] < room
-                or heap_cap - hn < heap_room or tq_cap - tq_n[0, 1] < room
-                or tq_cap - tq_n[1, 1] < room):
+        if (job_free_n < room or usr_free_n < 2 or call_free_n < room
+                or heap_cap - hn < heap_room or tq_cap - to_n < room
+                or tq_cap - he_n < room):
             status = GROW_POOLS
             break
-        if record and record_cap - isv[IS_NREC] < 2:
+        if record and record_cap - n_rec < 2:
             status = GROW_RECORDS
             break
-        fs[FS_NOW] = t
+        now = t
         n_touched = 0  # nodes whose queue may now start service
         n_send = 0  # copies to send: (call, node, is_hedge, existing job or -1)
         res_c = -1  # the call a copy answered, or gave up on
@@ -915,28 +997,40 @@ def advance(cfg, st, out, t_end):
         fin_outcome = OK
         n_pend = 0  # timers to push once the event is done
 
-        if t_heap <= t_arr and src >= 0:  # ---- a timer from a FIFO ring
-            key = tq_k[src, tq_n[src, 0]]
-            tq_n[src, 0] = (tq_n[src, 0] + 1) % tq_cap
-            tq_n[src, 1] -= 1
+        if t_heap <= t_arr and src == TQ_TIMEOUT:  # ---- a timer from a FIFO ring
+            key = tq_k[TQ_TIMEOUT, to_h]
+            to_h += 1
+            if to_h == tq_cap:
+                to_h = 0
+            to_n -= 1
+        elif t_heap <= t_arr and src == TQ_HEDGE:
+            key = tq_k[TQ_HEDGE, he_h]
+            he_h += 1
+            if he_h == tq_cap:
+                he_h = 0
+            he_n -= 1
         elif t_heap <= t_arr:  # ---- a timed event from the heap
             key = heap_k[0]
             # pop the heap's top: sift the last entry down from the root
             hn -= 1
-            isv[IS_HEAP_N] = hn
             if hn > 0:
                 last_t = heap_t[hn]
                 last_k = heap_k[hn]
-                i = 0
+                # unsigned positions: numba adds no negative-index fix-up to each access
+                i = U0
+                un = np.uint64(hn)
                 while True:
-                    c = 2 * i + 1
-                    if c >= hn:
+                    c = i + i + U1
+                    if c >= un:
                         break
-                    if c + 1 < hn and heap_t[c + 1] < heap_t[c]:
-                        c += 1
-                    if heap_t[c] >= last_t:
+                    tc = heap_t[c]
+                    if c + U1 < un:  # the smaller child, without a jump: which one is a
+                        t2 = heap_t[c + U1]  # coin toss, so a branch mispredicts half the
+                        c += np.uint64(t2 < tc)  # time (perf: this loop was a quarter of
+                        tc = min(t2, tc)  # the run)
+                    if tc >= last_t:
                         break
-                    heap_t[i] = heap_t[c]
+                    heap_t[i] = tc
                     heap_k[i] = heap_k[c]
                     i = c
                 heap_t[i] = last_t
@@ -953,7 +1047,6 @@ def advance(cfg, st, out, t_end):
                 outcome = job_i[j, JI_OUTCOME]
                 correct = 1
                 probe = job_i[j, JI_CALL] < 0  # a correctness probe: its own dice and counts
-                draws = RNG_PROBES if probe else RNG_ERRORS
                 if job_i[j, JI_STATE] == J_SERVING:
                     busy = node_i[node, NI_BUSY]
                     node_f[node, NF_BUSY_AREA] += busy * (t - node_f[node, NF_LAST_T])
@@ -971,13 +1064,23 @@ def advance(cfg, st, out, t_end):
                         load = (busy + node_i[node, NI_QLEN]) / node_i[node, NI_SERVERS]
                         p = np.interp(load, load_x, load_p)
                         err = 1.0 - (1.0 - err) * (1.0 - p)
-                    if err > 0.0 and uniform(rng, draws) < err:
-                        outcome = ERROR
+                    if err > 0.0:
+                        if probe:
+                            x = uniform(rng, RNG_PROBES)
+                        else:
+                            x, e0, e1, e2, e3 = uniform_words(e0, e1, e2, e3)
+                        if x < err:
+                            outcome = ERROR
                     wrong = node_f[node, NF_WRONG_RATE] if ERRORS else 0.0
-                    if outcome == OK and wrong > 0.0 and uniform(rng, draws) < wrong:
-                        correct = 0  # a silent failure: success, wrong answer
-                        if not probe:
-                            node_c[node, NC_WRONG] += 1
+                    if outcome == OK and wrong > 0.0:
+                        if probe:
+                            x = uniform(rng, RNG_PROBES)
+                        else:
+                            x, e0, e1, e2, e3 = uniform_words(e0, e1, e2, e3)
+                        if x < wrong:
+                            correct = 0  # a silent failure: success, wrong answer
+                            if not probe:
+                                node_c[node, NC_WRONG] += 1
                     # the server's latency histogram (Prometheus buckets, seconds)
                     lat = t - job_f[j, JF_T_NODE]
                     b = 0
@@ -1004,9 +1107,8 @@ def advance(cfg, st, out, t_end):
                     res_job = j
                 job_i[j, JI_STATE] = J_FREE  # free the job; its timers are now stale
                 job_i[j, JI_GEN] += 1
-                nfree = isv[IS_JOB_FREE_N]
-                job_free[nfree] = j
-                isv[IS_JOB_FREE_N] = nfree + 1
+                job_free[job_free_n] = j
+                job_free_n += 1
             elif kind == EV_TIMEOUT:  # the client stops waiting for a copy
                 j = ident
                 if (job_i[j, JI_GEN] & GEN_MASK) != gen or job_i[j, JI_CLIENT] != C_WAITING:
@@ -1020,8 +1122,7 @@ def advance(cfg, st, out, t_end):
                 j = ident
                 if (job_i[j, JI_GEN] & GEN_MASK) != gen or job_i[j, JI_STATE] != J_MOVING:
                     continue
-                stamp = isv[IS_STAMP] + 1
-                isv[IS_STAMP] = stamp
+                stamp += 1
                 send[0, 0] = job_i[j, JI_CALL]
                 send[0, 1] = -1 if n_elig == 0 else pick_node(routing, node_i, node_f, isv, fs,
                                                               rng, RNG_REROUTE, stamp, 0)
@@ -1037,8 +1138,7 @@ def advance(cfg, st, out, t_end):
                                         or call_i[c, CL_HEDGES] >= max_hedges):
                     continue
                 # a node other than those already holding this call's copies
-                stamp = isv[IS_STAMP] + 1
-                isv[IS_STAMP] = stamp
+                stamp += 1
                 n_avoid = 0
                 if kind == EV_HEDGE:
                     j2 = call_i[c, CL_FIRST]
@@ -1063,11 +1163,10 @@ def advance(cfg, st, out, t_end):
                 send[0, 3] = -1
                 n_send = 1
         else:  # ---- a user request arrives
-            nfree = isv[IS_USR_FREE_N] - 1
-            u = usr_free[nfree]
-            isv[IS_USR_FREE_N] = nfree
-            isv[IS_USER_SEQ] += 1
-            isv[IS_IN_FLIGHT_USERS] += 1
+            usr_free_n -= 1
+            u = usr_free[usr_free_n]
+            user_seq += 1
+            in_flight += 1
             x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
             tier = 0 if x < tier_cum[0] else (1 if x < tier_cum[1] else 2)
             # every call's first-attempt demand, for the scenario's full fan-out whatever
@@ -1110,19 +1209,22 @@ def advance(cfg, st, out, t_end):
                 if n_nodes == 1:
                     send[0, 1] = 0  # a single node: no draw
                 elif k == 1 and uniform_random:
-                    send[0, 1] = min(int(uniform(rng, RNG_ROUTING) * n_nodes), n_nodes - 1)
+                    x, r0, r1, r2, r3 = uniform_words(r0, r1, r2, r3)
+                    send[0, 1] = min(int(x * n_nodes), n_nodes - 1)
                 else:
-                    stamp = isv[IS_STAMP] + 1
-                    isv[IS_STAMP] = stamp
+                    stamp += 1
+                    rng[RNG_ROUTING, 0], rng[RNG_ROUTING, 1] = r0, r1  # HELPER_SYNC
+                    rng[RNG_ROUTING, 2], rng[RNG_ROUTING, 3] = r2, r3
                     for i in range(k):  # k distinct nodes
                         node = pick_node(routing, node_i, node_f, isv, fs, rng, RNG_ROUTING,
                                          stamp, i)
                         node_i[node, NI_STAMP] = stamp
                         send[i, 1] = node
+                    r0, r1, r2, r3 = rng[RNG_ROUTING, 0], rng[RNG_ROUTING, 1], rng[
+                        RNG_ROUTING, 2], rng[RNG_ROUTING, 3]
                 for i in range(k):
-                    nc = isv[IS_CALL_FREE_N] - 1
-                    c = call_free[nc]
-                    isv[IS_CALL_FREE_N] = nc
+                    call_free_n -= 1
+                    c = call_free[call_free_n]
                     call_i[c, CL_USER] = u
                     call_i[c, CL_ATTEMPTS] = 0
                     call_i[c, CL_HEDGES] = 0
@@ -1167,7 +1269,9 @@ def advance(cfg, st, out, t_end):
                 if RETRIES and (retry_mask >> res_outcome) & 1 and attempts < max_attempts:
                     allowed = True
                     if budgeted:
+                        isv[IS_BUDGET_BUCKET] = budget_bucket  # HELPER_SYNC
                         slot = budget_slot(budget, isv, budget_width, t)
+                        budget_bucket = isv[IS_BUDGET_BUCKET]
                         allowed = budget[1].sum() + 1 <= budget_ratio * budget[0].sum()
                         if allowed:
                             budget[1, slot] += 1
@@ -1181,7 +1285,6 @@ def advance(cfg, st, out, t_end):
                         call_i[c, CL_LAST_NODE] = res_node
                         pend_t[n_pend] = t + backoff
                         pend_k[n_pend] = event_key(c, EV_RETRY, call_i[c, CL_GEN])
-                        pend_q[n_pend] = TQ_HEAP
                         n_pend += 1
                     else:
                         fleet_c[F_RETRIES_DENIED] += 1
@@ -1219,9 +1322,8 @@ def advance(cfg, st, out, t_end):
                         node_c[node, NC_CANCELLED] += 1
                         job_i[j2, JI_STATE] = J_FREE
                         job_i[j2, JI_GEN] += 1
-                        nfree = isv[IS_JOB_FREE_N]
-                        job_free[nfree] = j2
-                        isv[IS_JOB_FREE_N] = nfree + 1
+                        job_free[job_free_n] = j2
+                        job_free_n += 1
                     j2 = nxt
                 u = call_i[c, CL_USER]
                 usr_i[u, UI_ATTEMPTS] += call_i[c, CL_ATTEMPTS]
@@ -1237,9 +1339,8 @@ def advance(cfg, st, out, t_end):
                 elif done == worst and done == OK:
                     usr_i[u, UI_CRIT] = res_node  # the slowest call decides latency
                 call_i[c, CL_GEN] += 1  # its timers are now stale
-                nc = isv[IS_CALL_FREE_N]
-                call_free[nc] = c
-                isv[IS_CALL_FREE_N] = nc + 1
+                call_free[call_free_n] = c
+                call_free_n += 1
                 remaining = usr_i[u, UI_REMAINING] - 1
                 usr_i[u, UI_REMAINING] = remaining
                 if remaining == 0:
@@ -1249,7 +1350,7 @@ def advance(cfg, st, out, t_end):
         # ---- tail 2: the client sees a user request's outcome
         if fin_u >= 0:
             u = fin_u
-            isv[IS_IN_FLIGHT_USERS] -= 1
+            in_flight -= 1
             t0 = usr_f[u, UF_T_ARRIVAL]
             latency_ms = (t - t0) * 1000.0
             tier = usr_i[u, UI_TIER]
@@ -1257,7 +1358,7 @@ def advance(cfg, st, out, t_end):
             if usr_i[u, UI_DEGRADED] != 0:
                 fleet_c[F_DEGRADED] += 1
             if record:
-                r = isv[IS_NREC]
+                r = n_rec
                 rec_f[r, 0] = t0
                 rec_f[r, 1] = latency_ms
                 rec_f[r, 2] = usr_f[u, UF_DEMAND] * 1000.0
@@ -1268,7 +1369,7 @@ def advance(cfg, st, out, t_end):
                 rec_i[r, 4] = usr_i[u, UI_ATTEMPTS] + usr_i[u, UI_HEDGES]
                 rec_i[r, 5] = usr_i[u, UI_DEGRADED]
                 rec_i[r, 6] = 1 - usr_i[u, UI_WRONG]
-                isv[IS_NREC] = r + 1
+                n_rec = r + 1
             if t0 >= warmup:
                 tier_cnt[tier, fin_outcome] += 1
                 tier_ext[tier, TX_ATTEMPTS] += usr_i[u, UI_ATTEMPTS]
@@ -1280,9 +1381,8 @@ def advance(cfg, st, out, t_end):
                     hist[tier, fin_outcome, hist_bin(latency_ms)] += 1
                     lat_sum[tier, fin_outcome] += latency_ms
             usr_i[u, UI_GEN] += 1
-            n = isv[IS_USR_FREE_N]
-            usr_free[n] = u
-            isv[IS_USR_FREE_N] = n + 1
+            usr_free[usr_free_n] = u
+            usr_free_n += 1
 
         # ---- tail 3: send copies (first attempts, retries, hedges, failovers)
         for i in range(n_send):
@@ -1291,9 +1391,8 @@ def advance(cfg, st, out, t_end):
             hedge = send[i, 2]
             j = send[i, 3]
             if j < 0:  # a new copy of call c
-                nj = isv[IS_JOB_FREE_N] - 1
-                j = job_free[nj]
-                isv[IS_JOB_FREE_N] = nj
+                job_free_n -= 1
+                j = job_free[job_free_n]
                 job_i[j, JI_CALL] = c
                 job_i[j, JI_GEN] += 1
                 job_i[j, JI_CLIENT] = C_WAITING
@@ -1309,7 +1408,13 @@ def advance(cfg, st, out, t_end):
                 else:
                     call_i[c, CL_ATTEMPTS] += 1
                     if budgeted and call_i[c, CL_ATTEMPTS] == 1:
-                        budget[0, budget_slot(budget, isv, budget_width, t)] += 1
+                        # budget_slot's bucket; the helper only when the window moves on
+                        b = int(t / budget_width)
+                        if b > budget_bucket:
+                            isv[IS_BUDGET_BUCKET] = budget_bucket  # HELPER_SYNC
+                            budget_slot(budget, isv, budget_width, t)
+                            budget_bucket = isv[IS_BUDGET_BUCKET]
+                        budget[0, b % BUDGET_BUCKETS] += 1
                 # the first attempt serves the demand drawn at arrival; a hedge or a
                 # retry is another piece of work, with a demand of its own, drawn when
                 # (if) it starts: a copy cancelled in the queue costs no draw
@@ -1317,28 +1422,41 @@ def advance(cfg, st, out, t_end):
                     job_f[j, JF_DEMAND] = call_f[c, CLF_DEMAND]
                 else:
                     job_f[j, JF_DEMAND] = NO_DEMAND
+                # its timers: a ring's tail at once (a ring holds one kind; tail 5 files
+                # the heap's, in order)
                 if DEADLINES and deadline < np.inf:
-                    pend_t[n_pend] = t + deadline
-                    pend_k[n_pend] = event_key(j, EV_TIMEOUT, job_i[j, JI_GEN])
-                    pend_q[n_pend] = TQ_TIMEOUT
-                    n_pend += 1
+                    slot = to_h + to_n
+                    if slot >= tq_cap:
+                        slot -= tq_cap
+                    tq_t[TQ_TIMEOUT, slot] = t + deadline
+                    tq_k[TQ_TIMEOUT, slot] = event_key(j, EV_TIMEOUT, job_i[j, JI_GEN])
+                    to_n += 1
                 if (HEDGING and (hedge_mask >> call_i[c, CL_TIER]) & 1
                         and call_i[c, CL_HEDGES] < max_hedges and n_elig > 1):
-                    pend_t[n_pend] = t + fs[FS_HEDGE_DELAY]
-                    pend_k[n_pend] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
-                    pend_q[n_pend] = hedge_queue
-                    n_pend += 1
+                    if hedge_queue == TQ_HEDGE:
+                        slot = he_h + he_n
+                        if slot >= tq_cap:
+                            slot -= tq_cap
+                        tq_t[TQ_HEDGE, slot] = t + hedge_delay
+                        tq_k[TQ_HEDGE, slot] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
+                        he_n += 1
+                    else:
+                        pend_t[n_pend] = t + hedge_delay
+                        pend_k[n_pend] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
+                        n_pend += 1
             job_i[j, JI_NODE] = node
             job_i[j, JI_DEGRADED] = 0
             job_f[j, JF_T_NODE] = t
             if node < 0:
                 job_i[j, JI_STATE] = J_ENDING
+                isv[IS_HEAP_N] = hn  # HELPER_SYNC
                 end_now(isv, job_i, heap_t, heap_k, j, ERROR, t)
+                hn = isv[IS_HEAP_N]
                 continue
             # admission: refused (crashed), shed, throttled, queue full, or queued
             tier = job_i[j, JI_TIER]
             tries = 0
-            stamp = -1
+            ex_stamp = -1
             qlen = node_i[node, NI_QLEN]
             rejected = -1
             while INTAKE:
@@ -1348,6 +1466,8 @@ def advance(cfg, st, out, t_end):
                 throttled = False
                 if node_i[node, NI_CRASHED] != 0:
                     rejected = ERROR
+                elif not checks:  # no shedding, intake limit, token bucket or queue limit
+                    break
                 elif tier != GOLD and (shed_mask >> tier) & 1:
                     rejected = DROPPED
                 else:
@@ -1370,15 +1490,17 @@ def advance(cfg, st, out, t_end):
                 if not (throttled and elsewhere) or tries + 1 >= n_elig:
                     break
                 tries += 1  # excess goes elsewhere: another node, not tried yet
-                if stamp < 0:
-                    stamp = isv[IS_STAMP] + 1
-                    isv[IS_STAMP] = stamp
-                node_i[node, NI_STAMP] = stamp
-                node = pick_node(routing, node_i, node_f, isv, fs, rng, RNG_REROUTE, stamp,
+                if ex_stamp < 0:
+                    stamp += 1
+                    ex_stamp = stamp
+                node_i[node, NI_STAMP] = ex_stamp
+                node = pick_node(routing, node_i, node_f, isv, fs, rng, RNG_REROUTE, ex_stamp,
                                  tries)
                 job_i[j, JI_NODE] = node
             if rejected >= 0:
+                isv[IS_HEAP_N] = hn  # HELPER_SYNC
                 end_now(isv, job_i, heap_t, heap_k, j, rejected, t)
+                hn = isv[IS_HEAP_N]
                 continue
             job_i[j, JI_STATE] = J_QUEUED
             job_i[j, JI_NEXT] = -1
@@ -1424,21 +1546,13 @@ def advance(cfg, st, out, t_end):
                     job_i[j, JI_DEGRADED] = 1
                 pend_t[n_pend] = t + s
                 pend_k[n_pend] = event_key(j, EV_DONE, job_i[j, JI_GEN])
-                pend_q[n_pend] = TQ_HEAP
                 n_pend += 1
 
-        # ---- tail 5: file the timers this event set: a ring's tail, or the heap (sift up)
+        # ---- tail 5: file the heap timers this event set, in the order set (sift up)
         for i in range(n_pend):
             tp = pend_t[i]
-            q = pend_q[i]
-            if q >= 0:
-                slot = (tq_n[q, 0] + tq_n[q, 1]) % tq_cap
-                tq_t[q, slot] = tp
-                tq_k[q, slot] = pend_k[i]
-                tq_n[q, 1] += 1
-                continue
-            hi = isv[IS_HEAP_N]
-            isv[IS_HEAP_N] = hi + 1
+            hi = hn
+            hn = hi + 1
             while hi > 0:
                 parent = (hi - 1) >> 1
                 if heap_t[parent] <= tp:
@@ -1448,6 +1562,22 @@ def advance(cfg, st, out, t_end):
                 hi = parent
             heap_t[hi] = tp
             heap_k[hi] = pend_k[i]
+    isv[IS_HEAP_N] = hn
+    isv[IS_JOB_FREE_N] = job_free_n
+    isv[IS_USR_FREE_N] = usr_free_n
+    isv[IS_CALL_FREE_N] = call_free_n
+    isv[IS_NREC] = n_rec
+    isv[IS_USER_SEQ] = user_seq
+    isv[IS_IN_FLIGHT_USERS] = in_flight
+    isv[IS_STAMP] = stamp
+    isv[IS_BUDGET_BUCKET] = budget_bucket
+    tq_n[TQ_TIMEOUT, 0], tq_n[TQ_TIMEOUT, 1] = to_h, to_n
+    tq_n[TQ_HEDGE, 0], tq_n[TQ_HEDGE, 1] = he_h, he_n
+    fs[FS_NOW] = now
+    rng[RNG_ERRORS, 0], rng[RNG_ERRORS, 1] = e0, e1
+    rng[RNG_ERRORS, 2], rng[RNG_ERRORS, 3] = e2, e3
+    rng[RNG_ROUTING, 0], rng[RNG_ROUTING, 1] = r0, r1
+    rng[RNG_ROUTING, 2], rng[RNG_ROUTING, 3] = r2, r3
     fs[FS_NEXT_ARRIVAL] = t_arr
     rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1] = a0, a1
     rng[RNG_ARRIVALS, 2], rng[RNG_ARRIVALS, 3] = a2, a3
