@@ -12,12 +12,14 @@ something, so the equality is not vacuous.
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import make_scenario
 
 from relakit.scenario import load_scenario
+from relakit.sim import cachename
 from relakit.sim import fleet as fleet_module
 from relakit.sim import kernel as K
 from relakit.sim import plain as P
@@ -86,8 +88,10 @@ def test_each_combination_has_its_own_name():
     a = K.specialised(frozenset())
     b = K.specialised(frozenset({"hedging", "retries"}))
     assert a is not b and a is K.specialised(frozenset())
-    assert a.py_func.__qualname__ == "advance[plain]"
-    assert b.py_func.__qualname__ == "advance[hedging+retries]"
+    digest = cachename.digest()
+    assert a.py_func.__qualname__ == f"advance[plain-{digest}]"
+    assert b.py_func.__qualname__ == f"advance[hedging+retries-{digest}]"
+    assert K.advance.py_func.__qualname__ == f"advance[{digest}]"  # the general kernel too
     assert np.all([f in K.FEATURES for f in ("hedging", "intake", "errors")])
 
 
@@ -247,8 +251,9 @@ def test_plain_kernel_parameters_are_the_named_fields():
     assert set(P.OUT_ARGS) <= set(K.Output._fields)
     # its cache entries are named by a digest of the modules it inlines, and the simple
     # specialisation (SIMPLE a compile-time True) by that too
-    assert P.advance_plain.py_func.__qualname__.startswith("advance_plain[")
-    assert P.advance_plain_simple.py_func.__qualname__.startswith("advance_plain[simple-")
+    digest = cachename.digest()
+    assert P.advance_plain.py_func.__qualname__ == f"advance_plain[{digest}]"
+    assert P.advance_plain_simple.py_func.__qualname__ == f"advance_plain[simple-{digest}]"
     assert P.advance_plain_simple.py_func.__globals__["SIMPLE"] is True
     assert P.advance_plain.py_func.__globals__["SIMPLE"] is False
 
@@ -268,3 +273,20 @@ def test_simple_loop_compiles_without_the_helpers_it_never_calls():
     assert "sample_node" in ir and "hist_bin" in ir  # the check can see the helpers it calls
     for helper in ("draw_service", "next_arrival", "pick_node"):
         assert helper not in ir
+
+
+def test_cache_names_follow_every_inlined_file(tmp_path, monkeypatch):
+    """An edit to any file the kernels inline changes their cache names (no stale kernel
+    is loaded after it); the digest covers exactly those files."""
+    before = cachename.digest()
+    copy = tmp_path / "sim"
+    copy.mkdir()
+    for name in cachename.INLINED:
+        (copy / name).write_bytes((Path(cachename.__file__).parent / name).read_bytes())
+    monkeypatch.setattr(cachename, "__file__", str(copy / "cachename.py"))
+    assert cachename.digest() == before
+    for name in cachename.INLINED:
+        original = (copy / name).read_bytes()
+        (copy / name).write_bytes(original + b"\n# an edit\n")
+        assert cachename.digest() != before, name
+        (copy / name).write_bytes(original)

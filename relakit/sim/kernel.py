@@ -67,6 +67,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
+from relakit.sim.cachename import digest_named
 from relakit.sim.latency_bins import (  # noqa: F401 - HIST_* re-exported
     HIST_BINS,
     HIST_BINS_PER_DECADE,
@@ -725,7 +726,6 @@ def start(cfg, st):
 
 
 # ---- the loop ---------------------------------------------------------------------
-@njit(cache=True, error_model="numpy")
 def advance(cfg, st, out, t_end):
     """Process every event with time <= t_end, or stop early asking for room.
 
@@ -1586,6 +1586,11 @@ def advance(cfg, st, out, t_end):
     return status
 
 
+# cached under a name carrying a digest of the files it inlines (relakit.sim.cachename):
+# an edit to rng.py or latency_bins.py recompiles it instead of leaving it stale
+advance = njit(cache=True, error_model="numpy")(digest_named(advance))
+
+
 # ---- specialisations ----------------------------------------------------------------
 _SPECIALISED: dict = {}
 
@@ -1596,10 +1601,11 @@ def specialised(features: frozenset):
     The same code object as :func:`advance` under a copy of this module's globals in
     which the FEATURES constants not named are False: numba reads globals as
     compile-time constants and prunes the branches they guard. Each combination
-    has its own qualified name (``advance[plain]``, ``advance[hedging+retries]``),
-    which names its on-disk cache entry: numba's cache key hashes the bytecode and
-    the signature but not the globals, so the name is what keeps two combinations
-    apart. Compiled (or loaded from NUMBA_CACHE_DIR) on first use per process.
+    has its own qualified name (``advance[plain-<digest>]``,
+    ``advance[hedging+retries-<digest>]``, :mod:`relakit.sim.cachename`), which names
+    its on-disk cache entry: numba's cache key hashes the bytecode and the signature
+    but not the globals, so the name is what keeps two combinations apart. Compiled
+    (or loaded from NUMBA_CACHE_DIR) on first use per process.
     """
     unknown = set(features) - set(FEATURES)
     if unknown:
@@ -1607,15 +1613,8 @@ def specialised(features: frozenset):
     key = tuple(f for f in FEATURES if f in features)
     fn = _SPECIALISED.get(key)
     if fn is None:
-        import types
-
-        py = advance.py_func
-        scope = dict(py.__globals__)
-        scope.update({f.upper(): f in key for f in FEATURES})
-        body = types.FunctionType(py.__code__, scope, py.__name__, py.__defaults__)
-        body.__qualname__ = f"advance[{'+'.join(key) or 'plain'}]"
-        body.__module__ = py.__module__
-        body.__doc__ = py.__doc__
+        body = digest_named(advance.py_func, f"{'+'.join(key) or 'plain'}-",
+                            **{f.upper(): f in key for f in FEATURES})
         fn = _SPECIALISED[key] = njit(cache=True, error_model="numpy")(body)
     return fn
 

@@ -44,17 +44,13 @@ moving, or given up on by its client).
 
 from __future__ import annotations
 
-import hashlib
 import math
-import types
-from pathlib import Path
 
 import numpy as np
 from numba import njit
 
 from relakit.sim import kernel as K
-from relakit.sim import latency_bins
-from relakit.sim import rng as rng_module
+from relakit.sim.cachename import digest_named
 from relakit.sim.kernel import (
     budget_slot,
     draw_service,
@@ -74,7 +70,6 @@ N_OUTCOMES = len(K.OUTCOMES)
 # the branches for the other cases fold away. That loop is 6-7 % faster (A/B, plain M/M/8)
 # and compiles without draw_service, next_arrival and pick_node (about 2.5 s of a cold start).
 SIMPLE = False
-U0, U1 = np.uint64(0), np.uint64(1)  # heap positions in the pop (unsigned)
 # State arrays that are one event's scratch (its sends, timers, touched nodes): no value
 # in them outlives the event, and the two kernels fill them differently
 SCRATCH = ("scratch", "send", "pend_t", "pend_k", "pend_q")
@@ -255,15 +250,15 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 last_t = heap_t[heap_n]
                 last_k = heap_k[heap_n]
                 # unsigned positions: numba adds no negative-index fix-up to each access
-                i = U0
+                i = K.U0
                 un = np.uint64(heap_n)
                 while True:
-                    c = i + i + U1
+                    c = i + i + K.U1
                     if c >= un:
                         break
                     tc = heap_t[c]
-                    if c + U1 < un:  # the smaller child without a jump: which one is a coin
-                        t2 = heap_t[c + U1]  # toss, a branch mispredicted half the time
+                    if c + K.U1 < un:  # the smaller child without a jump: which one is a coin
+                        t2 = heap_t[c + K.U1]  # toss, a branch mispredicted half the time
                         c += np.uint64(t2 < tc)
                         tc = min(t2, tc)
                     if tc >= last_t:
@@ -513,32 +508,16 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
 
 
 def _compiled(py, simple: bool):
-    """``py`` compiled with :data:`SIMPLE` set to ``simple``, and cached under a name carrying
-    it and a digest of kernel.py, rng.py and latency_bins.py.
-
-    numba keys a cache entry on the source file of the function alone, but this loop
-    inlines kernel.py's constants and helpers, rng.py's generator and latency_bins.py's
-    tables: without the digest an edit there (a column added, a helper fixed) would
-    leave a stale compiled loop in NUMBA_CACHE_DIR, silently. With it, such an edit is a
-    new name, so a recompile (the old entry stays on disk until ``make clean-cache``).
-    SIMPLE is read as a compile-time constant (a global of the function's own copy of
-    this module's namespace): numba prunes the branches it decides, and never types
-    the helpers only they call."""
+    """``py`` compiled with :data:`SIMPLE` set to ``simple``, cached under a name carrying
+    it and a digest of the files it inlines (:mod:`relakit.sim.cachename`). SIMPLE is
+    read as a compile-time constant: numba prunes the branches it decides, and never
+    types the helpers only they call."""
     return njit(cache=True, error_model="numpy")(_body(py, simple))
 
 
 def _body(py, simple: bool):
-    """``py``'s code under a copy of its globals with SIMPLE = ``simple``, named for the
-    cache (see :func:`_compiled`)."""
-    digest = hashlib.sha1()
-    for module in (K, rng_module, latency_bins):
-        digest.update(Path(module.__file__).read_bytes())
-    scope = dict(py.__globals__, SIMPLE=simple)
-    body = types.FunctionType(py.__code__, scope, py.__name__, py.__defaults__)
-    name = py.__name__.split("[")[0]
-    body.__qualname__ = f"{name}[{'simple-' if simple else ''}{digest.hexdigest()[:12]}]"
-    body.__module__, body.__doc__ = py.__module__, py.__doc__
-    return body
+    """``py``'s code with SIMPLE = ``simple``, named for the cache."""
+    return digest_named(py, "simple-" if simple else "", SIMPLE=simple)
 
 
 advance_plain_simple = _compiled(advance_plain, simple=True)
