@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 # the kernels runs use (plain, simple plain and general) compiled once into the shared cache (again
 # after a kernel edit): tests, sweep workers and notebooks then load instead of compiling
 $(NUMBA_CACHE_DIR)/.warm: $(VENV)/.installed relakit/sim/kernel.py relakit/sim/plain.py \
-		relakit/sim/rng.py relakit/sim/latency_bins.py
+		relakit/sim/rng.py relakit/sim/latency_bins.py relakit/sim/cachename.py
 	$(BIN)/python tools/warm_kernel_cache.py
 	touch $@
 

@@ -1083,9 +1083,9 @@ def advance(cfg, st, out, t_end):
                                 node_c[node, NC_WRONG] += 1
                     # the server's latency histogram (Prometheus buckets, seconds)
                     lat = t - job_f[j, JF_T_NODE]
-                    b = 0
-                    while b < n_bounds and lat > bounds[b]:
-                        b += 1
+                    b = 0  # bounds below the latency (they increase), branch-free
+                    for ib in range(n_bounds):
+                        b += lat > bounds[ib]
                     if not probe:
                         lat_b[node, b] += 1
                         node_f[node, NF_LAT_SUM] += lat
