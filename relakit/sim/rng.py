@@ -19,14 +19,15 @@ number.
 
 The draws (``uniform``, ``exponential``, ...) are ``register_jitable``, not
 ``njit`` dispatchers, for the kernels' cold compile: each is compiled into the
-kernel that calls it, once per argument types, and LLVM inlines it there as
-before (the plain loop's optimised IR has no call left to any of them). As
+kernel that calls it, once per argument types, and ``forceinline`` has LLVM
+inline it at every call site, as numba's ``inline="always"`` did (without it
+LLVM left one ``uniform`` call out of line in the general loop). As
 ``njit(inline="always")`` numba re-ran its untyped passes on the callee at
-every call site (about 2 of a cold start's ~10 CPU s, with the helpers that
-draw); as plain ``njit`` each stream constant (``RNG_*``, typed as a literal
-int) was a separate compile, and each got a CPython wrapper nothing calls.
-They are not callable from Python as numba code: :class:`XoshiroPy` is the
-Python side.
+every call site (about 2 of a plain cold start's ~10 CPU s, with the helpers
+that draw; 10 of the general loop's ~34); as plain ``njit`` each stream
+constant (``RNG_*``, typed as a literal int) was a separate compile, and each
+got a CPython wrapper nothing calls. They are not callable from Python as
+numba code: :class:`XoshiroPy` is the Python side.
 """
 
 from __future__ import annotations
@@ -106,12 +107,12 @@ def _jump_rows(s, jump):
         s[k, 3] = a3
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", forceinline=True)
 def _rotl(x, k):
     return (x << np.uint64(k)) | (x >> np.uint64(64 - k))
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", forceinline=True)
 def _step(s0, s1, s2, s3):
     """One xoshiro256** step on four words: (64 output bits, the next four words)."""
     result = _rotl(s1 * np.uint64(5), 7) * np.uint64(9)
@@ -124,7 +125,7 @@ def _step(s0, s1, s2, s3):
     return result, s0, s1, s2, _rotl(s3, 45)
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", forceinline=True)
 def next_u64(s, k):
     """The next 64 bits of stream k (row k of the state)."""
     result, s0, s1, s2, s3 = _step(s[k, 0], s[k, 1], s[k, 2], s[k, 3])
@@ -135,14 +136,14 @@ def next_u64(s, k):
     return result
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", forceinline=True)
 def uniform(s, k):
     """A double in [0, 1) with 53 random bits, from stream k."""
     # via int64: the value fits in 53 bits, and int64 → double is one instruction
     return float(np.int64(next_u64(s, k) >> np.uint64(11))) * _TWO53
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", forceinline=True)
 def uniform_words(s0, s1, s2, s3):
     """:func:`uniform` on a state held in four local words: (u, s0, s1, s2, s3).
 
@@ -152,12 +153,12 @@ def uniform_words(s0, s1, s2, s3):
     return float(np.int64(result >> np.uint64(11))) * _TWO53, s0, s1, s2, s3
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", forceinline=True)
 def exponential(s, k, mean):
     return -mean * math.log(1.0 - uniform(s, k))
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", forceinline=True)
 def normal(s, k):
     """Box–Muller, one normal per two uniforms (no cached spare: less state)."""
     u1 = 1.0 - uniform(s, k)
