@@ -36,7 +36,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _st
 
 __all__ = [
     "BatchMeans",
@@ -54,6 +53,16 @@ __all__ = [
 #: Batch count used when none is given. CONVENTIONS asks for about 20-30; the
 #: coverage test (tests/test_stats.py) measures 20 at the stated run lengths.
 DEFAULT_BATCHES = 20
+
+
+def _scipy_stats():
+    """``scipy.stats``, imported when an interval is first computed, not with this module:
+    it costs 0.6-1 s (it pulls scipy.spatial, scipy.optimize, scipy.interpolate and
+    parses every distribution's docstring), and ``relakit.simulate`` imports this module
+    (through the rollout keys) without needing an interval."""
+    from scipy import stats
+
+    return stats
 
 
 @dataclass(frozen=True)
@@ -150,7 +159,7 @@ def _student(values, confidence: float, spread) -> Interval:
     mean = float(x.mean())
     if n == 1:
         return Interval(mean, float("nan"), 1, float("nan"), float("nan"), c)
-    half = float(_st.t.ppf(0.5 + c / 2.0, n - 1) * x.std(ddof=1) * spread(n))
+    half = float(_scipy_stats().t.ppf(0.5 + c / 2.0, n - 1) * x.std(ddof=1) * spread(n))
     return Interval(mean, half, n, mean - half, mean + half, c)
 
 
@@ -293,8 +302,9 @@ def binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> 
                          f"trials >= 1, got {successes!r} of {trials!r}")
     c = _check_confidence(confidence)
     alpha = 1.0 - c
-    low = 0.0 if k == 0 else float(_st.beta.ppf(alpha / 2, k, n - k + 1))
-    high = 1.0 if k == n else float(_st.beta.ppf(1 - alpha / 2, k + 1, n - k))
+    beta = _scipy_stats().beta
+    low = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
+    high = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
     share = k / n
     return Interval(share, max(share - low, high - share), n, low, high, c)
 
@@ -315,8 +325,9 @@ def quantile_interval(values, q: float, confidence: float = 0.95) -> Interval:
     if not 0.0 < q < 1.0:
         raise ValueError(f"q: must lie strictly between 0 and 1, got {q!r}")
     n = int(x.size)
-    lo_k = int(_st.binom.ppf((1.0 - c) / 2.0, n, q))  # values below the low end
-    hi_k = int(_st.binom.ppf((1.0 + c) / 2.0, n, q)) + 1  # 1-based rank of the high end
+    binom = _scipy_stats().binom
+    lo_k = int(binom.ppf((1.0 - c) / 2.0, n, q))  # values below the low end
+    hi_k = int(binom.ppf((1.0 + c) / 2.0, n, q)) + 1  # 1-based rank of the high end
     low = float(x[lo_k - 1]) if lo_k >= 1 else float("nan")
     high = float(x[hi_k - 1]) if hi_k <= n else float("nan")
     est = float(np.quantile(x, q))

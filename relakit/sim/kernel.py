@@ -66,6 +66,7 @@ from collections import namedtuple
 
 import numpy as np
 from numba import njit
+from numba.extending import register_jitable
 
 from relakit.sim.cachename import digest_named
 from relakit.sim.latency_bins import (  # noqa: F401 - HIST_* re-exported
@@ -267,7 +268,16 @@ def event_key(ident, kind, gen):
 
 
 # ---- model pieces ------------------------------------------------------------
-@njit(cache=True, error_model="numpy")
+# The helpers the loops call and Python never does are ``register_jitable``, not ``njit``
+# dispatchers: each is compiled into the kernel that calls it (and cached with it), once
+# per argument types. A dispatcher paid, on a cold start, for a CPython and a C wrapper
+# nothing called, a module of its own optimised and machine-coded before the caller
+# linked and optimised it again, a cache entry, and one more compile per literal
+# argument (``bisect_right(a, x, 0, n)``): ~0.05 s for the smallest, and the plain
+# loop calls a dozen. LLVM inlines the small ones into the loop as before. Python
+# calls ``next_arrival``, ``next_probe`` and ``next_node_sample`` (``start``): those
+# stay dispatchers.
+@register_jitable(error_model="numpy")
 def bisect_right(a, x, lo, hi):
     """``np.searchsorted(a[lo:hi], x, side="right") + lo`` for sorted a: the first index
     whose value is > x. Written out: numba's searchsorted adds ~1 s to a cold compile."""
@@ -280,7 +290,7 @@ def bisect_right(a, x, lo, hi):
     return lo
 
 
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy")
 def rate_at(t, rate_t, rate_v):
     """Piecewise-linear rate; a repeated time is a step (the later value wins)."""
     n = rate_t.shape[0]
@@ -312,7 +322,7 @@ def next_arrival(rng, rmax, const, rate_t, rate_v, t):
             return t
 
 
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy")
 def draw_service(rng, k, kind, a, b, c):
     """Service time in seconds from stream k; a, b, c are the kind's prepared parameters."""
     if kind == S_EXP:
@@ -329,7 +339,7 @@ def draw_service(rng, k, kind, a, b, c):
     return a
 
 
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy")
 def touch_busy(node_i, node_f, node, t):
     """Accumulate busy-server seconds up to t before the busy count changes."""
     node_f[node, NF_BUSY_AREA] += node_i[node, NI_BUSY] * (t - node_f[node, NF_LAST_T])
@@ -337,7 +347,7 @@ def touch_busy(node_i, node_f, node, t):
 
 
 # ---- routing -------------------------------------------------------------------
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy")
 def prepare_routing(node_i, node_f, isv, fs):
     """Recompute the eligible set after Python changed controls (once per advance)."""
     n = node_i.shape[0]
@@ -360,12 +370,12 @@ def prepare_routing(node_i, node_f, isv, fs):
     fs[FS_WRR_TOTAL] = total
 
 
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy")
 def _eligible(node_i, node_f, i):
     return node_i[i, NI_ROUTABLE] != 0 and node_f[i, NF_WEIGHT] > 0.0
 
 
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy")
 def _weighted_pick(node_i, node_f, isv, fs, rng, k):
     n = node_i.shape[0]
     if isv[IS_EQUAL_WEIGHTS] != 0:
@@ -377,12 +387,12 @@ def _weighted_pick(node_i, node_f, isv, fs, rng, k):
     return min(i, n - 1)
 
 
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy")
 def _load(node_i, node_f, i):
     return (node_i[i, NI_BUSY] + node_i[i, NI_QLEN] + 1.0) / node_f[i, NF_WEIGHT]
 
 
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy")
 def pick_node(routing, node_i, node_f, isv, fs, rng, k, stamp, n_chosen):
     """One node by the routing policy, avoiding the n_chosen nodes marked with stamp;
     its draws come from stream k (first attempts, reroutes and hedges each have one)."""
@@ -617,7 +627,7 @@ def on_schedule(cfg, st, t):
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[pos] if pos < cfg.sched_t.shape[0] else np.inf
 
 
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy")
 def sample_node(m, sample_t, cnt, ni, nf, node_c, lat_b, isv, phase, dt, i, t):
     """What a scrape of node i at time t would return, as one row of out.metrics (m).
 
@@ -660,7 +670,7 @@ def next_node_sample(nf, fs):
     fs[FS_NEXT_NODE_SAMPLE] = best
 
 
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy")
 def sample_fleet(f, fleet_t, fleet_c, isv, fs, hist, dt, q, t):
     """Fleet-wide counters and flags (the front's view, a row of out.fleet: f), and the
     adaptive hedge delay (q: the hedge delay quantile, 0 for a fixed delay)."""
@@ -693,7 +703,7 @@ def sample_fleet(f, fleet_t, fleet_c, isv, fs, hist, dt, q, t):
                     break
 
 
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy")
 def budget_slot(bud, isv, width, t):
     """The retry budget's bucket for time t, zeroing buckets the window has left behind.
 
@@ -720,7 +730,10 @@ def start(cfg, st):
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[0] if cfg.sched_t.shape[0] > 0 else np.inf
     if st.fs[FS_NEXT_SCHED] <= 0.0:  # faults and node scales from t = 0, as the loop would
         on_schedule(cfg, st, 0.0)  # (so a scaled fleet's plain stretch starts at once)
-    st.fs[FS_NEXT_PROBE] = next_probe(st.rng, cfg.cfg_f[CF_PROBE_RATE], st.node_i.shape[0], 0.0)
+    rate = cfg.cfg_f[CF_PROBE_RATE]  # no probes (most runs): next_probe is inf, no draw,
+    # and not compiled for nothing (the plain loop never calls it)
+    st.fs[FS_NEXT_PROBE] = next_probe(st.rng, rate, st.node_i.shape[0], 0.0) if rate > 0.0 \
+        else np.inf
     st.node_f[:, NF_NEXT_SAMPLE] = cfg.phase
     next_node_sample(st.node_f, st.fs)
 

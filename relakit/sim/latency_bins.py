@@ -32,7 +32,7 @@ import math
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, register_jitable
 
 HIST_LOG10_MIN, HIST_BINS_PER_DECADE, HIST_DECADES = -3.0, 200, 10
 HIST_BINS = HIST_BINS_PER_DECADE * HIST_DECADES
@@ -95,7 +95,7 @@ def float_bits(typingctx, x):
     return types.int64(types.float64), codegen
 
 
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy")  # compiled into the loops that call it (kernel.py says why)
 def hist_bin(latency_ms):
     """The histogram bin of a latency in ms: :func:`hist_bin_log10`'s, for every double."""
     if latency_ms <= 0.0:

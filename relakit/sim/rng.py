@@ -16,6 +16,18 @@ never overlap within a run.
 The pure-Python twin (:class:`XoshiroPy`) draws the same streams, so
 reference models in pure Python can be compared with the kernel number for
 number.
+
+The draws (``uniform``, ``exponential``, ...) are ``register_jitable``, not
+``njit`` dispatchers, for the kernels' cold compile: each is compiled into the
+kernel that calls it, once per argument types, and ``forceinline`` has LLVM
+inline it at every call site, as numba's ``inline="always"`` did (without it
+LLVM left one ``uniform`` call out of line in the general loop). As
+``njit(inline="always")`` numba re-ran its untyped passes on the callee at
+every call site (about 2 of a plain cold start's ~10 CPU s, with the helpers
+that draw; 10 of the general loop's ~34); as plain ``njit`` each stream
+constant (``RNG_*``, typed as a literal int) was a separate compile, and each
+got a CPython wrapper nothing calls. They are not callable from Python as
+numba code: :class:`XoshiroPy` is the Python side.
 """
 
 from __future__ import annotations
@@ -24,6 +36,7 @@ import math
 
 import numpy as np
 from numba import njit
+from numba.extending import register_jitable
 
 _MASK = (1 << 64) - 1
 _TWO53 = 1.0 / 9007199254740992.0
@@ -73,30 +86,33 @@ def new_state(seed: int, n_streams: int = 1) -> np.ndarray:
 
 @njit(cache=True, error_model="numpy")
 def _jump_rows(s, jump):
-    """Row k+1 = row k moved on 2**128 draws (Vigna's jump): the streams' starts."""
+    """Row k+1 = row k moved on 2**128 draws (Vigna's jump): the streams' starts.
+    The words in scalars, not a copied row: no array allocation to compile."""
+    w0, w1, w2, w3 = s[0, 0], s[0, 1], s[0, 2], s[0, 3]
     for k in range(1, s.shape[0]):
-        w = s[k - 1].copy()
         a0 = a1 = a2 = a3 = np.uint64(0)
-        for word in jump:
+        for i in range(jump.shape[0]):
+            word = jump[i]
             for b in range(64):
                 if (word >> np.uint64(b)) & np.uint64(1):
-                    a0 ^= w[0]
-                    a1 ^= w[1]
-                    a2 ^= w[2]
-                    a3 ^= w[3]
-                _, w[0], w[1], w[2], w[3] = _step(w[0], w[1], w[2], w[3])
+                    a0 ^= w0
+                    a1 ^= w1
+                    a2 ^= w2
+                    a3 ^= w3
+                _, w0, w1, w2, w3 = _step(w0, w1, w2, w3)
+        w0, w1, w2, w3 = a0, a1, a2, a3
         s[k, 0] = a0
         s[k, 1] = a1
         s[k, 2] = a2
         s[k, 3] = a3
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@register_jitable(error_model="numpy", forceinline=True)
 def _rotl(x, k):
     return (x << np.uint64(k)) | (x >> np.uint64(64 - k))
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@register_jitable(error_model="numpy", forceinline=True)
 def _step(s0, s1, s2, s3):
     """One xoshiro256** step on four words: (64 output bits, the next four words)."""
     result = _rotl(s1 * np.uint64(5), 7) * np.uint64(9)
@@ -109,7 +125,7 @@ def _step(s0, s1, s2, s3):
     return result, s0, s1, s2, _rotl(s3, 45)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@register_jitable(error_model="numpy", forceinline=True)
 def next_u64(s, k):
     """The next 64 bits of stream k (row k of the state)."""
     result, s0, s1, s2, s3 = _step(s[k, 0], s[k, 1], s[k, 2], s[k, 3])
@@ -120,14 +136,14 @@ def next_u64(s, k):
     return result
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@register_jitable(error_model="numpy", forceinline=True)
 def uniform(s, k):
     """A double in [0, 1) with 53 random bits, from stream k."""
     # via int64: the value fits in 53 bits, and int64 → double is one instruction
     return float(np.int64(next_u64(s, k) >> np.uint64(11))) * _TWO53
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@register_jitable(error_model="numpy", forceinline=True)
 def uniform_words(s0, s1, s2, s3):
     """:func:`uniform` on a state held in four local words: (u, s0, s1, s2, s3).
 
@@ -137,12 +153,12 @@ def uniform_words(s0, s1, s2, s3):
     return float(np.int64(result >> np.uint64(11))) * _TWO53, s0, s1, s2, s3
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@register_jitable(error_model="numpy", forceinline=True)
 def exponential(s, k, mean):
     return -mean * math.log(1.0 - uniform(s, k))
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@register_jitable(error_model="numpy", forceinline=True)
 def normal(s, k):
     """Box–Muller, one normal per two uniforms (no cached spare: less state)."""
     u1 = 1.0 - uniform(s, k)
