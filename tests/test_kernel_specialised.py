@@ -271,7 +271,7 @@ def test_simple_loop_compiles_without_the_helpers_it_never_calls():
     fresh.compile(sig)
     ir = fresh.inspect_llvm(sig)
     assert "sample_node" in ir and "hist_bin" in ir  # the check can see the helpers it calls
-    for helper in ("draw_service", "next_arrival", "pick_node"):
+    for helper in ("draw_service", "next_arrival", "pick_node", "budget_slot"):
         assert helper not in ir
 
 
@@ -290,3 +290,18 @@ def test_cache_names_follow_every_inlined_file(tmp_path, monkeypatch):
         (copy / name).write_bytes(original + b"\n# an edit\n")
         assert cachename.digest() != before, name
         (copy / name).write_bytes(original)
+
+
+def test_first_arrival_drawn_in_python_is_the_kernels_draw():
+    """kernel.start draws a constant-rate run's first arrival with rng.exponential_py
+    (so a plain run compiles no arrival sampler): the same double and the same words
+    as the compiled sampler's."""
+    from relakit.sim import rng as R
+
+    state = R.new_state(7, K.N_STREAMS)
+    py_state = state.copy()
+    rate = 1234.5
+    compiled = K.next_arrival(state, rate, True, np.zeros(1), np.zeros(1), 0.0)
+    drawn = 0.0 + R.exponential_py(py_state, K.RNG_ARRIVALS, 1.0 / rate)
+    assert drawn == compiled and drawn > 0.0
+    np.testing.assert_array_equal(py_state, state)

@@ -76,7 +76,7 @@ from relakit.sim.latency_bins import (  # noqa: F401 - HIST_* re-exported
     HIST_LOG10_MIN,
     hist_bin,
 )
-from relakit.sim.rng import exponential, normal, uniform, uniform_words
+from relakit.sim.rng import exponential, exponential_py, normal, uniform, uniform_words
 from relakit.vocab import BREAKER_STATES, OUTCOMES, TIERS  # noqa: F401 - re-exported codes' words
 
 # ---- codes shared with the Python side -------------------------------------
@@ -725,8 +725,11 @@ def start(cfg, st):
     """Draw the first arrival and arm the fault schedule (once, at t = 0). Python
     calling arrays-only kernels: compiled with the tuples it would cost a second more."""
     const = cfg.cfg_i[CI_CONST_RATE] != 0
-    st.fs[FS_NEXT_ARRIVAL] = next_arrival(st.rng, cfg.cfg_f[CF_RATE_MAX], const, cfg.rate_t,
-                                          cfg.rate_v, 0.0)
+    rmax = cfg.cfg_f[CF_RATE_MAX]
+    if const and rmax > 0.0:  # next_arrival's own draw, in Python: nothing to compile
+        st.fs[FS_NEXT_ARRIVAL] = 0.0 + exponential_py(st.rng, RNG_ARRIVALS, 1.0 / rmax)
+    else:
+        st.fs[FS_NEXT_ARRIVAL] = next_arrival(st.rng, rmax, const, cfg.rate_t, cfg.rate_v, 0.0)
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[0] if cfg.sched_t.shape[0] > 0 else np.inf
     if st.fs[FS_NEXT_SCHED] <= 0.0:  # faults and node scales from t = 0, as the loop would
         on_schedule(cfg, st, 0.0)  # (so a scaled fleet's plain stretch starts at once)

@@ -166,6 +166,17 @@ def normal(s, k):
     return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
 
 
+def exponential_py(s: np.ndarray, k: int, mean: float) -> float:
+    """:func:`exponential` from Python, on row k of a state array (advanced in place):
+    the same words, the same double, without compiling anything. What a run's first
+    arrival needs (``kernel.start``): a plain run then compiles no arrival sampler."""
+    g = XoshiroPy.__new__(XoshiroPy)
+    g.s = [int(w) for w in s[k]]
+    u = g.random()
+    s[k] = np.array(g.s, dtype=np.uint64)
+    return -mean * math.log(1.0 - u)
+
+
 class XoshiroPy:
     """The same generator in pure Python; ``random()`` matches :func:`uniform`.
 
