@@ -39,8 +39,9 @@ HIST_BINS = HIST_BINS_PER_DECADE * HIST_DECADES
 CELL_BITS = 8  # mantissa bits naming a cell: 2^(1/256) < 10^(1/200), one edge at most
 
 
-def _bin_py(latency_ms: float) -> int:
-    """:func:`hist_bin_log10` in Python (to find the edges; the same arithmetic)."""
+def _bin_log10(latency_ms):
+    """The bin by its definition (one log10). In Python it finds the edges; compiled
+    (:func:`hist_bin_log10`) it is what :func:`hist_bin` is tested against."""
     if latency_ms <= 0.0:
         return 0
     x = (math.log10(latency_ms) - HIST_LOG10_MIN) * HIST_BINS_PER_DECADE
@@ -51,6 +52,9 @@ def _bin_py(latency_ms: float) -> int:
     return int(x)
 
 
+hist_bin_log10 = njit(cache=True, error_model="numpy")(_bin_log10)
+
+
 def _edges() -> np.ndarray:
     """EDGES[b]: the smallest double in bin b or above (b = 1 .. HIST_BINS - 1);
     EDGES[0] = 0 and EDGES[HIST_BINS] = inf bracket them."""
@@ -58,9 +62,9 @@ def _edges() -> np.ndarray:
     edges[0], edges[HIST_BINS] = 0.0, math.inf
     for b in range(1, HIST_BINS):
         x = 10.0 ** (HIST_LOG10_MIN + b / HIST_BINS_PER_DECADE)
-        while _bin_py(x) >= b:  # step down below the edge, then up onto it
+        while _bin_log10(x) >= b:  # step down below the edge, then up onto it
             x = math.nextafter(x, 0.0)
-        while _bin_py(x) < b:
+        while _bin_log10(x) < b:
             x = math.nextafter(x, math.inf)
         edges[b] = x
     return edges
@@ -109,17 +113,3 @@ def hist_bin(latency_ms):
     cell = (e - E_MIN) * (1 << CELL_BITS) + ((bits >> (52 - CELL_BITS)) & ((1 << CELL_BITS) - 1))
     b = np.int64(CELL_BIN[cell])
     return b + (latency_ms >= EDGES[b + 1])  # branch-free: the edge is above in most cells
-
-
-@njit(cache=True, error_model="numpy")
-def hist_bin_log10(latency_ms):
-    """The bin by its definition (one log10): what :func:`hist_bin` is tested against."""
-    if latency_ms <= 0.0:
-        return 0
-    x = (math.log10(latency_ms) - HIST_LOG10_MIN) * HIST_BINS_PER_DECADE
-    if x < 0.0:
-        return 0
-    if x >= HIST_BINS:
-        return HIST_BINS - 1
-    return int(x)
-
