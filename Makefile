@@ -44,6 +44,7 @@ lint: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_kernel.py
+	$(BIN)/python benchmarks/bench_mitigations.py
 	$(BIN)/python benchmarks/bench_replay.py
 	$(BIN)/python benchmarks/bench_memory.py
 	$(BIN)/python benchmarks/bench_stream_split.py
