@@ -227,6 +227,33 @@ def test_a_slow_fault_hands_over_when_it_ends(monkeypatch):
     _assert_same(fast, general)
 
 
+def test_slowdowns_at_start_are_what_the_loops_schedule_step_makes(monkeypatch):
+    """kernel.slowdowns_at_start applies a slowdown-only schedule due at t = 0 in Python:
+    the node and schedule state equal the compiled on_schedule's, bit for bit (scales, a
+    slow fault from t = 0 on a scaled node, one starting later)."""
+    sc = make_scenario(rate=1000, duration=20, nodes=3, servers=4,
+                       faults=[{"node": 1, "start_s": 0, "end_s": 5, "slowdown": 3},
+                               {"node": 2, "start_s": 8, "end_s": 9, "slowdown": 2}])
+    sc["fleet"]["service_scale"] = [1.0, 1.5, 0.7]
+    fast = Fleet(load_scenario(sc))
+    monkeypatch.setattr(K, "slowdowns_at_start", lambda cfg, st: None)
+    looped = Fleet(load_scenario(sc))
+    assert looped.st.fs[K.FS_NEXT_SCHED] == 0.0  # left to the loop's step
+    K.on_schedule(looped.cfg, looped.st, 0.0)
+    assert fast.st.node_f[1, K.NF_SLOWDOWN] == 1.5 * 3 and fast.st.fs[K.FS_NEXT_SCHED] == 5.0
+    for name in ("node_f", "node_i", "is_", "fs"):
+        np.testing.assert_array_equal(getattr(fast.st, name), getattr(looped.st, name),
+                                      err_msg=name)
+
+
+def test_a_schedule_with_errors_is_left_to_the_loop():
+    sc = make_scenario(rate=1000, duration=5, nodes=2, servers=4,
+                       faults=[{"node": 1, "start_s": 0, "end_s": 5, "error_rate": 0.1}])
+    fleet = Fleet(load_scenario(sc))
+    assert fleet.st.fs[K.FS_NEXT_SCHED] == 0.0 and fleet.st.node_f[1, K.NF_ERR_RATE] == 0.0
+    assert not P.plain_ok(fleet.cfg, fleet.st)
+
+
 def test_plain_ok_says_no_while_a_mechanism_or_its_leftovers_are_about():
     fleet = Fleet(load_scenario(_p_single()))
     assert P.plain_ok(fleet.cfg, fleet.st)

@@ -721,6 +721,30 @@ def budget_slot(bud, isv, width, t):
     return b % BUDGET_BUCKETS
 
 
+def slowdowns_at_start(cfg, st):
+    """A schedule whose rows only slow nodes (``fleet.service_scale``, slow faults), due
+    at t = 0, applied here as the loop's :func:`on_schedule` would (the same products
+    in the same order), so a scaled fleet's plain stretch starts at once. In Python: a
+    handful of rows once a run, where compiling ``on_schedule`` for Python would cost a
+    cold start ~3 s. Any other schedule is left to the loop (it is the general kernel's:
+    errors and crashes are mechanisms)."""
+    ff, fi, nf = cfg.fault_f, cfg.fault_i, st.node_f
+    if (st.fs[FS_NEXT_SCHED] > 0.0 or (ff[:, 2] > 0).any() or (ff[:, 4] > 0).any()
+            or fi[:, 1].any()):
+        return
+    slow = np.ones(nf.shape[0])
+    for f in range(ff.shape[0]):  # apply_faults' test and product, row by row
+        node = fi[f, 0]
+        if ff[f, 0] <= 0.0 < ff[f, 1] and (ff[f, 0] > nf[node, NF_REPAIRED_AT] or fi[f, 2] != 0):
+            slow[node] *= ff[f, 3]
+    nf[:, NF_SLOWDOWN] = slow
+    nf[:, NF_ERR_RATE] = 0.0
+    nf[:, NF_WRONG_RATE] = 0.0
+    pos = st.is_[IS_SCHED_POS] + 1  # on_schedule's step to the next change
+    st.is_[IS_SCHED_POS] = pos
+    st.fs[FS_NEXT_SCHED] = cfg.sched_t[pos] if pos < cfg.sched_t.shape[0] else np.inf
+
+
 def start(cfg, st):
     """Draw the first arrival and arm the fault schedule (once, at t = 0). Python
     calling arrays-only kernels: compiled with the tuples it would cost a second more."""
@@ -731,8 +755,7 @@ def start(cfg, st):
     else:
         st.fs[FS_NEXT_ARRIVAL] = next_arrival(st.rng, rmax, const, cfg.rate_t, cfg.rate_v, 0.0)
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[0] if cfg.sched_t.shape[0] > 0 else np.inf
-    if st.fs[FS_NEXT_SCHED] <= 0.0:  # faults and node scales from t = 0, as the loop would
-        on_schedule(cfg, st, 0.0)  # (so a scaled fleet's plain stretch starts at once)
+    slowdowns_at_start(cfg, st)
     rate = cfg.cfg_f[CF_PROBE_RATE]  # no probes (most runs): next_probe is inf, no draw,
     # and not compiled for nothing (the plain loop never calls it)
     st.fs[FS_NEXT_PROBE] = next_probe(st.rng, rate, st.node_i.shape[0], 0.0) if rate > 0.0 \

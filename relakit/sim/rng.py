@@ -170,8 +170,7 @@ def exponential_py(s: np.ndarray, k: int, mean: float) -> float:
     """:func:`exponential` from Python, on row k of a state array (advanced in place):
     the same words, the same double, without compiling anything. What a run's first
     arrival needs (``kernel.start``): a plain run then compiles no arrival sampler."""
-    g = XoshiroPy.__new__(XoshiroPy)
-    g.s = [int(w) for w in s[k]]
+    g = XoshiroPy.from_words(s[k])
     u = g.random()
     s[k] = np.array(g.s, dtype=np.uint64)
     return -mean * math.log(1.0 - u)
@@ -188,6 +187,13 @@ class XoshiroPy:
         self.s = seed_words(seed)
         for _ in range(stream):
             self.jump()
+
+    @classmethod
+    def from_words(cls, words) -> XoshiroPy:
+        """A generator at the state of four words (a row of :func:`new_state`)."""
+        g = cls.__new__(cls)
+        g.s = [int(w) for w in words]
+        return g
 
     def next_u64(self) -> int:
         s0, s1, s2, s3 = self.s
