@@ -167,12 +167,35 @@ def _run(sc, plain, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeyp
     return fleet, calls
 
 
-def _assert_same(a, b):
-    for part in ("st", "out"):  # every array of the state and the outputs, bit for bit
+# The simple loop writes no call or user row for the requests it admits while they live
+# (plain.LEAN_CALL, LEAN_USER; write_back fills in the live ones): rows free at the end may
+# hold an older request's values there. Per pool array: its free list, free count, and
+# the generation column that must still count every reuse.
+LEAN_POOLS = {"usr_i": ("usr_free", K.IS_USR_FREE_N, K.UI_GEN),
+              "usr_f": ("usr_free", K.IS_USR_FREE_N, None),
+              "call_i": ("call_free", K.IS_CALL_FREE_N, K.CL_GEN),
+              "call_f": ("call_free", K.IS_CALL_FREE_N, None)}
+
+
+def _assert_same(a, b, lean=False):
+    """Every array of the state and the outputs equal, bit for bit; with ``lean`` (the
+    simple loop ran), the call and user pools on their live rows and generations."""
+    for part in ("st", "out"):
         x, y = getattr(a, part), getattr(b, part)
         for name in x._fields:
-            if name not in P.SCRATCH:
-                np.testing.assert_array_equal(getattr(x, name), getattr(y, name), err_msg=name)
+            if name in P.SCRATCH:
+                continue
+            xa, ya = getattr(x, name), getattr(y, name)
+            if lean and name in LEAN_POOLS:
+                pool, n_free, gen = LEAN_POOLS[name]
+                free = getattr(a.st, pool)[: a.st.is_[n_free]]
+                live = np.setdiff1d(np.arange(xa.shape[0]), free)
+                assert live.size > 0  # (not vacuous: requests in flight at the end)
+                np.testing.assert_array_equal(xa[live], ya[live], err_msg=name)
+                if gen is not None:
+                    np.testing.assert_array_equal(xa[:, gen], ya[:, gen], err_msg=name)
+            else:
+                np.testing.assert_array_equal(xa, ya, err_msg=name)
 
 
 @pytest.mark.parametrize("records", [True, False], ids=["records", "no-records"])
@@ -191,7 +214,7 @@ def test_plain_kernel_equals_general(make, simple, records, monkeypatch):
     assert used_general["plain"] == 0
     assert fast.n_arrived > 10_000
     assert fast.out.sample_t.shape == general.out.sample_t.shape
-    _assert_same(fast, general)
+    _assert_same(fast, general, lean=simple)
     if records:  # the records are the user requests, one row each
         assert fast.st.is_[K.IS_NREC] > 0.99 * fast.n_arrived - fast.users_in_flight
 
@@ -209,8 +232,8 @@ def test_kernels_hand_over_mid_run(monkeypatch):
     fast, used = _run(sc, True, steps=steps, between=flip, monkeypatch=monkeypatch)
     general, _ = _run(sc, False, steps=steps, between=flip, monkeypatch=monkeypatch)
     assert fast.st.fleet_c[K.F_HEDGES] > 0
-    assert used["plain"] >= 3 and used["general"] >= 1
-    _assert_same(fast, general)
+    assert used["plain"] >= 3 and used["general"] >= 1 and used["simple"] >= 1
+    _assert_same(fast, general, lean=True)
 
 
 def test_a_slow_fault_hands_over_when_it_ends(monkeypatch):
@@ -224,7 +247,7 @@ def test_a_slow_fault_hands_over_when_it_ends(monkeypatch):
     assert by_step[0] == 0 < by_step[1] < by_step[2]  # plain only once the fault is over
     assert used["general"] >= 1 and used["plain"] >= 2  # (a call may come back for room)
     assert fast.st.node_f[1, K.NF_SLOWDOWN] == 1.0  # over, and applied
-    _assert_same(fast, general)
+    _assert_same(fast, general, lean=used["simple"] > 0)
 
 
 def test_slowdowns_at_start_are_what_the_loops_schedule_step_makes(monkeypatch):
@@ -332,3 +355,37 @@ def test_first_arrival_drawn_in_python_is_the_kernels_draw():
     drawn = 0.0 + R.exponential_py(py_state, K.RNG_ARRIVALS, 1.0 / rate)
     assert drawn == compiled and drawn > 0.0
     np.testing.assert_array_equal(py_state, state)
+
+
+def test_simple_loop_writes_back_the_rows_of_live_requests(monkeypatch):
+    """After each simple stretch, the live requests' call and user rows are what the
+    plain loop writes (write_back: equal to the general kernel's run on live rows), and
+    simple_ok refuses a stretch whose live requests the simple loop would misread."""
+    sc = make_scenario(rate=2500, duration=12, nodes=3, servers=4,
+                       tiers={"gold": 0.2, "silver": 0.3, "bronze": 0.5})
+    steps = (3.0, 6.0, 12.0)
+    fast, used = _run(sc, True, steps=steps, monkeypatch=monkeypatch)
+    general, _ = _run(sc, False, steps=steps, monkeypatch=monkeypatch)
+    assert used["simple"] == used["plain"] >= 3
+    _assert_same(fast, general, lean=True)
+    st = fast.st
+    live = np.flatnonzero(st.job_i[:, K.JI_STATE] != K.J_FREE)
+    assert live.size > 0 and P.lean_rows_hold(st) and P.simple_ok(fast.cfg, st)
+    c = st.job_i[live[0], K.JI_CALL]
+    st.call_i[c, K.CL_HEDGES] = 1  # as after a cancelled hedge
+    assert P.plain_ok(fast.cfg, st) and not P.simple_ok(fast.cfg, st)
+    st.call_i[c, K.CL_HEDGES] = 0
+    u = st.call_i[c, K.CL_USER]
+    st.usr_f[u, K.UF_T_ARRIVAL] -= 0.5  # as a request moved to another node after arriving
+    assert not P.lean_rows_hold(st)
+
+
+def test_kernel_arrays_may_not_share_memory():
+    """The plain loops are compiled noalias: a fleet's arrays are checked disjoint where
+    they are made, and after growth."""
+    fleet = Fleet(load_scenario(_p_single()), record_requests=True)
+    fleet.advance(5.0)  # (grows records and pools on the way)
+    fleet._check_disjoint()
+    fleet.st = fleet.st._replace(usr_f=fleet.st.usr_i.view(np.float64))
+    with pytest.raises(RuntimeError, match="share memory"):
+        fleet._check_disjoint()

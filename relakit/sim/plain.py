@@ -9,7 +9,8 @@ output arrays in the same way and draws the same numbers from the same
 streams, so the two kernels are interchangeable between any two calls
 (``tests/test_kernel_specialised.py`` runs scenarios through both, and one that
 switches hedging on and off mid-run, and asserts every array equal, bit for
-bit, but the per-event scratch ones, ``SCRATCH``). What it leaves out is
+bit, but the per-event scratch ones, ``SCRATCH``, and, after the simple loop,
+the free rows of the call and user pools: see ``LEAN_CALL``). What it leaves out is
 everything a plain stretch cannot meet: the timer rings, hedge, retry, timeout
 and move events, admission checks, error draws, the settling of sibling
 copies, breaker and degraded paths, probes and the fault schedule.
@@ -30,9 +31,12 @@ the 2-core machine under load 4-6 (CPU seconds, so the neighbours count less):
   specialisation removed were well predicted. Since then (docs/design.md has
   the A/B figures): the client histogram's bin from the float's bits instead of
   a log10 (relakit.sim.latency_bins, +18 %), the heap pop without a coin-toss
-  branch (50 nodes +10-20 %), and the simple specialisation below (+3-7 %).
-  What costs is unpredictable branches, not stores: removing whole groups of
-  stores changed nothing measurable. The scalars an event touches (pool and
+  branch (50 nodes +10-20 %), the simple specialisation below (+3-7 %), its
+  requests' call and user rows written only at return (``LEAN_CALL``: +18 %
+  with the next), and the loops compiled ``noalias`` (``_NoAliasCompiler``).
+  Unpredictable branches cost, and memory operations in bulk: removing a group
+  of counter stores changed nothing measurable, the ~25 loads and stores of a
+  request's call and user rows +11 %. The scalars an event touches (pool and
   heap counts, clock, streams) live in locals and are written back on return.
 
 :func:`plain_ok` says when the loop applies: the model and the flags use no
@@ -48,6 +52,8 @@ import math
 
 import numpy as np
 from numba import njit
+from numba.core.compiler import Compiler
+from numba.extending import register_jitable
 
 from relakit.sim import kernel as K
 from relakit.sim.cachename import digest_named
@@ -74,6 +80,16 @@ SIMPLE = False
 # State arrays that are one event's scratch (its sends, timers, touched nodes): no value
 # in them outlives the event, and the two kernels fill them differently
 SCRATCH = ("scratch", "send", "pend_t", "pend_k", "pend_q")
+# A request the simple loop admits gets a job row only (and its call's CL_USER): its call
+# and user rows stay unwritten while it lives (measured: +9-11 %, A/B; the rows' ~25 loads
+# and stores were a tenth of a request's cost). What they would hold is fixed or in the
+# job's row: these columns and values, then CL_FIRST (the job), CL_TIER, UI_TIER (the
+# job's tier), CLF_DEMAND, UF_DEMAND (its demand) and UF_T_ARRIVAL (its sending time).
+# write_back fills them in for the live requests before the loop returns; simple_ok
+# checks that a live request the loop did not admit holds the same (lean_rows_hold).
+LEAN_CALL = ((K.CL_ATTEMPTS, 1), (K.CL_HEDGES, 0), (K.CL_COPIES, 1))
+LEAN_USER = ((K.UI_DEGRADED, 0), (K.UI_WORST, K.OK), (K.UI_CRIT, -1), (K.UI_FANOUT, 1),
+             (K.UI_ATTEMPTS, 0), (K.UI_HEDGES, 0), (K.UI_WRONG, 0), (K.UI_REMAINING, 1))
 # the event kinds a plain stretch may hold pending: completions only (kernel.EV_*)
 PLAIN_EVENTS = (K.EV_DONE,)  # (plain_ok compares with each)
 # a live copy's states in a plain stretch: waiting in a queue or in service
@@ -118,14 +134,67 @@ OUT_ARGS = ("metrics", "sample_t", "fleet", "fleet_t", "rec_f", "rec_i", "hist",
 
 def simple_ok(cfg: K.Config, st: K.State) -> bool:
     """True when the stretch is also *simple* (:data:`SIMPLE`): one call per request, an
-    exponential demand, a constant arrival rate, no retry budget, and one node or random
-    routing over equally weighted routable nodes (what ``prepare_routing`` will find)."""
+    exponential demand, a constant arrival rate, no retry budget, one node or random
+    routing over equally weighted routable nodes (what ``prepare_routing`` will find),
+    and live requests whose rows hold what the simple loop assumes (:func:`lean_rows_hold`)."""
     ci, ni, weights = cfg.cfg_i, st.node_i, st.node_f[:, K.NF_WEIGHT]
     if (ci[K.CI_FANOUT] != 1 or ci[K.CI_SVC_KIND] != K.S_EXP or ci[K.CI_CONST_RATE] == 0
             or cfg.cfg_f[K.CF_BUDGET_RATIO] < np.inf  # (a retry budget counts first attempts)
             or not ni[:, K.NI_ROUTABLE].all() or weights[0] <= 0.0):
         return False
-    return ni.shape[0] == 1 or (ci[K.CI_ROUTING] == K.R_RANDOM and (weights == weights[0]).all())
+    if not (ni.shape[0] == 1
+            or (ci[K.CI_ROUTING] == K.R_RANDOM and (weights == weights[0]).all())):
+        return False
+    return lean_rows_hold(st)
+
+
+def lean_rows_hold(st: K.State) -> bool:
+    """True when every live request's call and user rows hold what :func:`write_back`
+    would write from its job's row (:data:`LEAN_CALL`, :data:`LEAN_USER`): the simple loop
+    then reads its job's row alone and rewrites the rows unchanged. Not so for a request
+    whose hedge was cancelled (CL_HEDGES 1) or that was moved to another node (sent later
+    than it arrived): the plain loop takes those stretches. O(live requests), ~30 us."""
+    ji, jf = st.job_i, st.job_f
+    live = np.flatnonzero(ji[:, K.JI_STATE] != K.J_FREE)
+    if live.size == 0:
+        return True
+    c = ji[live, K.JI_CALL]
+    u = st.call_i[c, K.CL_USER]
+    tier, demand = ji[live, K.JI_TIER], jf[live, K.JF_DEMAND]
+    calls, users = st.call_i[c], st.usr_i[u]
+    return bool((calls[:, [col for col, _ in LEAN_CALL]] == [v for _, v in LEAN_CALL]).all()
+                and (users[:, [col for col, _ in LEAN_USER]] == [v for _, v in LEAN_USER]).all()
+                and (calls[:, K.CL_FIRST] == live).all() and (calls[:, K.CL_TIER] == tier).all()
+                and (users[:, K.UI_TIER] == tier).all()
+                and (st.call_f[c, K.CLF_DEMAND] == demand).all()
+                and (st.usr_f[u, K.UF_DEMAND] == demand).all()
+                and (st.usr_f[u, K.UF_T_ARRIVAL] == jf[live, K.JF_T_NODE]).all())
+
+
+@register_jitable(error_model="numpy")
+def write_back(job_i, job_f, call_i, call_f, usr_i, usr_f):
+    """The call and user rows the simple loop left unwritten, for every live request
+    (:data:`LEAN_CALL`, :data:`LEAN_USER`): what the plain loop and the general kernel
+    would hold, so that either may take over. Once a call; O(job pool), ~2 us for 50 nodes.
+    The rows of requests that ended in the loop keep an older request's values (only
+    their generation counts on): nothing reads a free row."""
+    for j in range(job_i.shape[0]):
+        if job_i[j, K.JI_STATE] == K.J_FREE:
+            continue
+        c = job_i[j, K.JI_CALL]
+        u = call_i[c, K.CL_USER]
+        tier = job_i[j, K.JI_TIER]
+        demand = job_f[j, K.JF_DEMAND]
+        for col, value in LEAN_CALL:
+            call_i[c, col] = value
+        call_i[c, K.CL_FIRST] = j
+        call_i[c, K.CL_TIER] = tier
+        call_f[c, K.CLF_DEMAND] = demand
+        for col, value in LEAN_USER:
+            usr_i[u, col] = value
+        usr_i[u, K.UI_TIER] = tier
+        usr_f[u, K.UF_DEMAND] = demand
+        usr_f[u, K.UF_T_ARRIVAL] = job_f[j, K.JF_T_NODE]
 
 
 def run_plain(cfg: K.Config, st: K.State, out: K.Output, t_end: float) -> int:
@@ -244,6 +313,8 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
         n_send = 0  # new first attempts to send: send[i] = (call, node, 0, -1)
         fin_u = -1  # the user request that ends now, and how
         fin_outcome = K.OK
+        fin_j = -1  # (simple loop) its copy, whose row stands in for the user's and call's
+        new_tier = 0  # (simple loop) the tier of the request arriving now
 
         if t_heap <= t_arr:  # ---- a completion: heap pop, O(log in-service copies)
             key = heap_k[0]
@@ -294,30 +365,39 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
             job_free_n += 1
             # (then the node's bucket search, a few compares; busy-seconds, counters)
             # ---- its call is answered (its only copy): unlink the copy, settle the user;
-            # ~15 loads and stores over the job, call and user rows
-            prev = -1
-            j2 = call_i[c, K.CL_FIRST]
-            while j2 != j:
-                prev = j2
-                j2 = job_i[j2, K.JI_SIB]
-            if prev < 0:
-                call_i[c, K.CL_FIRST] = job_i[j, K.JI_SIB]
+            # ~15 loads and stores over the job, call and user rows. The simple loop
+            # writes neither row for its own requests (LEAN_USER, LEAN_CALL): the job's row
+            # says it all, and write_back fills the rows of requests still live at return
+            if SIMPLE:
+                call_i[c, K.CL_GEN] += 1
+                call_free[call_free_n] = c
+                call_free_n += 1
+                fin_u = call_i[c, K.CL_USER]
+                fin_j = j  # (its row is intact until the send section reuses it)
             else:
-                job_i[prev, K.JI_SIB] = job_i[j, K.JI_SIB]
-            call_i[c, K.CL_COPIES] -= 1
-            u = call_i[c, K.CL_USER]
-            usr_i[u, K.UI_ATTEMPTS] += call_i[c, K.CL_ATTEMPTS]
-            usr_i[u, K.UI_HEDGES] += call_i[c, K.CL_HEDGES]
-            if usr_i[u, K.UI_WORST] == K.OK:
-                usr_i[u, K.UI_CRIT] = node  # the slowest call decides latency
-            call_i[c, K.CL_GEN] += 1
-            call_free[call_free_n] = c
-            call_free_n += 1
-            remaining = usr_i[u, K.UI_REMAINING] - 1
-            usr_i[u, K.UI_REMAINING] = remaining
-            if remaining == 0:
-                fin_u = u
-                fin_outcome = usr_i[u, K.UI_WORST]
+                prev = -1
+                j2 = call_i[c, K.CL_FIRST]
+                while j2 != j:
+                    prev = j2
+                    j2 = job_i[j2, K.JI_SIB]
+                if prev < 0:
+                    call_i[c, K.CL_FIRST] = job_i[j, K.JI_SIB]
+                else:
+                    job_i[prev, K.JI_SIB] = job_i[j, K.JI_SIB]
+                call_i[c, K.CL_COPIES] -= 1
+                u = call_i[c, K.CL_USER]
+                usr_i[u, K.UI_ATTEMPTS] += call_i[c, K.CL_ATTEMPTS]
+                usr_i[u, K.UI_HEDGES] += call_i[c, K.CL_HEDGES]
+                if usr_i[u, K.UI_WORST] == K.OK:
+                    usr_i[u, K.UI_CRIT] = node  # the slowest call decides latency
+                call_i[c, K.CL_GEN] += 1
+                call_free[call_free_n] = c
+                call_free_n += 1
+                remaining = usr_i[u, K.UI_REMAINING] - 1
+                usr_i[u, K.UI_REMAINING] = remaining
+                if remaining == 0:
+                    fin_u = u
+                    fin_outcome = usr_i[u, K.UI_WORST]
         else:  # ---- a user request arrives: tier, demands, nodes, calls; next arrival.
             # Cost: 3 uniforms and 2 logs (tier, demand, gap), ~20 stores (user, calls)
             usr_free_n -= 1
@@ -336,22 +416,25 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                     demand[i] = draw_service(rng, K.RNG_SERVICE, svc_kind, svc_a, svc_b, svc_c)
                     v0, v1 = rng[K.RNG_SERVICE, 0], rng[K.RNG_SERVICE, 1]
                     v2, v3 = rng[K.RNG_SERVICE, 2], rng[K.RNG_SERVICE, 3]
-            usr_f[u, K.UF_DEMAND] = demand[0]
-            usr_i[u, K.UI_DEGRADED] = 0
-            usr_i[u, K.UI_TIER] = tier
-            usr_i[u, K.UI_WORST] = K.OK
-            usr_i[u, K.UI_CRIT] = -1
-            usr_i[u, K.UI_FANOUT] = fanout
-            usr_i[u, K.UI_ATTEMPTS] = 0
-            usr_i[u, K.UI_HEDGES] = 0
-            usr_i[u, K.UI_WRONG] = 0
-            usr_f[u, K.UF_T_ARRIVAL] = t
             k = min(fanout, n_elig)
+            new_tier = tier
+            if not SIMPLE or k <= 0:  # (the simple loop's own requests: see write_back)
+                usr_f[u, K.UF_DEMAND] = demand[0]
+                usr_i[u, K.UI_DEGRADED] = 0
+                usr_i[u, K.UI_TIER] = tier
+                usr_i[u, K.UI_WORST] = K.OK
+                usr_i[u, K.UI_CRIT] = -1
+                usr_i[u, K.UI_FANOUT] = fanout
+                usr_i[u, K.UI_ATTEMPTS] = 0
+                usr_i[u, K.UI_HEDGES] = 0
+                usr_i[u, K.UI_WRONG] = 0
+                usr_f[u, K.UF_T_ARRIVAL] = t
             if k <= 0:
                 fin_u = u  # no routable node
                 fin_outcome = K.ERROR
             else:
-                usr_i[u, K.UI_REMAINING] = k
+                if not SIMPLE:
+                    usr_i[u, K.UI_REMAINING] = k
                 if n_nodes == 1:
                     send[0, 1] = 0  # a single node: no draw
                 elif SIMPLE or (k == 1 and uniform_random):
@@ -373,13 +456,14 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                     call_free_n -= 1
                     c = call_free[call_free_n]
                     call_i[c, K.CL_USER] = u
-                    call_i[c, K.CL_ATTEMPTS] = 0
-                    call_i[c, K.CL_HEDGES] = 0
-                    call_i[c, K.CL_COPIES] = 0
-                    call_i[c, K.CL_FIRST] = -1
-                    call_i[c, K.CL_TIER] = tier
-                    call_f[c, K.CLF_DEMAND] = demand[i]
                     send[i, 0] = c
+                    if not SIMPLE:
+                        call_i[c, K.CL_ATTEMPTS] = 0
+                        call_i[c, K.CL_HEDGES] = 0
+                        call_i[c, K.CL_COPIES] = 0
+                        call_i[c, K.CL_FIRST] = -1
+                        call_i[c, K.CL_TIER] = tier
+                        call_f[c, K.CLF_DEMAND] = demand[i]
                 n_send = k
             if SIMPLE or const_rate:
                 x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
@@ -396,31 +480,49 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
         if fin_u >= 0:
             u = fin_u
             in_flight -= 1
-            t0 = usr_f[u, K.UF_T_ARRIVAL]
+            if SIMPLE and fin_j >= 0:  # its job's row and LEAN_USER, LEAN_CALL say it all
+                t0 = job_f[fin_j, K.JF_T_NODE]  # (sent at its arrival)
+                tier = job_i[fin_j, K.JI_TIER]
+                demand_s = job_f[fin_j, K.JF_DEMAND]
+                crit = job_i[fin_j, K.JI_NODE]
+                fanout_u = 1
+                attempts = 1  # (its call's one attempt, no hedge)
+                hedges = 0
+                degraded = 0
+                wrong = 0
+            else:
+                t0 = usr_f[u, K.UF_T_ARRIVAL]
+                tier = usr_i[u, K.UI_TIER]
+                demand_s = usr_f[u, K.UF_DEMAND]
+                crit = usr_i[u, K.UI_CRIT]
+                fanout_u = usr_i[u, K.UI_FANOUT]
+                attempts = usr_i[u, K.UI_ATTEMPTS]
+                hedges = usr_i[u, K.UI_HEDGES]
+                degraded = usr_i[u, K.UI_DEGRADED]
+                wrong = usr_i[u, K.UI_WRONG]
             latency_ms = (t - t0) * 1000.0
-            tier = usr_i[u, K.UI_TIER]
             fleet_c[tier * N_OUTCOMES + fin_outcome] += 1  # client_requests_total
-            if usr_i[u, K.UI_DEGRADED] != 0:
+            if degraded != 0:
                 fleet_c[K.F_DEGRADED] += 1
             if record:
                 rec_f[n_rec, 0] = t0
                 rec_f[n_rec, 1] = latency_ms
-                rec_f[n_rec, 2] = usr_f[u, K.UF_DEMAND] * 1000.0
+                rec_f[n_rec, 2] = demand_s * 1000.0
                 rec_i[n_rec, 0] = tier
                 rec_i[n_rec, 1] = fin_outcome
-                rec_i[n_rec, 2] = usr_i[u, K.UI_CRIT]
-                rec_i[n_rec, 3] = usr_i[u, K.UI_FANOUT]
-                rec_i[n_rec, 4] = usr_i[u, K.UI_ATTEMPTS] + usr_i[u, K.UI_HEDGES]
-                rec_i[n_rec, 5] = usr_i[u, K.UI_DEGRADED]
-                rec_i[n_rec, 6] = 1 - usr_i[u, K.UI_WRONG]
+                rec_i[n_rec, 2] = crit
+                rec_i[n_rec, 3] = fanout_u
+                rec_i[n_rec, 4] = attempts + hedges
+                rec_i[n_rec, 5] = degraded
+                rec_i[n_rec, 6] = 1 - wrong
                 n_rec += 1
             if t0 >= warmup:
                 tier_cnt[tier, fin_outcome] += 1
-                tier_ext[tier, K.TX_ATTEMPTS] += usr_i[u, K.UI_ATTEMPTS]
-                tier_ext[tier, K.TX_HEDGES] += usr_i[u, K.UI_HEDGES]
-                tier_ext[tier, K.TX_DEGRADED] += usr_i[u, K.UI_DEGRADED]
+                tier_ext[tier, K.TX_ATTEMPTS] += attempts
+                tier_ext[tier, K.TX_HEDGES] += hedges
+                tier_ext[tier, K.TX_DEGRADED] += degraded
                 if fin_outcome == K.OK:
-                    tier_ext[tier, K.TX_WRONG] += usr_i[u, K.UI_WRONG]
+                    tier_ext[tier, K.TX_WRONG] += wrong
                 if fin_outcome == K.OK or fin_outcome == K.ERROR:  # (all a plain run has)
                     hist[tier, fin_outcome, hist_bin(latency_ms)] += 1
                     lat_sum[tier, fin_outcome] += latency_ms
@@ -439,15 +541,20 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
             job_i[j, K.JI_GEN] += 1
             job_i[j, K.JI_CLIENT] = K.C_WAITING
             job_i[j, K.JI_HEDGE] = 0
-            job_i[j, K.JI_TIER] = call_i[c, K.CL_TIER]
-            job_i[j, K.JI_SIB] = call_i[c, K.CL_FIRST]
-            call_i[c, K.CL_FIRST] = j
-            call_i[c, K.CL_COPIES] += 1
             fleet_c[K.F_ATTEMPTS] += 1
-            call_i[c, K.CL_ATTEMPTS] += 1
-            if not SIMPLE and budgeted and call_i[c, K.CL_ATTEMPTS] == 1:
-                budget[0, budget_slot(budget, isv, budget_width, t)] += 1
-            job_f[j, K.JF_DEMAND] = call_f[c, K.CLF_DEMAND]
+            if SIMPLE:  # the call's row stays unwritten (LEAN_CALL)
+                job_i[j, K.JI_TIER] = new_tier
+                job_i[j, K.JI_SIB] = -1
+                job_f[j, K.JF_DEMAND] = demand[i]
+            else:
+                job_i[j, K.JI_TIER] = call_i[c, K.CL_TIER]
+                job_i[j, K.JI_SIB] = call_i[c, K.CL_FIRST]
+                call_i[c, K.CL_FIRST] = j
+                call_i[c, K.CL_COPIES] += 1
+                call_i[c, K.CL_ATTEMPTS] += 1
+                if budgeted and call_i[c, K.CL_ATTEMPTS] == 1:
+                    budget[0, budget_slot(budget, isv, budget_width, t)] += 1
+                job_f[j, K.JF_DEMAND] = call_f[c, K.CLF_DEMAND]
             job_i[j, K.JI_NODE] = node
             job_i[j, K.JI_DEGRADED] = 0
             job_f[j, K.JF_T_NODE] = t
@@ -498,6 +605,8 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 heap_t[hi] = tp
                 heap_k[hi] = kp
 
+    if SIMPLE:
+        write_back(job_i, job_f, call_i, call_f, usr_i, usr_f)
     isv[K.IS_HEAP_N] = heap_n
     isv[K.IS_JOB_FREE_N] = job_free_n
     isv[K.IS_USR_FREE_N] = usr_free_n
@@ -520,7 +629,22 @@ def _compiled(py, simple: bool):
     it and a digest of the files it inlines (:mod:`relakit.sim.cachename`). SIMPLE is
     read as a compile-time constant: numba prunes the branches it decides, and never
     types the helpers only they call."""
-    return njit(cache=True, error_model="numpy")(_body(py, simple))
+    return njit(cache=True, error_model="numpy", pipeline_class=_NoAliasCompiler)(
+        _body(py, simple))
+
+
+class _NoAliasCompiler(Compiler):
+    """numba's compiler with its ``noalias`` flag set: every array parameter's data is
+    marked ``noalias`` for LLVM, which may then keep a loaded value in a register across
+    stores to other arrays (by default a store to ``job_i`` could change ``node_i``, so
+    it is loaded again). True of the loops' arguments: the fleet allocates every state,
+    output and configuration array on its own and checks it (``Fleet._check_disjoint``).
+    Measured (A/B, interleaved, process time): plain M/M/8 +4 %, 50 nodes +2 %; the
+    general kernel gained nothing (-5 %, noise), so it keeps the default."""
+
+    def define_pipelines(self):
+        self.state.flags.noalias = True
+        return super().define_pipelines()
 
 
 def _body(py, simple: bool):
