@@ -361,7 +361,7 @@ def test_simple_loop_writes_back_the_rows_of_live_requests(monkeypatch):
     """After each simple stretch, the live requests' call and user rows are what the
     plain loop writes (write_back: equal to the general kernel's run on live rows), and
     simple_ok refuses a stretch whose live requests the simple loop would misread."""
-    sc = make_scenario(rate=2500, duration=12, nodes=3, servers=4,
+    sc = make_scenario(rate=1000, duration=12, nodes=3, servers=4,
                        tiers={"gold": 0.2, "silver": 0.3, "bronze": 0.5})
     steps = (3.0, 6.0, 12.0)
     fast, used = _run(sc, True, steps=steps, monkeypatch=monkeypatch)
@@ -370,14 +370,27 @@ def test_simple_loop_writes_back_the_rows_of_live_requests(monkeypatch):
     _assert_same(fast, general, lean=True)
     st = fast.st
     live = np.flatnonzero(st.job_i[:, K.JI_STATE] != K.J_FREE)
-    assert live.size > 0 and P.lean_rows_hold(st) and P.simple_ok(fast.cfg, st)
+    rows = (st.job_i, st.job_f, st.call_i, st.call_f, st.usr_i, st.usr_f)
+    assert live.size > 0 and P.lean_rows_hold(*rows) and P.simple_ok(fast.cfg, st)
     c = st.job_i[live[0], K.JI_CALL]
     st.call_i[c, K.CL_HEDGES] = 1  # as after a cancelled hedge
-    assert P.plain_ok(fast.cfg, st) and not P.simple_ok(fast.cfg, st)
-    st.call_i[c, K.CL_HEDGES] = 0
+    assert P.plain_ok(fast.cfg, st) and not P.lean_rows_hold(*rows)
+    # ... the simple loop then declines (before any write), and the plain loop runs
+    before = {name: getattr(st, name).copy() for name in st._fields}
+    args = [getattr(fast.cfg, a) for a in P.CFG_ARGS] + [getattr(st, a) for a in P.STATE_ARGS]
+    args += [getattr(fast.out, a) for a in P.OUT_ARGS] + [13.0]
+    assert P.advance_plain_simple(*args) == P.ROWS_NOT_LEAN
+    for name in st._fields:
+        np.testing.assert_array_equal(getattr(st, name), before[name], err_msg=name)
+    fast.advance(13.0)
+    st = fast.st  # (it may have grown)
+    rows = (st.job_i, st.job_f, st.call_i, st.call_f, st.usr_i, st.usr_f)
+    assert fast.now == 13.0  # (the request has ended: the plain loop wrote its rows in full)
+    assert st.call_i[c, K.CL_GEN] > before["call_i"][c, K.CL_GEN] and P.lean_rows_hold(*rows)
+    c = st.job_i[np.flatnonzero(st.job_i[:, K.JI_STATE] != K.J_FREE)[0], K.JI_CALL]
     u = st.call_i[c, K.CL_USER]
     st.usr_f[u, K.UF_T_ARRIVAL] -= 0.5  # as a request moved to another node after arriving
-    assert not P.lean_rows_hold(st)
+    assert not P.lean_rows_hold(*rows)
 
 
 def test_kernel_arrays_may_not_share_memory():
