@@ -168,7 +168,7 @@ def _run(sc, plain, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeyp
 
 
 # The simple loop writes no call or user row for the requests it admits while they live
-# (plain.LEAN_CALL, LEAN_USER; write_back fills in the live ones): rows free at the end may
+# (plain.LEAN_CALL, LEAN_USER; lean_rows writes the live ones back): rows free at the end may
 # hold an older request's values there. Per pool array: its free list, free count, and
 # the generation column that must still count every reuse.
 LEAN_POOLS = {"usr_i": ("usr_free", K.IS_USR_FREE_N, K.UI_GEN),
@@ -359,7 +359,7 @@ def test_first_arrival_drawn_in_python_is_the_kernels_draw():
 
 def test_simple_loop_writes_back_the_rows_of_live_requests(monkeypatch):
     """After each simple stretch, the live requests' call and user rows are what the
-    plain loop writes (write_back: equal to the general kernel's run on live rows), and
+    plain loop writes (lean_rows: equal to the general kernel's run on live rows), and
     simple_ok refuses a stretch whose live requests the simple loop would misread."""
     sc = make_scenario(rate=1000, duration=12, nodes=3, servers=4,
                        tiers={"gold": 0.2, "silver": 0.3, "bronze": 0.5})
@@ -371,10 +371,10 @@ def test_simple_loop_writes_back_the_rows_of_live_requests(monkeypatch):
     st = fast.st
     live = np.flatnonzero(st.job_i[:, K.JI_STATE] != K.J_FREE)
     rows = (st.job_i, st.job_f, st.call_i, st.call_f, st.usr_i, st.usr_f)
-    assert live.size > 0 and P.lean_rows_hold(*rows) and P.simple_ok(fast.cfg, st)
+    assert live.size > 0 and P.lean_rows(*rows, False) and P.simple_ok(fast.cfg, st)
     c = st.job_i[live[0], K.JI_CALL]
     st.call_i[c, K.CL_HEDGES] = 1  # as after a cancelled hedge
-    assert P.plain_ok(fast.cfg, st) and not P.lean_rows_hold(*rows)
+    assert P.plain_ok(fast.cfg, st) and not P.lean_rows(*rows, False)
     # ... the simple loop then declines (before any write), and the plain loop runs
     before = {name: getattr(st, name).copy() for name in st._fields}
     args = [getattr(fast.cfg, a) for a in P.CFG_ARGS] + [getattr(st, a) for a in P.STATE_ARGS]
@@ -386,11 +386,11 @@ def test_simple_loop_writes_back_the_rows_of_live_requests(monkeypatch):
     st = fast.st  # (it may have grown)
     rows = (st.job_i, st.job_f, st.call_i, st.call_f, st.usr_i, st.usr_f)
     assert fast.now == 13.0  # (the request has ended: the plain loop wrote its rows in full)
-    assert st.call_i[c, K.CL_GEN] > before["call_i"][c, K.CL_GEN] and P.lean_rows_hold(*rows)
+    assert st.call_i[c, K.CL_GEN] > before["call_i"][c, K.CL_GEN] and P.lean_rows(*rows, False)
     c = st.job_i[np.flatnonzero(st.job_i[:, K.JI_STATE] != K.J_FREE)[0], K.JI_CALL]
     u = st.call_i[c, K.CL_USER]
     st.usr_f[u, K.UF_T_ARRIVAL] -= 0.5  # as a request moved to another node after arriving
-    assert not P.lean_rows_hold(*rows)
+    assert not P.lean_rows(*rows, False)
 
 
 def test_kernel_arrays_may_not_share_memory():

@@ -85,12 +85,13 @@ SCRATCH = ("scratch", "send", "pend_t", "pend_k", "pend_q")
 # and stores were a tenth of a request's cost). What they would hold is fixed or in the
 # job's row: these columns and values, then CL_FIRST (the job), CL_TIER, UI_TIER (the
 # job's tier), CLF_DEMAND, UF_DEMAND (its demand) and UF_T_ARRIVAL (its sending time).
-# write_back fills them in for the live requests before the loop returns; simple_ok
-# checks that a live request the loop did not admit holds the same (lean_rows_hold).
+# lean_rows writes them for the live requests before the loop returns, and checks on
+# entry that the live requests it did not admit hold the same.
 LEAN_CALL = ((K.CL_ATTEMPTS, 1), (K.CL_HEDGES, 0), (K.CL_COPIES, 1))
 LEAN_USER = ((K.UI_DEGRADED, 0), (K.UI_WORST, K.OK), (K.UI_CRIT, -1), (K.UI_FANOUT, 1),
              (K.UI_ATTEMPTS, 0), (K.UI_HEDGES, 0), (K.UI_WRONG, 0), (K.UI_REMAINING, 1))
-# the simple loop's status when lean_rows_hold is false: nothing done, run the plain loop
+# the simple loop's status when lean_rows finds a live request's rows otherwise: nothing
+# done, the plain loop runs the stretch
 ROWS_NOT_LEAN = -1
 # the event kinds a plain stretch may hold pending: completions only (kernel.EV_*)
 PLAIN_EVENTS = (K.EV_DONE,)  # (plain_ok compares with each)
@@ -138,7 +139,7 @@ def simple_ok(cfg: K.Config, st: K.State) -> bool:
     """True when the stretch is also *simple* (:data:`SIMPLE`): one call per request, an
     exponential demand, a constant arrival rate, no retry budget, one node or random
     routing over equally weighted routable nodes (what ``prepare_routing`` will find).
-    The simple loop checks the live requests' rows itself (:func:`lean_rows_hold`)."""
+    The simple loop checks the live requests' rows itself (:func:`lean_rows`)."""
     ci, ni, weights = cfg.cfg_i, st.node_i, st.node_f[:, K.NF_WEIGHT]
     if (ci[K.CI_FANOUT] != 1 or ci[K.CI_SVC_KIND] != K.S_EXP or ci[K.CI_CONST_RATE] == 0
             or cfg.cfg_f[K.CF_BUDGET_RATIO] < np.inf  # (a retry budget counts first attempts)
@@ -148,14 +149,20 @@ def simple_ok(cfg: K.Config, st: K.State) -> bool:
 
 
 @register_jitable(error_model="numpy")
-def lean_rows_hold(job_i, job_f, call_i, call_f, usr_i, usr_f):
-    """True when every live request's call and user rows hold what :func:`write_back`
-    would write from its job's row (:data:`LEAN_CALL`, :data:`LEAN_USER`), so that the
-    simple loop may read its job's row alone and rewrite the rows unchanged. Not so for
-    a request whose hedge was cancelled (CL_HEDGES 1) or that was moved to another node
-    (sent later than it arrived): the simple loop then returns ROWS_NOT_LEAN at once and
-    the plain loop takes the stretch. O(job pool) in the loop, ~1 us for 50 nodes (in
-    Python, with numpy, it was ~40-90 us a call)."""
+def lean_rows(job_i, job_f, call_i, call_f, usr_i, usr_f, write):
+    """Whether every live request's call and user rows hold what the simple loop leaves
+    unwritten (:data:`LEAN_CALL`, :data:`LEAN_USER`; tier, demand and arrival from its
+    job's row), and with ``write``, those values written.
+
+    Before a simple stretch (``write`` false): only then may the loop read a request's
+    job row alone and rewrite its rows unchanged. Not so for a request whose hedge was
+    cancelled (CL_HEDGES 1) or that was moved to another node (sent after it arrived):
+    the loop returns ROWS_NOT_LEAN at once and the plain loop takes the stretch. After
+    it (``write`` true): the rows the plain loop and the general kernel would hold, so
+    that either may take over; the rows of requests that ended in the loop keep an older
+    request's values (only their generation counts on): nothing reads a free row.
+    O(job pool), a few us for 50 nodes; one function for both, so one compile (~0.2 s)."""
+    held = True
     for j in range(job_i.shape[0]):
         if job_i[j, K.JI_STATE] == K.J_FREE:
             continue
@@ -163,44 +170,26 @@ def lean_rows_hold(job_i, job_f, call_i, call_f, usr_i, usr_f):
         u = call_i[c, K.CL_USER]
         tier = job_i[j, K.JI_TIER]
         demand = job_f[j, K.JF_DEMAND]
+        sent = job_f[j, K.JF_T_NODE]
         for col, value in LEAN_CALL:
-            if call_i[c, col] != value:
-                return False
+            held &= call_i[c, col] == value
+            if write:
+                call_i[c, col] = value
         for col, value in LEAN_USER:
-            if usr_i[u, col] != value:
-                return False
-        if (call_i[c, K.CL_FIRST] != j or call_i[c, K.CL_TIER] != tier
-                or call_f[c, K.CLF_DEMAND] != demand or usr_i[u, K.UI_TIER] != tier
-                or usr_f[u, K.UF_DEMAND] != demand
-                or usr_f[u, K.UF_T_ARRIVAL] != job_f[j, K.JF_T_NODE]):
-            return False
-    return True
-
-
-@register_jitable(error_model="numpy")
-def write_back(job_i, job_f, call_i, call_f, usr_i, usr_f):
-    """The call and user rows the simple loop left unwritten, for every live request
-    (:data:`LEAN_CALL`, :data:`LEAN_USER`): what the plain loop and the general kernel
-    would hold, so that either may take over. Once a call; O(job pool), ~2 us for 50 nodes.
-    The rows of requests that ended in the loop keep an older request's values (only
-    their generation counts on): nothing reads a free row."""
-    for j in range(job_i.shape[0]):
-        if job_i[j, K.JI_STATE] == K.J_FREE:
-            continue
-        c = job_i[j, K.JI_CALL]
-        u = call_i[c, K.CL_USER]
-        tier = job_i[j, K.JI_TIER]
-        demand = job_f[j, K.JF_DEMAND]
-        for col, value in LEAN_CALL:
-            call_i[c, col] = value
-        call_i[c, K.CL_FIRST] = j
-        call_i[c, K.CL_TIER] = tier
-        call_f[c, K.CLF_DEMAND] = demand
-        for col, value in LEAN_USER:
-            usr_i[u, col] = value
-        usr_i[u, K.UI_TIER] = tier
-        usr_f[u, K.UF_DEMAND] = demand
-        usr_f[u, K.UF_T_ARRIVAL] = job_f[j, K.JF_T_NODE]
+            held &= usr_i[u, col] == value
+            if write:
+                usr_i[u, col] = value
+        held &= (call_i[c, K.CL_FIRST] == j and call_i[c, K.CL_TIER] == tier
+                 and usr_i[u, K.UI_TIER] == tier and call_f[c, K.CLF_DEMAND] == demand
+                 and usr_f[u, K.UF_DEMAND] == demand and usr_f[u, K.UF_T_ARRIVAL] == sent)
+        if write:
+            call_i[c, K.CL_FIRST] = j
+            call_i[c, K.CL_TIER] = tier
+            usr_i[u, K.UI_TIER] = tier
+            call_f[c, K.CLF_DEMAND] = demand
+            usr_f[u, K.UF_DEMAND] = demand
+            usr_f[u, K.UF_T_ARRIVAL] = sent
+    return held
 
 
 def run_plain(cfg: K.Config, st: K.State, out: K.Output, t_end: float) -> int:
@@ -235,7 +224,7 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
     the user's end (1 log10 for the latency histogram; a record row if kept).
     Metric samples are rare (one per node per interval).
     """
-    if SIMPLE and not lean_rows_hold(job_i, job_f, call_i, call_f, usr_i, usr_f):
+    if SIMPLE and not lean_rows(job_i, job_f, call_i, call_f, usr_i, usr_f, False):
         return ROWS_NOT_LEAN  # (before any write)
     n_nodes = node_i.shape[0]
     heap_cap = heap_t.shape[0]
@@ -380,7 +369,7 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
             # ---- its call is answered (its only copy): unlink the copy, settle the user;
             # ~15 loads and stores over the job, call and user rows. The simple loop
             # writes neither row for its own requests (LEAN_USER, LEAN_CALL): the job's row
-            # says it all, and write_back fills the rows of requests still live at return
+            # says it all, and lean_rows writes the rows of requests still live at return
             if SIMPLE:
                 call_i[c, K.CL_GEN] += 1
                 call_free[call_free_n] = c
@@ -431,7 +420,7 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                     v2, v3 = rng[K.RNG_SERVICE, 2], rng[K.RNG_SERVICE, 3]
             k = min(fanout, n_elig)
             new_tier = tier
-            if not SIMPLE or k <= 0:  # (the simple loop's own requests: see write_back)
+            if not SIMPLE or k <= 0:  # (the simple loop's own requests: see lean_rows)
                 usr_f[u, K.UF_DEMAND] = demand[0]
                 usr_i[u, K.UI_DEGRADED] = 0
                 usr_i[u, K.UI_TIER] = tier
@@ -619,7 +608,7 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 heap_k[hi] = kp
 
     if SIMPLE:
-        write_back(job_i, job_f, call_i, call_f, usr_i, usr_f)
+        lean_rows(job_i, job_f, call_i, call_f, usr_i, usr_f, True)  # (written back)
     isv[K.IS_HEAP_N] = heap_n
     isv[K.IS_JOB_FREE_N] = job_free_n
     isv[K.IS_USR_FREE_N] = usr_free_n
