@@ -785,8 +785,8 @@ def advance(cfg, st, out, t_end):
     them the loads' latency); a completion (an error draw, the node's bucket
     search, counters: cache misses on the job, node and user rows); an arrival
     (3 uniforms, 2 logs); tail 1 (unlink the copy, settle its siblings and its
-    user: one row each); tail 2 (a log10 for the histogram, whose 3-D bin store
-    misses the cache); tail 3 (a job from the pool, its timers straight onto
+    user: one row each); tail 2 (the histogram's bin from the latency's bits,
+    latency_bins.hist_bin, whose 3-D bin store misses the cache); tail 3 (a job from the pool, its timers straight onto
     the rings' tails, admission: one crash check unless a control asks for
     more, a FIFO link); tail 4 (a dequeue, busy-seconds, a completion timer);
     tail 5 (the heap's timers, sifted up in the order set).
