@@ -189,7 +189,6 @@ class Fleet:
             scratch=np.zeros(n + 3 * fanout + 8, np.int64),
             send=np.zeros((fanout + 2, 4), np.int64),
             pend_t=np.zeros(n + 4 * fanout + 16), pend_k=np.zeros(n + 4 * fanout + 16, np.int64),
-            pend_q=np.zeros(n + 4 * fanout + 16, np.int64),
             demand=np.zeros(fanout),  # one arrival's first-attempt demands, call by call
         )
         isv = self.st.is_

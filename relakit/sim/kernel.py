@@ -239,7 +239,7 @@ State = namedtuple(
     "State",
     "fs is_ rng node_i node_f node_c cnt lat_b fleet_c budget job_i job_f job_free usr_i usr_f"
     " usr_free call_i call_f call_free heap_t heap_k tq_t tq_k tq_n scratch send pend_t pend_k"
-    " pend_q demand",
+    " demand",
 )
 Output = namedtuple(
     "Output", "metrics sample_t fleet fleet_t rec_f rec_i hist tier_cnt tier_ext lat_sum")
@@ -780,16 +780,17 @@ def advance(cfg, st, out, t_end):
     mitigation on; docs/design.md has the figures): the loop head drops the
     rings' stale heads (a row read each: most attempt timeouts and fixed-delay
     hedges fall due after their copy or call is over) and picks the earliest of
-    arrival, heap top, ring heads and the next rare event (locals); the heap pop
-    (O(log n), branch-free child choice: ~18 % of the loop's samples, most of
-    them the loads' latency); a completion (an error draw, the node's bucket
+    arrival, heap top, ring heads and the next rare event (locals); the heap
+    pop (O(log n), branch-free child choice: ~18 % of the loop's samples, most
+    of them the loads' latency); a completion (an error draw, the node's bucket
     search, counters: cache misses on the job, node and user rows); an arrival
     (3 uniforms, 2 logs); tail 1 (unlink the copy, settle its siblings and its
     user: one row each); tail 2 (the histogram's bin from the latency's bits,
-    latency_bins.hist_bin, whose 3-D bin store misses the cache); tail 3 (a job from the pool, its timers straight onto
-    the rings' tails, admission: one crash check unless a control asks for
-    more, a FIFO link); tail 4 (a dequeue, busy-seconds, a completion timer);
-    tail 5 (the heap's timers, sifted up in the order set).
+    latency_bins.hist_bin, whose 3-D bin store misses the cache); tail 3 (a job
+    from the pool, its timers straight onto the rings' tails, admission: one
+    crash check unless a control asks for more, a FIFO link); tail 4 (a
+    dequeue, busy-seconds, a completion timer); tail 5 (the heap's timers,
+    sifted up in the order set).
     The scalars every event touches (pool and heap counts, ring heads, clock,
     rare-event times, the arrival, service, error and routing streams) live in
     locals, written back where a helper reads them (HELPER_SYNC) and on return.

@@ -79,7 +79,7 @@ N_OUTCOMES = len(K.OUTCOMES)
 SIMPLE = False
 # State arrays that are one event's scratch (its sends, timers, touched nodes): no value
 # in them outlives the event, and the two kernels fill them differently
-SCRATCH = ("scratch", "send", "pend_t", "pend_k", "pend_q")
+SCRATCH = ("scratch", "send", "pend_t", "pend_k")
 # A request the simple loop admits gets a job row only (and its call's CL_USER): its call
 # and user rows stay unwritten while it lives (measured: +9-11 %, A/B; the rows' ~25 loads
 # and stores were a tenth of a request's cost). What they would hold is fixed or in the
