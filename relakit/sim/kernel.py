@@ -275,8 +275,8 @@ def event_key(ident, kind, gen):
 # linked and optimised it again, a cache entry, and one more compile per literal
 # argument (``bisect_right(a, x, 0, n)``): ~0.05 s for the smallest, and the plain
 # loop calls a dozen. LLVM inlines the small ones into the loop as before. Python
-# calls ``next_arrival``, ``next_probe`` and ``next_node_sample`` (``start``): those
-# stay dispatchers.
+# calls ``next_arrival`` and ``next_probe`` (``start``, for a varying rate and probes):
+# those stay dispatchers.
 @register_jitable(error_model="numpy")
 def bisect_right(a, x, lo, hi):
     """``np.searchsorted(a[lo:hi], x, side="right") + lo`` for sorted a: the first index
@@ -662,8 +662,9 @@ def sample_node(m, sample_t, cnt, ni, nf, node_c, lat_b, isv, phase, dt, i, t):
     nf[i, NF_NEXT_SAMPLE] = phase[i] + (s + 1) * dt
 
 
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy")
 def next_node_sample(nf, fs):
+    """The earliest next node sample, into fs (``start`` does the same in numpy)."""
     best = np.inf
     for i in range(nf.shape[0]):
         best = min(best, nf[i, NF_NEXT_SAMPLE])
@@ -761,7 +762,8 @@ def start(cfg, st):
     st.fs[FS_NEXT_PROBE] = next_probe(st.rng, rate, st.node_i.shape[0], 0.0) if rate > 0.0 \
         else np.inf
     st.node_f[:, NF_NEXT_SAMPLE] = cfg.phase
-    next_node_sample(st.node_f, st.fs)
+    # next_node_sample's minimum, in numpy: compiling it for Python cost a cold start ~0.1 s
+    st.fs[FS_NEXT_NODE_SAMPLE] = st.node_f[:, NF_NEXT_SAMPLE].min(initial=np.inf)
 
 
 # ---- the loop ---------------------------------------------------------------------
