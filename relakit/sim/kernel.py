@@ -641,7 +641,9 @@ def sample_node(m, sample_t, cnt, ni, nf, node_c, lat_b, isv, phase, dt, i, t):
         for o in range(len(OUTCOMES)):
             m[s, i, c] = cnt[i, tier, o]
             c += 1
-    touch_busy(ni, nf, i, t)
+    # touch_busy's two lines written out: as a call, one more function to compile (~0.05 s)
+    nf[i, NF_BUSY_AREA] += ni[i, NI_BUSY] * (t - nf[i, NF_LAST_T])
+    nf[i, NF_LAST_T] = t
     m[s, i, M_BUSY] = ni[i, NI_BUSY]
     m[s, i, M_QLEN] = ni[i, NI_QLEN]
     m[s, i, M_IN_FLIGHT] = ni[i, NI_BUSY] + ni[i, NI_QLEN]
@@ -669,6 +671,15 @@ def next_node_sample(nf, fs):
     for i in range(nf.shape[0]):
         best = min(best, nf[i, NF_NEXT_SAMPLE])
     fs[FS_NEXT_NODE_SAMPLE] = best
+
+
+#: the hedge delay (s) :func:`sample_fleet` sets when the quantile falls in histogram bin b:
+#: the bin's upper edge, ``10 ** (HIST_LOG10_MIN + (b + 1.0) / HIST_BINS_PER_DECADE) / 1000``.
+#: Built here in Python (C's pow, as numba's ``**``: tests/test_latency_bins.py checks every
+#: entry against the compiled expression), frozen into the kernels as a constant: the power
+#: in the loop cost each kernel's cold compile ~0.05 s
+HEDGE_DELAY_S = np.array([10 ** (HIST_LOG10_MIN + (b + 1.0) / HIST_BINS_PER_DECADE) / 1000.0
+                          for b in range(HIST_BINS)])
 
 
 @register_jitable(error_model="numpy")
@@ -699,8 +710,7 @@ def sample_fleet(f, fleet_t, fleet_c, isv, fs, hist, dt, q, t):
                 for tier in range(hist.shape[0]):
                     cum += hist[tier, OK, b]
                 if cum >= target:
-                    fs[FS_HEDGE_DELAY] = 10 ** (HIST_LOG10_MIN + (b + 1.0)
-                                               / HIST_BINS_PER_DECADE) / 1000.0
+                    fs[FS_HEDGE_DELAY] = HEDGE_DELAY_S[b]
                     break
 
 
