@@ -666,10 +666,14 @@ def sample_node(m, sample_t, cnt, ni, nf, node_c, lat_b, isv, phase, dt, i, t):
 
 @register_jitable(error_model="numpy")
 def next_node_sample(nf, fs):
-    """The earliest next node sample, into fs (``start`` does the same in numpy)."""
+    """The earliest next node sample, into fs (``start`` does the same in numpy).
+    A compare, not ``min(best, x)`` (numba's min is the same select on ``x < best``):
+    the builtin is one more function to compile for each set of compile flags."""
     best = np.inf
     for i in range(nf.shape[0]):
-        best = min(best, nf[i, NF_NEXT_SAMPLE])
+        x = nf[i, NF_NEXT_SAMPLE]
+        if x < best:
+            best = x
     fs[FS_NEXT_NODE_SAMPLE] = best
 
 
