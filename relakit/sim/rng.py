@@ -26,8 +26,8 @@ LLVM left one ``uniform`` call out of line in the general loop). As
 every call site (about 2 of a plain cold start's ~10 CPU s, with the helpers
 that draw; 10 of the general loop's ~34); as plain ``njit`` each stream
 constant (``RNG_*``, typed as a literal int) was a separate compile, and each
-got a CPython wrapper nothing calls. They are not callable from Python as
-numba code: :class:`XoshiroPy` is the Python side.
+got a CPython wrapper nothing calls (and ``no_cfunc_wrapper``: nor a C one). They
+are not callable from Python as numba code: :class:`XoshiroPy` is the Python side.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def _jump_table() -> np.ndarray:
     return _TABLE[0]
 
 
-@register_jitable(error_model="numpy", forceinline=True)
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True, forceinline=True)
 def _step(s0, s1, s2, s3):
     """One xoshiro256** step on four words: (64 output bits, the next four words).
     The two rotations (rotl(x, 7), rotl(x, 45)) written out: as a helper, one more
@@ -141,7 +141,7 @@ def _step(s0, s1, s2, s3):
     return result, s0, s1, s2, (s3 << np.uint64(45)) | (s3 >> np.uint64(19))
 
 
-@register_jitable(error_model="numpy", forceinline=True)
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True, forceinline=True)
 def next_u64(s, k):
     """The next 64 bits of stream k (row k of the state)."""
     result, s0, s1, s2, s3 = _step(s[k, 0], s[k, 1], s[k, 2], s[k, 3])
@@ -152,14 +152,14 @@ def next_u64(s, k):
     return result
 
 
-@register_jitable(error_model="numpy", forceinline=True)
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True, forceinline=True)
 def uniform(s, k):
     """A double in [0, 1) with 53 random bits, from stream k."""
     # via int64: the value fits in 53 bits, and int64 → double is one instruction
     return float(np.int64(next_u64(s, k) >> np.uint64(11))) * _TWO53
 
 
-@register_jitable(error_model="numpy", forceinline=True)
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True, forceinline=True)
 def uniform_words(s0, s1, s2, s3):
     """:func:`uniform` on a state held in four local words: (u, s0, s1, s2, s3).
 
@@ -169,12 +169,12 @@ def uniform_words(s0, s1, s2, s3):
     return float(np.int64(result >> np.uint64(11))) * _TWO53, s0, s1, s2, s3
 
 
-@register_jitable(error_model="numpy", forceinline=True)
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True, forceinline=True)
 def exponential(s, k, mean):
     return -mean * math.log(1.0 - uniform(s, k))
 
 
-@register_jitable(error_model="numpy", forceinline=True)
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True, forceinline=True)
 def normal(s, k):
     """Box–Muller, one normal per two uniforms (no cached spare: less state)."""
     u1 = 1.0 - uniform(s, k)
