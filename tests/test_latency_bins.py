@@ -47,22 +47,3 @@ def test_a_cell_never_holds_two_edges():
     cells = (((bits >> 52) & 0x7FF) - 1023 - LB.E_MIN) * (1 << LB.CELL_BITS) + (
         (bits >> (52 - LB.CELL_BITS)) & ((1 << LB.CELL_BITS) - 1))
     assert np.unique(cells).size == cells.size
-
-
-@njit(error_model="numpy")
-def _hedge_delays_compiled(out):
-    """The expression sample_fleet computed before its table, compiled as it was."""
-    for b in range(out.shape[0]):
-        out[b] = 10 ** (LB.HIST_LOG10_MIN + (b + 1.0) / LB.HIST_BINS_PER_DECADE) / 1000.0
-
-
-def test_the_hedge_delay_table_is_the_compiled_power():
-    """kernel.HEDGE_DELAY_S (built in Python, frozen into the kernels) holds, bit for bit,
-    what the compiled ``10 **`` gave sample_fleet: each bin's upper edge in seconds."""
-    from relakit.sim.kernel import HEDGE_DELAY_S
-
-    compiled = np.empty(LB.HIST_BINS)
-    _hedge_delays_compiled(compiled)
-    assert HEDGE_DELAY_S.shape == (LB.HIST_BINS,) and HEDGE_DELAY_S.dtype == np.float64
-    assert np.array_equal(HEDGE_DELAY_S.view(np.int64), compiled.view(np.int64))
-    assert HEDGE_DELAY_S[0] == 10 ** (-3.0 + 1 / 200) / 1000.0  # bin 0's upper edge, in s

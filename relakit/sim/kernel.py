@@ -680,15 +680,6 @@ def next_node_sample(nf, fs):
     fs[FS_NEXT_NODE_SAMPLE] = best
 
 
-#: the hedge delay (s) :func:`sample_fleet` sets when the quantile falls in histogram bin b:
-#: the bin's upper edge, ``10 ** (HIST_LOG10_MIN + (b + 1.0) / HIST_BINS_PER_DECADE) / 1000``.
-#: Built here in Python (C's pow, as numba's ``**``: tests/test_latency_bins.py checks every
-#: entry against the compiled expression), frozen into the kernels as a constant: the power
-#: in the loop cost each kernel's cold compile ~0.05 s
-HEDGE_DELAY_S = np.array([10 ** (HIST_LOG10_MIN + (b + 1.0) / HIST_BINS_PER_DECADE) / 1000.0
-                          for b in range(HIST_BINS)])
-
-
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def sample_fleet(f, fleet_t, fleet_c, isv, fs, hist, dt, q, t):
     """Fleet-wide counters and flags (the front's view, a row of out.fleet: f), and the
@@ -717,7 +708,8 @@ def sample_fleet(f, fleet_t, fleet_c, isv, fs, hist, dt, q, t):
                 for tier in range(hist.shape[0]):
                     cum += hist[tier, OK, b]
                 if cum >= target:
-                    fs[FS_HEDGE_DELAY] = HEDGE_DELAY_S[b]
+                    fs[FS_HEDGE_DELAY] = 10 ** (HIST_LOG10_MIN + (b + 1.0)
+                                               / HIST_BINS_PER_DECADE) / 1000.0
                     break
 
 

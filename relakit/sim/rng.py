@@ -90,14 +90,14 @@ def jump_words(words: np.ndarray) -> np.ndarray:
     The jump is linear over GF(2) (the generator's step is shifts, rotations and
     xors; the jump xors states the steps reach), so it is a 256 x 256 bit matrix:
     the jumped state is the xor of the jumped unit states (:func:`_jump_table`) of
-    the state's set bits, ~15 us in numpy. It ran in numba before (256 steps a
+    the state's set bits, ~10 us in numpy. It ran in numba before (256 steps a
     jump, 2 ms in Python): its compile was ~0.3-0.4 s of every cold start."""
     bits = np.unpackbits(np.ascontiguousarray(words, dtype="<u8").view(np.uint8),
                          bitorder="little").astype(bool)  # bit j: word j // 64, bit j % 64
     return np.bitwise_xor.reduce(_jump_table()[bits], axis=0)
 
 
-_TABLE: list = []  # the jump table, built on first use (~5 ms)
+_TABLE: list = []  # the jump table, built on first use (~2 ms)
 
 
 def _jump_table() -> np.ndarray:
