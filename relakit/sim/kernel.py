@@ -277,7 +277,8 @@ def event_key(ident, kind, gen):
 # loop calls a dozen. LLVM inlines the small ones into the loop as before.
 # ``no_cfunc_wrapper``: numba would still give each a C-callable wrapper (its own
 # function, optimised and machine-coded with the helper) that nothing calls; without
-# them the plain loop's helpers compile ~0.1-0.2 s faster (6 interleaved runs). Python
+# them a compile of the plain loop's six helpers took ~0.1 s less (6 interleaved
+# runs, noisy; the whole cold start's instruction count: docs/design.md). Python
 # calls ``next_arrival`` and ``next_probe`` (``start``, for a varying rate and probes):
 # those stay dispatchers.
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
@@ -771,7 +772,8 @@ def start(cfg, st):
     st.fs[FS_NEXT_PROBE] = next_probe(st.rng, rate, st.node_i.shape[0], 0.0) if rate > 0.0 \
         else np.inf
     st.node_f[:, NF_NEXT_SAMPLE] = cfg.phase
-    # next_node_sample's minimum, in numpy: compiling it for Python cost a cold start ~0.1 s
+    # next_node_sample's minimum, in numpy: called from Python it needed a dispatcher of
+    # its own (wrappers, a cache entry) beside the copy the loops compile in
     st.fs[FS_NEXT_NODE_SAMPLE] = st.node_f[:, NF_NEXT_SAMPLE].min(initial=np.inf)
 
 
