@@ -137,6 +137,26 @@ def test_changing_the_seed_changes_every_stream():
     assert (sa["service_ms"] != sb["service_ms"]).all()
 
 
+def test_the_numpy_jump_is_the_python_twins_jump():
+    """rng.new_state jumps with a 256 x 256 bit matrix (numpy, no compile); XoshiroPy
+    runs Vigna's 256 steps: the same words for many seeds and streams, and for any
+    state, not only a seed's."""
+    from relakit.sim.rng import jump_words
+
+    for seed in (0, 1, 7, 2**32 + 3, 2**63 + 5, 2**64 - 1, 123456789):
+        state = new_state(seed, 24)
+        twin = XoshiroPy(seed)
+        for k in range(24):
+            assert [int(w) for w in state[k]] == twin.s, (seed, k)
+            twin.jump()
+    draws = np.random.default_rng(3).integers(0, 2**64, size=(50, 4), dtype=np.uint64)
+    for words in draws:
+        twin = XoshiroPy.from_words(words)
+        twin.jump()
+        assert [int(w) for w in jump_words(words)] == twin.s
+    assert [int(w) for w in jump_words(np.zeros(4, dtype=np.uint64))] == [0, 0, 0, 0]
+
+
 def test_streams_are_jumped_apart_and_match_the_python_twin():
     state = new_state(7, K.N_STREAMS)
     assert state.shape == (K.N_STREAMS, 4) and len(set(map(tuple, state.tolist()))) == K.N_STREAMS

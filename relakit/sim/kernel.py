@@ -274,10 +274,14 @@ def event_key(ident, kind, gen):
 # nothing called, a module of its own optimised and machine-coded before the caller
 # linked and optimised it again, a cache entry, and one more compile per literal
 # argument (``bisect_right(a, x, 0, n)``): ~0.05 s for the smallest, and the plain
-# loop calls a dozen. LLVM inlines the small ones into the loop as before. Python
-# calls ``next_arrival``, ``next_probe`` and ``next_node_sample`` (``start``): those
-# stay dispatchers.
-@register_jitable(error_model="numpy")
+# loop calls a dozen. LLVM inlines the small ones into the loop as before.
+# ``no_cfunc_wrapper``: numba would still give each a C-callable wrapper (its own
+# function, optimised and machine-coded with the helper) that nothing calls; without
+# them a compile of the plain loop's six helpers took ~0.1 s less (6 interleaved
+# runs, noisy; the whole cold start's instruction count: docs/design.md). Python
+# calls ``next_arrival`` and ``next_probe`` (``start``, for a varying rate and probes):
+# those stay dispatchers.
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def bisect_right(a, x, lo, hi):
     """``np.searchsorted(a[lo:hi], x, side="right") + lo`` for sorted a: the first index
     whose value is > x. Written out: numba's searchsorted adds ~1 s to a cold compile."""
@@ -290,7 +294,7 @@ def bisect_right(a, x, lo, hi):
     return lo
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def rate_at(t, rate_t, rate_v):
     """Piecewise-linear rate; a repeated time is a step (the later value wins)."""
     n = rate_t.shape[0]
@@ -322,7 +326,7 @@ def next_arrival(rng, rmax, const, rate_t, rate_v, t):
             return t
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def draw_service(rng, k, kind, a, b, c):
     """Service time in seconds from stream k; a, b, c are the kind's prepared parameters."""
     if kind == S_EXP:
@@ -339,7 +343,7 @@ def draw_service(rng, k, kind, a, b, c):
     return a
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def touch_busy(node_i, node_f, node, t):
     """Accumulate busy-server seconds up to t before the busy count changes."""
     node_f[node, NF_BUSY_AREA] += node_i[node, NI_BUSY] * (t - node_f[node, NF_LAST_T])
@@ -347,7 +351,7 @@ def touch_busy(node_i, node_f, node, t):
 
 
 # ---- routing -------------------------------------------------------------------
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def prepare_routing(node_i, node_f, isv, fs):
     """Recompute the eligible set after Python changed controls (once per advance)."""
     n = node_i.shape[0]
@@ -370,12 +374,12 @@ def prepare_routing(node_i, node_f, isv, fs):
     fs[FS_WRR_TOTAL] = total
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def _eligible(node_i, node_f, i):
     return node_i[i, NI_ROUTABLE] != 0 and node_f[i, NF_WEIGHT] > 0.0
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def _weighted_pick(node_i, node_f, isv, fs, rng, k):
     n = node_i.shape[0]
     if isv[IS_EQUAL_WEIGHTS] != 0:
@@ -387,12 +391,12 @@ def _weighted_pick(node_i, node_f, isv, fs, rng, k):
     return min(i, n - 1)
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def _load(node_i, node_f, i):
     return (node_i[i, NI_BUSY] + node_i[i, NI_QLEN] + 1.0) / node_f[i, NF_WEIGHT]
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def pick_node(routing, node_i, node_f, isv, fs, rng, k, stamp, n_chosen):
     """One node by the routing policy, avoiding the n_chosen nodes marked with stamp;
     its draws come from stream k (first attempts, reroutes and hedges each have one)."""
@@ -627,7 +631,7 @@ def on_schedule(cfg, st, t):
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[pos] if pos < cfg.sched_t.shape[0] else np.inf
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def sample_node(m, sample_t, cnt, ni, nf, node_c, lat_b, isv, phase, dt, i, t):
     """What a scrape of node i at time t would return, as one row of out.metrics (m).
 
@@ -641,7 +645,9 @@ def sample_node(m, sample_t, cnt, ni, nf, node_c, lat_b, isv, phase, dt, i, t):
         for o in range(len(OUTCOMES)):
             m[s, i, c] = cnt[i, tier, o]
             c += 1
-    touch_busy(ni, nf, i, t)
+    # touch_busy's two lines written out: as a call, one more function to compile (~0.05 s)
+    nf[i, NF_BUSY_AREA] += ni[i, NI_BUSY] * (t - nf[i, NF_LAST_T])
+    nf[i, NF_LAST_T] = t
     m[s, i, M_BUSY] = ni[i, NI_BUSY]
     m[s, i, M_QLEN] = ni[i, NI_QLEN]
     m[s, i, M_IN_FLIGHT] = ni[i, NI_BUSY] + ni[i, NI_QLEN]
@@ -662,15 +668,20 @@ def sample_node(m, sample_t, cnt, ni, nf, node_c, lat_b, isv, phase, dt, i, t):
     nf[i, NF_NEXT_SAMPLE] = phase[i] + (s + 1) * dt
 
 
-@njit(cache=True, error_model="numpy")
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def next_node_sample(nf, fs):
+    """The earliest next node sample, into fs (``start`` does the same in numpy).
+    A compare, not ``min(best, x)`` (numba's min is the same select on ``x < best``):
+    the builtin is one more function to compile for each set of compile flags."""
     best = np.inf
     for i in range(nf.shape[0]):
-        best = min(best, nf[i, NF_NEXT_SAMPLE])
+        x = nf[i, NF_NEXT_SAMPLE]
+        if x < best:
+            best = x
     fs[FS_NEXT_NODE_SAMPLE] = best
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def sample_fleet(f, fleet_t, fleet_c, isv, fs, hist, dt, q, t):
     """Fleet-wide counters and flags (the front's view, a row of out.fleet: f), and the
     adaptive hedge delay (q: the hedge delay quantile, 0 for a fixed delay)."""
@@ -703,7 +714,7 @@ def sample_fleet(f, fleet_t, fleet_c, isv, fs, hist, dt, q, t):
                     break
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def budget_slot(bud, isv, width, t):
     """The retry budget's bucket for time t, zeroing buckets the window has left behind.
 
@@ -761,7 +772,9 @@ def start(cfg, st):
     st.fs[FS_NEXT_PROBE] = next_probe(st.rng, rate, st.node_i.shape[0], 0.0) if rate > 0.0 \
         else np.inf
     st.node_f[:, NF_NEXT_SAMPLE] = cfg.phase
-    next_node_sample(st.node_f, st.fs)
+    # next_node_sample's minimum, in numpy: called from Python it needed a dispatcher of
+    # its own (wrappers, a cache entry) beside the copy the loops compile in
+    st.fs[FS_NEXT_NODE_SAMPLE] = st.node_f[:, NF_NEXT_SAMPLE].min(initial=np.inf)
 
 
 # ---- the loop ---------------------------------------------------------------------

@@ -99,7 +99,8 @@ def float_bits(typingctx, x):
     return types.int64(types.float64), codegen
 
 
-@register_jitable(error_model="numpy")  # compiled into the loops that call it (kernel.py says why)
+# compiled into the loops that call it, without a C wrapper (kernel.py says why)
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def hist_bin(latency_ms):
     """The histogram bin of a latency in ms: :func:`hist_bin_log10`'s, for every double."""
     if latency_ms <= 0.0:

@@ -26,8 +26,8 @@ LLVM left one ``uniform`` call out of line in the general loop). As
 every call site (about 2 of a plain cold start's ~10 CPU s, with the helpers
 that draw; 10 of the general loop's ~34); as plain ``njit`` each stream
 constant (``RNG_*``, typed as a literal int) was a separate compile, and each
-got a CPython wrapper nothing calls. They are not callable from Python as
-numba code: :class:`XoshiroPy` is the Python side.
+got a CPython wrapper nothing calls (and ``no_cfunc_wrapper``: nor a C one). They
+are not callable from Python as numba code: :class:`XoshiroPy` is the Python side.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 from numba.extending import register_jitable
 
 _MASK = (1 << 64) - 1
@@ -76,56 +75,73 @@ def stream_words(seed: int, n_streams: int) -> list[list[int]]:
 
 
 def new_state(seed: int, n_streams: int = 1) -> np.ndarray:
-    """The kernel's generator state: one row of four words per stream. Jumped in numba:
-    a jump is 256 generator steps, 2 ms in Python, and a run has ten streams."""
+    """The kernel's generator state: one row of four words per stream, row k + 1 being
+    row k jumped (:func:`jump_words`)."""
     s = np.zeros((n_streams, 4), dtype=np.uint64)
     s[0] = np.array(seed_words(seed), dtype=np.uint64)
-    _jump_rows(s, np.array(_JUMP, dtype=np.uint64))
+    for k in range(1, n_streams):
+        s[k] = jump_words(s[k - 1])
     return s
 
 
-@njit(cache=True, error_model="numpy")
-def _jump_rows(s, jump):
-    """Row k+1 = row k moved on 2**128 draws (Vigna's jump): the streams' starts.
-    The words in scalars, not a copied row: no array allocation to compile."""
-    w0, w1, w2, w3 = s[0, 0], s[0, 1], s[0, 2], s[0, 3]
-    for k in range(1, s.shape[0]):
-        a0 = a1 = a2 = a3 = np.uint64(0)
-        for i in range(jump.shape[0]):
-            word = jump[i]
+def jump_words(words: np.ndarray) -> np.ndarray:
+    """Four words (uint64) moved on 2**128 draws: :meth:`XoshiroPy.jump`'s words.
+
+    The jump is linear over GF(2) (the generator's step is shifts, rotations and
+    xors; the jump xors states the steps reach), so it is a 256 x 256 bit matrix:
+    the jumped state is the xor of the jumped unit states (:func:`_jump_table`) of
+    the state's set bits, ~10 us in numpy. It ran in numba before (256 steps a
+    jump, 2 ms in Python): its compile was ~0.3-0.4 s of every cold start."""
+    bits = np.unpackbits(np.ascontiguousarray(words, dtype="<u8").view(np.uint8),
+                         bitorder="little").astype(bool)  # bit j: word j // 64, bit j % 64
+    return np.bitwise_xor.reduce(_jump_table()[bits], axis=0)
+
+
+_TABLE: list = []  # the jump table, built on first use (~2 ms)
+
+
+def _jump_table() -> np.ndarray:
+    """(256, 4) uint64: row j is the jump of the state whose only set bit is bit j
+    (word j // 64, bit j % 64). Vigna's jump run on the 256 unit states at once, in
+    numpy (a column each): the same steps and xors as :meth:`XoshiroPy.jump`."""
+    if not _TABLE:
+        j = np.arange(256)
+        s = np.zeros((4, 256), dtype=np.uint64)
+        s[j // 64, j] = np.uint64(1) << (j % 64).astype(np.uint64)
+        acc = np.zeros_like(s)
+        s0, s1, s2, s3 = s  # row views: the updates below write into s
+        for word in _JUMP:
             for b in range(64):
-                if (word >> np.uint64(b)) & np.uint64(1):
-                    a0 ^= w0
-                    a1 ^= w1
-                    a2 ^= w2
-                    a3 ^= w3
-                _, w0, w1, w2, w3 = _step(w0, w1, w2, w3)
-        w0, w1, w2, w3 = a0, a1, a2, a3
-        s[k, 0] = a0
-        s[k, 1] = a1
-        s[k, 2] = a2
-        s[k, 3] = a3
+                if word >> b & 1:
+                    acc ^= s
+                t = s1 << np.uint64(17)  # one step (the output word is not needed)
+                s2 ^= s0
+                s3 ^= s1
+                s1 ^= s2
+                s0 ^= s3
+                s2 ^= t
+                s3[:] = (s3 << np.uint64(45)) | (s3 >> np.uint64(19))
+        _TABLE.append(np.ascontiguousarray(acc.T))
+    return _TABLE[0]
 
 
-@register_jitable(error_model="numpy", forceinline=True)
-def _rotl(x, k):
-    return (x << np.uint64(k)) | (x >> np.uint64(64 - k))
-
-
-@register_jitable(error_model="numpy", forceinline=True)
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True, forceinline=True)
 def _step(s0, s1, s2, s3):
-    """One xoshiro256** step on four words: (64 output bits, the next four words)."""
-    result = _rotl(s1 * np.uint64(5), 7) * np.uint64(9)
+    """One xoshiro256** step on four words: (64 output bits, the next four words).
+    The two rotations (rotl(x, 7), rotl(x, 45)) written out: as a helper, one more
+    function for every kernel's cold compile to type and lower (~0.03 s)."""
+    x = s1 * np.uint64(5)
+    result = ((x << np.uint64(7)) | (x >> np.uint64(57))) * np.uint64(9)
     t = s1 << np.uint64(17)
     s2 ^= s0
     s3 ^= s1
     s1 ^= s2
     s0 ^= s3
     s2 ^= t
-    return result, s0, s1, s2, _rotl(s3, 45)
+    return result, s0, s1, s2, (s3 << np.uint64(45)) | (s3 >> np.uint64(19))
 
 
-@register_jitable(error_model="numpy", forceinline=True)
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True, forceinline=True)
 def next_u64(s, k):
     """The next 64 bits of stream k (row k of the state)."""
     result, s0, s1, s2, s3 = _step(s[k, 0], s[k, 1], s[k, 2], s[k, 3])
@@ -136,14 +152,14 @@ def next_u64(s, k):
     return result
 
 
-@register_jitable(error_model="numpy", forceinline=True)
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True, forceinline=True)
 def uniform(s, k):
     """A double in [0, 1) with 53 random bits, from stream k."""
     # via int64: the value fits in 53 bits, and int64 → double is one instruction
     return float(np.int64(next_u64(s, k) >> np.uint64(11))) * _TWO53
 
 
-@register_jitable(error_model="numpy", forceinline=True)
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True, forceinline=True)
 def uniform_words(s0, s1, s2, s3):
     """:func:`uniform` on a state held in four local words: (u, s0, s1, s2, s3).
 
@@ -153,12 +169,12 @@ def uniform_words(s0, s1, s2, s3):
     return float(np.int64(result >> np.uint64(11))) * _TWO53, s0, s1, s2, s3
 
 
-@register_jitable(error_model="numpy", forceinline=True)
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True, forceinline=True)
 def exponential(s, k, mean):
     return -mean * math.log(1.0 - uniform(s, k))
 
 
-@register_jitable(error_model="numpy", forceinline=True)
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True, forceinline=True)
 def normal(s, k):
     """Box–Muller, one normal per two uniforms (no cached spare: less state)."""
     u1 = 1.0 - uniform(s, k)
