@@ -148,7 +148,7 @@ def simple_ok(cfg: K.Config, st: K.State) -> bool:
     return ni.shape[0] == 1 or (ci[K.CI_ROUTING] == K.R_RANDOM and (weights == weights[0]).all())
 
 
-@register_jitable(error_model="numpy")
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def lean_rows(job_i, job_f, call_i, call_f, usr_i, usr_f, write):
     """Whether every live request's call and user rows hold what the simple loop leaves
     unwritten (:data:`LEAN_CALL`, :data:`LEAN_USER`; tier, demand and arrival from its

@@ -32,6 +32,7 @@ are not callable from Python as numba code: :class:`XoshiroPy` is the Python sid
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -97,32 +98,31 @@ def jump_words(words: np.ndarray) -> np.ndarray:
     return np.bitwise_xor.reduce(_jump_table()[bits], axis=0)
 
 
-_TABLE: list = []  # the jump table, built on first use (~2 ms)
-
-
+@functools.cache
 def _jump_table() -> np.ndarray:
     """(256, 4) uint64: row j is the jump of the state whose only set bit is bit j
     (word j // 64, bit j % 64). Vigna's jump run on the 256 unit states at once, in
-    numpy (a column each): the same steps and xors as :meth:`XoshiroPy.jump`."""
-    if not _TABLE:
-        j = np.arange(256)
-        s = np.zeros((4, 256), dtype=np.uint64)
-        s[j // 64, j] = np.uint64(1) << (j % 64).astype(np.uint64)
-        acc = np.zeros_like(s)
-        s0, s1, s2, s3 = s  # row views: the updates below write into s
-        for word in _JUMP:
-            for b in range(64):
-                if word >> b & 1:
-                    acc ^= s
-                t = s1 << np.uint64(17)  # one step (the output word is not needed)
-                s2 ^= s0
-                s3 ^= s1
-                s1 ^= s2
-                s0 ^= s3
-                s2 ^= t
-                s3[:] = (s3 << np.uint64(45)) | (s3 >> np.uint64(19))
-        _TABLE.append(np.ascontiguousarray(acc.T))
-    return _TABLE[0]
+    numpy (a column each): the same steps and xors as :meth:`XoshiroPy.jump`. Built
+    on first use, ~2 ms."""
+    j = np.arange(256)
+    s = np.zeros((4, 256), dtype=np.uint64)
+    s[j // 64, j] = np.uint64(1) << (j % 64).astype(np.uint64)
+    acc = np.zeros_like(s)
+    s0, s1, s2, s3 = s  # row views: the updates below write into s
+    for word in _JUMP:
+        for b in range(64):
+            if word >> b & 1:
+                acc ^= s
+            t = s1 << np.uint64(17)  # one step (the output word is not needed)
+            s2 ^= s0
+            s3 ^= s1
+            s1 ^= s2
+            s0 ^= s3
+            s2 ^= t
+            s3[:] = (s3 << np.uint64(45)) | (s3 >> np.uint64(19))
+    table = np.ascontiguousarray(acc.T)
+    table.flags.writeable = False  # (shared by every call)
+    return table
 
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True, forceinline=True)
