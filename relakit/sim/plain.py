@@ -90,6 +90,12 @@ SCRATCH = ("scratch", "send", "pend_t", "pend_k")
 LEAN_CALL = ((K.CL_ATTEMPTS, 1), (K.CL_HEDGES, 0), (K.CL_COPIES, 1))
 LEAN_USER = ((K.UI_DEGRADED, 0), (K.UI_WORST, K.OK), (K.UI_CRIT, -1), (K.UI_FANOUT, 1),
              (K.UI_ATTEMPTS, 0), (K.UI_HEDGES, 0), (K.UI_WRONG, 0), (K.UI_REMAINING, 1))
+# what a simple request's rows say when it ends (the user row's values plus its call's,
+# as the plain loop settles them): fan-out, attempts, hedges, degraded, wrong
+LEAN_END = (dict(LEAN_USER)[K.UI_FANOUT],
+            dict(LEAN_USER)[K.UI_ATTEMPTS] + dict(LEAN_CALL)[K.CL_ATTEMPTS],
+            dict(LEAN_USER)[K.UI_HEDGES] + dict(LEAN_CALL)[K.CL_HEDGES],
+            dict(LEAN_USER)[K.UI_DEGRADED], dict(LEAN_USER)[K.UI_WRONG])
 # the simple loop's status when lean_rows finds a live request's rows otherwise: nothing
 # done, the plain loop runs the stretch
 ROWS_NOT_LEAN = -1
@@ -487,11 +493,11 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 tier = job_i[fin_j, K.JI_TIER]
                 demand_s = job_f[fin_j, K.JF_DEMAND]
                 crit = job_i[fin_j, K.JI_NODE]
-                fanout_u = 1
-                attempts = 1  # (its call's one attempt, no hedge)
-                hedges = 0
-                degraded = 0
-                wrong = 0
+                fanout_u = LEAN_END[0]  # (its call's one attempt, no hedge: LEAN_END)
+                attempts = LEAN_END[1]
+                hedges = LEAN_END[2]
+                degraded = LEAN_END[3]
+                wrong = LEAN_END[4]
             else:
                 t0 = usr_f[u, K.UF_T_ARRIVAL]
                 tier = usr_i[u, K.UI_TIER]
