@@ -3,8 +3,10 @@
 Run with ``make bench`` (or ``python benchmarks/bench_kernel.py [--quick]``).
 Reports, in one run on this machine:
 
-* cold start (numba compiling into an empty cache) and warm start (loading
-  the cache) of a fresh process, import included;
+* cold start (numba compiling into an empty cache, the ahead-of-time build
+  switched off) and warm start (as ``make setup`` leaves a machine: the plain
+  loops compiled ahead of time, relakit.sim.aot; and, beside it, numba loading
+  its cache) of a fresh process, import included;
 * ``relakit.simulate`` on one M/M/8 node at utilisation 0.9 and on a 50-node
   fleet of M/M/8 nodes (random routing), per-request records off;
 * the same 50-node fleet with the mitigations on (hedging after 50 ms, about the p95, with
@@ -44,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import relakit  # noqa: E402
+import relakit.sim.aot  # noqa: E402
 from relakit.sim.reference import mmc_reference  # noqa: E402
 
 STARTUP = """
@@ -75,10 +78,11 @@ TARGETS = {  # issue 17's goals: figure, and whether it is a floor (>=) or a cei
 }
 
 
-def startup_seconds(cache_dir: str, code: str = STARTUP) -> tuple[float, float]:
+def startup_seconds(cache_dir: str, code: str = STARTUP, aot: bool = True) -> tuple[float, float]:
     """(wall, CPU) seconds from a fresh interpreter's start of import to its first
-    simulate's end (the CPU figure includes the interpreter's own start)."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+    simulate's end (the CPU figure includes the interpreter's own start); ``aot``:
+    whether the plain loops compiled ahead of time may run (relakit.sim.aot)."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, RELAKIT_AOT="1" if aot else "0")
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
                          capture_output=True, text=True, cwd=ROOT)
     wall, cpu = out.stdout.strip().splitlines()[-1].split()
@@ -152,8 +156,12 @@ def main() -> None:
         for r in range(args.rounds):  # fresh cache directories, fresh processes
             cache = str(Path(tmp) / f"cache{r}")
             f = {"load_avg_start": load()}
-            f["cold_start_s"], f["cold_start_cpu_s"] = startup_seconds(cache)
+            # cold: numba compiling from nothing (no ahead-of-time build either); warm: as
+            # `make setup` leaves a machine (the build, else numba's cache); and numba's cache
+            f["cold_start_s"], f["cold_start_cpu_s"] = startup_seconds(cache, aot=False)
             f["warm_start_s"], f["warm_start_cpu_s"] = startup_seconds(cache)
+            f["warm_start_numba_s"], f["warm_start_numba_cpu_s"] = startup_seconds(cache,
+                                                                                   aot=False)
             f["cold_start_all_on_s"], f["cold_start_all_on_cpu_s"] = startup_seconds(
                 cache + "-all", STARTUP_ALL_ON)
             rounds.append(f)
@@ -184,6 +192,8 @@ def main() -> None:
                                        / f["fleet50_mitigated_requests_per_s"])
     if exe is None:
         print("no C compiler (cc): the C reference and the ratios are left out")
+    figures["plain_loops"] = ("compiled ahead of time" if relakit.sim.aot.load() is not None
+                              else "numba's (no ahead-of-time build: make setup)")
     for r, f in enumerate(rounds):
         f["import_analytic_s"] = imports[r][0]
         figures.update({f"round{r + 1}_{k}": v for k, v in f.items()})

@@ -28,6 +28,13 @@ from relakit.sim.fleet import Fleet
 general_advance = K.advance
 
 
+@pytest.fixture(autouse=True)
+def _numba_loops(monkeypatch):
+    """numba's plain loops here, not the ones compiled ahead of time when built: these
+    tests are about numba's (the built ones are compared with them in test_aot.py)."""
+    monkeypatch.setenv("RELAKIT_AOT", "0")
+
+
 def _mitigated():
     sc = make_scenario(rate=1400, duration=20, nodes=4, servers=4, deadline_ms=40,
                        faults=[{"node": n, "start_s": 0, "end_s": 100, "error_rate": 0.02}

@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from numba import njit
 
 from relakit.control.signals import parse_signal
+from relakit.jit import njit
 from relakit.validate import Reader, load_yaml
 from relakit.vocab import POLICY_FLAGS
 

@@ -65,9 +65,8 @@ import math
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
-from numba.extending import register_jitable
 
+from relakit.jit import njit, register_jitable
 from relakit.sim.cachename import digest_named
 from relakit.sim.latency_bins import (  # noqa: F401 - HIST_* re-exported
     HIST_BINS,

@@ -30,9 +30,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic, register_jitable
+
+from relakit.jit import intrinsic, njit, register_jitable
 
 HIST_LOG10_MIN, HIST_BINS_PER_DECADE, HIST_DECADES = -3.0, 200, 10
 HIST_BINS = HIST_BINS_PER_DECADE * HIST_DECADES
@@ -90,6 +89,9 @@ CELL_BIN = _cell_bins()
 @intrinsic
 def float_bits(typingctx, x):
     """The IEEE-754 bits of a float64, as an int64 (a bitcast: no memory round trip)."""
+    from llvmlite import ir
+    from numba import types
+
     if x != types.float64:
         return None
 

@@ -33,7 +33,7 @@ the 2-core machine under load 4-6 (CPU seconds, so the neighbours count less):
   a log10 (relakit.sim.latency_bins, +18 %), the heap pop without a coin-toss
   branch (50 nodes +10-20 %), the simple specialisation below (+3-7 %), its
   requests' call and user rows written only at return (``LEAN_CALL``: +18 %
-  with the next), and the loops compiled ``noalias`` (``_NoAliasCompiler``).
+  with the next), and the loops compiled ``noalias`` (``_compiled``).
   Unpredictable branches cost, and memory operations in bulk: removing a group
   of counter stores changed nothing measurable, the ~25 loads and stores of a
   request's call and user rows +11 %. The scalars an event touches (pool and
@@ -51,10 +51,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
-from numba.core.compiler import Compiler
-from numba.extending import register_jitable
 
+from relakit.jit import njit, register_jitable
+from relakit.sim import aot
 from relakit.sim import kernel as K
 from relakit.sim.cachename import digest_named
 from relakit.sim.kernel import (
@@ -204,11 +203,23 @@ def run_plain(cfg: K.Config, st: K.State, out: K.Output, t_end: float) -> int:
     ``(cfg, st, out, t_end)``."""
     args = (*[getattr(cfg, a) for a in CFG_ARGS], *[getattr(st, a) for a in STATE_ARGS],
             *[getattr(out, a) for a in OUT_ARGS], t_end)
+    simple, general = loops()
     if simple_ok(cfg, st):
-        status = advance_plain_simple(*args)
+        status = simple(*args)
         if status != ROWS_NOT_LEAN:
             return status
-    return advance_plain(*args)
+    return general(*args)
+
+
+def loops():
+    """(simple loop, plain loop) to call: the ones compiled ahead of time for these
+    sources (:mod:`relakit.sim.aot`, built by ``make setup``) when on disk and not
+    switched off (``RELAKIT_AOT=0``), which spares a process numba altogether; else
+    numba's (:func:`advance_plain_simple`, :func:`advance_plain`)."""
+    built = aot.load()
+    if built is not None:
+        return built.advance_plain_simple, built.advance_plain
+    return advance_plain_simple, advance_plain
 
 
 def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
@@ -636,23 +647,17 @@ def _compiled(py, simple: bool):
     """``py`` compiled with :data:`SIMPLE` set to ``simple``, cached under a name carrying
     it and a digest of the files it inlines (:mod:`relakit.sim.cachename`). SIMPLE is
     read as a compile-time constant: numba prunes the branches it decides, and never
-    types the helpers only they call."""
-    return njit(cache=True, error_model="numpy", pipeline_class=_NoAliasCompiler)(
-        _body(py, simple))
+    types the helpers only they call.
 
-
-class _NoAliasCompiler(Compiler):
-    """numba's compiler with its ``noalias`` flag set: every array parameter's data is
-    marked ``noalias`` for LLVM, which may then keep a loaded value in a register across
-    stores to other arrays (by default a store to ``job_i`` could change ``node_i``, so
-    it is loaded again). True of the loops' arguments: the fleet allocates every state,
-    output and configuration array on its own and checks it (``Fleet._check_disjoint``).
-    Measured (A/B, interleaved, process time): plain M/M/8 +4 %, 50 nodes +2 %; the
-    general kernel gained nothing (-5 %, noise), so it keeps the default."""
-
-    def define_pipelines(self):
-        self.state.flags.noalias = True
-        return super().define_pipelines()
+    ``noalias`` (:func:`relakit.jit.njit`): numba's ``noalias`` flag marks every array
+    parameter's data ``noalias`` for LLVM, which may then keep a loaded value in a
+    register across stores to other arrays (by default a store to ``job_i`` could
+    change ``node_i``, so it is loaded again). True of the loops' arguments: the fleet
+    allocates every state, output and configuration array on its own and checks it
+    (``Fleet._check_disjoint``). Measured (A/B, interleaved, process time): plain M/M/8
+    +4 %, 50 nodes +2 %; the general kernel gained nothing (-5 %, and 1.00 in a
+    second A/B of 7 rounds), so it keeps the default."""
+    return njit(cache=True, error_model="numpy", noalias=True)(_body(py, simple))
 
 
 def _body(py, simple: bool):

@@ -36,13 +36,15 @@ def hist_quantile(counts: np.ndarray, q: float) -> float:
 
 
 def versions() -> dict:
-    import numba
+    from importlib.metadata import version
+
     import numpy
     import polars
 
     from relakit import __version__
 
-    return {"relakit": __version__, "numba": numba.__version__, "numpy": numpy.__version__,
+    # numba's version from its metadata: a plain run may never import numba (relakit.jit)
+    return {"relakit": __version__, "numba": version("numba"), "numpy": numpy.__version__,
             "polars": polars.__version__, "python": platform.python_version()}
 
 

@@ -36,7 +36,8 @@ import functools
 import math
 
 import numpy as np
-from numba.extending import register_jitable
+
+from relakit.jit import register_jitable
 
 _MASK = (1 << 64) - 1
 _TWO53 = 1.0 / 9007199254740992.0

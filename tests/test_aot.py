@@ -1,0 +1,140 @@
+"""The plain loops compiled ahead of time (relakit.sim.aot): built by ``make setup``,
+the same results as numba's bit for bit, a plain run without numba, never stale."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from test_kernel_specialised import (
+    _p_fleet,
+    _p_jsq,
+    _p_p2c,
+    _p_scaled,
+    _p_simple_fleet,
+    _p_single,
+    _p_trace,
+)
+
+from relakit.scenario import load_scenario
+from relakit.sim import aot
+from relakit.sim import plain as P
+from relakit.sim.fleet import Fleet
+
+ROOT = Path(__file__).resolve().parents[1]
+LOOPS = P.loops  # (the tests below wrap it)
+
+
+def test_make_setup_built_the_loops_for_these_sources():
+    path = aot.built_path()
+    assert path is not None, (f"no {aot.module_name()} in {aot.BUILD_DIR}: run `make setup` "
+                              "(it compiles the plain loops ahead of time)")
+    module = aot.load()
+    assert module is not None and Path(module.__file__) == path
+    simple, general = P.loops()
+    assert simple == module.advance_plain_simple and general == module.advance_plain
+
+
+def _fleet(sc, use_aot: bool, monkeypatch, records=True, steps=(5.0, 12.5, 20.0)):
+    monkeypatch.setenv("RELAKIT_AOT", "1" if use_aot else "0")
+    used = []
+
+    def spying():
+        pair = LOOPS()
+        used.append(pair)
+        return pair
+
+    monkeypatch.setattr(P, "loops", spying)
+    fleet = Fleet(load_scenario(sc), record_requests=records)
+    for t in steps:
+        fleet.advance(t)
+    return fleet, used
+
+
+@pytest.mark.parametrize("records", [True, False], ids=["records", "no-records"])
+@pytest.mark.parametrize("make", [_p_single, _p_simple_fleet, _p_fleet, _p_p2c, _p_jsq, _p_trace,
+                                  _p_scaled],
+                         ids=["mm8", "simple-fleet-tiers", "weighted-fanout-tiers",
+                              "p2c-lognormal", "jsq-pareto", "trace-round-robin",
+                              "service-scale"])
+def test_built_loops_equal_numbas_bit_for_bit(make, records, monkeypatch):
+    sc = make()
+    module = aot.load()
+    built, used_built = _fleet(sc, True, monkeypatch, records)
+    jitted, used_jit = _fleet(sc, False, monkeypatch, records)
+    assert used_built and all(s == module.advance_plain_simple for s, _ in used_built)
+    assert used_jit and all(s.py_func is P.advance_plain_simple.py_func for s, _ in used_jit)
+    assert built.n_arrived > 10_000
+    for part in ("st", "out"):
+        x, y = getattr(built, part), getattr(jitted, part)
+        for name in x._fields:
+            if name in P.SCRATCH:
+                continue
+            np.testing.assert_array_equal(getattr(x, name), getattr(y, name), err_msg=name)
+
+
+PLAIN_RUN = """
+import sys, relakit
+r = relakit.simulate({'duration_s': 2,
+                      'workload': {'arrival': {'kind': 'poisson', 'rate_rps': 700}},
+                      'fleet': {'nodes': 3, 'servers': 8,
+                                'service': {'kind': 'exponential', 'mean_ms': 10}}})
+print(r.info['user_requests'], 'numba' in sys.modules, 'scipy' in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("flag", ["1", "0"])
+def test_a_plain_run_imports_no_numba_with_the_built_loops(flag):
+    env = dict(os.environ, RELAKIT_AOT=flag)
+    out = subprocess.run([sys.executable, "-c", PLAIN_RUN], env=env, cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.split()
+    assert int(out[0]) > 1000
+    if flag == "1":  # neither numba nor the scipy.linalg it imports at its set-up
+        assert out[1:] == ["False", "False"]
+    else:  # switched off: numba's loops, so numba (the switch is real)
+        assert out[1] == "True"
+
+
+def test_a_build_for_other_sources_is_never_loaded(monkeypatch):
+    assert aot.load() is not None
+    monkeypatch.setattr(aot, "digest", lambda: "0123456789ab")
+    assert aot.built_path() is None and aot.load() is None
+    assert P.loops() == (P.advance_plain_simple, P.advance_plain)
+
+
+def test_a_failed_build_leaves_nothing_and_a_good_one_replaces_the_old(monkeypatch, tmp_path):
+    """The file handling of :func:`aot.build` with pycc's compile replaced (a real
+    compile takes ~25 s; the equality test above checks a real build)."""
+    with warnings.catch_warnings():  # pycc's pending deprecation: relakit.sim.aot
+        warnings.simplefilter("ignore")
+        from numba.pycc import CC
+
+    monkeypatch.setattr(aot, "BUILD_DIR", tmp_path)
+    monkeypatch.setattr(aot, "digest", lambda: "fedcba987654")
+    old = tmp_path / "plain_0123456789ab.so"
+    old.write_bytes(b"an older build")
+
+    def failing(self):
+        (Path(self.output_dir) / f"{self.name}.so").write_bytes(b"half")
+        raise RuntimeError("the linker failed")
+
+    exports = {"twice": SimpleNamespace(py_func=lambda x: 2 * x)}
+    monkeypatch.setattr(CC, "compile", failing)
+    with pytest.raises(RuntimeError, match="linker"):
+        aot.build(exports, "int64(int64)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [old.name]  # no half file, no temp dir
+
+    def compiling(self):
+        (Path(self.output_dir) / f"{self.name}.so").write_bytes(b"a build")
+
+    monkeypatch.setattr(CC, "compile", compiling)
+    path = aot.build(exports, "int64(int64)")
+    assert path == tmp_path / "plain_fedcba987654.so" and path.read_bytes() == b"a build"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # the old one deleted
+    assert aot.build(exports, "int64(int64)") == path  # built: a no-op
