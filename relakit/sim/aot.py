@@ -41,6 +41,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -51,6 +52,7 @@ BUILD_DIR = HERE / "_aot"
 SOURCES = ("kernel.py", "rng.py", "latency_bins.py", "plain.py", "aot.py", "../jit.py")
 
 _loaded: dict = {}  # digest -> module (or None: not built)
+_LOCK = threading.Lock()
 
 
 @functools.cache
@@ -88,15 +90,16 @@ def load():
     if not enabled():
         return None
     dig = digest()
-    if dig not in _loaded:
-        path = built_path(dig)
-        module = None
-        if path is not None:
-            spec = importlib.util.spec_from_file_location(module_name(dig), path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-        _loaded[dig] = module
-    return _loaded[dig]
+    with _LOCK:  # (threads of one worker: an extension module is initialised once)
+        if dig not in _loaded:
+            path = built_path(dig)
+            module = None
+            if path is not None:
+                spec = importlib.util.spec_from_file_location(module_name(dig), path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+            _loaded[dig] = module
+        return _loaded[dig]
 
 
 def build(exports: dict, signature, force: bool = False) -> Path | None:
