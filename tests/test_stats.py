@@ -222,7 +222,8 @@ def _mmc_scenario(end_s: float) -> dict:
 # relaxation times 1/(c mu (1 - sqrt(rho))^2) = 11 ms) and 2 s measured (12 800
 # requests): 2000 runs. The run means are right-skewed (skewness ~0.5), so misses
 # fall mostly below; with shorter runs (M/M/4, 6400 requests) coverage sank to 0.93.
-# Measured at this seed: t 0.953, z 0.885 (52-78 s wall).
+# Measured at this seed: t 0.953, z 0.885 (52-78 s wall; ~30 s since the requests tables'
+# word columns are gathered in polars).
 REP_SEED, REP_K, REP_INTERVALS, WARM_S, RUN_S = 1301, 5, 400, 0.2, 2.0
 
 
@@ -255,7 +256,8 @@ def test_replication_t_interval_covers_erlang_c():
 # The misses of short runs fall mostly below Erlang C: a run whose congestion
 # episodes were mild has both a low mean and a small spread between its batches.
 # Measured at this seed: 0.940; naive i.i.d. 0.352; 2000 batches 0.870, lag1 0.30
-# (90-160 s wall, mostly building requests tables).
+# (90-160 s wall while building the requests tables' word columns took most of it; ~31 s
+# since results.requests_table gathers them in polars).
 BM_SEED, BM_RUNS, BM_REQUESTS, BM_BATCHES = 1302, 400, 200_000, 20
 
 
