@@ -101,6 +101,15 @@ def test_a_plain_run_imports_no_numba_with_the_built_loops(flag):
         assert out[1] == "True"
 
 
+def test_the_switch_takes_yes_or_no_and_nothing_else(monkeypatch):
+    for value, on in (("0", False), ("off", False), ("No", False), ("1", True), (" true", True)):
+        monkeypatch.setenv("RELAKIT_AOT", value)
+        assert aot.enabled() is on
+    monkeypatch.setenv("RELAKIT_AOT", "nope")
+    with pytest.raises(ValueError, match=r"RELAKIT_AOT='nope': must be 1 or 0"):
+        P.loops()
+
+
 def test_a_build_for_other_sources_is_never_loaded(monkeypatch):
     assert aot.load() is not None
     monkeypatch.setattr(aot, "digest", lambda: "0123456789ab")

@@ -69,9 +69,19 @@ def module_name(dig: str | None = None) -> str:
     return f"plain_{dig or digest()}"
 
 
+_SWITCH = {"1": True, "on": True, "true": True, "yes": True,
+           "0": False, "off": False, "false": False, "no": False}
+
+
 def enabled() -> bool:
-    """False when ``RELAKIT_AOT`` is ``0`` (or ``off``/``false``/``no``)."""
-    return os.environ.get("RELAKIT_AOT", "1").strip().lower() not in ("0", "off", "false", "no")
+    """``RELAKIT_AOT``: unset or 1 (on, true, yes) uses a build; 0 (off, false, no) does
+    not; anything else is an error (a typo must not silently measure the wrong loops)."""
+    value = os.environ.get("RELAKIT_AOT", "1")
+    switch = _SWITCH.get(value.strip().lower())
+    if switch is None:
+        raise ValueError(f"environment variable RELAKIT_AOT={value!r}: must be 1 or 0 "
+                         "(on/off, true/false, yes/no)")
+    return switch
 
 
 def built_path(dig: str | None = None) -> Path | None:
