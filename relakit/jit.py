@@ -32,10 +32,9 @@ class Deferred:
     """A numba dispatcher (or intrinsic) not made yet: calling it, or reading any
     attribute numba's object has (``py_func``, ``signatures``...), makes it."""
 
-    def __init__(self, fn, make):
+    def __init__(self, fn):
         self.__wrapped__ = fn
-        self._make = make
-        self._real = None
+        self._real = None  # set by materialize()
         for name in ("__name__", "__qualname__", "__doc__", "__module__"):
             setattr(self, name, getattr(fn, name, None))
 
@@ -57,7 +56,7 @@ class Deferred:
         return typeof(self.real())
 
     def __getattr__(self, name):  # only for names this object lacks
-        if name.startswith("_") and name not in ("__wrapped__",):
+        if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.real(), name)
 
@@ -148,7 +147,7 @@ def register_jitable(**options):
 
 def _defer(fn, make) -> Deferred:
     with _LOCK:
-        stand_in = Deferred(fn, make)
+        stand_in = Deferred(fn)
         _RECORDS.append(("deferred", fn, make, stand_in))
         return stand_in
 

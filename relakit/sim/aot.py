@@ -10,8 +10,9 @@ for a BLAS), loading the cached loop 0.04 s, the run itself 0.01 s. numba's
 extension module that needs no numba to load (numpy only): ``make setup`` builds
 it (``tools/build_aot.py``) after warming numba's cache, and
 :func:`relakit.sim.plain.loops` calls it when it is there. Everything else (the
-general kernel, the samplers Python calls, the controller) stays numba's and is
-compiled or loaded on first use, numba imported then (:mod:`relakit.jit`).
+general kernel, the helpers Python calls for varying rates and probes, the
+controller's step) stays numba's and is compiled or loaded on first use, numba
+imported then (:mod:`relakit.jit`).
 
 Same code, same results: the module is compiled from the very functions numba
 compiles (the plain loops' ``py_func``, their SIMPLE constant and digest-named
