@@ -64,11 +64,6 @@ class Deferred:
         return f"<deferred numba function {self.__qualname__}>"
 
 
-def loaded() -> bool:
-    """Whether numba has been imported for relakit's kernels."""
-    return _loaded
-
-
 def _noalias_compiler():
     """numba's compiler with its ``noalias`` flag set (the plain loops': relakit.sim.plain
     says why and what it gains)."""
@@ -101,10 +96,6 @@ def njit(fn=None, **options):
     more option, ``noalias=True`` (see :func:`_noalias_compiler`)."""
     if fn is None:
         return lambda f: njit(f, **options)
-    if _loaded:
-        import numba
-
-        return numba.njit(**_numba_options(options))(fn)
 
     def make():
         import numba
@@ -116,10 +107,6 @@ def njit(fn=None, **options):
 
 def intrinsic(fn):
     """numba.extending.intrinsic, deferred like :func:`njit`."""
-    if _loaded:
-        from numba.extending import intrinsic as real
-
-        return real(fn)
 
     def make():
         from numba.extending import intrinsic as real
@@ -145,8 +132,11 @@ def register_jitable(**options):
     return deco
 
 
-def _defer(fn, make) -> Deferred:
+def _defer(fn, make):
+    """A stand-in for ``make()`` until numba is loaded; once it is, ``make()`` itself."""
     with _LOCK:
+        if _loaded:
+            return make()
         stand_in = Deferred(fn)
         _RECORDS.append(("deferred", fn, make, stand_in))
         return stand_in

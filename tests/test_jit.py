@@ -25,10 +25,12 @@ from relakit.sim import kernel, plain
 from relakit.control import policy
 before = 'numba' in sys.modules
 key = kernel.event_key(5, kernel.EV_DONE, 7)  # a stand-in called: numba now
+from relakit import jit
+after = jit.njit(cache=False)(lambda x: x + 1)  # once loaded: numba's dispatcher at once
 print(before, type(kernel.event_key).__name__, 'numba' in sys.modules,
-      key == (7 << 32 | 5 << kernel.EV_BITS | kernel.EV_DONE))
+      key == (7 << 32 | 5 << kernel.EV_BITS | kernel.EV_DONE), type(after).__name__, after(1))
 """)
-    assert out == ["False", "CPUDispatcher", "True", "True"]
+    assert out == ["False", "CPUDispatcher", "True", "True", "CPUDispatcher", "2"]
 
 
 def test_a_stand_in_kept_from_before_compiles_into_a_caller():
