@@ -12,11 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+from warm_kernel_cache import PLAIN  # (tools/: the warm cache's plain scenario)
+
 import relakit
 from relakit.sim import aot, plain
-
-PLAIN = {"duration_s": 1, "workload": {"arrival": {"kind": "poisson", "rate_rps": 700}},
-         "fleet": {"servers": 8, "service": {"kind": "exponential", "mean_ms": 10}}}
 
 
 def signature():
