@@ -14,11 +14,7 @@ import time
 import numpy as np
 import polars as pl
 
-from relakit.chain import load_chain
-from relakit.control import TSDB, Controller, Target
-from relakit.control.controller import time_in_mode
-from relakit.control.plane import ControlPlane
-from relakit.control.signals import policy_reach_s
+from relakit.control.tsdb import TSDB, Target
 from relakit.scenario import Scenario, load_scenario
 from relakit.sim import Fleet, SimulationResult
 
@@ -53,13 +49,14 @@ def simulate(scenario, seed: int | None = None, record_requests: bool | None = N
     from relakit.checks import check_run, enforce
 
     sc: Scenario = load_scenario(scenario)
+    # cells in lock-step (relakit.rollout), one data plane per zone (relakit.zones): each
+    # runs there, and only a scenario that needs one of them imports it
+    if sc.rollout is not None or sc.overrides or sc.fleet.zones:
+        from relakit.rollout import simulate as simulate_cells
+
+        return simulate_cells(sc, seed, record_requests, progress=progress,
+                              replications=replications, workers=workers, scheduler=scheduler)
     n = sc.replications if replications is None else _replications(replications)
-    if sc.fleet.zones:  # one data plane per zone: relakit.zones runs it (relakit.simulate)
-        raise ValueError(f"{sc.source}: key 'fleet.zones': a zoned fleet runs through "
-                         "relakit.simulate (relakit.rollout.simulate)")
-    if sc.rollout is not None or sc.overrides:  # cells in lock-step: relakit.rollout
-        raise ValueError(f"{sc.source}: key 'rollout': a rollout or overrides run through "
-                         "relakit.simulate (relakit.rollout.run_rollout)")
     if n > 1:
         enforce(check_run(sc, bool(record_requests)))
         return run_replications(sc, n, seed=seed, record_requests=bool(record_requests),
@@ -117,7 +114,9 @@ def run_once(sc: Scenario, seed: int | None, record_requests: bool,
             if progress is not None:
                 progress.update(float(t))
         result = fleet.result()
-    else:
+    else:  # the control plane's modules: imported only by a run that has one
+        from relakit.control.controller import Controller
+
         deciders = run_closed_loop(fleet, sc, progress)
         result = fleet.result()
         for d in deciders:
@@ -141,6 +140,9 @@ def run_once(sc: Scenario, seed: int | None, record_requests: bool,
 def deciders_of(sc: Scenario) -> list:
     """The scenario's deciders, in the order their wishes are applied: the policy's
     flags first, then the chain's per-node controls (which may set the breaker)."""
+    from relakit.chain import load_chain
+    from relakit.control.controller import Controller
+
     out = []
     if sc.policy is not None:
         out.append(Controller(sc.policy, sc.clocks))
@@ -163,6 +165,9 @@ def run_closed_loop(fleet: Fleet, sc: Scenario, progress=None) -> list:
     Returns the deciders (merged over replicas and restarts), with their audits;
     the control plane itself is left on ``fleet.control_plane``.
     """
+    from relakit.control.plane import ControlPlane
+    from relakit.control.signals import policy_reach_s
+
     clk = sc.clocks
     lookback = clk.lookback(policy_reach_s(sc.policy))
     plane = ControlPlane(lambda: deciders_of(sc), clk, sc.control_plane, sc.agents,
@@ -286,6 +291,8 @@ def control_summary(decisions: pl.DataFrame, timeline: pl.DataFrame, controller,
     the change, to the decision (the hysteresis' share); actuation delay: from
     the decision to the config poll that applied it.
     """
+    from relakit.control.controller import time_in_mode
+
     changes = []
     for r in decisions.filter(pl.col("action") != "hold").iter_rows(named=True):
         run = max(r["breaches"], 1) if r["action"] in ("enter", "preempt") else max(

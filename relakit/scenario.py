@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from relakit.control.faults import (
     Agents,
@@ -21,8 +20,6 @@ from relakit.control.faults import (
     DataPlaneStale,
     read_control_plane,
 )
-from relakit.control.rollout import KEYS as ROLLOUT_KEYS
-from relakit.control.rollout import read_rollout
 from relakit.sim.spec import (  # noqa: F401 - the data plane's names, as scenarios know them
     ARRIVAL_PARAMS,
     BREAKER_STATES,
@@ -50,6 +47,7 @@ from relakit.sim.spec import (  # noqa: F401 - the data plane's names, as scenar
     read_data_plane,
 )
 from relakit.validate import Reader, ScenarioError, load_yaml
+from relakit.vocab import ROLLOUT_KEYS
 
 
 @dataclass(frozen=True)
@@ -135,6 +133,8 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
     if any(r.data.get(k) is not None for k in ROLLOUT_KEYS):
         import dataclasses
 
+        from relakit.control.rollout import read_rollout  # only a rollout's scenario loads it
+
         sc = dataclasses.replace(sc, **read_rollout(
             r, lambda rr, value, key: _resolve(rr, value, base_dir, key), sc))
     return sc
@@ -171,6 +171,10 @@ def _experiment(r: Reader) -> dict:
 
 def _control(r: Reader, base_dir: Path):
     """`policy:` and/or `chain:` (paths or inline) close the loop; `clocks:` times it."""
+    if r.data.get("policy") is None and r.data.get("chain") is None:
+        if r.data.get("clocks") is not None:
+            r.fail("clocks time a control loop; give a policy or a chain too", "clocks")
+        return None, None, None  # an open loop: the control plane's modules stay unloaded
     from relakit.chain import load_chain
     from relakit.control import load_clocks, load_policy
 
@@ -187,12 +191,7 @@ def _control(r: Reader, base_dir: Path):
     try:
         policy = load("policy", load_policy)
         chain = load("chain", load_chain)
-        clocks_spec = r.data.get("clocks")
-        if policy is None and chain is None:
-            if clocks_spec is not None:
-                r.fail("clocks time a control loop; give a policy or a chain too", "clocks")
-            return None, None, None
-        clocks = load("clocks", load_clocks) if clocks_spec is not None else load_clocks()
+        clocks = load("clocks", load_clocks) if r.data.get("clocks") is not None else load_clocks()
     except ScenarioError as exc:
         if str(exc).startswith(r.source):
             raise
@@ -201,7 +200,14 @@ def _control(r: Reader, base_dir: Path):
 
 
 def _deepcopy(d):
-    return yaml.safe_load(yaml.safe_dump(d))
+    """A scenario given as a dict, copied as YAML would read it back (mappings and lists
+    copied, a tuple becoming a list, values shared), so that overrides never write into
+    the caller's dict. Without a YAML round trip: a plain run then never imports yaml."""
+    if isinstance(d, dict):
+        return {k: _deepcopy(v) for k, v in d.items()}
+    if isinstance(d, list | tuple):
+        return [_deepcopy(v) for v in d]
+    return d
 
 
 class OverrideError(ScenarioError):

@@ -18,6 +18,8 @@ BREAKER_STATES = ("closed", "half_open", "open")
 STRESS_LEVELS = ("normal", "elevated", "critical", "catastrophic")  # Serpentine's, rising
 # the booleans a policy mode asserts and the lab's config server serves (RelA's flags)
 POLICY_FLAGS = ("hedge_enabled", "shed_bronze", "degraded_mode")
+# a scenario's keys that make its run a rollout (relakit.control.rollout reads them)
+ROLLOUT_KEYS = ("rollout", "overrides")
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,29 @@ def test_a_plain_run_imports_no_numba_with_the_built_loops(flag):
         assert out[1] == "True"
 
 
+OPEN_LOOP_MODULES = ("yaml", "relakit.chain", "relakit.control.policy", "relakit.control.signals",
+                     "relakit.control.audit", "relakit.control.rollout", "relakit.rollout",
+                     "relakit.zones", "relakit.stats")
+
+
+def test_a_plain_run_loads_neither_the_control_plane_nor_yaml():
+    """A dict scenario with no policy, chain, rollout or zones: its modules stay unloaded
+    (~60 ms of every fresh process here), and a policy's scenario still loads them."""
+    probe = PLAIN_RUN.replace("print(r.info['user_requests'], 'numba' in sys.modules, "
+                              "'scipy' in sys.modules)",
+                              f"print(r.info['user_requests'], *[m in sys.modules for m in "
+                              f"{OPEN_LOOP_MODULES!r}])")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.split()
+    assert int(out[0]) > 1000 and out[1:] == ["False"] * len(OPEN_LOOP_MODULES), out
+    closed = probe.replace("'duration_s': 2,",
+                           "'duration_s': 2, 'policy': 'params/policies/rela.yaml',")
+    out = subprocess.run([sys.executable, "-c", closed], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.split()
+    loaded = dict(zip(OPEN_LOOP_MODULES, out[1:], strict=True))
+    assert loaded["relakit.control.policy"] == "True" and loaded["yaml"] == "True", loaded
+
+
 def test_the_switch_takes_yes_or_no_and_nothing_else(monkeypatch):
     for value, on in (("0", False), ("off", False), ("No", False), ("1", True), (" true", True)):
         monkeypatch.setenv("RELAKIT_AOT", value)

@@ -59,12 +59,15 @@ def _edges() -> np.ndarray:
     EDGES[0] = 0 and EDGES[HIST_BINS] = inf bracket them."""
     edges = np.empty(HIST_BINS + 1)
     edges[0], edges[HIST_BINS] = 0.0, math.inf
+    log10, nextafter = math.log10, math.nextafter
     for b in range(1, HIST_BINS):
         x = 10.0 ** (HIST_LOG10_MIN + b / HIST_BINS_PER_DECADE)
-        while _bin_log10(x) >= b:  # step down below the edge, then up onto it
-            x = math.nextafter(x, 0.0)
-        while _bin_log10(x) < b:
-            x = math.nextafter(x, math.inf)
+        # _bin_log10(x) >= b, written out (x > 0, and 1 <= b < HIST_BINS, so its clamps and
+        # int() change no comparison): every import runs this, 6 ms instead of 14 ms here
+        while (log10(x) - HIST_LOG10_MIN) * HIST_BINS_PER_DECADE >= b:
+            x = nextafter(x, 0.0)  # step down below the edge, then up onto it
+        while (log10(x) - HIST_LOG10_MIN) * HIST_BINS_PER_DECADE < b:
+            x = nextafter(x, math.inf)
         edges[b] = x
     return edges
 
