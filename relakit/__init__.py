@@ -23,8 +23,8 @@ _LAZY = {  # public name -> the module that defines it
     "replay": "relakit.replay",
     "run_sweep": "relakit.sweep",
     "search": "relakit.search",
-    "simulate": "relakit.experiment",  # which sends rollouts to relakit.rollout and zoned
-    # fleets to relakit.zones, importing them only then
+    "simulate": "relakit.dispatch",  # rollouts to relakit.rollout, zoned fleets to
+    # relakit.zones, the rest to relakit.experiment, importing only the one it needs
 }
 
 

@@ -169,7 +169,7 @@ def _seconds(spent: dict) -> str:
 
 
 def _simulate(args) -> int:
-    from relakit.rollout import simulate
+    from relakit.dispatch import simulate
 
     sc = load_scenario(args.scenario)
     # --seed alone reruns one run (one replication, from the seeds a replicated run

@@ -49,14 +49,13 @@ def simulate(scenario, seed: int | None = None, record_requests: bool | None = N
     from relakit.checks import check_run, enforce
 
     sc: Scenario = load_scenario(scenario)
-    # cells in lock-step (relakit.rollout), one data plane per zone (relakit.zones): each
-    # runs there, and only a scenario that needs one of them imports it
-    if sc.rollout is not None or sc.overrides or sc.fleet.zones:
-        from relakit.rollout import simulate as simulate_cells
-
-        return simulate_cells(sc, seed, record_requests, progress=progress,
-                              replications=replications, workers=workers, scheduler=scheduler)
     n = sc.replications if replications is None else _replications(replications)
+    if sc.fleet.zones:  # one data plane per zone: relakit.zones runs it (relakit.simulate)
+        raise ValueError(f"{sc.source}: key 'fleet.zones': a zoned fleet runs through "
+                         "relakit.simulate (relakit.rollout.simulate)")
+    if sc.rollout is not None or sc.overrides:  # cells in lock-step: relakit.rollout
+        raise ValueError(f"{sc.source}: key 'rollout': a rollout or overrides run through "
+                         "relakit.simulate (relakit.rollout.run_rollout)")
     if n > 1:
         enforce(check_run(sc, bool(record_requests)))
         return run_replications(sc, n, seed=seed, record_requests=bool(record_requests),
