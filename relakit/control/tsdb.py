@@ -151,39 +151,28 @@ def _increase_kernel(times, values, cols, t_eval, range_s, as_rate, counter, out
     instant, over a few samples per series; as numpy array operations each call cost
     ~0.15 ms of call overhead (the chain's Sentinel spent 80 % of a run there). Every
     sum and product is made in Prometheus' order (``extrapolatedRate``), so the
-    result equals its to the last bit on the same samples (tests/test_promql.py).
+    result equals its to the last bit on the same samples (tests/test_control.py; and
+    promtool's, tests/test_promql.py).
     """
-    n = times.size
     for i in range(t_eval.size):
         te = t_eval[i]
         start = te - range_s
-        lo = _first_at_or_after(times, start, n)
-        hi = _first_at_or_after_right(times, te, n)  # one past the window's last sample
+        lo = _bisect(times, start, False)  # the window's first sample
+        hi = _bisect(times, te, True)  # one past its last
         for k in range(cols.size):
             out[i, k] = _window_increase(times, values, cols[k], lo, hi, start, te,
                                          range_s, as_rate, counter)
 
 
 @register_jitable(error_model="numpy")
-def _first_at_or_after(a, x, n):
-    """``np.searchsorted(a, x, side="left")``: the first index whose value is >= x."""
-    lo, hi = 0, n
+def _bisect(a, x, right):
+    """``np.searchsorted(a, x, side="right" if right else "left")`` for sorted ``a``,
+    written out as ``relakit.sim.kernel.bisect_right`` is (numba's adds ~1 s to a cold
+    compile); not that one, because the control plane never imports the kernel."""
+    lo, hi = 0, a.size
     while lo < hi:
         mid = (lo + hi) >> 1
-        if a[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@register_jitable(error_model="numpy")
-def _first_at_or_after_right(a, x, n):
-    """``np.searchsorted(a, x, side="right")``: the first index whose value is > x."""
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if a[mid] <= x:
+        if a[mid] < x or (right and a[mid] == x):
             lo = mid + 1
         else:
             hi = mid
