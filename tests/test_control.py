@@ -134,15 +134,17 @@ def test_increase_equals_prometheus_sample_by_sample_on_random_series():
     compared = 0
     for _ in range(300):
         n, k, gap = int(rng.integers(0, 30)), int(rng.integers(1, 5)), float(rng.choice([1, 5, 15]))
-        times = np.cumsum(rng.uniform(0.5, 1.5, n) * gap)
+        times = np.cumsum(rng.uniform(0.5, 1.5, n) * gap if rng.random() < 0.5
+                          else rng.integers(1, 3, n) * gap)  # whole seconds: edges land on samples
         values = np.cumsum(rng.integers(0, 40, (n, k)), axis=0).astype(float)
         values[rng.random((n, k)) < 0.05] = rng.integers(0, 5)  # counter resets
         if rng.random() < 0.3:
             values = rng.integers(-50, 50, (n, k)).astype(float)  # a gauge, for delta
         values[rng.random((n, k)) < 0.2] = np.nan
         tgt = Target(0, times, values, [("x", None, None, None)] * k)
-        t_eval = np.concatenate([rng.uniform(-10, (times[-1] if n else 0) + 20, 6), times[:3]])
         range_s = float(rng.choice([gap * 2, gap * 4, 20.0, 60.0]))
+        t_eval = np.concatenate([rng.uniform(-10, (times[-1] if n else 0) + 20, 6), times[:3],
+                                 times[:3] + range_s])  # a sample on the window's end, start
         for as_rate in (False, True):
             for counter in (True, False):
                 got = increase(tgt, np.arange(k), t_eval, range_s, as_rate, counter)
