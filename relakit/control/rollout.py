@@ -52,9 +52,8 @@ import numpy as np
 
 from relakit.stats import t_interval
 from relakit.validate import Reader
-from relakit.vocab import POLICY_FLAGS, ROLLOUT_KEYS, TIERS
+from relakit.vocab import POLICY_FLAGS, TIERS
 
-KEYS = ROLLOUT_KEYS
 METRICS = ("success_ratio", "shed_share", "error_share", "p99_ms")
 OPS = (">", "<")
 CANARY_KINDS = ("zone", "fraction", "tier")
