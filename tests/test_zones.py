@@ -14,9 +14,11 @@ import polars as pl
 import pytest
 from conftest import ROOT
 
+import relakit
+from relakit.experiment import simulate as simulate_fleet
 from relakit.scenario import load_scenario
 from relakit.stats import paired_difference
-from relakit.zones import replicate_zoned, run_zoned, zone_scenario
+from relakit.zones import ZonedResult, replicate_zoned, run_zoned, zone_scenario
 
 SCENARIO = ROOT / "params" / "scenarios" / "zones-overload.yaml"
 REPS = 4
@@ -43,6 +45,17 @@ def test_arrivals_split_by_zone_mix():
     for share, got in zip([0.5, 0.25, 0.25], n, strict=True):
         mean = 1350 * 60 * share  # Poisson: within 4 standard deviations
         assert abs(got - mean) < 4 * math.sqrt(mean), (got, mean)
+
+
+def test_relakit_simulate_sends_a_zoned_fleet_to_the_zones_and_experiment_refuses_it():
+    """relakit.simulate (relakit.dispatch) runs a zoned scenario as run_zoned does, on the
+    same seed; the one-fleet layer refuses it rather than run the zones as one fleet."""
+    sc = load_scenario(SCENARIO, overrides={"duration_s": 30, "faults": []})
+    a, b = relakit.simulate(sc, record_requests=True), run_zoned(sc, record_requests=True)
+    assert isinstance(a, ZonedResult) and a.summary.equals(b.summary)
+    assert a.requests.equals(b.requests)
+    with pytest.raises(ValueError, match="key 'fleet.zones': a zoned fleet runs through"):
+        simulate_fleet(sc)
 
 
 @pytest.fixture(scope="module")
