@@ -349,6 +349,28 @@ def test_cache_names_follow_every_inlined_file(tmp_path, monkeypatch):
         (copy / name).write_bytes(original)
 
 
+def test_the_digests_cover_every_relakit_module_the_compiled_code_imports():
+    """A module the kernels take constants or helpers from, left out of the digest, would
+    let a stale compiled kernel (numba's cache, the ahead-of-time build) run after an edit
+    there: vocab.py was (its tuples size the tier and outcome arrays). Only the decorators
+    (relakit.jit), the cache naming and the build itself give the code nothing."""
+    import ast
+
+    from relakit.sim import aot
+
+    sim = Path(cachename.__file__).parent
+    covered = {(sim / f).resolve() for f in aot.SOURCES}
+    for name in aot.SOURCES:
+        for node in ast.walk(ast.parse((sim / name).read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("relakit"):
+                mods = [node.module] if node.module not in ("relakit", "relakit.sim") else [
+                    f"{node.module}.{a.name}" for a in node.names]
+                for mod in set(mods) - {"relakit.jit", "relakit.sim.cachename"}:
+                    path = (sim.parent.parent / (mod.replace(".", "/") + ".py")).resolve()
+                    assert path in covered, f"{name} imports {mod}, which no digest covers"
+    assert {(sim / f).resolve() for f in cachename.INLINED} <= covered
+
+
 def test_first_arrival_drawn_in_python_is_the_kernels_draw():
     """kernel.start draws a constant-rate run's first arrival with rng.exponential_py
     (so a plain run compiles no arrival sampler): the same double and the same words

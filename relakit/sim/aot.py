@@ -35,7 +35,6 @@ one line and runs keep numba's loops, as before; nothing else depends on it.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.machinery
 import importlib.util
 import os
@@ -46,11 +45,14 @@ import threading
 import warnings
 from pathlib import Path
 
+from relakit.sim import cachename
+
 HERE = Path(__file__).parent
 #: where builds live (one per digest; not in git)
 BUILD_DIR = HERE / "_aot"
-#: the files the compiled loops' code comes from (relative to relakit/sim)
-SOURCES = ("kernel.py", "rng.py", "latency_bins.py", "plain.py", "aot.py", "../jit.py")
+#: the files the compiled loops' code comes from (relative to relakit/sim): what every
+#: kernel inlines, the loops' own file, and how they are decorated and built
+SOURCES = (*cachename.INLINED, "plain.py", "aot.py", "../jit.py")
 
 _loaded: dict = {}  # digest -> module (or None: not built)
 _LOCK = threading.Lock()
@@ -60,10 +62,7 @@ _LOCK = threading.Lock()
 def digest() -> str:
     """12 hex digits of a SHA-1 over :data:`SOURCES` (once a process: the code it
     stands for is loaded once)."""
-    h = hashlib.sha1()
-    for name in SOURCES:
-        h.update((HERE / name).read_bytes())
-    return h.hexdigest()[:12]
+    return cachename.digest(SOURCES)
 
 
 def module_name(dig: str | None = None) -> str:

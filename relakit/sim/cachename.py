@@ -3,7 +3,8 @@
 numba keys a cache entry on the source file of the compiled function alone
 (its path, modification time and qualified name). The kernels inline more:
 kernel.py's constants and helpers, rng.py's generator, latency_bins.py's
-tables (global arrays, frozen into the machine code). Without more, an edit
+tables (global arrays, frozen into the machine code), vocab.py's words (their
+counts size the tier, outcome and breaker arrays). Without more, an edit
 there would leave a stale kernel in NUMBA_CACHE_DIR and a run would silently
 use old columns, old bins or an old generator. So each kernel is compiled
 under a qualified name carrying a digest of those files: an edit is a new
@@ -20,15 +21,17 @@ import hashlib
 import types
 from pathlib import Path
 
-# the files every kernel inlines (relative to relakit/sim)
-INLINED = ("kernel.py", "rng.py", "latency_bins.py")
+# the files every kernel inlines (relative to relakit/sim): vocab.py's tuples size the
+# kernels' tier, outcome and breaker arrays (a new tier is one edit there)
+INLINED = ("kernel.py", "rng.py", "latency_bins.py", "../vocab.py")
 
 
-def digest() -> str:
-    """12 hex digits of a SHA-1 over :data:`INLINED`."""
+def digest(files: tuple = INLINED) -> str:
+    """12 hex digits of a SHA-1 over ``files`` (relative to relakit/sim; :data:`INLINED`
+    by default)."""
     h = hashlib.sha1()
     here = Path(__file__).parent
-    for name in INLINED:
+    for name in files:
         h.update((here / name).read_bytes())
     return h.hexdigest()[:12]
 
