@@ -13,7 +13,7 @@ needs none of it. It sits above all three, so no layer imports one above it.
 from __future__ import annotations
 
 from relakit.experiment import simulate as _simulate_fleet
-from relakit.scenario import load_scenario
+from relakit.scenario import load_scenario, uses_rollout
 
 
 def simulate(scenario, seed: int | None = None, record_requests: bool | None = None,
@@ -22,7 +22,7 @@ def simulate(scenario, seed: int | None = None, record_requests: bool | None = N
     sc = load_scenario(scenario)
     kw = {"progress": progress, "replications": replications, "workers": workers,
           "scheduler": scheduler}
-    if sc.rollout is not None or sc.overrides or sc.fleet.zones:
+    if uses_rollout(sc) or sc.fleet.zones:
         from relakit.rollout import simulate as simulate_cells
 
         return simulate_cells(sc, seed, record_requests, **kw)

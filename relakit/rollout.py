@@ -65,11 +65,6 @@ EPS = 1e-9
 AUDIT_COLUMNS = {**DECISION_COLUMNS, "zone": pl.Int32, "policy": pl.String}
 
 
-def uses_rollout(sc) -> bool:
-    """True when a scenario needs this module (a ``rollout`` or ``overrides``)."""
-    return getattr(sc, "rollout", None) is not None or bool(getattr(sc, "overrides", ()))
-
-
 def cells(sc) -> tuple[list, list[str], int | None, list[int]]:
     """(cell scenarios, their labels, the canary cell or None, each cell's zone or -1)."""
     ro = sc.rollout
@@ -546,7 +541,7 @@ def simulate(scenario, seed: int | None = None, record_requests: bool | None = N
     (one run, a :class:`RolloutResult`); any other goes on to
     :func:`relakit.zones.simulate` (zoned fleets), which sends the rest to
     :func:`relakit.experiment.simulate`."""
-    from relakit.scenario import load_scenario
+    from relakit.scenario import load_scenario, uses_rollout
     from relakit.zones import simulate as simulate_zoned
 
     sc = load_scenario(scenario)

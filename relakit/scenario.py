@@ -88,6 +88,12 @@ class Scenario:
         return rate * self.workload.fanout / self.fleet.capacity_rps
 
 
+def uses_rollout(sc) -> bool:
+    """True when a scenario runs as cells in lock-step (relakit.rollout): it has a
+    ``rollout`` or ``overrides``. relakit.dispatch and relakit.rollout route by it."""
+    return getattr(sc, "rollout", None) is not None or bool(getattr(sc, "overrides", ()))
+
+
 def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
     """Read, validate and complete a scenario from a YAML path or a dict.
 
