@@ -1,11 +1,13 @@
 # relakit — set-up, main job, tests. Every target creates .venv on first use.
-PY ?= python3
+# the interpreter .venv is made on: empty = tools/venv-python.sh picks (the distribution's
+# optimised python3 when it has venv and headers, else python3 on PATH)
+PY ?=
 VENV := .venv
 BIN := $(VENV)/bin
 export NUMBA_CACHE_DIR := $(CURDIR)/.numba_cache
 export NUMBA_NUM_THREADS ?= 1
 
-.PHONY: setup system bytecode aot run test lint bench lab figures figures-only clean-cache clean
+.PHONY: setup system bytecode aot run test lint bench lab figures figures-only clean-cache clean FORCE
 
 setup: system $(VENV)/.installed $(NUMBA_CACHE_DIR)/.warm aot bytecode
 
@@ -13,8 +15,14 @@ setup: system $(VENV)/.installed $(NUMBA_CACHE_DIR)/.warm aot bytecode
 system:
 	@bash tools/system-packages.sh
 
-$(VENV)/.installed: pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+# (re-)made only when missing or made on another interpreter than the one picked: .base then
+# changes, and the packages are installed again
+$(VENV)/.base: FORCE
+	@bash tools/venv-python.sh $(VENV) $(PY)
+
+FORCE:
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.base
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,notebooks,distributed,lab,search]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (relakit)"
