@@ -431,3 +431,42 @@ def test_kernel_arrays_may_not_share_memory():
     fleet.st = fleet.st._replace(usr_f=fleet.st.usr_i.view(np.float64))
     with pytest.raises(RuntimeError, match="share memory"):
         fleet._check_disjoint()
+
+
+def _variable_types(dispatcher) -> dict:
+    """{variable: the types numba gave its assignments} of a compiled loop, read from its
+    type annotation (kept in numba's cache too); an assignment from a call has the
+    call's result type."""
+    import re
+
+    text = str(dispatcher.overloads[dispatcher.signatures[0]].type_annotation)
+    types = {}
+    for m in re.finditer(r"^\s*#\s+([A-Za-z_]\w*)(?:\.\d+)? = .*  :: (.+)$", text, re.M):
+        types.setdefault(m.group(1), set()).add(m.group(2).split(" -> ")[-1].strip())
+    return types
+
+
+# the loops' row indices (advance_plain: unsigned, so that numba adds no negative-index
+# fix-up to each array access with them)
+ROW_INDICES = ("j", "node", "c", "u", "jf", "direct", "hi", "parent", "un", "r", "outcome")
+
+
+@pytest.mark.parametrize(("make", "name"), [(_p_single, "advance_plain_simple"),
+                                           (_p_fleet, "advance_plain")])
+def test_the_loops_integers_stay_integers_and_index_rows_unsigned(make, name, monkeypatch):
+    """numba types an int64 and a uint64 that meet (an operator, or a variable assigned
+    both) as float64, without a word: with unsigned row indices in the loops, such a mix
+    is one edit away, and would turn an index or a counter into a float (slower, and
+    inexact past 2**53). So every variable a loop names is a float in all of its
+    assignments or in none, and the row indices are unsigned."""
+    loop = getattr(P, name)
+    _run(make(), True, records=True, steps=(2.0,), monkeypatch=monkeypatch)
+    types = _variable_types(loop)
+    assert len(types) > 100 and {"t", "j", "node", "tail"} <= set(types)  # (parsed)
+    mixed = {v: ts for v, ts in types.items()
+             if "float64" in ts and any(t.startswith(("int", "uint", "Literal[int]")) for t in ts)}
+    assert not mixed, f"{name}: variables typed both float and integer: {mixed}"
+    for v in ROW_INDICES:
+        if v in types:
+            assert types[v] <= {"uint64"}, f"{name}: row index {v} typed {types[v]}"
+    assert {"j", "node", "c", "u"} <= set(types)

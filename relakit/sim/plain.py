@@ -95,6 +95,9 @@ LEAN_END = (dict(LEAN_USER)[K.UI_FANOUT],
             dict(LEAN_USER)[K.UI_ATTEMPTS] + dict(LEAN_CALL)[K.CL_ATTEMPTS],
             dict(LEAN_USER)[K.UI_HEDGES] + dict(LEAN_CALL)[K.CL_HEDGES],
             dict(LEAN_USER)[K.UI_DEGRADED], dict(LEAN_USER)[K.UI_WRONG])
+# an unsigned row index that names no row (the simple loop's rows are unsigned: see
+# advance_plain)
+NO_ROW = np.uint64(2**64 - 1)
 # the simple loop's status when lean_rows finds a live request's rows otherwise: nothing
 # done, the plain loop runs the stretch
 ROWS_NOT_LEAN = -1
@@ -240,6 +243,18 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
     O(log n)); a completion (a heap pop, O(log n); the node's bucket search);
     the user's end (1 log10 for the latency histogram; a record row if kept).
     Metric samples are rare (one per node per interval).
+
+    Rows are indexed unsigned (``np.uint64``: the copy's ``j``, its ``node``, call ``c``,
+    user ``u``, tier and outcome, the pools' and heap's positions). With a signed index
+    numba adds a negative-index fix-up (a sign test and an add of the array's length)
+    to every array it indexes, once per array and index. Values that may be -1
+    (``fin_u``, ``fin_j``, queue links) stay signed and become unsigned where they
+    index; an int64 and a uint64 that meet become a float64 in numba, without a word,
+    which ``test_kernel_specialised`` checks for. And in the simple loop a copy that
+    finds no queue and an idle server starts at once (``direct``), never linked into the
+    queue and dequeued. Measured together (A/B, paired medians of 7 rounds): M/M/8
+    +6.7 %, the 50-node fleet +7.4 % (the direct start alone +2 %); the simple loop's
+    instructions per M/M/8 request 719 -> 625 (callgrind; the C heap's 347).
     """
     if SIMPLE and not lean_rows(job_i, job_f, call_i, call_f, usr_i, usr_f, False):
         return ROWS_NOT_LEAN  # (before any write)
@@ -334,16 +349,17 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
         fin_outcome = K.OK
         fin_j = -1  # (simple loop) its copy, whose row stands in for the user's and call's
         new_tier = 0  # (simple loop) the tier of the request arriving now
+        direct = NO_ROW  # (simple loop) its copy, when it starts at once (see send)
 
         if t_heap <= t_arr:  # ---- a completion: heap pop, O(log in-service copies)
             key = heap_k[0]
             heap_n -= 1
             if heap_n > 0:
-                last_t = heap_t[heap_n]
-                last_k = heap_k[heap_n]
                 # unsigned positions: numba adds no negative-index fix-up to each access
-                i = K.U0
                 un = np.uint64(heap_n)
+                last_t = heap_t[un]
+                last_k = heap_k[un]
+                i = K.U0
                 while True:
                     c = i + i + K.U1
                     if c >= un:
@@ -360,10 +376,10 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                     i = c
                 heap_t[i] = last_t
                 heap_k[i] = last_k
-            j = (key >> 3) & K.ID_MASK
+            j = np.uint64((key >> 3) & K.ID_MASK)  # (rows unsigned: see the docstring)
             if (job_i[j, K.JI_GEN] & K.GEN_MASK) != key >> 32:
                 continue  # stale: left by the general kernel (a cancelled copy)
-            node = job_i[j, K.JI_NODE]
+            node = np.uint64(job_i[j, K.JI_NODE])
             busy = node_i[node, K.NI_BUSY]
             node_f[node, K.NF_BUSY_AREA] += busy * (t - node_f[node, K.NF_LAST_T])
             node_f[node, K.NF_LAST_T] = t
@@ -374,13 +390,13 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
             b = 0  # bounds below the latency (they increase): no data-dependent exit
             for ib in range(n_bounds):
                 b += lat > bounds[ib]
-            lat_b[node, b] += 1
+            lat_b[node, np.uint64(b)] += 1
             node_f[node, K.NF_LAT_SUM] += lat
-            cnt[node, job_i[j, K.JI_TIER], K.OK] += 1
-            c = job_i[j, K.JI_CALL]
+            cnt[node, np.uint64(job_i[j, K.JI_TIER]), K.OK] += 1
+            c = np.uint64(job_i[j, K.JI_CALL])
             job_i[j, K.JI_STATE] = K.J_FREE  # free the job
             job_i[j, K.JI_GEN] += 1
-            job_free[job_free_n] = j
+            job_free[np.uint64(job_free_n)] = j
             job_free_n += 1
             # (then the node's bucket search, a few compares; busy-seconds, counters)
             # ---- its call is answered (its only copy): unlink the copy, settle the user;
@@ -389,14 +405,14 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
             # says it all, and lean_rows writes the rows of requests still live at return
             if SIMPLE:
                 call_i[c, K.CL_GEN] += 1
-                call_free[call_free_n] = c
+                call_free[np.uint64(call_free_n)] = c
                 call_free_n += 1
                 fin_u = call_i[c, K.CL_USER]
-                fin_j = j  # (its row is intact until the send section reuses it)
+                fin_j = np.int64(j)  # (its row is intact until the send section reuses it)
             else:
                 prev = -1
                 j2 = call_i[c, K.CL_FIRST]
-                while j2 != j:
+                while j2 != np.int64(j):
                     prev = j2
                     j2 = job_i[j2, K.JI_SIB]
                 if prev < 0:
@@ -404,23 +420,23 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 else:
                     job_i[prev, K.JI_SIB] = job_i[j, K.JI_SIB]
                 call_i[c, K.CL_COPIES] -= 1
-                u = call_i[c, K.CL_USER]
+                u = np.uint64(call_i[c, K.CL_USER])
                 usr_i[u, K.UI_ATTEMPTS] += call_i[c, K.CL_ATTEMPTS]
                 usr_i[u, K.UI_HEDGES] += call_i[c, K.CL_HEDGES]
                 if usr_i[u, K.UI_WORST] == K.OK:
-                    usr_i[u, K.UI_CRIT] = node  # the slowest call decides latency
+                    usr_i[u, K.UI_CRIT] = np.int64(node)  # the slowest call decides latency
                 call_i[c, K.CL_GEN] += 1
-                call_free[call_free_n] = c
+                call_free[np.uint64(call_free_n)] = c
                 call_free_n += 1
                 remaining = usr_i[u, K.UI_REMAINING] - 1
                 usr_i[u, K.UI_REMAINING] = remaining
                 if remaining == 0:
-                    fin_u = u
+                    fin_u = np.int64(u)
                     fin_outcome = usr_i[u, K.UI_WORST]
         else:  # ---- a user request arrives: tier, demands, nodes, calls; next arrival.
             # Cost: 3 uniforms and 2 logs (tier, demand, gap), ~20 stores (user, calls)
             usr_free_n -= 1
-            u = usr_free[usr_free_n]
+            u = np.uint64(usr_free[np.uint64(usr_free_n)])
             user_seq += 1
             in_flight += 1
             x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
@@ -449,7 +465,7 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 usr_i[u, K.UI_WRONG] = 0
                 usr_f[u, K.UF_T_ARRIVAL] = t
             if k <= 0:
-                fin_u = u  # no routable node
+                fin_u = np.int64(u)  # no routable node
                 fin_outcome = K.ERROR
             else:
                 if not SIMPLE:
@@ -467,13 +483,13 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 else:
                     stamp += 1
                     for i in range(k):  # k distinct nodes
-                        node = pick_node(routing, node_i, node_f, isv, fs, rng, K.RNG_ROUTING,
-                                         stamp, i)
+                        node = np.uint64(pick_node(routing, node_i, node_f, isv, fs, rng,
+                                                   K.RNG_ROUTING, stamp, i))
                         node_i[node, K.NI_STAMP] = stamp
                         send[i, 1] = node
                 for i in range(k):
                     call_free_n -= 1
-                    c = call_free[call_free_n]
+                    c = np.uint64(call_free[np.uint64(call_free_n)])
                     call_i[c, K.CL_USER] = u
                     send[i, 0] = c
                     if not SIMPLE:
@@ -497,13 +513,14 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
         # ---- the user request ends: client counters, record row, histogram. Cost: one
         # log10 (the histogram bin), ~10 stores, 10 more with records on
         if fin_u >= 0:
-            u = fin_u
+            u = np.uint64(fin_u)
             in_flight -= 1
             if SIMPLE and fin_j >= 0:  # its job's row and LEAN_USER, LEAN_CALL say it all
-                t0 = job_f[fin_j, K.JF_T_NODE]  # (sent at its arrival)
-                tier = job_i[fin_j, K.JI_TIER]
-                demand_s = job_f[fin_j, K.JF_DEMAND]
-                crit = job_i[fin_j, K.JI_NODE]
+                jf = np.uint64(fin_j)
+                t0 = job_f[jf, K.JF_T_NODE]  # (sent at its arrival)
+                tier = np.uint64(job_i[jf, K.JI_TIER])
+                demand_s = job_f[jf, K.JF_DEMAND]
+                crit = job_i[jf, K.JI_NODE]
                 fanout_u = LEAN_END[0]  # (its call's one attempt, no hedge: LEAN_END)
                 attempts = LEAN_END[1]
                 hedges = LEAN_END[2]
@@ -511,7 +528,7 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 wrong = LEAN_END[4]
             else:
                 t0 = usr_f[u, K.UF_T_ARRIVAL]
-                tier = usr_i[u, K.UI_TIER]
+                tier = np.uint64(usr_i[u, K.UI_TIER])
                 demand_s = usr_f[u, K.UF_DEMAND]
                 crit = usr_i[u, K.UI_CRIT]
                 fanout_u = usr_i[u, K.UI_FANOUT]
@@ -520,43 +537,45 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 degraded = usr_i[u, K.UI_DEGRADED]
                 wrong = usr_i[u, K.UI_WRONG]
             latency_ms = (t - t0) * 1000.0
-            fleet_c[tier * N_OUTCOMES + fin_outcome] += 1  # client_requests_total
+            outcome = np.uint64(fin_outcome)
+            fleet_c[tier * np.uint64(N_OUTCOMES) + outcome] += 1  # client_requests_total
             if degraded != 0:
                 fleet_c[K.F_DEGRADED] += 1
             if record:
-                rec_f[n_rec, 0] = t0
-                rec_f[n_rec, 1] = latency_ms
-                rec_f[n_rec, 2] = demand_s * 1000.0
-                rec_i[n_rec, 0] = tier
-                rec_i[n_rec, 1] = fin_outcome
-                rec_i[n_rec, 2] = crit
-                rec_i[n_rec, 3] = fanout_u
-                rec_i[n_rec, 4] = attempts + hedges
-                rec_i[n_rec, 5] = degraded
-                rec_i[n_rec, 6] = 1 - wrong
+                r = np.uint64(n_rec)
+                rec_f[r, 0] = t0
+                rec_f[r, 1] = latency_ms
+                rec_f[r, 2] = demand_s * 1000.0
+                rec_i[r, 0] = np.int64(tier)
+                rec_i[r, 1] = fin_outcome
+                rec_i[r, 2] = crit
+                rec_i[r, 3] = fanout_u
+                rec_i[r, 4] = attempts + hedges
+                rec_i[r, 5] = degraded
+                rec_i[r, 6] = 1 - wrong
                 n_rec += 1
             if t0 >= warmup:
-                tier_cnt[tier, fin_outcome] += 1
+                tier_cnt[tier, outcome] += 1
                 tier_ext[tier, K.TX_ATTEMPTS] += attempts
                 tier_ext[tier, K.TX_HEDGES] += hedges
                 tier_ext[tier, K.TX_DEGRADED] += degraded
                 if fin_outcome == K.OK:
                     tier_ext[tier, K.TX_WRONG] += wrong
                 if fin_outcome == K.OK or fin_outcome == K.ERROR:  # (all a plain run has)
-                    hist[tier, fin_outcome, hist_bin(latency_ms)] += 1
-                    lat_sum[tier, fin_outcome] += latency_ms
+                    hist[tier, outcome, np.uint64(hist_bin(latency_ms))] += 1
+                    lat_sum[tier, outcome] += latency_ms
             usr_i[u, K.UI_GEN] += 1
-            usr_free[usr_free_n] = u
+            usr_free[np.uint64(usr_free_n)] = u
             usr_free_n += 1
 
         # ---- send: each new call's first attempt joins its node's queue. Cost: a job
         # from the pool, ~18 stores (job row, call row, FIFO link)
         for i in range(n_send):
-            c = send[i, 0]
-            node = send[i, 1]
+            c = np.uint64(send[i, 0])
+            node = np.uint64(send[i, 1])
             job_free_n -= 1
-            j = job_free[job_free_n]
-            job_i[j, K.JI_CALL] = c
+            j = np.uint64(job_free[np.uint64(job_free_n)])
+            job_i[j, K.JI_CALL] = np.int64(c)
             job_i[j, K.JI_GEN] += 1
             job_i[j, K.JI_CLIENT] = K.C_WAITING
             job_i[j, K.JI_HEDGE] = 0
@@ -574,36 +593,46 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 if budgeted and call_i[c, K.CL_ATTEMPTS] == 1:
                     budget[0, budget_slot(budget, isv, budget_width, t)] += 1
                 job_f[j, K.JF_DEMAND] = call_f[c, K.CLF_DEMAND]
-            job_i[j, K.JI_NODE] = node
+            job_i[j, K.JI_NODE] = np.int64(node)
             job_i[j, K.JI_DEGRADED] = 0
             job_f[j, K.JF_T_NODE] = t
-            job_i[j, K.JI_STATE] = K.J_QUEUED
             job_i[j, K.JI_NEXT] = -1
             tail = node_i[node, K.NI_QTAIL]
             job_i[j, K.JI_PREV] = tail
-            if tail >= 0:
-                job_i[tail, K.JI_NEXT] = j
-            else:
-                node_i[node, K.NI_QHEAD] = j
-            node_i[node, K.NI_QTAIL] = j
-            node_i[node, K.NI_QLEN] += 1
-            touched[n_touched] = node
+            if SIMPLE and tail < 0 and node_i[node, K.NI_BUSY] < node_i[node, K.NI_SERVERS]:
+                direct = j  # no queue and a server idle: it starts below, never linked (its
+                # row then holds what it would after a link and a dequeue)
+            else:  # link it at the queue's tail (FIFO)
+                job_i[j, K.JI_STATE] = K.J_QUEUED
+                if tail >= 0:
+                    job_i[np.uint64(tail), K.JI_NEXT] = np.int64(j)
+                else:
+                    node_i[node, K.NI_QHEAD] = np.int64(j)
+                node_i[node, K.NI_QTAIL] = np.int64(j)
+                node_i[node, K.NI_QLEN] += 1
+            touched[np.uint64(n_touched)] = np.int64(node)
             n_touched += 1
 
         # ---- start service where servers are free; each start pushes its completion.
         # Cost: a dequeue, busy-seconds, a heap push, O(log in-service copies)
         for i in range(n_touched):
-            node = touched[i]
-            while (node_i[node, K.NI_QLEN] > 0
-                   and node_i[node, K.NI_BUSY] < node_i[node, K.NI_SERVERS]):
-                j = node_i[node, K.NI_QHEAD]  # dequeue
-                nxt = job_i[j, K.JI_NEXT]
-                node_i[node, K.NI_QHEAD] = nxt
-                if nxt >= 0:
-                    job_i[nxt, K.JI_PREV] = -1
+            node = np.uint64(touched[i])
+            while True:
+                if SIMPLE and direct != NO_ROW:  # the copy just sent (see send)
+                    j = direct
+                    direct = NO_ROW
+                elif (node_i[node, K.NI_QLEN] > 0
+                      and node_i[node, K.NI_BUSY] < node_i[node, K.NI_SERVERS]):
+                    j = np.uint64(node_i[node, K.NI_QHEAD])  # dequeue
+                    nxt = job_i[j, K.JI_NEXT]
+                    node_i[node, K.NI_QHEAD] = nxt
+                    if nxt >= 0:
+                        job_i[np.uint64(nxt), K.JI_PREV] = -1
+                    else:
+                        node_i[node, K.NI_QTAIL] = -1
+                    node_i[node, K.NI_QLEN] -= 1
                 else:
-                    node_i[node, K.NI_QTAIL] = -1
-                node_i[node, K.NI_QLEN] -= 1
+                    break
                 job_i[j, K.JI_STATE] = K.J_SERVING
                 job_f[j, K.JF_T_START] = t
                 busy = node_i[node, K.NI_BUSY]
@@ -611,11 +640,11 @@ def advance_plain(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 node_f[node, K.NF_LAST_T] = t
                 node_i[node, K.NI_BUSY] = busy + 1
                 tp = t + job_f[j, K.JF_DEMAND] * node_f[node, K.NF_SLOWDOWN]
-                kp = ((job_i[j, K.JI_GEN] & K.GEN_MASK) << 32) | (j << 3) | K.EV_DONE
-                hi = heap_n  # heap push (sift up)
+                kp = ((job_i[j, K.JI_GEN] & K.GEN_MASK) << 32) | (np.int64(j) << 3) | K.EV_DONE
+                hi = np.uint64(heap_n)  # heap push (sift up)
                 heap_n += 1
-                while hi > 0:
-                    parent = (hi - 1) >> 1
+                while hi > K.U0:
+                    parent = (hi - K.U1) >> K.U1
                     if heap_t[parent] <= tp:
                         break
                     heap_t[hi] = heap_t[parent]
