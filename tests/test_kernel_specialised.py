@@ -422,6 +422,36 @@ def test_simple_loop_writes_back_the_rows_of_live_requests(monkeypatch):
     assert not P.lean_rows(*rows, False)
 
 
+
+def test_simple_loop_declines_a_fleet_with_a_node_it_may_not_route_to(monkeypatch):
+    """The simple loop sends each request to exactly one node, a compile-time constant
+    that simple_ok guarantees (every node routable, with positive equal weights). Called
+    on a fleet with an unroutable node anyway, it declines before any write (but the
+    routing summary, which every loop recounts on entry)."""
+    sc = make_scenario(rate=1000, duration=6, nodes=3, servers=4)
+    fleet, used = _run(sc, True, steps=(3.0,), monkeypatch=monkeypatch)
+    assert used["simple"] == used["plain"] >= 1
+    st = fleet.st
+    st.node_i[1, K.NI_ROUTABLE] = 0  # (as an isolation would, between calls)
+    assert not P.simple_ok(fleet.cfg, st) and P.plain_ok(fleet.cfg, st)
+    before = {name: getattr(st, name).copy() for name in st._fields}
+    args = [getattr(fleet.cfg, a) for a in P.CFG_ARGS] + [getattr(st, a) for a in P.STATE_ARGS]
+    args += [getattr(fleet.out, a) for a in P.OUT_ARGS] + [6.0]
+    assert P.advance_plain_simple(*args) == P.ROWS_NOT_LEAN
+    routing = {"is_": [K.IS_N_ELIGIBLE, K.IS_EQUAL_WEIGHTS], "fs": [K.FS_WRR_TOTAL],
+               "node_f": [K.NF_CUM]}  # (the summary prepare_routing recounts on every entry)
+    for name in st._fields:
+        now, then = getattr(st, name).copy(), before[name].copy()
+        if name in routing:
+            now[..., routing[name]] = then[..., routing[name]] = 0
+        np.testing.assert_array_equal(now, then, err_msg=name)
+    live_on_1 = int(((st.job_i[:, K.JI_STATE] != K.J_FREE) & (st.job_i[:, K.JI_NODE] == 1)).sum())
+    done = st.cnt[:, :, K.OK].sum(axis=1)
+    fleet.advance(6.0)  # the plain loop runs it, and sends nothing more to node 1
+    assert fleet.now == 6.0
+    after = fleet.st.cnt[:, :, K.OK].sum(axis=1)
+    assert after[1] - done[1] <= live_on_1 and after[0] - done[0] > 500
+
 def test_kernel_arrays_may_not_share_memory():
     """The plain loops are compiled noalias: a fleet's arrays are checked disjoint where
     they are made, and after growth."""
