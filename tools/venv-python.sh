@@ -6,8 +6,8 @@
 # compiler is Python; so are the control plane and the notebooks). Distributions build their
 # python3 with profile-guided and link-time optimisation; pyenv's and a plain ./configure's
 # default builds have neither. Measured here (2-core VM, Debian 12's 3.11.2 against pyenv's
-# 3.11.7, same packages): numba compiling the plain loop from nothing 10.4-10.5 -> 8.1-8.2 s,
-# warm start 0.48 -> 0.31-0.33 s, a chain-heterogeneous run 2.85 -> 2.4-2.6 s.
+# 3.11.7, same packages): numba compiling the plain loop from nothing 10.4-10.5 -> 8.1-8.8 s,
+# warm start 0.48 -> 0.31-0.38 s, a chain-heterogeneous run 2.85 -> 2.4-2.6 s.
 #
 # The choice: PYTHON when given (make PY=...); else the distribution's /usr/bin/python3 when
 # it is 3.11 or newer and has venv and its C headers (the ahead-of-time build compiles

@@ -33,7 +33,9 @@ the 2-core machine under load 4-6 (CPU seconds, so the neighbours count less):
   a log10 (relakit.sim.latency_bins, +18 %), the heap pop without a coin-toss
   branch (50 nodes +10-20 %), the simple specialisation below (+3-7 %), its
   requests' call and user rows written only at return (``LEAN_CALL``: +18 %
-  with the next), and the loops compiled ``noalias`` (``_compiled``).
+  with the next), the loops compiled ``noalias`` (``_compiled``), row indices held
+  unsigned with a direct start for a copy that meets no queue (+7 %: see
+  :func:`advance_plain`), and one node per simple request as a constant (+12-15 %).
   Unpredictable branches cost, and memory operations in bulk: removing a group
   of counter stores changed nothing measurable, the ~25 loads and stores of a
   request's call and user rows +11 %. The scalars an event touches (pool and
