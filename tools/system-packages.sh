@@ -15,11 +15,11 @@ missing=()
 for prog in prometheus promtool; do
   command -v "$prog" >/dev/null 2>&1 || missing+=("$prog")
 done
+. "$(dirname "$0")/python-checks.sh"
 wanted=()
-if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then
-  /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || wanted+=(python3-venv)
-  /usr/bin/python3 -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' 2>/dev/null \
-    || wanted+=(python3-dev)
+if py_is_311 "$DISTRO_PYTHON"; then
+  py_has_venv "$DISTRO_PYTHON" || wanted+=(python3-venv)
+  py_has_headers "$DISTRO_PYTHON" || wanted+=(python3-dev)
 fi
 [ ${#missing[@]} -eq 0 ] && [ ${#wanted[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ]; then

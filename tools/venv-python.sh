@@ -9,25 +9,18 @@
 # 3.11.7, same packages): numba compiling the plain loop from nothing 10.4-10.5 -> 8.1-8.8 s,
 # warm start 0.48 -> 0.31-0.38 s, a chain-heterogeneous run 2.85 -> 2.4-2.6 s.
 #
-# The choice: PYTHON when given (make PY=...); else the distribution's /usr/bin/python3 when
+# The choice: PYTHON when given (make PY=...); else the distribution's python3 (python-checks.sh) when
 # it is 3.11 or newer and has venv and its C headers (the ahead-of-time build compiles
 # against them: tools/system-packages.sh installs them when it may); else python3 on PATH.
 # The venv is touched only when it is missing or made on another interpreter, so that a
 # Makefile rule depending on VENV/.base re-installs the packages exactly then.
 set -euo pipefail
+. "$(dirname "$0")/python-checks.sh"
 venv=$1
 want=${2:-}
-usable() {  # a python >= 3.11 that can make a venv with pip and has Python.h
-  "$1" - <<'PY' >/dev/null 2>&1
-import os, sys, sysconfig
-assert sys.version_info >= (3, 11)
-import ensurepip, venv  # noqa: F401  (Debian splits both into python3-venv)
-assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
-PY
-}
 if [ -z "$want" ]; then
-  if [ -x /usr/bin/python3 ] && usable /usr/bin/python3; then
-    want=/usr/bin/python3
+  if py_is_311 "$DISTRO_PYTHON" && py_has_venv "$DISTRO_PYTHON" && py_has_headers "$DISTRO_PYTHON"; then
+    want=$DISTRO_PYTHON
   else
     want=python3
   fi

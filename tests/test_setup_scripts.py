@@ -1,0 +1,68 @@
+"""The set-up's choice of interpreter for .venv (tools/venv-python.sh): the distribution's
+python3 when it is 3.11+ with venv and headers, else python3 from PATH; the venv is left
+alone while the choice stands and re-made when it changes (the Makefile re-installs the
+packages exactly then, through .venv/.base)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tools" / "venv-python.sh"
+# the interpreter this test runs on (the one .venv was made on): 3.11+, venv, headers
+REAL = os.path.realpath(sys._base_executable)
+
+
+def _wrapper(path: Path, body: str) -> Path:
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def _make(venv: Path, distro: Path, path_python3: str, *extra: str):
+    """tools/venv-python.sh VENV with the distribution's python3 at ``distro`` and PATH's
+    python3 doing ``path_python3``."""
+    bindir = venv.parent / "bin"
+    bindir.mkdir(exist_ok=True)
+    _wrapper(bindir / "python3", path_python3)
+    env = dict(os.environ, RELAKIT_DISTRO_PYTHON=str(distro),
+               PATH=f"{bindir}:/usr/bin:/bin")
+    return subprocess.run(["bash", str(SCRIPT), str(venv), *extra], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_venv_goes_on_the_distribution_python_when_it_has_venv_and_headers(tmp_path):
+    distro = _wrapper(tmp_path / "distro-python3", f'exec {REAL} "$@"')
+    venv = tmp_path / "venv"
+    done = _make(venv, distro, "exit 1")  # (PATH's python3 would fail: not asked)
+    assert done.returncode == 0, done.stderr
+    assert (venv / ".base").read_text().strip() == REAL
+    assert subprocess.run([venv / "bin" / "python", "-c", "import venv"]).returncode == 0
+
+    # the choice stands: the venv is left alone (the packages are not installed again)
+    (venv / "marker").write_text("kept")
+    again = _make(venv, distro, "exit 1")
+    assert again.returncode == 0 and (venv / "marker").exists() and not again.stderr
+
+    # made on another interpreter (as before this choice existed): re-made, and said so
+    (venv / ".base").write_text("/somewhere/else/python3.11\n")
+    remade = _make(venv, distro, "exit 1")
+    assert remade.returncode == 0, remade.stderr
+    assert not (venv / "marker").exists() and (venv / ".base").read_text().strip() == REAL
+    assert "re-making" in remade.stderr and "/somewhere/else/python3.11" in remade.stderr
+
+
+def test_venv_falls_back_to_python3_on_path_without_a_usable_distribution_python(tmp_path):
+    too_old = _wrapper(tmp_path / "distro-python3",  # (a Python 3.9, say: fails the check)
+                       'case "$1" in -c) exit 1;; esac; exit 1')
+    venv = tmp_path / "venv"
+    done = _make(venv, too_old, f'exec {REAL} "$@"')
+    assert done.returncode == 0, done.stderr
+    assert (venv / ".base").read_text().strip() == REAL
+    # and an interpreter named on the command line (make PY=...) wins over both
+    named = _make(tmp_path / "venv2", too_old, "exit 1", REAL)
+    assert named.returncode == 0, named.stderr
+    assert (tmp_path / "venv2" / ".base").read_text().strip() == REAL
