@@ -66,3 +66,13 @@ def test_venv_falls_back_to_python3_on_path_without_a_usable_distribution_python
     named = _make(tmp_path / "venv2", too_old, "exit 1", REAL)
     assert named.returncode == 0, named.stderr
     assert (tmp_path / "venv2" / ".base").read_text().strip() == REAL
+
+
+def test_a_named_interpreter_that_is_no_python_311_is_refused_in_one_line(tmp_path):
+    distro = _wrapper(tmp_path / "distro-python3", f'exec {REAL} "$@"')
+    for bad in ("/no/such/python3", str(_wrapper(tmp_path / "old-python", "exit 1"))):
+        done = _make(tmp_path / "venv", distro, "exit 1", bad)
+        assert done.returncode == 1
+        assert done.stderr.strip() == (f"relakit: error: PY={bad} is not a Python 3.11 or newer; "
+                                       "name one with make PY=/path/to/python3")
+        assert not (tmp_path / "venv").exists()

@@ -25,6 +25,10 @@ if [ -z "$want" ]; then
     want=python3
   fi
 fi
+if ! py_is_311 "$want"; then  # (a PY named on the command line, or python3 from PATH)
+  echo "relakit: error: PY=$want is not a Python 3.11 or newer; name one with make PY=/path/to/python3" >&2
+  exit 1
+fi
 exe=$("$want" -c 'import os, sys; print(os.path.realpath(sys.executable))')
 if [ -f "$venv/.base" ] && [ "$(cat "$venv/.base")" = "$exe" ] && [ -x "$venv/bin/python" ]; then
   exit 0
