@@ -76,3 +76,34 @@ def test_a_named_interpreter_that_is_no_python_311_is_refused_in_one_line(tmp_pa
         assert done.stderr.strip() == (f"relakit: error: PY={bad} is not a Python 3.11 or newer; "
                                        "name one with make PY=/path/to/python3")
         assert not (tmp_path / "venv").exists()
+
+
+def test_without_any_python_311_the_set_up_says_so_in_one_line(tmp_path):
+    too_old = _wrapper(tmp_path / "distro-python3", "exit 1")
+    done = _make(tmp_path / "venv", too_old, "exit 1")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"relakit: error: no Python 3.11 or newer found ({too_old} with venv and headers, or "
+        "python3 on PATH); name one with make PY=/path/to/python3")
+    assert not (tmp_path / "venv").exists()
+
+
+def test_a_failing_apt_for_the_wanted_python_packages_does_not_stop_the_set_up(tmp_path):
+    """python3-dev is a speed-up (tools/system-packages.sh): with Prometheus there and apt
+    failing (no network, say), the set-up goes on, saying .venv will use PATH's python3."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for prog in ("prometheus", "promtool"):
+        _wrapper(bindir / prog, "exit 0")
+    apt_log = tmp_path / "apt.log"
+    _wrapper(bindir / "apt-get", f'echo "$@" >> {apt_log}; exit 100')
+    no_headers = _wrapper(tmp_path / "distro-python3",  # (3.11+ with venv, but no Python.h)
+                          f'case "$2" in *Python.h*) exit 1;; esac; exec {REAL} "$@"')
+    env = dict(os.environ, RELAKIT_DISTRO_PYTHON=str(no_headers), PATH=f"{bindir}:/usr/bin:/bin")
+    done = subprocess.run(["bash", str(ROOT / "tools" / "system-packages.sh")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    if os.geteuid() == 0:  # (may install: it tried, failed, and said so)
+        assert apt_log.read_text().splitlines()[0] == "update -qq"
+        said = "could not install python3-dev; .venv will be made on python3 from PATH"
+        assert said in done.stderr

@@ -22,33 +22,39 @@ if py_is_311 "$DISTRO_PYTHON"; then
   py_has_headers "$DISTRO_PYTHON" || wanted+=(python3-dev)
 fi
 [ ${#missing[@]} -eq 0 ] && [ ${#wanted[@]} -eq 0 ] && exit 0
+may_apt=1  # root or passwordless sudo, and apt-get here
 if [ "$(id -u)" -eq 0 ]; then
   sudo=()
 elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
   sudo=(sudo -n)
 else
-  sudo=(false)
+  sudo=()
+  may_apt=0
 fi
-if [ "${sudo[*]}" = false ] || ! command -v apt-get >/dev/null 2>&1; then
-  [ ${#missing[@]} -eq 0 ] && exit 0  # only the wanted ones: .venv goes on python3 from PATH
-  if [ "${sudo[*]}" = false ]; then
+command -v apt-get >/dev/null 2>&1 || may_apt=0
+if [ ${#missing[@]} -gt 0 ]; then  # required: install Prometheus, or stop with the command
+  if [ "$(id -u)" -ne 0 ] && [ ${#sudo[@]} -eq 0 ]; then
     echo "relakit: error: ${missing[*]} missing (Debian package 'prometheus'); install it with: sudo apt-get install prometheus" >&2
-  else
+    exit 1
+  elif [ "$may_apt" -eq 0 ]; then
     echo "relakit: error: ${missing[*]} missing and no apt-get here; install Prometheus 2.x so that 'prometheus' and 'promtool' are on PATH" >&2
+    exit 1
   fi
-  exit 1
-fi
-echo "relakit: installing Debian's ${missing[*]:+prometheus }${wanted[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq
-if [ ${#missing[@]} -gt 0 ]; then
+  echo "relakit: installing Debian's prometheus (${missing[*]} missing)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
   "${sudo[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null
   for prog in prometheus promtool; do
     command -v "$prog" >/dev/null 2>&1 || {
       echo "relakit: error: installed 'prometheus' but '$prog' is still not on PATH" >&2; exit 1; }
   done
 fi
-if [ ${#wanted[@]} -gt 0 ]; then  # a speed-up, not a need: on failure .venv goes on python3
-  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${wanted[@]}" >/dev/null \
+# wanted: a speed-up, not a need. Any failure (no apt, no network, no such package) only
+# leaves .venv on python3 from PATH, and says so
+if [ ${#wanted[@]} -gt 0 ] && [ "$may_apt" -eq 1 ]; then
+  echo "relakit: installing Debian's ${wanted[*]} (for .venv on $DISTRO_PYTHON)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  { "${sudo[@]}" apt-get update -qq && \
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${wanted[@]}" >/dev/null; } \
     || echo "relakit: could not install ${wanted[*]}; .venv will be made on python3 from PATH" >&2
 fi

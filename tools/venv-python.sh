@@ -25,8 +25,12 @@ if [ -z "$want" ]; then
     want=python3
   fi
 fi
-if ! py_is_311 "$want"; then  # (a PY named on the command line, or python3 from PATH)
-  echo "relakit: error: PY=$want is not a Python 3.11 or newer; name one with make PY=/path/to/python3" >&2
+if ! py_is_311 "$want"; then
+  if [ -n "${2:-}" ]; then  # named on the command line
+    echo "relakit: error: PY=$want is not a Python 3.11 or newer; name one with make PY=/path/to/python3" >&2
+  else
+    echo "relakit: error: no Python 3.11 or newer found ($DISTRO_PYTHON with venv and headers, or python3 on PATH); name one with make PY=/path/to/python3" >&2
+  fi
   exit 1
 fi
 exe=$("$want" -c 'import os, sys; print(os.path.realpath(sys.executable))')
@@ -37,5 +41,5 @@ if [ -e "$venv" ]; then
   echo "relakit: re-making $venv on $exe (it was made on $(cat "$venv/.base" 2>/dev/null || grep '^executable' "$venv/pyvenv.cfg" 2>/dev/null | cut -d' ' -f3 || echo 'an unknown interpreter'))" >&2
   rm -rf "$venv"
 fi
-"$exe" -m venv "$venv"
+"$exe" -m venv "$venv" || { rm -rf "$venv"; exit 1; }  # (no half-made venv left behind)
 echo "$exe" > "$venv/.base"
