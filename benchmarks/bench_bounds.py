@@ -32,14 +32,13 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -161,7 +160,7 @@ def lean_loop_bound(rounds: int, requests: float) -> dict:
     for _ in range(rounds):
         for name in loops:
             got[name].append(rate(name, requests))
-    return {name: float(np.median(v)) for name, v in got.items()}
+    return {name: statistics.median(v) for name, v in got.items()}
 
 
 # ---- 2. the cold start ---------------------------------------------------------------
@@ -187,8 +186,9 @@ COLD = {'duration_s': 1, 'workload': {'arrival': {'kind': 'poisson', 'rate_rps':
 
 
 def cold_child(variant: str) -> None:
-    """In a fresh process: imports and numba's first compile, then the simple loop (as it
-    is, or without its helpers) compiled and run; prints both times (wall seconds)."""
+    """In a fresh process: imports (numpy's included: nothing above imports it) and numba's
+    first compile, then the simple loop (as it is, or without its helpers) compiled and
+    run; prints both times (wall seconds)."""
     t0 = time.perf_counter()
     import numba
 
@@ -223,7 +223,7 @@ def cold_start_bound(rounds: int) -> dict:
             imports, loop = map(float, out.stdout.split()[-2:])
             got["imports"].append(imports)
             got[name].append(loop)
-    return {name: float(np.median(v)) for name, v in got.items()}
+    return {name: statistics.median(v) for name, v in got.items()}
 
 
 def main() -> None:
