@@ -207,7 +207,9 @@ def cold_child(variant: str) -> None:
     exec(compile(src, "<bench_bounds>", "exec"), ns)
     loop = njit(cache=False, error_model="numpy", noalias=True)(
         digest_named(ns["advance_plain"], "bound-", SIMPLE=True))
-    P.loops = lambda: (loop, P.advance_plain)
+    # the variant for both slots: were it to decline the stretch (ROWS_NOT_LEAN), the run
+    # fails loudly instead of compiling the plain loop too and timing both
+    P.loops = lambda: (loop, loop)
     relakit.simulate(COLD)
     print(t1 - t0, time.perf_counter() - t1)
 
@@ -232,6 +234,9 @@ def main() -> None:
     ap.add_argument("--requests", type=float, default=3e6)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.rounds < 1 or args.requests < 1e4:
+        ap.error(f"--rounds must be at least 1 (got {args.rounds}) and --requests at least "
+                 f"1e4 (got {args.requests:g})")
     if args.child:
         cold_child(args.child)
         return

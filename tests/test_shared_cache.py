@@ -51,8 +51,16 @@ def test_a_process_outside_make_loads_the_general_kernel_make_compiled(tmp_path,
     """Also when numba was imported before relakit (it reads its environment then)."""
     assert (jit.SHARED_CACHE / ".warm").exists(), "run make setup first: it fills .numba_cache"
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    before = set((ROOT / "relakit").rglob("*.nbi"))  # (a checkout may hold older ones)
     out = subprocess.run([sys.executable, "-c", first + RUN], env=env, cwd=tmp_path, check=True,
                          capture_output=True, text=True, timeout=300)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"dir": str(ROOT / ".numba_cache"), "hits": 1, "misses": 0}
-    assert not list((ROOT / "relakit").rglob("*.nbi"))  # no second cache beside the sources
+    assert set((ROOT / "relakit").rglob("*.nbi")) == before  # no second cache beside sources
+
+
+def test_the_makefile_fills_the_cache_relakit_points_at():
+    """Two places name the directory: the Makefile (its commands) and relakit.jit (every
+    other process). They must not drift apart."""
+    lines = (ROOT / "Makefile").read_text().splitlines()
+    assert "export NUMBA_CACHE_DIR := $(CURDIR)/" + jit.SHARED_CACHE.name in lines
