@@ -12,7 +12,9 @@ Reports, in one run on this machine:
   fleet of M/M/8 nodes (random routing), per-request records off;
 * the same 50-node fleet with the mitigations on (hedging after 50 ms, about the p95, with
   cancellation of queued losers, 3 attempts with a 10 % retry budget, a 100 ms
-  per-attempt deadline) and 1 % errors on every node, beside the plain run;
+  per-attempt deadline) and 1 % errors on every node, beside the plain run: as runs
+  take it (the lean mitigated loop, relakit.sim.mitigated) and, for context, through
+  the general kernel alone;
 * the C reference of the same plain models (``benchmarks/ref_heap.c``: one
   binary event heap, xoshiro256**), compiled with ``cc -O2`` into a temporary
   directory when a C compiler is present, and beside it a second one keeping the
@@ -121,6 +123,18 @@ def rate_of(sc: dict) -> float:
     return r.info["user_requests"] / (time.process_time() - t)
 
 
+def general_rate_of(sc: dict) -> float:
+    """:func:`rate_of` with every stretch in the general kernel (``Fleet.specialise``
+    off: what runs used before the plain and mitigated loops)."""
+    from relakit.sim.fleet import Fleet
+
+    Fleet.specialise = False
+    try:
+        return rate_of(sc)
+    finally:
+        Fleet.specialise = True
+
+
 def build_c(tmp: str, name: str = "ref_heap") -> str | None:
     """benchmarks/NAME.c compiled with ``cc -O2`` into tmp, or None without a compiler."""
     cc = shutil.which(os.environ.get("CC", "cc"))
@@ -173,6 +187,7 @@ def main() -> None:
         exe_outputs = build_c(tmp, "ref_outputs")
         relakit.simulate(mm8(1, 1e4), record_requests=False)  # compile in this process
         relakit.simulate(mitigated(50, 1e4), record_requests=False)
+        general_rate_of(mitigated(50, 1e4))
         for r in range(args.rounds):  # relakit and C interleaved: the ratio sees one load
             f = rounds[r]
             f["load_avg_runs"] = load()
@@ -194,6 +209,8 @@ def main() -> None:
             f["fleet50_mitigated_requests_per_s"] = rate_of(mitigated(50, 5e6 * scale))
             f["mitigated_slowdown"] = (f["fleet50_requests_per_s"]
                                        / f["fleet50_mitigated_requests_per_s"])
+            f["fleet50_mitigated_general_requests_per_s"] = general_rate_of(
+                mitigated(50, 5e6 * scale))
     if exe is None:
         print("no C compiler (cc): the C reference and the ratios are left out")
     figures["plain_loops"] = ("compiled ahead of time" if relakit.sim.aot.load() is not None
@@ -224,6 +241,10 @@ def main() -> None:
     if figures.get("best_cold_start_installed_s") is not None:  # context for cold_start_s
         print(f"  (cold start as installed, an empty numba cache and the plain loops built by "
               f"make setup: {figures['best_cold_start_installed_s']:.3f} s)")
+    general = figures.get("best_fleet50_mitigated_general_requests_per_s")
+    if general is not None:
+        print(f"  (mitigated through the general kernel alone: slowdown "
+              f"{figures['best_fleet50_requests_per_s'] / general:.3f})")
     for name in ("mm8", "fleet50"):  # context: the C reference that keeps the same outputs
         v = figures.get(f"best_{name}_ratio_to_c_outputs")
         if v is not None:

@@ -258,7 +258,7 @@ def test_a_slow_fault_hands_over_when_it_ends(monkeypatch):
 
 
 def test_slowdowns_at_start_are_what_the_loops_schedule_step_makes(monkeypatch):
-    """kernel.slowdowns_at_start applies a slowdown-only schedule due at t = 0 in Python:
+    """kernel.schedule_at_start applies a slowdown-only schedule due at t = 0 in Python:
     the node and schedule state equal the compiled on_schedule's, bit for bit (scales, a
     slow fault from t = 0 on a scaled node, one starting later)."""
     sc = make_scenario(rate=1000, duration=20, nodes=3, servers=4,
@@ -266,7 +266,7 @@ def test_slowdowns_at_start_are_what_the_loops_schedule_step_makes(monkeypatch):
                                {"node": 2, "start_s": 8, "end_s": 9, "slowdown": 2}])
     sc["fleet"]["service_scale"] = [1.0, 1.5, 0.7]
     fast = Fleet(load_scenario(sc))
-    monkeypatch.setattr(K, "slowdowns_at_start", lambda cfg, st: None)
+    monkeypatch.setattr(K, "schedule_at_start", lambda cfg, st: None)
     looped = Fleet(load_scenario(sc))
     assert looped.st.fs[K.FS_NEXT_SCHED] == 0.0  # left to the loop's step
     K.on_schedule(looped.cfg, looped.st, 0.0)
@@ -276,11 +276,14 @@ def test_slowdowns_at_start_are_what_the_loops_schedule_step_makes(monkeypatch):
                                       err_msg=name)
 
 
-def test_a_schedule_with_errors_is_left_to_the_loop():
+def test_a_schedule_with_errors_is_no_plain_stretch():
+    """Errors from t = 0 are applied at start (kernel.schedule_at_start; compared with the
+    loop's step in test_kernel_mitigated) and are a mechanism: not the plain loop's."""
     sc = make_scenario(rate=1000, duration=5, nodes=2, servers=4,
                        faults=[{"node": 1, "start_s": 0, "end_s": 5, "error_rate": 0.1}])
     fleet = Fleet(load_scenario(sc))
-    assert fleet.st.fs[K.FS_NEXT_SCHED] == 0.0 and fleet.st.node_f[1, K.NF_ERR_RATE] == 0.0
+    assert fleet.st.fs[K.FS_NEXT_SCHED] == 5.0
+    assert fleet.st.node_f[1, K.NF_ERR_RATE] == pytest.approx(0.1)
     assert not P.plain_ok(fleet.cfg, fleet.st)
 
 

@@ -39,7 +39,8 @@ from relakit.sim import kernel as K
 relakit.simulate({'duration_s': 1, 'workload': {'arrival': {'kind': 'poisson', 'rate_rps': 700},
                   'deadline_ms': 100}, 'controls': {'hedge_enabled': True},
                   'mitigations': {'hedge': {'delay_ms': 50}},
-                  'fleet': {'servers': 8, 'service': {'kind': 'exponential', 'mean_ms': 10}}})
+                  'fleet': {'servers': 8, 'queue_limit': 50,  # (the general kernel's)
+                            'service': {'kind': 'exponential', 'mean_ms': 10}}})
 print(json.dumps({'dir': os.environ.get('NUMBA_CACHE_DIR'),
                   'hits': sum(K.advance.stats.cache_hits.values()),
                   'misses': sum(K.advance.stats.cache_misses.values())}))

@@ -18,6 +18,7 @@ from numpy.lib.array_utils import byte_bounds
 
 from relakit.sim import kernel as K
 from relakit.sim.longtable import fleet_columns, node_columns
+from relakit.sim.mitigated import mitigated_ok, run_mitigated
 from relakit.sim.plain import plain_ok, run_plain
 from relakit.sim.rng import new_state
 from relakit.sim.spec import DataPlane
@@ -223,15 +224,35 @@ class Fleet:
         if t_s < self.now:
             raise ValueError(f"cannot advance to {t_s} s: the fleet is already at {self.now} s")
         while True:
-            # two kernels: the small plain loop (relakit.sim.plain: no mechanism this
-            # stretch may meet, nothing one left pending) and the general one
-            kernel = K.advance
-            if self.specialise and plain_ok(self.cfg, self.st):
-                kernel = run_plain
-            status = kernel(self.cfg, self.st, self.out, float(t_s))
-            if status == K.DONE:
+            kernel, t_stop, change = self._kernel(float(t_s))
+            status = kernel(self.cfg, self.st, self.out, t_stop)
+            if status != K.DONE:
+                self._grow(status)
+            elif change:  # the fault-schedule change due next, in Python (see _kernel)
+                K.schedule_step(self.cfg, self.st)
+            elif t_stop >= t_s:
                 return self
-            self._grow(status)
+
+    def _kernel(self, t_s: float):
+        """(kernel, time to run it to, whether a fault-schedule change is then due) for the
+        next stretch. Three kernels: the small plain loop (relakit.sim.plain: no mechanism
+        this stretch may meet, nothing one left pending), the lean mitigated loop
+        (relakit.sim.mitigated: hedging with a fixed delay, deadlines, retries, node
+        errors; one call per request) and the general one. A fault-schedule change in a
+        stretch the mitigated loop may run (its faults crash nothing) splits it: the loop
+        runs to the double before the change (the general kernel takes a change before
+        any event at its time), the change is applied in Python (``K.schedule_step``),
+        and the next stretch is chosen after it."""
+        if not self.specialise:
+            return K.advance, t_s, False
+        if plain_ok(self.cfg, self.st):
+            return run_plain, t_s, False
+        if mitigated_ok(self.cfg, self.st):
+            t_sched = float(self.st.fs[K.FS_NEXT_SCHED])
+            if t_sched > t_s:
+                return run_mitigated, t_s, False
+            return run_mitigated, float(np.nextafter(t_sched, -np.inf)), True
+        return K.advance, t_s, False
 
     def _grow(self, status: int) -> None:
         st, out = self.st, self.out

@@ -731,28 +731,42 @@ def budget_slot(bud, isv, width, t):
     return b % BUDGET_BUCKETS
 
 
-def slowdowns_at_start(cfg, st):
-    """A schedule whose rows only slow nodes (``fleet.service_scale``, slow faults), due
-    at t = 0, applied here as the loop's :func:`on_schedule` would (the same products
-    in the same order), so a scaled fleet's plain stretch starts at once. In Python: a
-    handful of rows once a run, where compiling ``on_schedule`` for Python would cost a
-    cold start ~3 s. Any other schedule is left to the loop (it is the general kernel's:
-    errors and crashes are mechanisms)."""
-    ff, fi, nf = cfg.fault_f, cfg.fault_i, st.node_f
-    if (st.fs[FS_NEXT_SCHED] > 0.0 or (ff[:, 2] > 0).any() or (ff[:, 4] > 0).any()
-            or fi[:, 1].any()):
-        return
-    slow = np.ones(nf.shape[0])
-    for f in range(ff.shape[0]):  # apply_faults' test and product, row by row
+def schedule_step(cfg, st):
+    """The fault-schedule change due now (``fs[FS_NEXT_SCHED]``), applied as the loop's
+    :func:`on_schedule` would (the same products in the same order, then the next change
+    armed), for a schedule with no crashing row. In Python: a handful of rows per
+    change, where compiling ``on_schedule`` for Python would cost a cold start ~3 s, and
+    the stretch around the change may then run in a lean loop (``plain`` at t = 0,
+    ``mitigated`` at any time) instead of the general one. A schedule that crashes
+    nodes is the general kernel's (a crash ends the jobs on the node)."""
+    ff, fi, nf, ni = cfg.fault_f, cfg.fault_i, st.node_f, st.node_i
+    if fi[:, 1].any():
+        raise ValueError("schedule_step: a crashing fault is the general kernel's")
+    t = st.fs[FS_NEXT_SCHED]
+    n = nf.shape[0]
+    err, slow, wrong = np.zeros(n), np.ones(n), np.zeros(n)
+    for f in range(ff.shape[0]):  # apply_faults' test and products, row by row
         node = fi[f, 0]
-        if ff[f, 0] <= 0.0 < ff[f, 1] and (ff[f, 0] > nf[node, NF_REPAIRED_AT] or fi[f, 2] != 0):
+        if ff[f, 0] <= t < ff[f, 1] and (ff[f, 0] > nf[node, NF_REPAIRED_AT] or fi[f, 2] != 0):
+            err[node] = 1.0 - (1.0 - err[node]) * (1.0 - ff[f, 2])
             slow[node] *= ff[f, 3]
+            wrong[node] = 1.0 - (1.0 - wrong[node]) * (1.0 - ff[f, 4])
+    nf[:, NF_ERR_RATE] = err
     nf[:, NF_SLOWDOWN] = slow
-    nf[:, NF_ERR_RATE] = 0.0
-    nf[:, NF_WRONG_RATE] = 0.0
+    nf[:, NF_WRONG_RATE] = wrong
+    ni[:, NI_CRASHED] = 0
     pos = st.is_[IS_SCHED_POS] + 1  # on_schedule's step to the next change
     st.is_[IS_SCHED_POS] = pos
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[pos] if pos < cfg.sched_t.shape[0] else np.inf
+
+
+def schedule_at_start(cfg, st):
+    """A schedule change due at t = 0 with no crashing row, applied before the first
+    kernel call (:func:`schedule_step`): a scaled fleet (``fleet.service_scale``, slow
+    faults) then starts in the plain loop, a fleet with error faults from t = 0 in the
+    mitigated one, and neither compiles the general kernel for that one step."""
+    if st.fs[FS_NEXT_SCHED] <= 0.0 and not cfg.fault_i[:, 1].any():
+        schedule_step(cfg, st)
 
 
 def start(cfg, st):
@@ -765,7 +779,7 @@ def start(cfg, st):
     else:
         st.fs[FS_NEXT_ARRIVAL] = next_arrival(st.rng, rmax, const, cfg.rate_t, cfg.rate_v, 0.0)
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[0] if cfg.sched_t.shape[0] > 0 else np.inf
-    slowdowns_at_start(cfg, st)
+    schedule_at_start(cfg, st)
     rate = cfg.cfg_f[CF_PROBE_RATE]  # no probes (most runs): next_probe is inf, no draw,
     # and not compiled for nothing (the plain loop never calls it)
     st.fs[FS_NEXT_PROBE] = next_probe(st.rng, rate, st.node_i.shape[0], 0.0) if rate > 0.0 \

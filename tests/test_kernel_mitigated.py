@@ -1,0 +1,334 @@
+"""The lean mitigated loop (relakit.sim.mitigated) changes speed, never results.
+
+Each scenario runs through the kernels ``Fleet.advance`` picks (plain, mitigated,
+general) and through the general kernel alone, in several calls: every state and
+output array must be identical, bit for bit, but one event's scratch arrays
+(``plain.SCRATCH``) and the user rows the mitigated loop leaves unwritten for
+requests that ended in it (``mitigated.LEAN_USER``: compared on the live rows and the
+generation column). Each also checks that the mitigated loop really ran, and that the
+mechanisms it stands in for did something, so the equality is not vacuous.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import make_scenario
+from test_kernel_specialised import LEAN_POOLS, _variable_types
+
+from relakit.scenario import load_scenario
+from relakit.sim import fleet as fleet_module
+from relakit.sim import kernel as K
+from relakit.sim import mitigated as M
+from relakit.sim import plain as P
+from relakit.sim.fleet import Fleet
+
+general_advance = K.advance
+
+
+@pytest.fixture(autouse=True)
+def _numba_loops(monkeypatch):
+    monkeypatch.setenv("RELAKIT_AOT", "0")  # numba's plain loops (see test_kernel_specialised)
+
+
+def _errors(nodes, rate=0.02):
+    return [{"node": n, "start_s": 0, "end_s": 100, "error_rate": rate} for n in range(nodes)]
+
+
+def _m_fleet():  # the bench's set: hedge after ~p95 cancelling queued losers, a budget
+    sc = make_scenario(rate=1300, duration=20, nodes=4, servers=4, deadline_ms=60, warmup=2,
+                       faults=_errors(4), tiers={"gold": 0.2, "silver": 0.3, "bronze": 0.5})
+    sc["metrics"]["phase_s"] = [0.0, 0.1, 0.2, 0.3]
+    sc["controls"] = {"hedge_enabled": True}
+    sc["mitigations"] = {"hedge": {"delay_ms": 25, "cancel": "queued"},
+                         "retries": {"max_attempts": 3, "budget_ratio": 0.2}}
+    return sc
+
+
+def _m_started():  # cancel started copies, two hedges, wrong answers, lognormal demand
+    sc = make_scenario(rate=1500, duration=20, nodes=5, servers=4, deadline_ms=40,
+                       service={"kind": "lognormal", "mean_ms": 10, "cv": 1.5},
+                       faults=[{"node": 1, "start_s": 0, "end_s": 100, "wrong_rate": 0.1,
+                                "error_rate": 0.05}])
+    sc["controls"] = {"hedge_enabled": True}
+    sc["mitigations"] = {"hedge": {"delay_ms": 15, "cancel": "started", "max_hedges": 2},
+                         "retries": {"max_attempts": 2}}
+    return sc
+
+
+def _m_never():  # losers never cancelled, retries with jitter and no budget, p2c, Pareto
+    sc = make_scenario(rate=1200, duration=20, nodes=4, servers=4, deadline_ms=50,
+                       routing="p2c", service={"kind": "pareto", "mean_ms": 10, "alpha": 2.5},
+                       faults=_errors(4, 0.03))
+    sc["controls"] = {"hedge_enabled": True}
+    sc["mitigations"] = {"hedge": {"delay_ms": 30, "cancel": "never"},
+                         "retries": {"max_attempts": 4, "jitter": True, "backoff_ms": 5}}
+    return sc
+
+
+def _m_schedule():  # faults that start and end mid-run (one at a call's end), JSQ routing
+    sc = make_scenario(rate=1200, duration=20, nodes=4, servers=4, deadline_ms=60,
+                       routing="jsq",
+                       faults=[{"node": 1, "start_s": 3, "end_s": 9, "error_rate": 0.3,
+                                "wrong_rate": 0.1},
+                               {"node": 2, "start_s": 0, "end_s": 12.5, "slowdown": 2.0},
+                               {"node": 0, "start_s": 5, "end_s": 15, "error_rate": 0.05}])
+    sc["controls"] = {"hedge_enabled": True}
+    sc["mitigations"] = {"hedge": {"delay_ms": 20},
+                         "retries": {"max_attempts": 3, "budget_ratio": 0.3}}
+    return sc
+
+
+def _m_trace():  # deadlines and retries only: trace arrivals (thinning), round robin,
+    # baseline error rates (schedule rows no repair clears)
+    sc = make_scenario(rate=1, duration=20, nodes=4, servers=4, deadline_ms=40,
+                       routing="round_robin",
+                       arrival={"kind": "trace", "points": [[0, 500], [10, 1800], [20, 800]]})
+    sc["fleet"]["baseline_error_rate"] = [0.0, 0.05, 0.0, 0.1]
+    sc["mitigations"] = {"retries": {"max_attempts": 3}}
+    return sc
+
+
+def _m_single():  # one node: hedging on but nowhere to hedge to; weighted tiers
+    sc = make_scenario(rate=700, duration=20, servers=8, deadline_ms=30, faults=_errors(1),
+                       tiers={"gold": 0.5, "silver": 0.0, "bronze": 0.5})
+    sc["controls"] = {"hedge_enabled": True}
+    sc["mitigations"] = {"hedge": {"delay_ms": 20}, "retries": {"max_attempts": 2}}
+    return sc
+
+
+def _m_weighted():  # random routing over unequal weights, one node never chosen
+    sc = make_scenario(rate=1000, duration=20, nodes=4, servers=4, deadline_ms=60,
+                       weights=[1, 2, 0, 1], faults=_errors(4))
+    sc["controls"] = {"hedge_enabled": True}
+    sc["mitigations"] = {"hedge": {"delay_ms": 20}}
+    return sc
+
+
+def _run(sc, specialise, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeypatch=None):
+    """A fleet advanced in steps through the kernels Fleet picks (specialise=True) or the
+    general kernel throughout; returns it and how many calls went to each."""
+    calls = {"plain": 0, "mitigated": 0, "general": 0}
+    fleet = Fleet(load_scenario(sc), record_requests=records)
+
+    def counting(kernel, name):
+        def run(*args):
+            calls[name] += 1
+            return kernel(*args)
+        return run
+
+    monkeypatch.setattr(Fleet, "specialise", specialise)
+    monkeypatch.setattr(fleet_module, "run_plain", counting(P.run_plain, "plain"))
+    monkeypatch.setattr(fleet_module, "run_mitigated", counting(M.run_mitigated, "mitigated"))
+    monkeypatch.setattr(K, "advance", counting(general_advance, "general"))
+    for t in steps:
+        fleet.advance(t)
+        if between is not None:
+            between(fleet, t)
+    return fleet, calls
+
+
+def _assert_same(a, b, simple=False):
+    """Every array of the state and the outputs equal, bit for bit, but the scratch ones
+    and the user rows of requests that ended in the mitigated loop (free rows); with
+    ``simple`` (the simple plain loop ran too), the call rows likewise (plain.LEAN_CALL)."""
+    lean = ("usr_i", "usr_f", "call_i", "call_f") if simple else ("usr_i", "usr_f")
+    for part in ("st", "out"):
+        x, y = getattr(a, part), getattr(b, part)
+        for name in x._fields:
+            if name in P.SCRATCH:
+                continue
+            xa, ya = getattr(x, name), getattr(y, name)
+            if name in lean:
+                pool, n_free, gen = LEAN_POOLS[name]
+                free = getattr(a.st, pool)[: a.st.is_[n_free]]
+                np.testing.assert_array_equal(free, getattr(b.st, pool)[: b.st.is_[n_free]])
+                live = np.setdiff1d(np.arange(xa.shape[0]), free)
+                assert live.size > 0  # (not vacuous: requests in flight at the end)
+                np.testing.assert_array_equal(xa[live], ya[live], err_msg=name)
+                if gen is not None:
+                    np.testing.assert_array_equal(xa[:, gen], ya[:, gen], err_msg=name)
+            else:
+                np.testing.assert_array_equal(xa, ya, err_msg=name)
+
+
+@pytest.mark.parametrize("records", [True, False], ids=["records", "no-records"])
+@pytest.mark.parametrize("make", [_m_fleet, _m_started, _m_never, _m_schedule, _m_trace,
+                                  _m_single, _m_weighted],
+                         ids=["fleet-tiers-budget", "cancel-started-2-hedges-wrong",
+                              "cancel-never-jitter-p2c", "schedule-jsq", "trace-round-robin",
+                              "single-node", "weighted-random"])
+def test_mitigated_loop_equals_general(make, records, monkeypatch):
+    sc = make()
+    fast, used = _run(sc, True, records, monkeypatch=monkeypatch)
+    general, used_general = _run(sc, False, records, monkeypatch=monkeypatch)
+    assert used["general"] == 0 and used["plain"] == 0 and used["mitigated"] >= 3
+    assert used_general["mitigated"] == 0
+    assert fast.n_arrived > 10_000
+    fc = fast.st.fleet_c
+    if sc.get("controls", {}).get("hedge_enabled") and sc["fleet"]["nodes"] > 1:
+        assert fc[K.F_HEDGES] > 100 and fc[K.F_HEDGES_WON] > 0
+    if "retries" in sc.get("mitigations", {}):
+        assert fc[K.F_RETRIES] > 0
+    assert fast.st.cnt[:, :, K.ERROR].sum() > 0 and fast.st.cnt[:, :, K.TIMEOUT].sum() > 0
+    _assert_same(fast, general)
+    if records:  # the records are the user requests, one row each
+        assert fast.st.is_[K.IS_NREC] > 0.99 * fast.n_arrived - fast.users_in_flight
+
+
+def test_mitigated_scenarios_meet_what_they_are_for(monkeypatch):
+    """The scenarios above exercise the paths they name (so their equality means it)."""
+    started, _ = _run(_m_started(), True, monkeypatch=monkeypatch)
+    assert started.st.node_c[:, K.NC_CANCELLED].sum() > 0  # started copies stopped
+    assert started.st.node_c[1, K.NC_WRONG] > 0
+    never, _ = _run(_m_never(), True, monkeypatch=monkeypatch)
+    assert never.st.node_c[:, K.NC_CANCELLED].sum() == 0
+    fleet, _ = _run(_m_fleet(), True, monkeypatch=monkeypatch)
+    assert fleet.st.fleet_c[K.F_RETRIES_DENIED] > 0  # the budget said no
+    assert fleet.st.node_c[:, K.NC_CANCELLED].sum() > 0  # queued losers cancelled
+    sched, _ = _run(_m_schedule(), True, monkeypatch=monkeypatch)
+    assert sched.st.is_[K.IS_SCHED_POS] == len(sched.cfg.sched_t)  # every change applied
+    assert sched.st.node_f[2, K.NF_SLOWDOWN] == 1.0 and sched.st.node_f[1, K.NF_ERR_RATE] == 0
+
+
+def test_kernels_hand_over_mid_run(monkeypatch):
+    """Plain, mitigated and general stretches in one run: hedging switched on (mitigated),
+    a node capped (general: an intake limit), the cap lifted (mitigated once the general
+    kernel's leftovers allow), hedging off (plain once the last hedge drained), a node
+    isolated without failover, and on again; the run equals the general one."""
+    sc = make_scenario(rate=1400, duration=40, nodes=4, servers=4)  # plain while hedging is off
+    sc["mitigations"] = {"hedge": {"delay_ms": 15, "cancel": "queued"}}
+
+    def flip(fleet, t):
+        if t == 5.0:
+            fleet.set_flags(hedge_enabled=True)
+        elif t == 10.0:
+            fleet.set_node_controls(1, intake_limit=3)
+        elif t == 15.0:
+            fleet.set_node_controls(1, intake_limit=None)
+        elif t == 25.0:
+            fleet.set_flags(hedge_enabled=False)
+        elif t == 30.0:
+            fleet.set_flags(hedge_enabled=True)
+            fleet.set_node_controls(2, routable=False)
+
+    steps = (5.0, 10.0, 15.0, 15.5, 20.0, 25.0, 25.5, 30.0, 35.0, 40.0)
+    fast, used = _run(sc, True, steps=steps, between=flip, monkeypatch=monkeypatch)
+    general, _ = _run(sc, False, steps=steps, between=flip, monkeypatch=monkeypatch)
+    assert used["plain"] >= 2 and used["mitigated"] >= 3 and used["general"] >= 1
+    assert fast.st.fleet_c[K.F_HEDGES] > 0
+    _assert_same(fast, general, simple=True)
+
+
+def test_a_repair_between_calls_hands_over(monkeypatch):
+    """A repair (Python, between calls) clears a fault that began before it; the schedule's
+    later changes, applied by the mitigated loop's Python step, honour it as the general
+    kernel's on_schedule does."""
+    sc = make_scenario(rate=1200, duration=20, nodes=3, servers=4, deadline_ms=60,
+                       faults=[{"node": 0, "start_s": 2, "end_s": 14, "error_rate": 0.4},
+                               {"node": 0, "start_s": 9, "end_s": 16, "slowdown": 1.5}])
+    sc["mitigations"] = {"retries": {"max_attempts": 3}}
+
+    def mend(fleet, t):
+        if t == 6.0:
+            fleet.repair(0)
+
+    steps = (6.0, 12.0, 20.0)
+    fast, used = _run(sc, True, steps=steps, between=mend, monkeypatch=monkeypatch)
+    general, _ = _run(sc, False, steps=steps, between=mend, monkeypatch=monkeypatch)
+    assert used["mitigated"] >= 3 and used["general"] == 0
+    _assert_same(fast, general)
+
+
+def test_mitigated_ok_says_no_to_what_only_the_general_kernel_runs():
+    ok = Fleet(load_scenario(_m_fleet()))
+    assert M.mitigated_ok(ok.cfg, ok.st)
+    plain = Fleet(load_scenario(make_scenario(rate=100, duration=5)))
+    assert not M.mitigated_ok(plain.cfg, plain.st)  # no mechanism: the plain loop's
+    sc = _m_fleet()
+    sc["workload"]["fanout"] = 2
+    assert not M.mitigated_ok(*_cfg_st(sc))  # fan-out
+    sc = _m_fleet()
+    sc["mitigations"]["hedge"] = {"delay_quantile": 0.95}
+    assert not M.mitigated_ok(*_cfg_st(sc))  # an adaptive hedge delay
+    sc = _m_fleet()
+    sc["faults"] = [{"node": 0, "start_s": 3, "end_s": 5, "crash": True}]
+    assert not M.mitigated_ok(*_cfg_st(sc))  # a crash (intake)
+    sc = _m_fleet()
+    sc["fleet"]["queue_limit"] = 10
+    assert not M.mitigated_ok(*_cfg_st(sc))  # a queue limit (intake)
+    fleet = Fleet(load_scenario(_m_fleet()))
+    fleet.set_node_controls([0, 1, 2, 3], routable=False)
+    assert not M.mitigated_ok(fleet.cfg, fleet.st)  # no node to send to
+    fleet = Fleet(load_scenario(_m_fleet()))
+    fleet.set_flags(shed_bronze=True)
+    assert not M.mitigated_ok(fleet.cfg, fleet.st)
+    fleet = Fleet(load_scenario(_m_fleet()))
+    fleet.set_flags(degraded_mode=True)
+    assert not M.mitigated_ok(fleet.cfg, fleet.st)
+
+
+def _cfg_st(sc):
+    fleet = Fleet(load_scenario(sc))
+    return fleet.cfg, fleet.st
+
+
+def test_a_schedule_without_crashes_due_at_start_is_applied_in_python(monkeypatch):
+    """kernel.schedule_at_start applies a crash-free change due at t = 0 (errors, wrong
+    answers, slowdowns, baselines) before the first call: the node and schedule state
+    equal the compiled on_schedule's, bit for bit; a crashing schedule is left to the
+    loop."""
+    sc = _m_schedule()
+    sc["fleet"]["baseline_error_rate"] = 0.01
+    sc["fleet"]["service_scale"] = [1.0, 1.5, 0.7, 1.0]
+    sc["faults"].append({"node": 3, "start_s": 0, "end_s": 4, "wrong_rate": 0.2})
+    fast = Fleet(load_scenario(sc))
+    monkeypatch.setattr(K, "schedule_at_start", lambda cfg, st: None)
+    looped = Fleet(load_scenario(sc))
+    assert looped.st.fs[K.FS_NEXT_SCHED] == 0.0  # left to the loop's step
+    K.on_schedule(looped.cfg, looped.st, 0.0)
+    assert fast.st.node_f[2, K.NF_SLOWDOWN] == 0.7 * 2 and fast.st.fs[K.FS_NEXT_SCHED] == 3.0
+    assert fast.st.node_f[3, K.NF_WRONG_RATE] == pytest.approx(0.2)
+    for name in ("node_f", "node_i", "is_", "fs"):
+        np.testing.assert_array_equal(getattr(fast.st, name), getattr(looped.st, name),
+                                      err_msg=name)
+    monkeypatch.undo()
+    sc["faults"].append({"node": 0, "start_s": 0, "end_s": 2, "crash": True})
+    crashing = Fleet(load_scenario(sc))
+    assert crashing.st.fs[K.FS_NEXT_SCHED] == 0.0  # the general kernel's
+    with pytest.raises(ValueError, match="crashing fault"):
+        K.schedule_step(crashing.cfg, crashing.st)
+
+
+# the loop's row indices: unsigned, so that numba adds no negative-index fix-up
+ROW_INDICES = ("j", "jj", "node", "c", "u", "hi", "hp", "parent", "un", "r", "ident", "send_c",
+               "send_node", "res_c", "res_job", "fin_u", "fin_tier", "fin_o")
+
+
+def test_the_loops_integers_stay_integers_and_index_rows_unsigned(monkeypatch):
+    """As for the plain loops (test_kernel_specialised): no variable is typed both float
+    and integer (an int64 meeting a uint64 becomes a float64 in numba, without a word),
+    and the row indices are unsigned."""
+    _run(_m_fleet(), True, steps=(2.0,), monkeypatch=monkeypatch)
+    types = _variable_types(M.advance_mitigated)
+    assert len(types) > 100 and {"t", "j", "node", "tail"} <= set(types)  # (parsed)
+    mixed = {v: ts for v, ts in types.items()
+             if "float64" in ts and any(t.startswith(("int", "uint", "Literal[int]")) for t in ts)}
+    assert not mixed, f"variables typed both float and integer: {mixed}"
+    for v in ROW_INDICES:
+        assert v in types, v
+        assert types[v] <= {"uint64"}, f"row index {v} typed {types[v]}"
+
+
+def test_mitigated_loop_parameters_are_the_named_fields():
+    import inspect
+
+    params = list(inspect.signature(M.advance_mitigated.py_func).parameters)
+    names = [*M.CFG_ARGS, *M.STATE_ARGS, *M.OUT_ARGS, "t_end"]
+    assert len(params) == len(names)
+    for field in M.CFG_ARGS:
+        assert field in K.Config._fields
+    for field in M.STATE_ARGS:
+        assert field in K.State._fields
+    for field in M.OUT_ARGS:
+        assert field in K.Output._fields
