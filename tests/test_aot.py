@@ -1,5 +1,6 @@
-"""The plain loops compiled ahead of time (relakit.sim.aot): built by ``make setup``,
-the same results as numba's bit for bit, a plain run without numba, never stale."""
+"""The plain and mitigated loops compiled ahead of time (relakit.sim.aot): built by
+``make setup``, the same results as numba's bit for bit, such a run without numba,
+never stale."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from test_kernel_mitigated import _m_fleet, _m_schedule, _m_started
 from test_kernel_specialised import (
     _p_fleet,
     _p_jsq,
@@ -24,11 +26,13 @@ from test_kernel_specialised import (
 
 from relakit.scenario import load_scenario
 from relakit.sim import aot
+from relakit.sim import mitigated as M
 from relakit.sim import plain as P
 from relakit.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOPS = P.loops  # (the tests below wrap it)
+LOOP = M.loop
 
 
 def test_make_setup_built_the_loops_for_these_sources():
@@ -39,6 +43,7 @@ def test_make_setup_built_the_loops_for_these_sources():
     assert module is not None and Path(module.__file__) == path
     simple, general = P.loops()
     assert simple == module.advance_plain_simple and general == module.advance_plain
+    assert M.loop() == module.advance_mitigated
 
 
 def _fleet(sc, use_aot: bool, monkeypatch, records=True, steps=(5.0, 12.5, 20.0)):
@@ -138,6 +143,7 @@ def test_a_build_for_other_sources_is_never_loaded(monkeypatch):
     monkeypatch.setattr(aot, "digest", lambda: "0123456789ab")
     assert aot.built_path() is None and aot.load() is None
     assert P.loops() == (P.advance_plain_simple, P.advance_plain)
+    assert M.loop() is M.advance_mitigated
 
 
 def test_a_failed_build_leaves_nothing_and_a_good_one_replaces_the_old(monkeypatch, tmp_path):
@@ -156,17 +162,63 @@ def test_a_failed_build_leaves_nothing_and_a_good_one_replaces_the_old(monkeypat
         (Path(self.output_dir) / f"{self.name}.so").write_bytes(b"half")
         raise RuntimeError("the linker failed")
 
-    exports = {"twice": SimpleNamespace(py_func=lambda x: 2 * x)}
+    exports = {"twice": (SimpleNamespace(py_func=lambda x: 2 * x), "int64(int64)")}
     monkeypatch.setattr(CC, "compile", failing)
     with pytest.raises(RuntimeError, match="linker"):
-        aot.build(exports, "int64(int64)")
+        aot.build(exports)
     assert sorted(p.name for p in tmp_path.iterdir()) == [old.name]  # no half file, no temp dir
 
     def compiling(self):
         (Path(self.output_dir) / f"{self.name}.so").write_bytes(b"a build")
 
     monkeypatch.setattr(CC, "compile", compiling)
-    path = aot.build(exports, "int64(int64)")
-    assert path == tmp_path / "plain_fedcba987654.so" and path.read_bytes() == b"a build"
+    path = aot.build(exports)
+    assert path == tmp_path / "loops_fedcba987654.so" and path.read_bytes() == b"a build"
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # the old one deleted
-    assert aot.build(exports, "int64(int64)") == path  # built: a no-op
+    assert aot.build(exports) == path  # built: a no-op
+
+
+@pytest.mark.parametrize("make", [_m_fleet, _m_started, _m_schedule],
+                         ids=["fleet-tiers-budget", "cancel-started-2-hedges-wrong",
+                              "schedule-jsq"])
+def test_built_mitigated_loop_equals_numbas_bit_for_bit(make, monkeypatch):
+    sc = make()
+    module = aot.load()
+    used = []
+
+    def spying():
+        fn = LOOP()
+        used.append(fn)
+        return fn
+
+    monkeypatch.setattr(M, "loop", spying)
+    runs = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("RELAKIT_AOT", flag)
+        fleet = Fleet(load_scenario(sc))
+        for t in (5.0, 12.5, 20.0):
+            fleet.advance(t)
+        runs[flag] = fleet
+    assert used[0] == module.advance_mitigated and used[-1] is M.advance_mitigated
+    assert runs["1"].n_arrived > 10_000
+    for part in ("st", "out"):
+        x, y = getattr(runs["1"], part), getattr(runs["0"], part)
+        for name in x._fields:
+            if name in P.SCRATCH:
+                continue
+            np.testing.assert_array_equal(getattr(x, name), getattr(y, name), err_msg=name)
+
+
+def test_a_mitigated_run_imports_no_numba_with_the_built_loops():
+    """Hedging, deadlines, retries with a budget and error faults that start and end
+    mid-run (applied in Python): no numba, no scipy, with the build."""
+    run = PLAIN_RUN.replace("'duration_s': 2,", """'duration_s': 2,
+        'controls': {'hedge_enabled': True},
+        'mitigations': {'hedge': {'delay_ms': 20},
+                        'retries': {'max_attempts': 3, 'budget_ratio': 0.1}},
+        'faults': [{'node': 1, 'start_s': 0.5, 'end_s': 1.5, 'error_rate': 0.2}],""").replace(
+        "'rate_rps': 700}}", "'rate_rps': 700}, 'deadline_ms': 50}")
+    assert run != PLAIN_RUN
+    out = subprocess.run([sys.executable, "-c", run], env=dict(os.environ, RELAKIT_AOT="1"),
+                         cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
+    assert int(out[0]) > 1000 and out[1:] == ["False", "False"], out

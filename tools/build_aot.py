@@ -1,9 +1,10 @@
-"""Compile the plain loops ahead of time (``make setup`` runs it after warming the
-kernel cache; relakit.sim.aot says why and how). A no-op when the build for the
-current sources is on disk; ``--force`` rebuilds.
+"""Compile the plain and mitigated loops ahead of time (``make setup`` runs it after
+warming the kernel cache; relakit.sim.aot says why and how). A no-op when the build
+for the current sources is on disk; ``--force`` rebuilds.
 
-The loops' argument types are numba's own, from a small plain run through numba's
-loops (loaded from the warm cache): every scenario gives them the same types."""
+The loops' argument types are numba's own, from a small plain and a small mitigated
+run through numba's loops (loaded from the warm cache): every scenario gives them the
+same types."""
 
 from __future__ import annotations
 
@@ -12,17 +13,16 @@ import sys
 import time
 from pathlib import Path
 
-from warm_kernel_cache import PLAIN  # (tools/: the warm cache's plain scenario)
+from warm_kernel_cache import MITIGATED, PLAIN  # (tools/: the warm cache's scenarios)
 
 import relakit
-from relakit.sim import aot, plain
+from relakit.sim import aot, mitigated, plain
 
 
-def signature():
-    """The plain loops' full signature, as numba types them."""
+def signature(loop, scenario):
+    """A loop's full signature, as numba types it in a run of ``scenario``."""
     os.environ["RELAKIT_AOT"] = "0"  # (this process only: numba's loops, to type them)
-    relakit.simulate(PLAIN, record_requests=False)
-    loop = plain.advance_plain_simple
+    relakit.simulate(scenario, record_requests=False)
     return loop.overloads[loop.signatures[0]].signature
 
 
@@ -31,11 +31,15 @@ def main() -> None:
     force = "--force" in sys.argv[1:]
     if aot.built_path() is not None and not force:
         return
-    path = aot.build({"advance_plain_simple": plain.advance_plain_simple,
-                      "advance_plain": plain.advance_plain}, signature(), force=force)
+    plain_sig = signature(plain.advance_plain_simple, PLAIN)
+    mitigated_sig = signature(mitigated.advance_mitigated, MITIGATED)
+    path = aot.build({"advance_plain_simple": (plain.advance_plain_simple, plain_sig),
+                      "advance_plain": (plain.advance_plain, plain_sig),
+                      "advance_mitigated": (mitigated.advance_mitigated, mitigated_sig)},
+                     force=force)
     if path is not None:
         root = Path(aot.__file__).parents[2]
-        print(f"plain loops compiled ahead of time: {path.relative_to(root)} "
+        print(f"plain and mitigated loops compiled ahead of time: {path.relative_to(root)} "
               f"({time.perf_counter() - t:.1f} s)")
 
 

@@ -1,4 +1,4 @@
-"""The plain loops compiled ahead of time: a plain run that never imports numba.
+"""The plain and mitigated loops compiled ahead of time: such a run never imports numba.
 
 Why: a warm start (a fresh process loading the cached kernels: every test, sweep
 worker, notebook kernel and CLI call) spent most of its time on numba itself, not
@@ -6,23 +6,23 @@ on relakit. Measured here (2-core VM, fresh processes, 3 runs): numpy 0.13 s,
 polars 0.25 s, ``import numba`` 0.34 s, numba's CPU target set-up 0.54 s (its
 lowering registries, and scipy.linalg, imported by ``numba.np.arraymath`` to look
 for a BLAS), loading the cached loop 0.04 s, the run itself 0.01 s. numba's
-``pycc`` compiles the two plain loops (:mod:`relakit.sim.plain`) into a CPython
-extension module that needs no numba to load (numpy only): ``make setup`` builds
-it (``tools/build_aot.py``) after warming numba's cache, and
-:func:`relakit.sim.plain.loops` calls it when it is there. Everything else (the
-general kernel, the helpers Python calls for varying rates and probes, the
-controller's step) stays numba's and is compiled or loaded on first use, numba
-imported then (:mod:`relakit.jit`).
+``pycc`` compiles the two plain loops (:mod:`relakit.sim.plain`) and the lean
+mitigated loop (:mod:`relakit.sim.mitigated`) into a CPython extension module that
+needs no numba to load (numpy only): ``make setup`` builds it
+(``tools/build_aot.py``) after warming numba's cache, and
+:func:`relakit.sim.plain.loops` and :func:`relakit.sim.mitigated.loop` call it when it
+is there. Everything else (the general kernel, the helpers Python calls for varying
+rates and probes, the controller's step) stays numba's and is compiled or loaded on
+first use, numba imported then (:mod:`relakit.jit`).
 
 Same code, same results: the module is compiled from the very functions numba
-compiles (the plain loops' ``py_func``, their SIMPLE constant and digest-named
-copies included), for the argument types numba gives them; only the loops'
-compile flags are not applied (pycc has its own pipeline): not ``noalias``, and
-division by zero is Python's error model rather than numpy's (the loops divide
-only by validated positive quantities and constants). Built with both flags, and
-for the host CPU, the loops ran no faster (A/B, 7 rounds: M/M/8 0.98-1.01x, 50
-nodes 1.00-1.01x). ``tests/test_aot.py`` compares every output array of both on
-several scenarios, bit for bit.
+compiles (the loops' ``py_func``, their SIMPLE constant and digest-named copies
+included), for the argument types numba gives them, with numba's compile flags
+for them (``noalias`` and numpy's error model: pycc's own pipeline sets neither, so
+:func:`build` hands them to it, see :func:`_loop_flags`). The plain loops ran no
+faster with them (A/B, 7 rounds: M/M/8 0.98-1.01x, 50 nodes 1.00-1.01x); the
+mitigated loop runs 2.6 % faster with ``noalias`` under numba. ``tests/test_aot.py``
+compares every output array of both on several scenarios, bit for bit.
 
 Never stale: the module's name carries a digest of every file its code comes from
 (:data:`SOURCES`); an edit is a new name, so an old build is never loaded (and the
@@ -55,8 +55,10 @@ HERE = Path(__file__).parent
 #: where builds live (one per digest; not in git)
 BUILD_DIR = HERE / "_aot"
 #: the files the compiled loops' code comes from (relative to relakit/sim): what every
-#: kernel inlines, the loops' own file, and how they are decorated and built
-SOURCES = (*cachename.INLINED, "plain.py", "aot.py", "../jit.py")
+#: kernel inlines, the loops' own files, and how they are decorated and built
+SOURCES = (*cachename.INLINED, "plain.py", "mitigated.py", "aot.py", "../jit.py")
+#: the prefixes of a build's file name, this one's first (older builds were "plain_")
+PREFIXES = ("loops_", "plain_")
 
 _loaded: dict = {}  # digest -> module (or None: not built)
 _LOCK = threading.Lock()
@@ -70,7 +72,7 @@ def digest() -> str:
 
 
 def module_name(dig: str | None = None) -> str:
-    return f"plain_{dig or digest()}"
+    return f"{PREFIXES[0]}{dig or digest()}"
 
 
 _SWITCH = {"1": True, "on": True, "true": True, "yes": True,
@@ -116,17 +118,17 @@ def load():
         return _loaded[dig]
 
 
-def build(exports: dict, signature, force: bool = False) -> Path | None:
-    """Compile ``exports`` (name: numba dispatcher, all of one ``signature``) into
-    ``_aot/plain_<digest>``; a no-op when that file is there (unless ``force``).
+def build(exports: dict, force: bool = False) -> Path | None:
+    """Compile ``exports`` (name: (numba dispatcher, signature)) into
+    ``_aot/loops_<digest>``; a no-op when that file is there (unless ``force``).
     Returns its path, or None without pycc or a C compiler (the numba loops then
-    run). ``tools/build_aot.py`` gives it the plain loops and their signature."""
+    run). ``tools/build_aot.py`` gives it the loops and their signatures."""
     dig = digest()
     done = built_path(dig)
     if done is not None and not force:
         return done
     if shutil.which(os.environ.get("CC", "cc")) is None and shutil.which("gcc") is None:
-        print("relakit: no C compiler (cc, gcc): the plain loops stay numba's (no AOT build)",
+        print("relakit: no C compiler (cc, gcc): the loops stay numba's (no AOT build)",
               file=sys.stderr)
         return None
     from relakit import jit
@@ -136,8 +138,9 @@ def build(exports: dict, signature, force: bool = False) -> Path | None:
         warnings.simplefilter("ignore")
         try:
             from numba.pycc import CC
+            from numba.pycc import compiler as pycc_compiler
         except ImportError:
-            print("relakit: this numba has no pycc: the plain loops stay numba's (no AOT build)",
+            print("relakit: this numba has no pycc: the loops stay numba's (no AOT build)",
                   file=sys.stderr)
             return None
 
@@ -146,13 +149,46 @@ def build(exports: dict, signature, force: bool = False) -> Path | None:
         cc = CC(module_name(dig))
         cc.output_dir = tmp
         cc.verbose = False
-        for name, dispatcher in exports.items():
+        for name, (dispatcher, signature) in exports.items():
             cc.export(name, signature)(dispatcher.py_func)
-        cc.compile()
+        with _loop_flags(pycc_compiler):
+            cc.compile()
         (out,) = Path(tmp).glob(f"{module_name(dig)}*")
         target = BUILD_DIR / out.name
         os.replace(out, target)
-    for old in BUILD_DIR.glob("plain_*"):
-        if old != target:
-            old.unlink()
+    for prefix in PREFIXES:
+        for old in BUILD_DIR.glob(f"{prefix}*"):
+            if old != target:
+                old.unlink()
     return target
+
+
+class _loop_flags:
+    """pycc compiling with the loops' numba flags: ``noalias`` (every array argument's
+    data marked noalias for LLVM; relakit.sim.plain says why that holds) and numpy's
+    error model. pycc makes its own ``Flags()`` inside ``compile()`` and takes no
+    options, so its module's ``Flags`` is swapped for the call's duration; a numba
+    whose pycc differs keeps its defaults (slower, the same numbers)."""
+
+    def __init__(self, module):
+        self.module = module
+        self.original = getattr(module, "Flags", None)
+
+    def __enter__(self):
+        original = self.original
+        if original is None:
+            return self
+
+        class LoopFlags(original):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                self.noalias = True
+                self.error_model = "numpy"
+
+        self.module.Flags = LoopFlags
+        return self
+
+    def __exit__(self, *exc):
+        if self.original is not None:
+            self.module.Flags = self.original
+        return False

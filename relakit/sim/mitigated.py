@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from relakit.jit import njit, register_jitable
+from relakit.sim import aot
 from relakit.sim import kernel as K
 from relakit.sim.cachename import digest_named
 from relakit.sim.kernel import (
@@ -126,7 +127,15 @@ def run_mitigated(cfg: K.Config, st: K.State, out: K.Output, t_end: float) -> in
     """:func:`advance_mitigated` called as the general kernel is: ``(cfg, st, out, t_end)``."""
     args = (*[getattr(cfg, a) for a in CFG_ARGS], *[getattr(st, a) for a in STATE_ARGS],
             *[getattr(out, a) for a in OUT_ARGS], t_end)
-    return advance_mitigated(*args)
+    return loop()(*args)
+
+
+def loop():
+    """The mitigated loop to call: the one compiled ahead of time for these sources
+    (:mod:`relakit.sim.aot`, built by ``make setup``) when on disk and not switched off
+    (``RELAKIT_AOT=0``), which spares a process numba altogether; else numba's."""
+    built = aot.load()
+    return advance_mitigated if built is None else built.advance_mitigated
 
 
 def advance_mitigated(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
