@@ -39,7 +39,7 @@ $(NUMBA_CACHE_DIR)/.warm: $(VENV)/.installed relakit/sim/kernel.py relakit/sim/p
 
 # the plain and mitigated loops compiled ahead of time (relakit.sim.aot: such a run then never
 # imports numba, ~0.9 s of every fresh process here); named by a digest of their sources, so an
-# edit rebuilds (~45 s) and an unchanged tree checks in ~0.1 s. After the warm cache: it types the loops from it
+# edit rebuilds (~42 s) and an unchanged tree checks in ~0.1 s. After the warm cache: it types the loops from it
 aot: $(NUMBA_CACHE_DIR)/.warm
 	$(BIN)/python tools/build_aot.py
 

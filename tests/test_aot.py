@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from test_kernel_mitigated import _m_fleet, _m_schedule, _m_started
+from test_kernel_mitigated import _m_fanout, _m_fleet, _m_schedule, _m_started
 from test_kernel_specialised import (
     _p_fleet,
     _p_jsq,
@@ -32,7 +32,7 @@ from relakit.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOPS = P.loops  # (the tests below wrap it)
-LOOP = M.loop
+MITIGATED_LOOPS = M.loops
 
 
 def test_make_setup_built_the_loops_for_these_sources():
@@ -43,7 +43,7 @@ def test_make_setup_built_the_loops_for_these_sources():
     assert module is not None and Path(module.__file__) == path
     simple, general = P.loops()
     assert simple == module.advance_plain_simple and general == module.advance_plain
-    assert M.loop() == module.advance_mitigated
+    assert M.loops() == (module.advance_mitigated, module.advance_mitigated_fanout)
 
 
 def _fleet(sc, use_aot: bool, monkeypatch, records=True, steps=(5.0, 12.5, 20.0)):
@@ -143,7 +143,7 @@ def test_a_build_for_other_sources_is_never_loaded(monkeypatch):
     monkeypatch.setattr(aot, "digest", lambda: "0123456789ab")
     assert aot.built_path() is None and aot.load() is None
     assert P.loops() == (P.advance_plain_simple, P.advance_plain)
-    assert M.loop() is M.advance_mitigated
+    assert M.loops() == (M.advance_mitigated, M.advance_mitigated_fanout)
 
 
 def test_a_failed_build_leaves_nothing_and_a_good_one_replaces_the_old(monkeypatch, tmp_path):
@@ -178,20 +178,20 @@ def test_a_failed_build_leaves_nothing_and_a_good_one_replaces_the_old(monkeypat
     assert aot.build(exports) == path  # built: a no-op
 
 
-@pytest.mark.parametrize("make", [_m_fleet, _m_started, _m_schedule],
+@pytest.mark.parametrize("make", [_m_fleet, _m_started, _m_schedule, _m_fanout],
                          ids=["fleet-tiers-budget", "cancel-started-2-hedges-wrong",
-                              "schedule-jsq"])
+                              "schedule-jsq", "fanout-3-tiers-budget"])
 def test_built_mitigated_loop_equals_numbas_bit_for_bit(make, monkeypatch):
     sc = make()
     module = aot.load()
     used = []
 
     def spying():
-        fn = LOOP()
-        used.append(fn)
-        return fn
+        pair = MITIGATED_LOOPS()
+        used.append(pair)
+        return pair
 
-    monkeypatch.setattr(M, "loop", spying)
+    monkeypatch.setattr(M, "loops", spying)
     runs = {}
     for flag in ("1", "0"):
         monkeypatch.setenv("RELAKIT_AOT", flag)
@@ -199,8 +199,9 @@ def test_built_mitigated_loop_equals_numbas_bit_for_bit(make, monkeypatch):
         for t in (5.0, 12.5, 20.0):
             fleet.advance(t)
         runs[flag] = fleet
-    assert used[0] == module.advance_mitigated and used[-1] is M.advance_mitigated
-    assert runs["1"].n_arrived > 10_000
+    assert used[0] == (module.advance_mitigated, module.advance_mitigated_fanout)
+    assert used[-1] == (M.advance_mitigated, M.advance_mitigated_fanout)
+    assert runs["1"].n_arrived > 5_000
     for part in ("st", "out"):
         x, y = getattr(runs["1"], part), getattr(runs["0"], part)
         for name in x._fields:

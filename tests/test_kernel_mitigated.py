@@ -105,10 +105,40 @@ def _m_weighted():  # random routing over unequal weights, one node never chosen
     return sc
 
 
+def _m_fanout():  # three calls to distinct nodes: the fan-out loop, tiers, a budget
+    sc = make_scenario(rate=450, duration=20, nodes=6, servers=4, fanout=3, deadline_ms=60,
+                       faults=_errors(6), tiers={"gold": 0.2, "silver": 0.3, "bronze": 0.5})
+    sc["controls"] = {"hedge_enabled": True}
+    sc["mitigations"] = {"hedge": {"delay_ms": 25, "cancel": "queued"},
+                         "retries": {"max_attempts": 3, "budget_ratio": 0.2}}
+    return sc
+
+
+def _m_fanout_p2c():  # fan-out 2 with p2c and unequal weights, cancel started, wrong
+    # answers and a schedule change mid-run, lognormal demand
+    sc = make_scenario(rate=600, duration=20, nodes=5, servers=4, fanout=2, deadline_ms=50,
+                       routing="p2c", weights=[1, 2, 1, 1, 2],
+                       service={"kind": "lognormal", "mean_ms": 10, "cv": 1.5},
+                       faults=[{"node": 1, "start_s": 4, "end_s": 11, "error_rate": 0.2,
+                                "wrong_rate": 0.1}])
+    sc["controls"] = {"hedge_enabled": True}
+    sc["mitigations"] = {"hedge": {"delay_ms": 20, "cancel": "started"},
+                         "retries": {"max_attempts": 2}}
+    return sc
+
+
+def _m_fanout_wide():  # a fan-out wider than the eligible nodes (k = 3 of 4, one weighted 0)
+    sc = make_scenario(rate=400, duration=20, nodes=4, servers=4, fanout=4, deadline_ms=60,
+                       weights=[1, 1, 0, 1], faults=_errors(4))
+    sc["controls"] = {"hedge_enabled": True}
+    sc["mitigations"] = {"hedge": {"delay_ms": 20, "cancel": "never"}}
+    return sc
+
+
 def _run(sc, specialise, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeypatch=None):
     """A fleet advanced in steps through the kernels Fleet picks (specialise=True) or the
     general kernel throughout; returns it and how many calls went to each."""
-    calls = {"plain": 0, "mitigated": 0, "general": 0}
+    calls = {"plain": 0, "mitigated": 0, "general": 0, "fanout": 0}
     fleet = Fleet(load_scenario(sc), record_requests=records)
 
     def counting(kernel, name):
@@ -121,6 +151,8 @@ def _run(sc, specialise, records=True, steps=(5.0, 12.5, 20.0), between=None, mo
     monkeypatch.setattr(fleet_module, "run_plain", counting(P.run_plain, "plain"))
     monkeypatch.setattr(fleet_module, "run_mitigated", counting(M.run_mitigated, "mitigated"))
     monkeypatch.setattr(K, "advance", counting(general_advance, "general"))
+    monkeypatch.setattr(M, "advance_mitigated_fanout",
+                        counting(M.advance_mitigated_fanout, "fanout"))
     for t in steps:
         fleet.advance(t)
         if between is not None:
@@ -154,17 +186,21 @@ def _assert_same(a, b, simple=False):
 
 @pytest.mark.parametrize("records", [True, False], ids=["records", "no-records"])
 @pytest.mark.parametrize("make", [_m_fleet, _m_started, _m_never, _m_schedule, _m_trace,
-                                  _m_single, _m_weighted],
+                                  _m_single, _m_weighted, _m_fanout, _m_fanout_p2c,
+                                  _m_fanout_wide],
                          ids=["fleet-tiers-budget", "cancel-started-2-hedges-wrong",
                               "cancel-never-jitter-p2c", "schedule-jsq", "trace-round-robin",
-                              "single-node", "weighted-random"])
+                              "single-node", "weighted-random", "fanout-3-tiers-budget",
+                              "fanout-2-p2c-started-schedule", "fanout-wider-than-nodes"])
 def test_mitigated_loop_equals_general(make, records, monkeypatch):
     sc = make()
     fast, used = _run(sc, True, records, monkeypatch=monkeypatch)
     general, used_general = _run(sc, False, records, monkeypatch=monkeypatch)
     assert used["general"] == 0 and used["plain"] == 0 and used["mitigated"] >= 3
     assert used_general["mitigated"] == 0
-    assert fast.n_arrived > 10_000
+    fanout = sc["workload"]["fanout"]
+    assert used["fanout"] == (used["mitigated"] if fanout > 1 else 0)  # the loop for it
+    assert fast.n_arrived > 5_000
     fc = fast.st.fleet_c
     if sc.get("controls", {}).get("hedge_enabled") and sc["fleet"]["nodes"] > 1:
         assert fc[K.F_HEDGES] > 100 and fc[K.F_HEDGES_WON] > 0
@@ -246,9 +282,6 @@ def test_mitigated_ok_says_no_to_what_only_the_general_kernel_runs():
     plain = Fleet(load_scenario(make_scenario(rate=100, duration=5)))
     assert not M.mitigated_ok(plain.cfg, plain.st)  # no mechanism: the plain loop's
     sc = _m_fleet()
-    sc["workload"]["fanout"] = 2
-    assert not M.mitigated_ok(*_cfg_st(sc))  # fan-out
-    sc = _m_fleet()
     sc["mitigations"]["hedge"] = {"delay_quantile": 0.95}
     assert not M.mitigated_ok(*_cfg_st(sc))  # an adaptive hedge delay
     sc = _m_fleet()
@@ -305,19 +338,22 @@ ROW_INDICES = ("j", "jj", "node", "c", "u", "hi", "hp", "parent", "un", "r", "id
                "send_node", "res_c", "res_job", "fin_u", "fin_tier", "fin_o")
 
 
-def test_the_loops_integers_stay_integers_and_index_rows_unsigned(monkeypatch):
+@pytest.mark.parametrize(("make", "name"), [(_m_fleet, "advance_mitigated"),
+                                           (_m_fanout, "advance_mitigated_fanout")])
+def test_the_loops_integers_stay_integers_and_index_rows_unsigned(make, name, monkeypatch):
     """As for the plain loops (test_kernel_specialised): no variable is typed both float
     and integer (an int64 meeting a uint64 becomes a float64 in numba, without a word),
     and the row indices are unsigned."""
-    _run(_m_fleet(), True, steps=(2.0,), monkeypatch=monkeypatch)
-    types = _variable_types(M.advance_mitigated)
+    loop = getattr(M, name)
+    _run(make(), True, steps=(2.0,), monkeypatch=monkeypatch)
+    types = _variable_types(loop)
     assert len(types) > 100 and {"t", "j", "node", "tail"} <= set(types)  # (parsed)
     mixed = {v: ts for v, ts in types.items()
              if "float64" in ts and any(t.startswith(("int", "uint", "Literal[int]")) for t in ts)}
-    assert not mixed, f"variables typed both float and integer: {mixed}"
+    assert not mixed, f"{name}: variables typed both float and integer: {mixed}"
     for v in ROW_INDICES:
         assert v in types, v
-        assert types[v] <= {"uint64"}, f"row index {v} typed {types[v]}"
+        assert types[v] <= {"uint64"}, f"{name}: row index {v} typed {types[v]}"
 
 
 def test_mitigated_loop_parameters_are_the_named_fields():

@@ -35,7 +35,9 @@ def main() -> None:
     mitigated_sig = signature(mitigated.advance_mitigated, MITIGATED)
     path = aot.build({"advance_plain_simple": (plain.advance_plain_simple, plain_sig),
                       "advance_plain": (plain.advance_plain, plain_sig),
-                      "advance_mitigated": (mitigated.advance_mitigated, mitigated_sig)},
+                      "advance_mitigated": (mitigated.advance_mitigated, mitigated_sig),
+                      "advance_mitigated_fanout": (mitigated.advance_mitigated_fanout,
+                                                   mitigated_sig)},
                      force=force)
     if path is not None:
         root = Path(aot.__file__).parents[2]
