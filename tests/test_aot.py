@@ -46,16 +46,22 @@ def test_make_setup_built_the_loops_for_these_sources():
     assert M.loops() == (module.advance_mitigated, module.advance_mitigated_fanout)
 
 
-def _fleet(sc, use_aot: bool, monkeypatch, records=True, steps=(5.0, 12.5, 20.0)):
-    monkeypatch.setenv("RELAKIT_AOT", "1" if use_aot else "0")
+def _spy(monkeypatch, module, loops):
+    """``module.loops`` replaced by ``loops`` noting what it returns, in the list returned."""
     used = []
 
     def spying():
-        pair = LOOPS()
+        pair = loops()
         used.append(pair)
         return pair
 
-    monkeypatch.setattr(P, "loops", spying)
+    monkeypatch.setattr(module, "loops", spying)
+    return used
+
+
+def _fleet(sc, use_aot: bool, monkeypatch, records=True, steps=(5.0, 12.5, 20.0)):
+    monkeypatch.setenv("RELAKIT_AOT", "1" if use_aot else "0")
+    used = _spy(monkeypatch, P, LOOPS)
     fleet = Fleet(load_scenario(sc), record_requests=records)
     for t in steps:
         fleet.advance(t)
@@ -184,14 +190,7 @@ def test_a_failed_build_leaves_nothing_and_a_good_one_replaces_the_old(monkeypat
 def test_built_mitigated_loop_equals_numbas_bit_for_bit(make, monkeypatch):
     sc = make()
     module = aot.load()
-    used = []
-
-    def spying():
-        pair = MITIGATED_LOOPS()
-        used.append(pair)
-        return pair
-
-    monkeypatch.setattr(M, "loops", spying)
+    used = _spy(monkeypatch, M, MITIGATED_LOOPS)
     runs = {}
     for flag in ("1", "0"):
         monkeypatch.setenv("RELAKIT_AOT", flag)

@@ -11,19 +11,15 @@ mechanisms it stands in for did something, so the equality is not vacuous.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from conftest import make_scenario
-from test_kernel_specialised import LEAN_POOLS, _variable_types
+from test_kernel_specialised import _assert_same as assert_same
+from test_kernel_specialised import _run, assert_integers_stay_integers, started_as_the_loop_would
 
 from relakit.scenario import load_scenario
-from relakit.sim import fleet as fleet_module
 from relakit.sim import kernel as K
 from relakit.sim import mitigated as M
-from relakit.sim import plain as P
 from relakit.sim.fleet import Fleet
-
-general_advance = K.advance
 
 
 @pytest.fixture(autouse=True)
@@ -135,53 +131,11 @@ def _m_fanout_wide():  # a fan-out wider than the eligible nodes (k = 3 of 4, on
     return sc
 
 
-def _run(sc, specialise, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeypatch=None):
-    """A fleet advanced in steps through the kernels Fleet picks (specialise=True) or the
-    general kernel throughout; returns it and how many calls went to each."""
-    calls = {"plain": 0, "mitigated": 0, "general": 0, "fanout": 0}
-    fleet = Fleet(load_scenario(sc), record_requests=records)
-
-    def counting(kernel, name):
-        def run(*args):
-            calls[name] += 1
-            return kernel(*args)
-        return run
-
-    monkeypatch.setattr(Fleet, "specialise", specialise)
-    monkeypatch.setattr(fleet_module, "run_plain", counting(P.run_plain, "plain"))
-    monkeypatch.setattr(fleet_module, "run_mitigated", counting(M.run_mitigated, "mitigated"))
-    monkeypatch.setattr(K, "advance", counting(general_advance, "general"))
-    monkeypatch.setattr(M, "advance_mitigated_fanout",
-                        counting(M.advance_mitigated_fanout, "fanout"))
-    for t in steps:
-        fleet.advance(t)
-        if between is not None:
-            between(fleet, t)
-    return fleet, calls
-
-
 def _assert_same(a, b, simple=False):
-    """Every array of the state and the outputs equal, bit for bit, but the scratch ones
-    and the user rows of requests that ended in the mitigated loop (free rows); with
-    ``simple`` (the simple plain loop ran too), the call rows likewise (plain.LEAN_CALL)."""
-    lean = ("usr_i", "usr_f", "call_i", "call_f") if simple else ("usr_i", "usr_f")
-    for part in ("st", "out"):
-        x, y = getattr(a, part), getattr(b, part)
-        for name in x._fields:
-            if name in P.SCRATCH:
-                continue
-            xa, ya = getattr(x, name), getattr(y, name)
-            if name in lean:
-                pool, n_free, gen = LEAN_POOLS[name]
-                free = getattr(a.st, pool)[: a.st.is_[n_free]]
-                np.testing.assert_array_equal(free, getattr(b.st, pool)[: b.st.is_[n_free]])
-                live = np.setdiff1d(np.arange(xa.shape[0]), free)
-                assert live.size > 0  # (not vacuous: requests in flight at the end)
-                np.testing.assert_array_equal(xa[live], ya[live], err_msg=name)
-                if gen is not None:
-                    np.testing.assert_array_equal(xa[:, gen], ya[:, gen], err_msg=name)
-            else:
-                np.testing.assert_array_equal(xa, ya, err_msg=name)
+    """Every array equal, bit for bit, but the scratch ones and the user rows of requests
+    that ended in the one-call mitigated loop (free rows: LEAN_USER); with ``simple`` (the
+    simple plain loop ran too), the call rows likewise (plain.LEAN_CALL)."""
+    assert_same(a, b, lean=True if simple else ("usr_i", "usr_f"))
 
 
 @pytest.mark.parametrize("records", [True, False], ids=["records", "no-records"])
@@ -315,17 +269,10 @@ def test_a_schedule_without_crashes_due_at_start_is_applied_in_python(monkeypatc
     sc["fleet"]["baseline_error_rate"] = 0.01
     sc["fleet"]["service_scale"] = [1.0, 1.5, 0.7, 1.0]
     sc["faults"].append({"node": 3, "start_s": 0, "end_s": 4, "wrong_rate": 0.2})
-    fast = Fleet(load_scenario(sc))
-    monkeypatch.setattr(K, "schedule_at_start", lambda cfg, st: None)
-    looped = Fleet(load_scenario(sc))
-    assert looped.st.fs[K.FS_NEXT_SCHED] == 0.0  # left to the loop's step
-    K.on_schedule(looped.cfg, looped.st, 0.0)
+    fast = started_as_the_loop_would(sc, monkeypatch)
     assert fast.st.node_f[2, K.NF_SLOWDOWN] == 0.7 * 2 and fast.st.fs[K.FS_NEXT_SCHED] == 3.0
     assert fast.st.node_f[3, K.NF_WRONG_RATE] == pytest.approx(0.2)
-    for name in ("node_f", "node_i", "is_", "fs"):
-        np.testing.assert_array_equal(getattr(fast.st, name), getattr(looped.st, name),
-                                      err_msg=name)
-    monkeypatch.undo()
+    assert fast.st.node_f[0, K.NF_ERR_RATE] == pytest.approx(0.01)  # (the baseline)
     sc["faults"].append({"node": 0, "start_s": 0, "end_s": 2, "crash": True})
     crashing = Fleet(load_scenario(sc))
     assert crashing.st.fs[K.FS_NEXT_SCHED] == 0.0  # the general kernel's
@@ -346,14 +293,8 @@ def test_the_loops_integers_stay_integers_and_index_rows_unsigned(make, name, mo
     and the row indices are unsigned."""
     loop = getattr(M, name)
     _run(make(), True, steps=(2.0,), monkeypatch=monkeypatch)
-    types = _variable_types(loop)
-    assert len(types) > 100 and {"t", "j", "node", "tail"} <= set(types)  # (parsed)
-    mixed = {v: ts for v, ts in types.items()
-             if "float64" in ts and any(t.startswith(("int", "uint", "Literal[int]")) for t in ts)}
-    assert not mixed, f"{name}: variables typed both float and integer: {mixed}"
-    for v in ROW_INDICES:
-        assert v in types, v
-        assert types[v] <= {"uint64"}, f"{name}: row index {v} typed {types[v]}"
+    types = assert_integers_stay_integers(loop, name, ROW_INDICES)
+    assert set(ROW_INDICES) <= set(types)  # (every one checked)
 
 
 def test_mitigated_loop_parameters_are_the_named_fields():

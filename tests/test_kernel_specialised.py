@@ -22,6 +22,7 @@ from relakit.scenario import load_scenario
 from relakit.sim import cachename
 from relakit.sim import fleet as fleet_module
 from relakit.sim import kernel as K
+from relakit.sim import mitigated as M
 from relakit.sim import plain as P
 from relakit.sim.fleet import Fleet
 
@@ -150,9 +151,10 @@ def _p_scaled():  # per-node service scales: slowdown rows from t = 0, no mechan
 
 
 def _run(sc, plain, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeypatch=None):
-    """A fleet advanced in steps through the plain kernel where it applies (plain=True),
-    or the general kernel throughout; returns it and how many calls went to each."""
-    calls = {"plain": 0, "general": 0, "simple": 0}
+    """A fleet advanced in steps through the kernels Fleet picks (plain=True: the plain
+    loops, the mitigated ones, the general one, each where it applies), or the general
+    kernel throughout; returns it and how many calls went to each."""
+    calls = {"plain": 0, "general": 0, "simple": 0, "mitigated": 0, "fanout": 0}
     fleet = Fleet(load_scenario(sc), record_requests=records)
 
     def counting(kernel, name):
@@ -164,6 +166,9 @@ def _run(sc, plain, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeyp
     monkeypatch.setattr(Fleet, "specialise", plain)
     monkeypatch.setattr(fleet_module, "run_plain", counting(P.run_plain, "plain"))
     monkeypatch.setattr(P, "advance_plain_simple", counting(P.advance_plain_simple, "simple"))
+    monkeypatch.setattr(fleet_module, "run_mitigated", counting(M.run_mitigated, "mitigated"))
+    monkeypatch.setattr(M, "advance_mitigated_fanout",
+                        counting(M.advance_mitigated_fanout, "fanout"))
     monkeypatch.setattr(K, "advance", counting(general_advance, "general"))
     calls["plain_by_step"] = []
     for t in steps:
@@ -186,14 +191,16 @@ LEAN_POOLS = {"usr_i": ("usr_free", K.IS_USR_FREE_N, K.UI_GEN),
 
 def _assert_same(a, b, lean=False):
     """Every array of the state and the outputs equal, bit for bit; with ``lean`` (the
-    simple loop ran), the call and user pools on their live rows and generations."""
+    simple loop ran: True), the call and user pools on their live rows and generations,
+    or the pools ``lean`` names (the one-call mitigated loop: the user pools)."""
+    lean = tuple(LEAN_POOLS) if lean is True else (lean or ())
     for part in ("st", "out"):
         x, y = getattr(a, part), getattr(b, part)
         for name in x._fields:
             if name in P.SCRATCH:
                 continue
             xa, ya = getattr(x, name), getattr(y, name)
-            if lean and name in LEAN_POOLS:
+            if name in lean:
                 pool, n_free, gen = LEAN_POOLS[name]
                 free = getattr(a.st, pool)[: a.st.is_[n_free]]
                 live = np.setdiff1d(np.arange(xa.shape[0]), free)
@@ -265,15 +272,23 @@ def test_slowdowns_at_start_are_what_the_loops_schedule_step_makes(monkeypatch):
                        faults=[{"node": 1, "start_s": 0, "end_s": 5, "slowdown": 3},
                                {"node": 2, "start_s": 8, "end_s": 9, "slowdown": 2}])
     sc["fleet"]["service_scale"] = [1.0, 1.5, 0.7]
+    fast = started_as_the_loop_would(sc, monkeypatch)
+    assert fast.st.node_f[1, K.NF_SLOWDOWN] == 1.5 * 3 and fast.st.fs[K.FS_NEXT_SCHED] == 5.0
+
+
+def started_as_the_loop_would(sc, monkeypatch) -> Fleet:
+    """A fleet whose start applied the schedule's change at t = 0 in Python, checked
+    equal, bit for bit, to one whose start left it to the compiled ``on_schedule``."""
     fast = Fleet(load_scenario(sc))
-    monkeypatch.setattr(K, "schedule_at_start", lambda cfg, st: None)
-    looped = Fleet(load_scenario(sc))
+    with monkeypatch.context() as m:
+        m.setattr(K, "schedule_at_start", lambda cfg, st: None)
+        looped = Fleet(load_scenario(sc))
     assert looped.st.fs[K.FS_NEXT_SCHED] == 0.0  # left to the loop's step
     K.on_schedule(looped.cfg, looped.st, 0.0)
-    assert fast.st.node_f[1, K.NF_SLOWDOWN] == 1.5 * 3 and fast.st.fs[K.FS_NEXT_SCHED] == 5.0
     for name in ("node_f", "node_i", "is_", "fs"):
         np.testing.assert_array_equal(getattr(fast.st, name), getattr(looped.st, name),
                                       err_msg=name)
+    return fast
 
 
 def test_a_schedule_with_errors_is_no_plain_stretch():
@@ -494,12 +509,19 @@ def test_the_loops_integers_stay_integers_and_index_rows_unsigned(make, name, mo
     assignments or in none, and the row indices are unsigned."""
     loop = getattr(P, name)
     _run(make(), True, records=True, steps=(2.0,), monkeypatch=monkeypatch)
+    types = assert_integers_stay_integers(loop, name, ROW_INDICES)
+    assert {"j", "node", "c", "u"} <= set(types)
+
+
+def assert_integers_stay_integers(loop, name, row_indices) -> dict:
+    """No variable of ``loop`` typed both float and integer, and the ``row_indices`` it
+    names unsigned; returns its variables' types."""
     types = _variable_types(loop)
     assert len(types) > 100 and {"t", "j", "node", "tail"} <= set(types)  # (parsed)
     mixed = {v: ts for v, ts in types.items()
              if "float64" in ts and any(t.startswith(("int", "uint", "Literal[int]")) for t in ts)}
     assert not mixed, f"{name}: variables typed both float and integer: {mixed}"
-    for v in ROW_INDICES:
+    for v in row_indices:
         if v in types:
             assert types[v] <= {"uint64"}, f"{name}: row index {v} typed {types[v]}"
-    assert {"j", "node", "c", "u"} <= set(types)
+    return types

@@ -459,56 +459,22 @@ def advance_mitigated(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
             in_flight += 1
             x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
             tier = (x >= tier_cum[0]) + (x >= tier_cum[1])  # as the general kernel's
-            if ONE_CALL:
+            # every call's first-attempt demand, for the full fan-out (one in the one-call
+            # loop): the service stream stays in step with the general kernel's
+            for i in range(fanout):
                 if svc_kind == K.S_EXP:
                     x, v0, v1, v2, v3 = uniform_words(v0, v1, v2, v3)
-                    demand[0] = -svc_a * math.log(1.0 - x)
+                    demand[i] = -svc_a * math.log(1.0 - x)
                 else:  # through the array: the helper draws from it
                     rng[K.RNG_SERVICE, 0], rng[K.RNG_SERVICE, 1] = v0, v1
                     rng[K.RNG_SERVICE, 2], rng[K.RNG_SERVICE, 3] = v2, v3
-                    demand[0] = draw_service(rng, K.RNG_SERVICE, svc_kind, svc_a, svc_b, svc_c)
+                    demand[i] = draw_service(rng, K.RNG_SERVICE, svc_kind, svc_a, svc_b, svc_c)
                     v0, v1 = rng[K.RNG_SERVICE, 0], rng[K.RNG_SERVICE, 1]
                     v2, v3 = rng[K.RNG_SERVICE, 2], rng[K.RNG_SERVICE, 3]
-                # its user row: the arrival time only; the rest is its call's (LEAN_USER)
-                usr_f[u, K.UF_T_ARRIVAL] = t
-                if n_nodes == 1:
-                    send_node = K.U0  # a single node: no draw
-                elif uniform_random:
-                    x, r0, r1, r2, r3 = uniform_words(r0, r1, r2, r3)
-                    send_node = np.uint64(min(int(x * n_nodes), n_nodes - 1))
-                else:
-                    stamp += 1
-                    rng[K.RNG_ROUTING, 0], rng[K.RNG_ROUTING, 1] = r0, r1  # (the helper draws)
-                    rng[K.RNG_ROUTING, 2], rng[K.RNG_ROUTING, 3] = r2, r3
-                    send_node = np.uint64(pick_node(routing, node_i, node_f, isv, fs, rng,
-                                                    K.RNG_ROUTING, stamp, 0))
-                    node_i[send_node, K.NI_STAMP] = stamp
-                    r0, r1, r2, r3 = rng[K.RNG_ROUTING, 0], rng[K.RNG_ROUTING, 1], rng[
-                        K.RNG_ROUTING, 2], rng[K.RNG_ROUTING, 3]
-                call_free_n -= 1
-                c = np.uint64(call_free[np.uint64(call_free_n)])
-                call_i[c, K.CL_USER] = np.int64(u)
-                call_i[c, K.CL_ATTEMPTS] = 0
-                call_i[c, K.CL_HEDGES] = 0
-                call_i[c, K.CL_COPIES] = 0
-                call_i[c, K.CL_FIRST] = -1
-                call_i[c, K.CL_TIER] = tier
-                call_f[c, K.CLF_DEMAND] = demand[0]
-                send_c = c
-                n_send = 1
-            else:  # every call's first-attempt demand (the full fan-out), the user row,
-                # k distinct nodes and a call for each, as the general kernel's arrival
-                for i in range(fanout):
-                    if svc_kind == K.S_EXP:
-                        x, v0, v1, v2, v3 = uniform_words(v0, v1, v2, v3)
-                        demand[i] = -svc_a * math.log(1.0 - x)
-                    else:  # through the array: the helper draws from it
-                        rng[K.RNG_SERVICE, 0], rng[K.RNG_SERVICE, 1] = v0, v1
-                        rng[K.RNG_SERVICE, 2], rng[K.RNG_SERVICE, 3] = v2, v3
-                        demand[i] = draw_service(rng, K.RNG_SERVICE, svc_kind, svc_a, svc_b,
-                                                 svc_c)
-                        v0, v1 = rng[K.RNG_SERVICE, 0], rng[K.RNG_SERVICE, 1]
-                        v2, v3 = rng[K.RNG_SERVICE, 2], rng[K.RNG_SERVICE, 3]
+            k = 1 if ONE_CALL else min(fanout, n_elig)  # (mitigated_ok: some node eligible)
+            if ONE_CALL:  # its user row: the arrival time only; the rest is its call's
+                usr_f[u, K.UF_T_ARRIVAL] = t  # (LEAN_USER)
+            else:
                 usr_f[u, K.UF_DEMAND] = demand[0]
                 usr_i[u, K.UI_DEGRADED] = 0
                 usr_i[u, K.UI_TIER] = tier
@@ -519,36 +485,44 @@ def advance_mitigated(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 usr_i[u, K.UI_HEDGES] = 0
                 usr_i[u, K.UI_WRONG] = 0
                 usr_f[u, K.UF_T_ARRIVAL] = t
-                k = min(fanout, n_elig)  # (mitigated_ok: at least 1)
                 usr_i[u, K.UI_REMAINING] = k
-                if n_nodes == 1:
-                    send[0, 1] = 0  # a single node: no draw
-                elif k == 1 and uniform_random:
-                    x, r0, r1, r2, r3 = uniform_words(r0, r1, r2, r3)
-                    send[0, 1] = min(int(x * n_nodes), n_nodes - 1)
-                else:
-                    stamp += 1
-                    rng[K.RNG_ROUTING, 0], rng[K.RNG_ROUTING, 1] = r0, r1  # (the helper draws)
-                    rng[K.RNG_ROUTING, 2], rng[K.RNG_ROUTING, 3] = r2, r3
-                    for i in range(k):  # k distinct nodes
-                        node = np.uint64(pick_node(routing, node_i, node_f, isv, fs, rng,
-                                                   K.RNG_ROUTING, stamp, i))
-                        node_i[node, K.NI_STAMP] = stamp
-                        send[i, 1] = np.int64(node)
-                    r0, r1, r2, r3 = rng[K.RNG_ROUTING, 0], rng[K.RNG_ROUTING, 1], rng[
-                        K.RNG_ROUTING, 2], rng[K.RNG_ROUTING, 3]
+            # k distinct nodes (one-call loop: send_node; fan-out: send[i, 1])
+            if n_nodes == 1:
+                node = K.U0  # a single node: no draw
+                if not ONE_CALL:
+                    send[0, 1] = 0
+            elif k == 1 and uniform_random:
+                x, r0, r1, r2, r3 = uniform_words(r0, r1, r2, r3)
+                node = np.uint64(min(int(x * n_nodes), n_nodes - 1))
+                if not ONE_CALL:
+                    send[0, 1] = np.int64(node)
+            else:
+                stamp += 1
+                rng[K.RNG_ROUTING, 0], rng[K.RNG_ROUTING, 1] = r0, r1  # (the helper draws)
+                rng[K.RNG_ROUTING, 2], rng[K.RNG_ROUTING, 3] = r2, r3
                 for i in range(k):
-                    call_free_n -= 1
-                    c = np.uint64(call_free[np.uint64(call_free_n)])
-                    call_i[c, K.CL_USER] = np.int64(u)
-                    call_i[c, K.CL_ATTEMPTS] = 0
-                    call_i[c, K.CL_HEDGES] = 0
-                    call_i[c, K.CL_COPIES] = 0
-                    call_i[c, K.CL_FIRST] = -1
-                    call_i[c, K.CL_TIER] = tier
-                    call_f[c, K.CLF_DEMAND] = demand[i]
+                    node = np.uint64(pick_node(routing, node_i, node_f, isv, fs, rng,
+                                               K.RNG_ROUTING, stamp, i))
+                    node_i[node, K.NI_STAMP] = stamp
+                    if not ONE_CALL:
+                        send[i, 1] = np.int64(node)
+                r0, r1, r2, r3 = rng[K.RNG_ROUTING, 0], rng[K.RNG_ROUTING, 1], rng[
+                    K.RNG_ROUTING, 2], rng[K.RNG_ROUTING, 3]
+            send_node = node
+            for i in range(k):  # a call for each
+                call_free_n -= 1
+                c = np.uint64(call_free[np.uint64(call_free_n)])
+                call_i[c, K.CL_USER] = np.int64(u)
+                call_i[c, K.CL_ATTEMPTS] = 0
+                call_i[c, K.CL_HEDGES] = 0
+                call_i[c, K.CL_COPIES] = 0
+                call_i[c, K.CL_FIRST] = -1
+                call_i[c, K.CL_TIER] = tier
+                call_f[c, K.CLF_DEMAND] = demand[i]
+                send_c = c
+                if not ONE_CALL:
                     send[i, 0] = np.int64(c)
-                n_send = k
+            n_send = k
             if const_rate:
                 x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
                 t_arr = t - mean_gap * math.log(1.0 - x)
@@ -783,24 +757,9 @@ def advance_mitigated(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
             tail = node_i[node, K.NI_QTAIL]
             job_i[j, K.JI_PREV] = tail
             if tail < 0 and node_i[node, K.NI_BUSY] < node_i[node, K.NI_SERVERS]:
-                # no queue and a server idle: it starts here, never linked (its row then
-                # holds what a link and a dequeue would leave)
-                job_i[j, K.JI_STATE] = K.J_SERVING
-                job_f[j, K.JF_T_START] = t
-                busy = node_i[node, K.NI_BUSY]
-                node_f[node, K.NF_BUSY_AREA] += busy * (t - node_f[node, K.NF_LAST_T])
-                node_f[node, K.NF_LAST_T] = t
-                node_i[node, K.NI_BUSY] = busy + 1
-                s = job_f[j, K.JF_DEMAND]
-                if s < 0.0:  # a hedge's or a retry's: its own stream
-                    if svc_kind == K.S_EXP:
-                        s = exponential(rng, K.RNG_COPY_SERVICE, svc_a)
-                    else:
-                        s = draw_service(rng, K.RNG_COPY_SERVICE, svc_kind, svc_a, svc_b, svc_c)
-                    job_f[j, K.JF_DEMAND] = s
-                pend_t[n_pend] = t + s * node_f[node, K.NF_SLOWDOWN]
-                pend_k[n_pend] = (gen_j << 32) | (np.int64(j) << K.EV_BITS) | K.EV_DONE
-                n_pend += 1
+                # no queue and a server idle: it starts below, never linked (its row then
+                # holds what a link and a dequeue would leave); touched names the copy
+                touched[n_touched] = ~np.int64(j)
             else:  # link it at the queue's tail (FIFO)
                 job_i[j, K.JI_STATE] = K.J_QUEUED
                 if tail >= 0:
@@ -810,22 +769,31 @@ def advance_mitigated(cfg_f, cfg_i, tier_cum, rate_t, rate_v, bounds, phase,
                 node_i[node, K.NI_QTAIL] = np.int64(j)
                 node_i[node, K.NI_QLEN] += 1
                 touched[n_touched] = np.int64(node)
-                n_touched += 1
+            n_touched += 1
 
-        # ---- start service where servers are free; each start sets its completion.
+        # ---- start service where servers are free (a copy sent to an idle server with
+        # no queue at once: a touched entry ~j); each start sets its completion.
         # Cost: a dequeue, busy-seconds, a copy's demand drawn if it has none
         for i in range(n_touched):
-            node = np.uint64(touched[i])
-            while (node_i[node, K.NI_QLEN] > 0
-                   and node_i[node, K.NI_BUSY] < node_i[node, K.NI_SERVERS]):
-                j = np.uint64(node_i[node, K.NI_QHEAD])  # dequeue
-                nxt = job_i[j, K.JI_NEXT]
-                node_i[node, K.NI_QHEAD] = nxt
-                if nxt >= 0:
-                    job_i[np.uint64(nxt), K.JI_PREV] = -1
+            entry = touched[i]
+            direct = entry < 0
+            j = np.uint64(~entry) if direct else K.U0
+            node = np.uint64(job_i[j, K.JI_NODE]) if direct else np.uint64(entry)
+            while True:
+                if direct:
+                    direct = False
+                elif (node_i[node, K.NI_QLEN] > 0
+                      and node_i[node, K.NI_BUSY] < node_i[node, K.NI_SERVERS]):
+                    j = np.uint64(node_i[node, K.NI_QHEAD])  # dequeue
+                    nxt = job_i[j, K.JI_NEXT]
+                    node_i[node, K.NI_QHEAD] = nxt
+                    if nxt >= 0:
+                        job_i[np.uint64(nxt), K.JI_PREV] = -1
+                    else:
+                        node_i[node, K.NI_QTAIL] = -1
+                    node_i[node, K.NI_QLEN] -= 1
                 else:
-                    node_i[node, K.NI_QTAIL] = -1
-                node_i[node, K.NI_QLEN] -= 1
+                    break
                 job_i[j, K.JI_STATE] = K.J_SERVING
                 job_f[j, K.JF_T_START] = t
                 busy = node_i[node, K.NI_BUSY]
