@@ -131,11 +131,12 @@ def _m_fanout_wide():  # a fan-out wider than the eligible nodes (k = 3 of 4, on
     return sc
 
 
-def _assert_same(a, b, simple=False):
-    """Every array equal, bit for bit, but the scratch ones and the user rows of requests
-    that ended in the one-call mitigated loop (free rows: LEAN_USER); with ``simple`` (the
-    simple plain loop ran too), the call rows likewise (plain.LEAN_CALL)."""
-    assert_same(a, b, lean=True if simple else ("usr_i", "usr_f"))
+def _assert_same(a, b, simple=False, one_call=True):
+    """Every array equal, bit for bit, but the scratch ones and, with ``one_call``, the
+    user rows of requests that ended in the one-call mitigated loop (free rows:
+    LEAN_USER); with ``simple`` (the simple plain loop ran too), the call rows likewise
+    (plain.LEAN_CALL)."""
+    assert_same(a, b, lean=True if simple else (("usr_i", "usr_f") if one_call else ()))
 
 
 @pytest.mark.parametrize("records", [True, False], ids=["records", "no-records"])
@@ -161,7 +162,7 @@ def test_mitigated_loop_equals_general(make, records, monkeypatch):
     if "retries" in sc.get("mitigations", {}):
         assert fc[K.F_RETRIES] > 0
     assert fast.st.cnt[:, :, K.ERROR].sum() > 0 and fast.st.cnt[:, :, K.TIMEOUT].sum() > 0
-    _assert_same(fast, general)
+    _assert_same(fast, general, one_call=fanout == 1)
     if records:  # the records are the user requests, one row each
         assert fast.st.is_[K.IS_NREC] > 0.99 * fast.n_arrived - fast.users_in_flight
 
@@ -186,7 +187,7 @@ def test_kernels_hand_over_mid_run(monkeypatch):
     a node capped (general: an intake limit), the cap lifted (mitigated once the general
     kernel's leftovers allow), hedging off (plain once the last hedge drained), a node
     isolated without failover, and on again; the run equals the general one."""
-    sc = make_scenario(rate=1400, duration=40, nodes=4, servers=4)  # plain while hedging is off
+    sc = make_scenario(rate=1000, duration=40, nodes=4, servers=4)  # plain while hedging is off
     sc["mitigations"] = {"hedge": {"delay_ms": 15, "cancel": "queued"}}
 
     def flip(fleet, t):
@@ -205,9 +206,40 @@ def test_kernels_hand_over_mid_run(monkeypatch):
     steps = (5.0, 10.0, 15.0, 15.5, 20.0, 25.0, 25.5, 30.0, 35.0, 40.0)
     fast, used = _run(sc, True, steps=steps, between=flip, monkeypatch=monkeypatch)
     general, _ = _run(sc, False, steps=steps, between=flip, monkeypatch=monkeypatch)
-    assert used["plain"] >= 2 and used["mitigated"] >= 3 and used["general"] >= 1
+    by_step = [(c["plain"], c["mitigated"], c["general"]) for c in used["by_step"]]
+    assert by_step[0] == (by_step[0][0], 0, 0) and by_step[0][0] >= 1  # plain to 5 s
+    assert by_step[1][1] >= 1 and by_step[1][2] == 0  # hedging: mitigated
+    assert by_step[2][2] >= 1  # a node capped: general
+    assert all(g == by_step[2][2] for _, _, g in by_step[3:])  # never again: the drain of
+    # hedges after hedging is switched off is the mitigated loop's, then plain
+    assert by_step[7][0] > by_step[6][0] and by_step[-1][1] > by_step[7][1], str(by_step)
     assert fast.st.fleet_c[K.F_HEDGES] > 0
     _assert_same(fast, general, simple=True)
+
+
+def test_requests_admitted_in_degraded_mode_are_the_general_kernels_to_finish(monkeypatch):
+    """Degraded mode (partial fan-out) is the general kernel's; a request it admitted may
+    outlive it, its user row saying so with no copy served degraded yet: the general
+    kernel finishes it, the fan-out loop runs after."""
+    sc = _m_fanout()
+    sc["mitigations"]["degraded"] = {"fanout": 2}
+    refused = []
+
+    def flip(fleet, t):
+        if t == 5.0:
+            fleet.set_flags(degraded_mode=True)
+        elif t == 10.0:
+            fleet.set_flags(degraded_mode=False)
+            refused.append(not M.mitigated_ok(fleet.cfg, fleet.st))
+
+    steps = (5.0, 10.0, 10.2, 15.0, 20.0)
+    fast, used = _run(sc, True, steps=steps, between=flip, monkeypatch=monkeypatch)
+    general, _ = _run(sc, False, steps=steps, between=flip, monkeypatch=monkeypatch)
+    assert refused == [True, True]  # (both runs: degraded requests in flight when it ended)
+    by_step = [(c["mitigated"], c["general"]) for c in used["by_step"]]
+    assert by_step[2][1] > by_step[1][1] and by_step[-1][0] > by_step[2][0]
+    assert fast.st.fleet_c[K.F_DEGRADED] > 0
+    _assert_same(fast, general)
 
 
 def test_a_repair_between_calls_hands_over(monkeypatch):
@@ -230,11 +262,36 @@ def test_a_repair_between_calls_hands_over(monkeypatch):
     _assert_same(fast, general)
 
 
+def test_pools_grow_before_a_schedule_change_as_the_general_kernel_grows_them(monkeypatch):
+    """The general kernel asks for heap room for every job before it applies a schedule
+    change (a crash may end them all); the change applied in Python asks for the same, so
+    the pools grow at the same point and every array stays equal (checked by mutation:
+    without it the job rows differ)."""
+
+    squeezed = []
+
+    def squeeze(fleet, t):  # a heap with less room than the job pool before the change at 3 s
+        if t == 2.999:
+            st = fleet.st
+            hn = st.is_[K.IS_HEAP_N]
+            cap = hn + st.job_i.shape[0] - min(50, hn // 2)  # (one doubling is enough)
+            fleet.st = st._replace(heap_t=st.heap_t[:cap].copy(), heap_k=st.heap_k[:cap].copy())
+            squeezed.append(cap)
+
+    steps = (2.999, 3.5)  # (compared just after the change: a later growth would catch up)
+    fast, used = _run(_m_schedule(), True, steps=steps, between=squeeze, monkeypatch=monkeypatch)
+    general, _ = _run(_m_schedule(), False, steps=steps, between=squeeze,
+                      monkeypatch=monkeypatch)
+    assert used["general"] == 0 and used["mitigated"] >= 2
+    assert fast.st.heap_t.shape[0] > squeezed[0]  # (it grew)
+    _assert_same(fast, general)
+
+
 def test_mitigated_ok_says_no_to_what_only_the_general_kernel_runs():
     ok = Fleet(load_scenario(_m_fleet()))
     assert M.mitigated_ok(ok.cfg, ok.st)
     plain = Fleet(load_scenario(make_scenario(rate=100, duration=5)))
-    assert not M.mitigated_ok(plain.cfg, plain.st)  # no mechanism: the plain loop's
+    assert M.mitigated_ok(plain.cfg, plain.st)  # (it could: Fleet asks plain_ok first)
     sc = _m_fleet()
     sc["mitigations"]["hedge"] = {"delay_quantile": 0.95}
     assert not M.mitigated_ok(*_cfg_st(sc))  # an adaptive hedge delay

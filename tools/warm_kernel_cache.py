@@ -4,11 +4,11 @@ relakit.sim.fleet picks, before each kernel call, the plain kernel
 (relakit.sim.plain: no mechanism on; its simple specialisation for fan-out 1,
 exponential demand, Poisson arrivals and uniform routing, the other plain
 stretches; ~5-20 s each to compile from an empty cache on this machine), the lean
-mitigated loop (relakit.sim.mitigated: hedging, deadlines, retries, node errors, one
-call per request; ~15 s) or the general one (relakit.sim.kernel.advance: any other
-mechanism; ~30-60 s). Compiled
-once here, every later process (tests, sweep workers, notebooks) sharing the
-cache directory loads them in about a second. One scenario of each kind is
+mitigated loops (relakit.sim.mitigated: hedging, deadlines, retries, node errors; for
+requests of one call and of several; ~15 s each) or the general one
+(relakit.sim.kernel.advance: any other mechanism; ~30-60 s). Compiled once here,
+every later process (tests, sweep workers, notebooks) sharing the cache directory
+loads them in about a second. One scenario of each kind is
 enough: every scenario gives the kernels the same argument types. A short closed
 loop with RelA's policy and one with a chain fill in the control plane's compiled
 pieces too (the policy's step, relakit.control.tsdb's increase and

@@ -6,11 +6,11 @@ on relakit. Measured here (2-core VM, fresh processes, 3 runs): numpy 0.13 s,
 polars 0.25 s, ``import numba`` 0.34 s, numba's CPU target set-up 0.54 s (its
 lowering registries, and scipy.linalg, imported by ``numba.np.arraymath`` to look
 for a BLAS), loading the cached loop 0.04 s, the run itself 0.01 s. numba's
-``pycc`` compiles the two plain loops (:mod:`relakit.sim.plain`) and the lean
-mitigated loop (:mod:`relakit.sim.mitigated`) into a CPython extension module that
+``pycc`` compiles the two plain loops (:mod:`relakit.sim.plain`) and the two lean
+mitigated loops (:mod:`relakit.sim.mitigated`) into a CPython extension module that
 needs no numba to load (numpy only): ``make setup`` builds it
 (``tools/build_aot.py``) after warming numba's cache, and
-:func:`relakit.sim.plain.loops` and :func:`relakit.sim.mitigated.loop` call it when it
+:func:`relakit.sim.plain.loops` and :func:`relakit.sim.mitigated.loops` call it when it
 is there. Everything else (the general kernel, the helpers Python calls for varying
 rates and probes, the controller's step) stays numba's and is compiled or loaded on
 first use, numba imported then (:mod:`relakit.jit`).

@@ -228,7 +228,11 @@ class Fleet:
             status = kernel(self.cfg, self.st, self.out, t_stop)
             if status != K.DONE:
                 self._grow(status)
-            elif change:  # the fault-schedule change due next, in Python (see _kernel)
+            elif change:  # the fault-schedule change due next, in Python (see _kernel),
+                # after the room the general kernel asks for first (a crash may end every
+                # job at once), so that pools grow where they would have
+                while self.st.heap_t.shape[0] - self.st.is_[K.IS_HEAP_N] < self.st.job_i.shape[0]:
+                    self._grow(K.GROW_POOLS)
                 K.schedule_step(self.cfg, self.st)
             elif t_stop >= t_s:
                 return self
@@ -236,9 +240,9 @@ class Fleet:
     def _kernel(self, t_s: float):
         """(kernel, time to run it to, whether a fault-schedule change is then due) for the
         next stretch. Three kernels: the small plain loop (relakit.sim.plain: no mechanism
-        this stretch may meet, nothing one left pending), the lean mitigated loop
+        this stretch may meet, nothing one left pending), the lean mitigated loops
         (relakit.sim.mitigated: hedging with a fixed delay, deadlines, retries, node
-        errors; one call per request) and the general one. A fault-schedule change in a
+        errors, or what they left pending) and the general one. A fault-schedule change in a
         stretch the mitigated loop may run (its faults crash nothing) splits it: the loop
         runs to the double before the change (the general kernel takes a change before
         any event at its time), the change is applied in Python (``K.schedule_step``),

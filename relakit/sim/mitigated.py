@@ -16,7 +16,9 @@ the common case, with the fan-out folded away and the user row left to the call'
 It reads and writes the same state and output arrays as the general kernel, in the same
 way, and draws the same numbers from the same streams, so the two hand over between any
 two calls; ``tests/test_kernel_mitigated.py`` runs scenarios through both and asserts
-every array equal, bit for bit (but the per-event scratch ones, ``plain.SCRATCH``).
+every array equal, bit for bit (but the per-event scratch ones, ``plain.SCRATCH``, and
+the user rows the one-call loop leaves unwritten for requests that ended in it:
+:data:`LEAN_USER`).
 
 :func:`mitigated_ok` says when it applies; :func:`relakit.sim.fleet.Fleet.advance`
 asks it after ``plain.plain_ok``. A fault schedule that crashes nothing (error,
@@ -84,13 +86,13 @@ def mitigated_ok(cfg: K.Config, st: K.State) -> bool:
     """True when the next call may run :func:`advance_mitigated` (or its fan-out twin):
     the mechanisms on are some of :data:`MECHANISMS` (hedging with a fixed delay; errors
     from node rates, not from load or dependencies), some node is eligible, and nothing
-    the general kernel alone handles is pending (a failover, a probe, a degraded copy, a
-    copy being moved or ending, an adaptive hedge on the heap). A change of the fault
+    the general kernel alone handles is pending (a failover, a probe, a degraded copy or
+    request, a copy being moved or ending, an adaptive hedge on the heap). True for a
+    plain stretch too: ``Fleet`` asks ``plain_ok`` first. A change of the fault
     schedule in the stretch is the caller's to split off (``Fleet.advance``). Costs a
     pass over the heap and the job pool, as ``plain_ok``."""
-    features = K.features_of(cfg, st)
-    if not features or not features <= MECHANISMS:
-        return False
+    if not K.features_of(cfg, st) <= MECHANISMS:  # (none: a stretch plain_ok refused for
+        return False  # what a mechanism left pending, hedges or timers, is this loop's too)
     ni, nf = st.node_i, st.node_f
     if (cfg.cfg_f[K.CF_HEDGE_Q] != 0.0 or cfg.load_x.shape[0] > 0
             or (cfg.dep_node >= 0).any() or ni[:, K.NI_FAILOVER].any()
@@ -105,7 +107,14 @@ def mitigated_ok(cfg: K.Config, st: K.State) -> bool:
     if (live & (state != K.J_QUEUED) & (state != K.J_SERVING)).any():
         return False
     jl = ji[live]
-    return not (jl[:, K.JI_DEGRADED].any() or (jl[:, K.JI_CALL] < 0).any())
+    if jl[:, K.JI_DEGRADED].any() or (jl[:, K.JI_CALL] < 0).any():
+        return False
+    # a request admitted in degraded mode (partial fan-out) may outlive it with no copy
+    # served degraded yet: its row says so, and only the general kernel reads it
+    users = np.ones(st.usr_i.shape[0], bool)
+    users[st.usr_free[: st.is_[K.IS_USR_FREE_N]]] = False
+    ui = st.usr_i[users]
+    return not (ui[:, K.UI_DEGRADED].any() or (ui[:, K.UI_FANOUT] != cfg.cfg_i[K.CI_FANOUT]).any())
 
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
