@@ -357,12 +357,21 @@ def test_the_loops_integers_stay_integers_and_index_rows_unsigned(make, name, mo
 def test_mitigated_loop_parameters_are_the_named_fields():
     import inspect
 
+    from relakit.sim import cachename
+
     params = list(inspect.signature(M.advance_mitigated.py_func).parameters)
     names = [*M.CFG_ARGS, *M.STATE_ARGS, *M.OUT_ARGS, "t_end"]
     assert len(params) == len(names)
-    for field in M.CFG_ARGS:
-        assert field in K.Config._fields
-    for field in M.STATE_ARGS:
-        assert field in K.State._fields
-    for field in M.OUT_ARGS:
-        assert field in K.Output._fields
+    assert set(M.CFG_ARGS) <= set(K.Config._fields)
+    assert set(M.STATE_ARGS) <= set(K.State._fields)
+    assert set(M.OUT_ARGS) <= set(K.Output._fields)
+    # parameters named as their fields keep those names (the rest are renamed locals)
+    renamed = {"bounds": "buckets", "isv": "is_", "touched": "scratch"}
+    assert [renamed.get(p, p) for p in params] == names
+    # each loop is cached under a name carrying ONE_CALL and the digest of what it inlines
+    digest = cachename.digest()
+    assert M.advance_mitigated.py_func.__qualname__ == f"advance_mitigated[{digest}]"
+    assert (M.advance_mitigated_fanout.py_func.__qualname__
+            == f"advance_mitigated[fanout-{digest}]")
+    assert M.advance_mitigated.py_func.__globals__["ONE_CALL"] is True
+    assert M.advance_mitigated_fanout.py_func.__globals__["ONE_CALL"] is False
