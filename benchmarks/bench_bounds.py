@@ -191,7 +191,16 @@ def mitigated_split(rounds: int, requests: float) -> dict:
     }
 
     def rate(sc: dict, loop: str) -> float:
-        saved = F.plain_ok, P.simple_ok
+        saved = F.plain_ok, P.simple_ok, F.Fleet._kernel
+        used = set()  # the kernels Fleet picked: this figure is the loop's, or none
+
+        def counted(fleet, t_s):
+            picked = saved[2](fleet, t_s)
+            used.add({F.run_plain: "plain", F.run_mitigated: "mitigated"}.get(picked[0],
+                                                                            "general"))
+            return picked
+
+        F.Fleet._kernel = counted
         if loop != "simple":
             P.simple_ok = lambda cfg, st: False
         if loop == "mitigated":  # Fleet then asks mitigated_ok, which takes plain stretches
@@ -199,9 +208,14 @@ def mitigated_split(rounds: int, requests: float) -> dict:
         try:
             t = time.process_time()
             r = relakit.simulate(sc, record_requests=False)
-            return r.info["user_requests"] / (time.process_time() - t) / 1e6
+            dt = time.process_time() - t
         finally:
-            F.plain_ok, P.simple_ok = saved
+            F.plain_ok, P.simple_ok, F.Fleet._kernel = saved
+        want = "mitigated" if loop == "mitigated" or "mitigations" in sc else "plain"
+        if used != {want}:
+            raise SystemExit(f"bench_bounds: {sc['name']} ({loop} loop) ran {sorted(used)}, "
+                             f"not {want} alone; update mitigated_split")
+        return r.info["user_requests"] / dt / 1e6
 
     for sc, loop in runs.values():  # compile, or load from the cache
         rate({**sc, "duration_s": 0.5}, loop)

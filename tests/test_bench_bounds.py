@@ -50,3 +50,22 @@ def test_no_helpers_variant_calls_none_of_the_helpers(bounds, loop_source):
 def test_an_edit_that_no_longer_applies_stops_with_its_fragment(bounds, loop_source):
     with pytest.raises(SystemExit, match="no longer holds exactly one 'no_such_line"):
         bounds.edited(loop_source, [("no_such_line()\n", "")])
+
+
+SPLIT = {"plain fleet, simple loop", "plain fleet, plain loop", "plain fleet, mitigated loop",
+         "mitigated fleet, mitigated loop", "mitigated fleet, no hedge reaches its delay"}
+
+
+def test_mitigated_split_times_the_loop_each_figure_names(bounds):
+    got = bounds.mitigated_split(rounds=1, requests=2e4)
+    assert set(got) == SPLIT
+    assert all(rate > 0 for rate in got.values())
+
+
+def test_mitigated_split_stops_when_another_kernel_ran(bounds, monkeypatch):
+    from relakit.sim import fleet
+
+    # were mitigated_ok to refuse plain stretches, the general kernel would take them
+    monkeypatch.setattr(fleet, "mitigated_ok", lambda cfg, st: False)
+    with pytest.raises(SystemExit, match=r"ran \['general'\], not mitigated alone"):
+        bounds.mitigated_split(rounds=1, requests=2e4)
