@@ -170,62 +170,6 @@ def lean_loop_bound(rounds: int, requests: float) -> dict:
     return {name: statistics.median(v) for name, v in got.items()}
 
 
-# ---- 3. where the mitigated loop's time goes ---------------------------------------------
-def mitigated_split(rounds: int, requests: float) -> dict:
-    import copy
-
-    import bench_kernel as b
-
-    import relakit
-    from relakit.sim import fleet as F
-    from relakit.sim import plain as P
-
-    never = copy.deepcopy(b.mitigated(50, requests))
-    never["mitigations"]["hedge"]["delay_ms"] = 1e6  # pushed and dropped, never sent
-    runs = {  # name: (scenario, the loop plain stretches get: simple, plain or mitigated)
-        "plain fleet, simple loop": (b.mm8(50, requests), "simple"),
-        "plain fleet, plain loop": (b.mm8(50, requests), "plain"),
-        "plain fleet, mitigated loop": (b.mm8(50, requests), "mitigated"),
-        "mitigated fleet, mitigated loop": (b.mitigated(50, requests), "simple"),
-        "mitigated fleet, no hedge reaches its delay": (never, "simple"),
-    }
-
-    def rate(sc: dict, loop: str) -> float:
-        saved = F.plain_ok, P.simple_ok, F.Fleet._kernel
-        used = set()  # the kernels Fleet picked: this figure is the loop's, or none
-
-        def counted(fleet, t_s):
-            picked = saved[2](fleet, t_s)
-            used.add({F.run_plain: "plain", F.run_mitigated: "mitigated"}.get(picked[0],
-                                                                            "general"))
-            return picked
-
-        F.Fleet._kernel = counted
-        if loop != "simple":
-            P.simple_ok = lambda cfg, st: False
-        if loop == "mitigated":  # Fleet then asks mitigated_ok, which takes plain stretches
-            F.plain_ok = lambda cfg, st: False
-        try:
-            t = time.process_time()
-            r = relakit.simulate(sc, record_requests=False)
-            dt = time.process_time() - t
-        finally:
-            F.plain_ok, P.simple_ok, F.Fleet._kernel = saved
-        want = "mitigated" if loop == "mitigated" or "mitigations" in sc else "plain"
-        if used != {want}:
-            raise SystemExit(f"bench_bounds: {sc['name']} ({loop} loop) ran {sorted(used)}, "
-                             f"not {want} alone; update mitigated_split")
-        return r.info["user_requests"] / dt / 1e6
-
-    for sc, loop in runs.values():  # compile, or load from the cache
-        rate({**sc, "duration_s": 0.5}, loop)
-    got = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, (sc, loop) in runs.items():
-            got[name].append(rate(sc, loop))
-    return {name: statistics.median(v) for name, v in got.items()}
-
-
 # ---- 2. the cold start ---------------------------------------------------------------
 NO_HELPERS = [  # the simple loop's helper calls cut
     ("    if SIMPLE and not lean_rows(job_i, job_f, call_i, call_f, usr_i, usr_f, False):",
@@ -288,6 +232,62 @@ def cold_start_bound(rounds: int) -> dict:
             imports, loop = map(float, out.stdout.split()[-2:])
             got["imports"].append(imports)
             got[name].append(loop)
+    return {name: statistics.median(v) for name, v in got.items()}
+
+
+# ---- 3. where the mitigated loop's time goes ---------------------------------------------
+def mitigated_split(rounds: int, requests: float) -> dict:
+    import copy
+
+    import bench_kernel as b
+
+    import relakit
+    from relakit.sim import fleet as F
+    from relakit.sim import plain as P
+
+    never = copy.deepcopy(b.mitigated(50, requests))
+    never["mitigations"]["hedge"]["delay_ms"] = 1e6  # pushed and dropped, never sent
+    runs = {  # name: (scenario, the loop plain stretches get: simple, plain or mitigated)
+        "plain fleet, simple loop": (b.mm8(50, requests), "simple"),
+        "plain fleet, plain loop": (b.mm8(50, requests), "plain"),
+        "plain fleet, mitigated loop": (b.mm8(50, requests), "mitigated"),
+        "mitigated fleet, mitigated loop": (b.mitigated(50, requests), "simple"),
+        "mitigated fleet, no hedge reaches its delay": (never, "simple"),
+    }
+
+    def rate(sc: dict, loop: str) -> float:
+        saved = F.plain_ok, P.simple_ok, F.Fleet._kernel
+        used = set()  # the kernels Fleet picked: this figure is the loop's, or none
+
+        def counted(fleet, t_s):
+            picked = saved[2](fleet, t_s)
+            used.add({F.run_plain: "plain", F.run_mitigated: "mitigated"}.get(picked[0],
+                                                                            "general"))
+            return picked
+
+        F.Fleet._kernel = counted
+        if loop != "simple":
+            P.simple_ok = lambda cfg, st: False
+        if loop == "mitigated":  # Fleet then asks mitigated_ok, which takes plain stretches
+            F.plain_ok = lambda cfg, st: False
+        try:
+            t = time.process_time()
+            r = relakit.simulate(sc, record_requests=False)
+            dt = time.process_time() - t
+        finally:
+            F.plain_ok, P.simple_ok, F.Fleet._kernel = saved
+        want = "mitigated" if loop == "mitigated" or "mitigations" in sc else "plain"
+        if used != {want}:
+            raise SystemExit(f"bench_bounds: {sc['name']} ({loop} loop) ran {sorted(used)}, "
+                             f"not {want} alone; update mitigated_split")
+        return r.info["user_requests"] / dt / 1e6
+
+    for sc, loop in runs.values():  # compile, or load from the cache
+        rate({**sc, "duration_s": 0.5}, loop)
+    got = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, (sc, loop) in runs.items():
+            got[name].append(rate(sc, loop))
     return {name: statistics.median(v) for name, v in got.items()}
 
 
