@@ -67,7 +67,26 @@ def local_pool(workers: int):
     from concurrent.futures import ProcessPoolExecutor
 
     return ProcessPoolExecutor(max_workers=max(1, int(workers)),
-                               mp_context=mp.get_context("spawn"))
+                               mp_context=mp.get_context("spawn"),
+                               initializer=die_with_parent, initargs=(os.getpid(),))
+
+
+def die_with_parent(parent: int) -> None:
+    """Run first in every spawned worker: ask Linux to kill it when its parent dies
+    (``prctl(PR_SET_PDEATHSIG, SIGKILL)``). A parent killed with SIGKILL runs no clean-up,
+    and a pool's workers would otherwise wait on their task queue for ever. A parent
+    that died before this ran is caught by the parent-id check."""
+    import signal
+
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the workers end with their queue
+        return
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def run_tasks(tasks: Sequence[tuple[Callable, tuple]], *, workers: int | None = None,
@@ -121,7 +140,8 @@ def run_tasks(tasks: Sequence[tuple[Callable, tuple]], *, workers: int | None = 
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     n = min(max(n, 1), len(tasks))
-    with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"),
+                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         futs = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(tasks)}
         for fut in as_completed(futs):
             done(futs[fut], fut.result())
@@ -171,10 +191,11 @@ def close_helpers() -> None:
         _HELPERS = None
 
 
-def _helper_loop(queue, events) -> None:
+def _helper_loop(queue, events, parent: int) -> None:
     """A helper: take a task, say so, run it, send the result (or the error) back."""
     import pickle
 
+    die_with_parent(parent)
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
     pid = os.getpid()
     while True:
@@ -203,7 +224,7 @@ class _Helpers:
         # events: a SimpleQueue, written straight to its pipe, so a helper's "took" is
         # on record before it runs the task (were it to die running it)
         self.queue, self.events = ctx.Queue(), ctx.SimpleQueue()
-        self.procs = [ctx.Process(target=_helper_loop, args=(self.queue, self.events),
+        self.procs = [ctx.Process(target=_helper_loop, args=(self.queue, self.events, os.getpid()),
                                   daemon=True, name=f"relakit-helper-{k}") for k in range(n)]
         for p in self.procs:
             p.start()

@@ -230,6 +230,11 @@ class OverrideError(ScenarioError):
 def _set_dotted(data: dict, dotted: str, value, source: str = "<scenario>"):
     """Set a dotted key; a number indexes a list (``policy.modes.0.exit_after``).
 
+    The value is stored as a copy: an override that is a mapping (``clocks: {...}``)
+    is otherwise the caller's own dict, and a later dotted key reaching into it
+    (``clocks.window_s``) would write into the caller's overrides, so that checking a
+    search's space left its last value in the search's ``base``.
+
     A key that runs into a number or a string, or an index past a list's end, is an
     :class:`OverrideError` naming the part that does not fit."""
     if not isinstance(dotted, str) or not dotted or "" in dotted.split("."):
@@ -249,7 +254,7 @@ def _set_dotted(data: dict, dotted: str, value, source: str = "<scenario>"):
             raise OverrideError(source, dotted, f"{where} is {_what(cur)}, not a mapping or "
                                 f"a list, so it has no '{k}'")
         if last:
-            cur[k] = value
+            cur[k] = _deepcopy(value)
         else:
             if isinstance(cur, dict) and k not in cur:
                 cur[k] = {}

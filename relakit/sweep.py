@@ -125,10 +125,10 @@ def point_inputs(spec: SweepSpec, point: dict, _file_hash=None) -> str:
     overrides). Comments count too: an edit anywhere in a file reruns its points."""
     from relakit import __version__
 
-    file_hash = _file_hash or _hash_file
+    file_hash = _file_hash or hash_file
     files = {"target": file_hash(spec.target)}
     if spec.kind == "function":
-        for key, path in _referenced_files(spec.target, point).items():
+        for key, path in referenced_files(spec.target, point).items():
             files[key] = file_hash(path) if path else None
     text = json.dumps({"relakit": __version__, "kind": spec.kind, "point": point,
                        "record_requests": spec.record_requests, "files": files},
@@ -136,14 +136,14 @@ def point_inputs(spec: SweepSpec, point: dict, _file_hash=None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _hash_file(path) -> str | None:
+def hash_file(path) -> str | None:
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
         return None  # the point will fail and say why; its identity still differs
 
 
-def _referenced_files(scenario, point: dict) -> dict:
+def referenced_files(scenario, point: dict) -> dict:
     """{dotted key: resolved path or None} for every file the scenario refers to,
     after the point's overrides (a grid may switch policy files). Resolved as
     :func:`relakit.scenario.load_scenario` does: beside the scenario, then cwd."""
@@ -458,7 +458,7 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
 def _cached_hash(cache: dict, path) -> str | None:
     key = str(Path(path).resolve())
     if key not in cache:
-        cache[key] = _hash_file(path)
+        cache[key] = hash_file(path)
     return cache[key]
 
 

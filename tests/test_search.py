@@ -183,3 +183,48 @@ def test_a_local_pool_and_a_dask_cluster_give_the_same_trials(tmp_path):
                                 batch=2, notice=lambda line: None).trials.drop("wall_s")
     assert here.height == 3
     assert pool.equals(here) and remote.equals(here)
+
+
+def test_checking_the_space_leaves_an_inline_base_as_written():
+    """The shipped search fixes 5 s windows in an inline ``clocks`` mapping and searches
+    ``clocks.window_s`` over [3, 5, 10]: checking each choice once wrote it into the
+    base's mapping, and the incumbent then ran with the last one (10 s)."""
+    spec = load_search(ROOT / "params" / "searches" / "metastable-policy.yaml")
+    assert spec.base["clocks"] == {"scrape_s": 1, "window_s": 5, "eval_s": 1, "poll_s": 1}
+    sc = relakit.load_scenario(spec.scenario, overrides={**spec.base, **spec.incumbent})
+    assert sc.clocks.window_s == 5
+
+
+def test_an_edit_to_a_file_the_scenario_names_changes_the_search(tmp_path):
+    """The journal is keyed by the content of every file a trial reads: an edited policy
+    file the scenario references is another question, refused on resume."""
+    scen = tmp_path / "scenario.yaml"
+    scen.write_text(TINY.read_text().replace("../policies/ok.yaml", "policy.yaml"))
+    policy = tmp_path / "policy.yaml"
+    original = (TINY.parent.parent / "policies" / "ok.yaml").read_text()
+    policy.write_text(original)
+    spec = _write(tmp_path, {
+        "name": "s", "scenario": str(scen),
+        "space": {"policy.conditions.slow.threshold": {"low": 50, "high": 400}},
+        "objectives": [{"number": "gold.success_ratio", "direction": "max"}],
+        "replications": 2})
+    before = load_search(spec).digest()
+    assert load_search(spec).digest() == before
+    policy.write_text(original.replace("threshold: 0.05", "threshold: 0.06"))
+    assert load_search(spec).digest() != before
+
+
+def test_a_second_search_on_a_running_journal_is_refused(tmp_path):
+    """Two searches appending to one journal would mix their trials: while one holds the
+    journal's lock, another is refused naming the journal and the holder."""
+    spec = _write(tmp_path, {
+        "name": "s", "scenario": str(TINY),
+        "space": {"policy.conditions.slow.threshold": {"low": 50, "high": 400}},
+        "objectives": [{"number": "gold.success_ratio", "direction": "max"}],
+        "replications": 2, "trials": 1})
+    out = tmp_path / "out"
+    out.mkdir()
+    with search_run._journal_lock(out):
+        with pytest.raises(ScenarioError, match=r"study\.journal: another search \(pid \d+\)"):
+            relakit.search(spec, out, workers=1, notice=lambda line: None)
+    assert not (out / "study.journal").exists()  # the refused search wrote nothing

@@ -31,6 +31,7 @@ import os
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -100,11 +101,43 @@ def search(spec, out_dir, *, trials: int | None = None, workers: int | None = No
     Dask ``scheduler``. ``batch`` trials are asked at a time (default: the file's, else
     enough to keep the workers busy: ``max(2, workers)``). ``stop_after`` stops after
     that many batches of this call (tests of resuming use it)."""
-    import optuna
-
     spec = spec if isinstance(spec, SearchSpec) else load_search(spec)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    with _journal_lock(out):
+        return _search(spec, out, trials, workers, scheduler, batch, notice, stop_after)
+
+
+@contextmanager
+def _journal_lock(out: Path):
+    """Hold ``<out>/study.lock`` for the whole search: two searches appending to one journal
+    would each ask for the other's trials and mix their batches. The lock is the
+    kernel's (``flock``), so it goes with its holder, even one killed with SIGKILL."""
+    import fcntl
+
+    path = out / "study.lock"
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise ScenarioError(f"{out / JOURNAL}: another search (pid {holder}) is running "
+                                "on this journal; wait for it to end or give another "
+                                "--out") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _search(spec, out, trials, workers, scheduler, batch, notice, stop_after):
+    import optuna
+
     say = notice or (lambda line: print(f"search: {line}", file=sys.stderr, flush=True))
     target = int(trials if trials is not None else spec.trials)
     if target < 1:
@@ -155,8 +188,10 @@ def _study(spec: SearchSpec, out: Path):
         if had != digest:
             raise ScenarioError(
                 f"{spec.source}: key '(top level)': {out / JOURNAL} holds a search named "
-                f"{spec.name!r} with another space, objectives, replications, seed, sampler "
-                "or scenario content; give another --out (or another name) to start afresh")
+                f"{spec.name!r} with another space, objectives, replications, seed, sampler, "
+                "or another content of a file its trials read (the scenario, its policy, "
+                "clocks, chain or trace); give another --out (or another name) to start "
+                "afresh")
     else:
         study.set_user_attr("digest", digest)
         study.set_user_attr("seeds", replication_seeds(spec.seed, spec.replications))

@@ -59,6 +59,15 @@ class Param:
         cast = int if self.integer else float
         return [cast(self.low), cast(self.high)]
 
+    def inner(self):
+        """A value a trial may draw strictly inside a float range, not a whole number:
+        the check that a key taking whole numbers was not given a float range (its ends
+        load, 2.37 does not). None for choices and integer ranges."""
+        if self.choices is not None or self.integer or self.step is not None:
+            return None
+        value = self.low + 0.37 * (self.high - self.low)
+        return value if value != int(value) else value + 0.013 * (self.high - self.low)
+
     def suggest(self, trial):
         """The trial's value (Optuna's distributions; the name is the dotted key)."""
         if self.choices is not None:
@@ -97,22 +106,24 @@ class SearchSpec:
 
     def digest(self) -> str:
         """What makes two searches the same search: everything but the trial budget, the
-        batch and the name, plus the scenario's file content. A resumed search with
-        another digest is refused (its stored trials answered another question)."""
-        text = json.dumps({"scenario": _hash(self.scenario), "base": self.base,
+        batch and the name, plus the content of every file a trial reads (the scenario,
+        and the policy, chain, clocks and trace files it names with the base and the
+        incumbent applied, as a sweep keys its points). A resumed search with another
+        digest is refused (its stored trials answered another question)."""
+        from relakit.sweep import hash_file, referenced_files
+
+        files = {}
+        for overrides in (self.base, {**self.base, **(self.incumbent or {})}):
+            for key, path in referenced_files(self.scenario, overrides).items():
+                files[key] = hash_file(path) if path else None
+        text = json.dumps({"scenario": hash_file(self.scenario), "files": files,
+                           "base": self.base,
                            "space": [p.__dict__ for p in self.space],
                            "objectives": [o.__dict__ for o in self.objectives],
                            "replications": self.replications, "seed": self.seed,
                            "sampler": self.sampler, "slo_ms": self.slo_ms,
                            "incumbent": self.incumbent}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _hash(path) -> str | None:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return None
 
 
 def load_search(source) -> SearchSpec:
@@ -278,6 +289,7 @@ def _missing_part(data: dict, key: str) -> str | None:
 
 def check_against_scenario(spec: SearchSpec) -> None:
     """Every space key and the incumbent applied to the scenario, as trials will apply them."""
+    from relakit.checks import Finding, check_scenario, enforce
     from relakit.scenario import load_scenario
 
     r = Reader({}, spec.source)
@@ -291,9 +303,12 @@ def check_against_scenario(spec: SearchSpec) -> None:
     except ScenarioError as exc:
         r.fail(f"the scenario with base applied is refused: {_one(exc)}", "base")
     try:
-        load_scenario(scen, overrides=spec.base)
+        as_set = load_scenario(scen, overrides=spec.base)
     except ScenarioError as exc:
         r.fail(f"{scen} with base applied is refused: {_one(exc)}", "base")
+    as_given = check_scenario(as_set)
+    findings = [Finding(f.severity, spec.source, "base", f.text) for f in as_given
+                if f.severity == "error"]
     for p in spec.space:
         where = f"space.{p.key}"
         if p.key in spec.base:
@@ -303,9 +318,19 @@ def check_against_scenario(spec: SearchSpec) -> None:
             r.fail(missing, where)
         for value in p.ends():
             try:
-                load_scenario(scen, overrides={**spec.base, p.key: value})
+                sc = load_scenario(scen, overrides={**spec.base, p.key: value})
             except ScenarioError as exc:
                 r.fail(f"{value!r} is refused by {scen}: {_one(exc)}", where)
+            findings += [Finding(f.severity, spec.source, where, f"at {value!r}: {f.text}")
+                         for f in check_scenario(sc) if f not in as_given]
+        inner = p.inner()
+        if inner is not None:
+            try:
+                load_scenario(scen, overrides={**spec.base, p.key: inner})
+            except ScenarioError as exc:
+                r.fail(f"a value inside the range such as {inner!r} is refused by {scen} "
+                       f"({_one(exc)}); for a whole-number key give whole low and high and "
+                       "step: 1", where)
     if spec.incumbent:
         for k in spec.incumbent:
             if not isinstance(k, str):
@@ -315,11 +340,13 @@ def check_against_scenario(spec: SearchSpec) -> None:
         except ScenarioError as exc:
             r.fail(f"the incumbent's overrides are refused by {scen}: {_one(exc)}",
                    "incumbent")
+    # what `relakit check` says of a trial's scenario, at the range's ends, said of the
+    # search's own key: an error refuses the search, a warning is shown once
+    enforce(dict.fromkeys(findings))
     from relakit.search.objectives import needs_policy
 
-    sc = load_scenario(scen, overrides=spec.base)
     for i, o in enumerate(spec.objectives):
-        if needs_policy(o.number) and sc.policy is None:
+        if needs_policy(o.number) and as_set.policy is None:
             r.fail(f"{o.number} counts a policy's decisions, and {scen} has no policy",
                    f"objectives.{i}.number")
 
