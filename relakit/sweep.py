@@ -39,6 +39,7 @@ number's mean, ``<name>_ci`` (95 % Student t half-width) and ``replications``;
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import itertools
 import json
@@ -182,7 +183,8 @@ def _set_if_possible(data, keys: list[str], value) -> None:
         else:
             return
     if isinstance(cur, dict):
-        cur[keys[-1]] = value
+        cur[keys[-1]] = copy.deepcopy(value)  # a mapping value is the point's own: a later
+        # dotted key reaching into it (clocks.window_s after clocks) must not write into it
     elif isinstance(cur, list) and keys[-1].isdigit() and int(keys[-1]) < len(cur):
         cur[int(keys[-1])] = value
 

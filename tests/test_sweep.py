@@ -358,3 +358,20 @@ def test_bad_replications_and_baselines_are_refused_naming_the_key(tmp_path, ext
     text = str(err.value)
     assert "\n" not in text and "sweep.yaml" in text and f"key '{key}'" in text, text
     assert says in text, text
+
+
+def test_a_grid_key_inside_an_inline_base_mapping_keeps_each_point_its_own(tmp_path):
+    """``base: {clocks: {...}}`` with ``grid: {clocks.window_s: [...]}``: hashing a point's
+    files once wrote the grid value into the base's mapping shared by every point, so
+    the point ids changed under the sweep (KeyError) and points ran with another's value."""
+    spec_path = tmp_path / "sweep.yaml"
+    spec_path.write_text(yaml.safe_dump({
+        "name": "shape", "scenario": str(ROOT / "tests" / "bad_inputs" / "scenarios" /
+                                         "with-policy.yaml"),
+        "base": {"clocks": {"scrape_s": 1, "window_s": 4, "eval_s": 1, "poll_s": 1}},
+        "grid": {"clocks.window_s": [2, 4]}}))
+    spec = load_sweep(spec_path)
+    table = run_sweep(spec, tmp_path / "out", workers=1, notice=_quiet)
+    assert sorted(table["param.clocks.window_s"].unique().to_list()) == [2, 4]
+    assert all(c["window_s"] == 4 for c in table["param.clocks"].to_list())
+    assert spec.base["clocks"]["window_s"] == 4
