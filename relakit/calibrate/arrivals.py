@@ -74,8 +74,10 @@ def default_bin(recording: Recording) -> float:
 
 def fit_arrivals(rec: Recording, bin_s: float | None = None) -> ArrivalFit:
     bin_s = default_bin(rec) if bin_s is None else float(bin_s)
-    if bin_s <= 0:
-        raise CalibrationError(f"{rec.source}: the arrival bin must be positive, got {bin_s:g}")
+    if not bin_s >= rec.scrape_s:  # NaN too; a finer bin only interpolates between scrapes
+        raise CalibrationError(f"{rec.source}: --bin {bin_s:g} s is shorter than the "
+                               f"recording's scrape interval ({rec.scrape_s:g} s): counters say "
+                               f"nothing finer than a scrape; give --bin >= {rec.scrape_s:g}")
     if rec.client_requests is not None and rec.client_requests.sum() > 0:
         source = "client_requests_total (fleet-wide, one count per user request)"
         curves = [(rec.fleet_t, monotone(rec.client_requests.sum(axis=(1, 2))))]

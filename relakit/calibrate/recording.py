@@ -145,6 +145,65 @@ def _requests(tgt: Target, name: str) -> np.ndarray | None:
     return out
 
 
+#: a Unix time in seconds this large is past the year 5000: the clock is in milliseconds
+MAX_TIME_S = 1e11
+#: a counter rising faster than this per second is no recording of requests or seconds
+MAX_COUNTER_RATE = 1e9
+COUNTER_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
+
+
+def check_plausible(frame: pl.DataFrame, source: str) -> None:
+    """Refuse a recording no estimate can be trusted from, before anything is fitted.
+
+    Each mistake here once gave a twin without a word: timestamps in milliseconds (a
+    16-hour twin of a minute), counters that are infinite or negative, or rise beyond
+    any service (a
+    fit of 1e300 req/s sized its pools until the machine ran out of memory), and
+    request labels relakit does not know (a renamed ``outcome="failed"`` made every
+    error vanish). Two values at one timestamp are refused by the importers
+    (:func:`relakit.traces.read_trace`)."""
+    t_max = frame["time_s"].max()
+    if t_max is not None and t_max > MAX_TIME_S:
+        raise CalibrationError(f"{source}: timestamps reach {t_max:.4g}, past the year 5000 "
+                               "as Unix seconds: they look like milliseconds; give seconds")
+    keys = ["node", "name", "tier", "outcome", "le", "time_s"]
+    counters = frame.filter(pl.any_horizontal(pl.col("name").str.ends_with(end)
+                                              for end in COUNTER_SUFFIXES))
+    bad = counters.filter(pl.col("value").is_infinite() | (pl.col("value") < 0))
+    if bad.height:
+        b = bad.sort(keys).row(0, named=True)
+        raise CalibrationError(f"{source}: key '{_series(b)}': {bad.height} counter "
+                               f"sample(s) are infinite or negative, e.g. node {b['node']}'s "
+                               f"{b['value']:g} at {b['time_s']:g} s; a counter is a finite "
+                               "count from 0")
+    rates = (counters.drop_nulls("value").filter(pl.col("value").is_not_nan())
+             .sort(keys)
+             .with_columns((pl.col("value").diff() / pl.col("time_s").diff())
+                           .over(keys[:-1]).alias("rate")))
+    fast = rates.filter(pl.col("rate") > MAX_COUNTER_RATE)
+    if fast.height:
+        f = fast.sort("rate", descending=True).row(0, named=True)
+        raise CalibrationError(f"{source}: key '{_series(f)}': node {f['node']}'s counter rises "
+                               f"by {f['rate']:.3g} per second near {f['time_s']:g} s, beyond "
+                               f"any service (> {MAX_COUNTER_RATE:g}/s): check its unit or "
+                               "scale")
+    for name in ("requests_total", "client_requests_total"):
+        rows = frame.filter(pl.col("name") == name)
+        for label, known in (("tier", TIERS), ("outcome", OUTCOMES)):
+            other = sorted(set(rows[label].drop_nulls().unique().to_list()) - set(known))
+            if other:
+                raise CalibrationError(
+                    f"{source}: key '{name}.{label}': " + ", ".join(repr(v) for v in other)
+                    + f" is not {'an' if label[0] in 'aeiou' else 'a'} {label} relakit knows ("
+                    + ", ".join(known)
+                    + "); its requests would be left out: rename the label values")
+
+
+def _series(row: dict) -> str:
+    labels = ",".join(f'{k}="{row[k]}"' for k in ("tier", "outcome", "le") if row.get(k))
+    return f"{row['name']}{{{labels}}}"
+
+
 def _le(value: str) -> float:
     return float("inf") if value in ("+Inf", "Inf", "inf") else float(value)
 
@@ -157,6 +216,7 @@ def read_recording(frame: pl.DataFrame, source: str, nodes: list[int] | None = N
     """
     if frame.height == 0:
         raise CalibrationError(f"{source}: the recording has no samples")
+    check_plausible(frame, source)
     tsdb = TSDB.from_long(frame)
     have = tsdb.nodes
     if nodes is not None:

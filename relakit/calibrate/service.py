@@ -119,11 +119,48 @@ def fit_servers(nd: NodeData) -> tuple[int, str, bool]:
     return 1, "no busy_servers gauge nor busy_seconds_total: one server assumed", False
 
 
+#: how far busy_seconds_total may exceed what the node's other series allow (gauges are
+#: sampled, buckets are bounds): beyond it the counters contradict each other
+IMPLAUSIBLE = 1.5
+
+
+def check_busy_seconds(nd: NodeData, source: str) -> None:
+    """Refuse a busy_seconds_total the node's own series contradict. A busy server holds a
+    request in flight, so busy seconds cannot exceed the in-flight gauge's area; and a
+    request's service is part of its latency, so the mean service time (busy seconds per
+    completion) cannot exceed the latency histogram's bound on the mean. A counter
+    scaled by 1000 (milliseconds as seconds) once gave a twin of 2,000 servers a node."""
+    if nd.busy_seconds is None:
+        return
+    busy = float(increments(nd.busy_seconds).sum())
+    if nd.in_flight is not None:
+        ok = ~np.isnan(nd.in_flight)
+        area = float(np.trapezoid(nd.in_flight[ok], nd.t[ok])) if ok.sum() > 1 else float("nan")
+        if area > 0 and busy > IMPLAUSIBLE * area + nd.t[-1] - nd.t[0]:
+            raise CalibrationError(
+                f"{source}: node {nd.node}'s busy_seconds_total rises by {busy:.4g} s, but its "
+                f"in_flight gauge holds only {area:.4g} request-seconds: a busy server holds a "
+                "request in flight, so the counter's unit or scale is wrong")
+    if nd.buckets is not None and nd.bounds is not None and nd.bounds.size > 1:
+        per = np.diff(np.concatenate([[0.0], increments(nd.buckets).sum(axis=0)]))
+        done = per.sum()
+        if done > 0 and per[-1] == 0:  # nothing beyond the last finite bound
+            bound_ms = 1000.0 * float((per[:-1] * nd.bounds[:-1]).sum()) / done
+            mean_ms = 1000.0 * busy / done
+            if mean_ms > IMPLAUSIBLE * bound_ms:
+                raise CalibrationError(
+                    f"{source}: node {nd.node}'s busy_seconds_total gives {mean_ms:.4g} ms of "
+                    f"service per request, above its latency histogram's bound on the mean "
+                    f"latency ({bound_ms:.4g} ms): service is part of latency, so the "
+                    "counter's unit or scale is wrong")
+
+
 def fit_service(nodes: list[NodeData], degraded, source: str = "<trace>") -> ServiceFit:
     """``degraded(t0, t1)``: per interval, whether degraded mode was on in it (masked out)."""
     per_node, busy_all, done_all, hists, bounds = [], 0.0, 0.0, [], None
     no_busy = []
     for nd in nodes:
+        check_busy_seconds(nd, source)
         c, note, exact = fit_servers(nd)
         done, _ = nd.completions()
         keep = ~degraded(nd.t[:-1], nd.t[1:])

@@ -217,7 +217,20 @@ def assemble(df: pl.DataFrame, series_cols: list[str], first_seen, instances, so
             inst.replace_strict(mapping, default=None, return_dtype=pl.Int32)))
     subset = [*series_cols, "time_s"]
     if df.select(pl.struct(subset).is_duplicated().any()).item():
-        # the same series twice (overlapping queries, a repeated row): count it once
+        # the same series twice (overlapping queries, a repeated row): count it once; with
+        # two different values no choice is right, so none is made
+        clash = (df.group_by(subset).agg(pl.col("value").n_unique().alias("n"),
+                                         pl.col("value").min().alias("lo"),
+                                         pl.col("value").max().alias("hi"),
+                                         pl.col("name").first().alias("metric"))
+                 .filter(pl.col("n") > 1))
+        if clash.height:
+            c = clash.sort("time_s").row(0, named=True)
+            raise trace_error(source, None,
+                              f"{clash.height} sample(s) with two different values for one "
+                              f"series at one time, e.g. {c['metric']} at {c['time_s']:g} s: "
+                              f"{c['lo']:g} and {c['hi']:g}; expected one value per series and "
+                              "time")
         df = df.unique(subset, keep="first", maintain_order=True)
     return sort_trace(sum_duplicates(df.select(list(SCHEMA))))
 
