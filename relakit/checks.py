@@ -388,12 +388,32 @@ def check_scenario(sc) -> list[Finding]:
         if sc.chain is not None:
             out += check_chain_clocks(sc.chain, sc.clocks, src)
     out += check_load(sc)
+    out += check_arrival_shape(sc)
     for i, f in enumerate(sc.faults):
         if f.start_s >= sc.duration_s:
             out.append(Finding(WARNING, src, f"faults[{i}].start_s",
                                f"{f.start_s:g} s is not before the end of the run "
                                f"(duration_s {sc.duration_s:g}): this fault never happens"))
     return out
+
+
+#: the key that places an arrival shape's first change, by kind
+ARRIVAL_CHANGE_KEY = {"step": "at_s", "spike": "start_s", "ramp": "start_s"}
+
+
+def check_arrival_shape(sc) -> list[Finding]:
+    """An arrival shape whose every change falls at or after the run's end: the run sees a
+    constant rate while the file describes a step, spike or ramp."""
+    a = sc.workload.arrival
+    changes = [t for t, r0, r1 in zip(a.times_s[1:], a.rates_rps[:-1], a.rates_rps[1:],
+                                      strict=True) if r0 != r1]
+    if not changes or min(changes) < sc.duration_s:
+        return []
+    key = "workload.arrival." + ARRIVAL_CHANGE_KEY.get(a.kind, "kind")
+    return [Finding(WARNING, sc.source, key,
+                    f"the {a.kind}'s rate first changes at {min(changes):g} s, not before the "
+                    f"end of the run (duration_s {sc.duration_s:g}): the run sees a constant "
+                    f"{a.rates_rps[0]:g} req/s")]
 
 
 def check_load(sc) -> list[Finding]:

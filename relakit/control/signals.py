@@ -310,6 +310,9 @@ def parse_signal(r: Reader, name: str) -> Signal:
     common = {"kind", "by", "scale"}
     by = r.choice("by", ("fleet", "node"), "fleet") == "node"
     scale = r.number("scale", 1.0)
+    if scale == 0:
+        r.fail("0 makes every value of the signal 0, so no threshold ever sees the metric; "
+               "give 1 (as recorded) or 1000 (seconds as milliseconds)", "scale")
     if kind == "ratio":
         r.only(common | {"num", "den"})
         return Signal(name, kind, _selector(r, "num"), _selector(r, "den"), by_node=by,

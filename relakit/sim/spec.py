@@ -268,8 +268,8 @@ def read_data_plane(r: Reader, base_dir: Path, control=None) -> dict:
         name=name, duration_s=duration,
         seed=r.number("seed", 1, lo=0, hi=SEED_MAX, integer=True), workload=workload,
         fleet=fleet, faults=faults, warmup_s=warmup,
-        controls=_controls(r.sub("controls")), mitigations=_mitigations(r.sub("mitigations"),
-                                                                         fleet.nodes),
+        controls=_controls(r.sub("controls")),
+        mitigations=_mitigations(r.sub("mitigations"), fleet.nodes, workload.fanout),
         metrics=_metrics(r.sub("metrics"), fleet.nodes, r.number("seed", 1, lo=0, integer=True),
                          clocks),
         policy=policy, clocks=clocks, chain=chain, source=r.source,
@@ -308,7 +308,7 @@ def _controls(r: Reader) -> Controls:
     )
 
 
-def _mitigations(r: Reader, nodes: int) -> Mitigations:
+def _mitigations(r: Reader, nodes: int, fanout: int) -> Mitigations:
     r.only({"hedge", "retries", "degraded", "breaker"})
     h = r.sub("hedge")
     h.only({"delay_ms", "delay_quantile", "cancel", "max_hedges"})
@@ -340,6 +340,10 @@ def _mitigations(r: Reader, nodes: int) -> Mitigations:
         service_factor=d.number("service_factor", 0.5, lo=0, hi=1, lo_open=True),
         fanout=d.number("fanout", None, lo=1, hi=nodes, integer=True, nullable=True),
     )
+    if degraded.fanout is not None and degraded.fanout > fanout:
+        d.fail(f"{degraded.fanout} sub-requests while degraded is more than the workload's "
+               f"fan-out ({fanout}): degraded mode would ask more, not fewer; give at most "
+               f"{fanout}", "fanout")
     b = r.sub("breaker")
     b.only({"reject_tiers", "half_open_admit"})
     breaker = Breaker(reject_tiers=_tiers(b, "reject_tiers", ("silver", "bronze")),
