@@ -620,12 +620,27 @@ def scrape_interval(tsdb) -> float | None:
 
 
 def check_trace(frame, source: str) -> list[Finding]:
-    """A trace on its own: it must hold samples."""
+    """A trace on its own: it must hold samples, and a histogram's cumulative buckets must
+    not fall as the bound grows (histogram_quantile would answer from a broken CDF)."""
     import polars as pl
 
     if frame.height == 0 or frame.filter(pl.col("value").is_not_nan()).height == 0:
         return [Finding(ERROR, source, "value",
                         "the trace holds no samples (only a header, or only NaN values)")]
+    series = ["node", "name", "tier", "outcome", "time_s"]
+    falls = (frame.filter(pl.col("name").str.ends_with("_bucket") & pl.col("le").is_not_null())
+             .with_columns(pl.col("le").cast(pl.Float64, strict=False).alias("_le"))
+             .sort([*series, "_le"])
+             .with_columns(pl.col("value").diff().over(series).alias("_step"))
+             .filter(pl.col("_step") < -1e-9 * pl.max_horizontal(pl.col("value").abs(), 1.0)))
+    # (a synthetic trace's float rounding, 1e-11 of a count, is no fall)
+    if falls.height:
+        f = falls.row(0, named=True)
+        return [Finding(WARNING, source, f"{f['name']}{{le=\"{f['le']}\"}}",
+                        f"{falls.height} cumulative bucket sample(s) fall below the bucket "
+                        f"before them, e.g. node {f['node']} at {f['time_s']:g} s "
+                        f"({f['_step']:g}): buckets count every request up to their bound, so "
+                        "quantiles from them are wrong")]
     return []
 
 
