@@ -419,14 +419,19 @@ def check_arrival_shape(sc) -> list[Finding]:
 def check_load(sc) -> list[Finding]:
     """Offered load at or over capacity with unbounded queues: no steady state."""
     fl, wl = sc.fleet, sc.workload
-    if fl.queue_limit is not None:
+    rate = wl.arrival.mean_rate(sc.duration_s, sc.warmup_s)
+    offered = rate * wl.fanout * sc.duration_s  # every call the run could ever queue
+    if fl.queue_limit is not None and fl.queue_limit * fl.nodes < offered:
         return []
     util = sc.offered_utilisation
-    rate = wl.arrival.mean_rate(sc.duration_s, sc.warmup_s)
     fan = f" x fan-out {wl.fanout}" if wl.fanout > 1 else ""
-    tail = ("and fleet.queue_limit is unset: queues grow without bound, the run never "
-            "reaches a steady state, and requests still queued at the end are not in the "
-            "summary; lower the rate, add servers or set fleet.queue_limit")
+    unset = ("is unset" if fl.queue_limit is None else
+             f"({fl.queue_limit:g} a node) is more than the run's {offered:.3g} calls could "
+             "fill, so it never binds")
+    tail = (f"and fleet.queue_limit {unset}: queues grow without bound, the run never "
+            "reaches a steady state (its memory grows with the backlog), and requests still "
+            "queued at the end are not in the summary; lower the rate, add servers or set "
+            "fleet.queue_limit")
     if util >= 1.0:
         at = (f"{fl.service.mean_ms:g} ms" if not fl.service_scale else
               f"{fl.service.mean_ms:g} ms x fleet.service_scale")

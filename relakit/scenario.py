@@ -276,6 +276,12 @@ def check_zoned(sc, r) -> None:
         r.fail(f"fan-out {sc.workload.fanout} needs that many nodes in every zone; the "
                f"smallest zone has {min(zones)}", "workload.fanout")
     zone_of = np.repeat(np.arange(len(zones)), zones)
+    weights = np.asarray(sc.fleet.weights, dtype=float)
+    dead = [z for z in range(len(zones)) if not (weights[zone_of == z] > 0).any()]
+    if dead:
+        r.fail(f"every node of zone {dead[0]} has weight 0: its share of the arrivals "
+               f"({sc.fleet.zone_mix[dead[0]]:g}) would find no node and fail; give one of "
+               "them a positive weight or drop the zone", "fleet.weights")
     for node, dep, _ in sc.fleet.dependencies:
         if zone_of[node] != zone_of[dep]:
             r.fail(f"node {node} depends on node {dep} in another zone; requests stay in "

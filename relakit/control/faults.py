@@ -114,7 +114,7 @@ def read_control_plane(r: Reader, duration_s: float, clocks, nodes: int) -> dict
         r.fail("faults and replicas of the control plane need a control loop; give a "
                "policy or a chain too", given[0])
     faults = _faults(r.sub("control_plane"), duration_s, nodes)
-    agents = _agents(r.sub("agents"), clocks)
+    agents = _agents(r.sub("agents"), clocks, duration_s)
     listed = isinstance(r.data.get("control_plane", {}).get("agent"), list)
     for i, a in enumerate(faults.agent):
         if a.replica >= agents.replicas:
@@ -188,7 +188,13 @@ def _data_plane(r: Reader, clocks) -> DataPlaneStale:
     return DataPlaneStale("defaults", stale)
 
 
-def _agents(r: Reader, clocks) -> Agents:
+#: agent steps (replicas x lease renewals) a run may take: each is a Python step between
+#: kernel calls, ~0.2 ms here (a 20 s run with 2 agents renewing every 1 ms: 4e4 steps,
+#: +8.5 s), so 1e6 is minutes of agents and no longer a simulation of a fleet
+MAX_AGENT_STEPS = 1e6
+
+
+def _agents(r: Reader, clocks, duration_s: float) -> Agents:
     r.only(("replicas", "lease_s", "renew_s"))
     if not r.data:
         return Agents()
@@ -198,4 +204,11 @@ def _agents(r: Reader, clocks) -> Agents:
     if lease <= renew:
         r.fail(f"{lease:g} must be longer than renew_s ({renew:g}): a leader renews its "
                "lease before it expires", "lease_s")
+    steps = replicas * duration_s / renew
+    if steps > MAX_AGENT_STEPS:
+        key = "replicas" if replicas > duration_s / renew else "renew_s"
+        r.fail(f"{replicas} agent(s) renewing every {renew:g} s over {duration_s:g} s take "
+               f"{steps:.3g} agent steps (about {steps * 2e-4 / 60:.3g} min of Python), "
+               f"above {MAX_AGENT_STEPS:g}; renew less often than every "
+               f"{replicas * duration_s / MAX_AGENT_STEPS:.3g} s or run fewer replicas", key)
     return Agents(replicas, lease, renew)
