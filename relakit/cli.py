@@ -15,6 +15,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from relakit.io import folder_name
 from relakit.progress import Progress, Ticker
 from relakit.scenario import ScenarioError, load_scenario
 from relakit.validate import SEED_MAX
@@ -184,7 +185,7 @@ def _simulate(args) -> int:
         if Path(args.figure).suffix.lower() not in (".png", ".svg", ".pdf"):
             raise ScenarioError(f"--figure {args.figure}: unsupported figure type "
                                 f"{Path(args.figure).suffix!r}; use .png, .svg or .pdf")
-    out = _writable_dir(args.out or Path("out") / sc.name)
+    out = _writable_dir(args.out or Path("out") / folder_name(sc.name))
     if n > 1:
         with Progress(f"simulate {sc.name}", n, "replications") as progress:
             result = simulate(sc, seed=args.seed, record_requests=False if args.no_requests
@@ -363,7 +364,7 @@ def _sweep(args) -> int:
     from relakit.sweep import load_sweep, manifests, run_sweep
 
     spec = load_sweep(args.sweep)
-    out = _writable_dir(args.out or Path("out") / "sweeps" / spec.name)
+    out = _writable_dir(args.out or Path("out") / "sweeps" / folder_name(spec.name))
     table = run_sweep(spec, out, scheduler=args.scheduler, workers=args.workers)
     m = manifests(out)
     failed = m.filter(m["status"] != "ok") if m.height else m
@@ -385,7 +386,7 @@ def _search(args) -> int:
     from relakit.search.report import fmt, label
 
     spec = load_search(args.search)
-    out = _writable_dir(args.out or Path("out") / "searches" / spec.name)
+    out = _writable_dir(args.out or Path("out") / "searches" / folder_name(spec.name))
     res = search(spec, out, trials=args.trials, workers=args.workers, scheduler=args.scheduler)
     print(f"{res.trials.height} trials complete, {res.front.height} on the Pareto front; "
           f"{out / 'trials.parquet'}, {out / 'front.parquet'}, {out / 'front'}/")

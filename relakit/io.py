@@ -10,9 +10,18 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+
+def folder_name(name: str) -> str:
+    """A run's name as one safe folder name: ``out/<name>`` stays inside ``out/`` whatever
+    the file says (``../x``, ``a/b``, ``~``). Letters, digits, ``.``, ``_`` and ``-`` are
+    kept; any other run of characters becomes ``-``; leading dots and dashes go."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", str(name)).lstrip(".-")
+    return safe or "run"
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None],

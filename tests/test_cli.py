@@ -175,3 +175,15 @@ def test_usage_error_exits_2(capsys):
     assert main(["simulate"]) == 2  # returned, not raised: in-process callers get the code
     err = capsys.readouterr().err
     assert "scenario" in err and err.startswith("relakit: error:") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name, folder", [("../x", "x"), ("a/b c", "a-b-c"), ("..", "run"),
+                                          ("~/.ssh", "ssh")])
+def test_a_scenario_name_becomes_one_folder_inside_out(name, folder, tmp_path, monkeypatch):
+    """``name: ../x`` once wrote the run beside out/, not in it."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "sc.yaml"
+    path.write_text(yaml.safe_dump({**SCENARIO, "name": name, "duration_s": 2, "warmup_s": 0}))
+    assert main(["simulate", str(path), "--no-requests"]) == 0
+    made = [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("summary.json")]
+    assert made == [f"out/{folder}/summary.json"]

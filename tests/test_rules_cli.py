@@ -200,6 +200,11 @@ def test_import_rules_bad_mapping_is_one_line_and_writes_nothing(tmp_path, capsy
     assert "NoSuch" in err and "ErrorBudgetFastBurn" in err and "\n" not in err
     assert main(["import-rules", str(RULES), "--out", str(out), "--map", "Overloaded=panic"]) == 2
     assert "survival, performance" in capsys.readouterr().err
+    # one alert mapped twice to different modes: the last once won without a word
+    assert main(["import-rules", str(RULES), "--out", str(out), "--map", "Overloaded=survival",
+                 "--map", "Overloaded=performance"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "already mapped to survival" in err and "\n" not in err
     assert not out.exists() and not (tmp_path / "p.clocks.yaml").exists()
 
 

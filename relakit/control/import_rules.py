@@ -65,12 +65,16 @@ def read_mapping(path=None, pairs=()) -> dict:
                 raise ScenarioError(f"{p}: key '{k}': {v!r} is not a mode; allowed: "
                                     f"{', '.join(RELA_MODES)}")
             mapping[str(k)] = v
+    given: dict = {}
     for pair in pairs:
         alert, sep, mode = pair.partition("=")
         if not sep or not alert or mode not in RELA_MODES:
             raise ScenarioError(f"--map {pair!r}: expected ALERT=MODE with MODE one of "
                                 f"{', '.join(RELA_MODES)}")
-        mapping[alert] = mode
+        if given.get(alert, mode) != mode:  # the last would win without a word
+            raise ScenarioError(f"--map {pair!r}: {alert} is already mapped to "
+                                f"{given[alert]} by an earlier --map; give each alert once")
+        given[alert] = mapping[alert] = mode
     return mapping
 
 
