@@ -102,3 +102,18 @@ def test_replaying_the_recording_gives_the_same_chain_actions(live):
     assert rep.select(key).rows() == got.select(key).rows()
     gaps = np.abs(rep["decided_at_s"].to_numpy() - got["decided_at_s"].to_numpy())
     assert gaps.max() <= clk.eval_s + 1e-6
+
+
+def test_repair_needs_the_lab_token():
+    """``POST /repair`` mends an injected fault: any local process could once call it."""
+    from fastapi.testclient import TestClient
+
+    from relakit.lab.dataplane import make_app
+
+    app = make_app("http://127.0.0.1:9", 1.0, servers=1, mean_ms=1, slow_ms=1,
+                   slow_fraction=0.0, error_rate=0.4, slowdown=2.0, token="s3cret")
+    client = TestClient(app)  # not entered: the config poller does not start
+    assert client.post("/repair").status_code == 401
+    assert client.post("/repair", headers={"Authorization": "Bearer nope"}).status_code == 401
+    ok = client.post("/repair", headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 200 and ok.json() == {"error_rate": 0.0, "slowdown": 1.0}

@@ -152,7 +152,7 @@ class Agent(threading.Thread):
     def _apply(self, client: httpx.Client, decision: Decision) -> None:
         auth = {"Authorization": f"Bearer {self.lab.token}"}
         for i in decision.repairs:  # work on the instance: done now, not at a poll
-            client.post(f"{self.lab.instance_urls[i]}/repair")
+            client.post(f"{self.lab.instance_urls[i]}/repair", headers=auth)
         body = {}
         if decision.flags is not None:
             body["flags"] = decision.flags

@@ -9,18 +9,23 @@ bronze with a fast 503 (a drop, not an error), ``degraded_mode`` serves at
 under the same names: ``requests_total{tier,outcome}``,
 ``latency_seconds`` (histogram), ``in_flight``, ``busy_seconds_total`` and the
 flags as gauges. ``POST /repair`` mends its fault (error rate 0, no slowdown): the
-chain's repair, done live. Run with ``python -m relakit.lab.dataplane --port P ...``.
+chain's repair, done live; like a write to the config server it needs the lab's token
+(``Authorization: Bearer``), since any local process could otherwise heal a fault an
+experiment injected. Run with ``RELAKIT_LAB_TOKEN=T python -m relakit.lab.dataplane
+--port P ...``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
+import sys
 import time
 
 import httpx
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Header, HTTPException, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from relakit.vocab import POLICY_FLAGS
@@ -28,7 +33,8 @@ from relakit.vocab import POLICY_FLAGS
 
 def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
              slow_ms: float, slow_fraction: float, error_rate: float,
-             degraded_factor: float = 0.5, seed: int = 0, slowdown: float = 1.0) -> FastAPI:
+             degraded_factor: float = 0.5, seed: int = 0, slowdown: float = 1.0,
+             token: str = "") -> FastAPI:
     app = FastAPI(title="relakit data plane")
     reg = CollectorRegistry()
     requests = Counter("requests", "requests by tier and outcome", ["tier", "outcome"],
@@ -81,9 +87,11 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
         return Response("error" if failed else "ok", status_code=500 if failed else 200)
 
     @app.post("/repair")
-    def repair():
+    def repair(authorization: str | None = Header(None)):
         """The live counterpart of ``Fleet.repair``: the instance's fault is mended (what
         the chain's Punisher asks for once it has isolated the instance)."""
+        if not token or authorization != f"Bearer {token}":
+            raise HTTPException(401, "a valid 'Authorization: Bearer <token>' is required")
         fault.update(error_rate=0.0, slowdown=1.0)
         return fault
 
@@ -104,8 +112,11 @@ def main() -> None:
                        ("slowdown", float)):
         ap.add_argument(f"--{name}", type=kind, required=True)
     a = ap.parse_args()
+    token = os.environ.pop("RELAKIT_LAB_TOKEN", "")
+    if not token:
+        sys.exit("data plane: set RELAKIT_LAB_TOKEN (the lab's write token) in the environment")
     app = make_app(a.config_url, a.poll_s, a.servers, a.mean_ms, a.slow_ms, a.slow_fraction,
-                   a.error_rate, seed=a.seed, slowdown=a.slowdown)
+                   a.error_rate, seed=a.seed, slowdown=a.slowdown, token=token)
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
 
 

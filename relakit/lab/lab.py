@@ -124,7 +124,8 @@ class Lab:
                          str(s.slow_ms), "--slow-fraction", str(s.slow_fraction),
                          "--error-rate", str(s.error_rates[i] if s.error_rates else s.error_rate),
                          "--slowdown", str(s.slowdowns[i] if s.slowdowns else 1.0),
-                         "--seed", str(i)], f"instance{i}")
+                         "--seed", str(i)], f"instance{i}",
+                        env={**os.environ, TOKEN_ENV: self.token})  # /repair needs it
         _wait_http(f"{self.config_url}/state")
         for u in self.instance_urls:
             _wait_http(f"{u}/metrics")
