@@ -4,9 +4,12 @@ Nothing is simulated or replayed. A file's kind comes from its content: a
 trace by its suffix or its bytes (as ``read_trace`` tells them), a YAML file by
 its top-level keys (``fleet``/``workload`` → scenario, ``signals``/``modes`` →
 policy, ``order`` or a stage name → chain, ``grid``/``samples``/``notebook`` →
-sweep, ``space``/``objectives`` → search, only clock keys → clocks). Files given
-together are checked against each other: a policy or chain against every trace, the
-clocks with them.
+sweep, ``space``/``objectives`` → search, only clock keys → clocks, the parameters of
+a notebook beside it → papermill parameters). Tables that are not metrics traces are
+told by their columns: an audit (``decisions.parquet``), a requests table, a rate
+trace (``time_s, rate_rps``). Markdown is documentation, with nothing to check. Files
+given together are checked against each other: a policy or chain against every trace,
+the clocks with them.
 """
 
 from __future__ import annotations
@@ -106,7 +109,15 @@ def _one(raw, findings: list, kinds: dict, loaded: dict) -> None:
         kinds[raw] = "missing"
         return
     kinds[raw] = "unreadable"
+    if path.suffix.lower() in (".md", ".markdown"):
+        kinds[raw] = "documentation"
+        return
     try:
+        table = _table_kind(path)
+        if table is not None:
+            kinds[raw] = table
+            findings.extend(_check_table(table, path))
+            return
         if _is_trace(path):
             kinds[raw] = "trace"
             frame = read_trace(path)
@@ -114,8 +125,13 @@ def _one(raw, findings: list, kinds: dict, loaded: dict) -> None:
             return
         data, _, _ = load_yaml(path, "relakit")
         kind = kind_of(data)
+        notebook = _notebook_for(path, data) if kind == "unknown" else None
+        if notebook is not None:
+            kind = "papermill parameters"
         kinds[raw] = kind
-        if kind == "unknown":
+        if notebook is not None:
+            findings.extend(_check_parameters(path, data, notebook))
+        elif kind == "unknown":
             findings.append(C.Finding(
                 C.ERROR, str(path), "(top level)",
                 "cannot tell what this file is: expected a scenario (fleet, workload, "
@@ -151,6 +167,117 @@ def _one(raw, findings: list, kinds: dict, loaded: dict) -> None:
         findings += exc.findings
     except (ScenarioError, ValueError, OSError) as exc:
         findings.append(as_finding(exc, path))
+
+
+#: columns that tell a table's kind (a metrics trace has time_s, name, value)
+TABLE_KINDS = {"audit": {"decided_at_s", "stage", "action"},
+               "requests": {"start_s", "latency_ms", "outcome"}}
+
+
+def _table_kind(path: Path) -> str | None:
+    """audit | requests | rate trace, from a CSV's header or a parquet file's schema;
+    None for anything else (a metrics trace, or not a table)."""
+    import csv
+
+    import polars as pl
+
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        try:
+            cols = set(pl.read_parquet_schema(path))
+        except (OSError, pl.exceptions.PolarsError):
+            return None  # the trace reader says what is wrong with it
+    elif suffix == ".csv":
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            cols = {h.strip() for h in next(csv.reader(fh), [])}
+    else:
+        return None
+    if cols == {"time_s", "rate_rps"}:
+        return "rate trace"
+    return next((kind for kind, need in TABLE_KINDS.items() if need <= cols), None)
+
+
+def _check_table(kind: str, path: Path) -> list[C.Finding]:
+    import polars as pl
+
+    from relakit.vocab import OUTCOMES, TIERS
+
+    if kind == "rate trace":
+        from relakit.sim.spec import read_rate_trace
+
+        read_rate_trace(path)  # a mistake is a ScenarioError naming the row
+        return []
+    frame = pl.read_parquet(path) if path.suffix.lower() == ".parquet" else pl.read_csv(path)
+    if kind == "audit":
+        from relakit.control.audit import DECISION_COLUMNS
+
+        missing = [c for c in DECISION_COLUMNS if c not in frame.columns]
+        if missing:
+            return [C.Finding(C.ERROR, str(path), "(columns)",
+                              f"an audit without {', '.join(missing)}; expected the columns "
+                              f"{', '.join(DECISION_COLUMNS)}")]
+        early = frame.filter(pl.col("effective_at_s") < pl.col("decided_at_s"))
+        if early.height:
+            return [C.Finding(C.ERROR, str(path), "effective_at_s",
+                              f"{early.height} decision(s) take effect before they are made, "
+                              f"e.g. at {early['effective_at_s'][0]:g} s, decided at "
+                              f"{early['decided_at_s'][0]:g} s")]
+        return []
+    out = []
+    for col, known in (("tier", TIERS), ("outcome", OUTCOMES)):
+        if col in frame.columns:
+            other = sorted(set(frame[col].drop_nulls().unique().to_list()) - set(known))
+            if other:
+                out.append(C.Finding(C.ERROR, str(path), col,
+                                     f"{', '.join(map(repr, other))}: not a {col} relakit "
+                                     f"knows ({', '.join(known)})"))
+    bad = frame.filter(~pl.col("latency_ms").is_finite() | (pl.col("latency_ms") < 0))
+    if bad.height:
+        out.append(C.Finding(C.ERROR, str(path), "latency_ms",
+                             f"{bad.height} latency(ies) negative or not finite"))
+    return out
+
+
+def _notebook_for(path: Path, data) -> Path | None:
+    """The notebook a YAML of papermill parameters is for, in a ``notebooks`` folder above
+    the file: the one the file's name starts with (``04_policy-quick.yaml`` →
+    ``04_policy.ipynb``), else the first whose parameters hold every key."""
+    from relakit.sweep import notebook_parameters
+
+    if not isinstance(data, dict) or not data:
+        return None
+    for up in path.resolve().parents:
+        books = sorted((up / "notebooks").glob("*.ipynb"))
+        if books:
+            break
+    else:
+        return None
+    named = [b for b in books if path.stem.startswith(b.stem)]
+    if named:  # checked against it, so a misspelt key is named
+        return named[0]
+    return next((b for b in books if set(data) <= set(notebook_parameters(b))), None)
+
+
+def _check_parameters(path: Path, data: dict, notebook: Path) -> list[C.Finding]:
+    """Every key a parameter of the notebook, each value of its default's kind."""
+    from relakit.sweep import notebook_parameters
+    from relakit.validate import display_path
+
+    known = notebook_parameters(notebook)
+    out = []
+    for k, v in data.items():
+        if k not in known:
+            out.append(C.Finding(C.ERROR, str(path), str(k),
+                                 f"{display_path(notebook)} has no such parameter; its "
+                                 f"parameters: {', '.join(known)}"))
+            continue
+        want = known[k]
+        if want is not None and not isinstance(v, type(want)) and not (
+                isinstance(want, float) and isinstance(v, int) and not isinstance(v, bool)):
+            out.append(C.Finding(C.ERROR, str(path), str(k),
+                                 f"{v!r} is not a {type(want).__name__} like the notebook's "
+                                 f"default ({want!r})"))
+    return out
 
 
 def _cross_checks(loaded: dict) -> list[C.Finding]:

@@ -421,9 +421,15 @@ def check_load(sc) -> list[Finding]:
     fl, wl = sc.fleet, sc.workload
     rate = wl.arrival.mean_rate(sc.duration_s, sc.warmup_s)
     offered = rate * wl.fanout * sc.duration_s  # every call the run could ever queue
+    util = sc.offered_utilisation
+    if "overload" in sc.intended:  # the scenario's design: said once, by its peak
+        peak = max(wl.arrival.rates_rps) * wl.fanout / fl.capacity_rps
+        return [] if peak >= 1.0 else [Finding(
+            WARNING, sc.source, "intended",
+            f"declares an intended overload, but the offered load peaks at {peak:.2f}x "
+            "capacity: it never happens; drop 'overload' or raise the load")]
     if fl.queue_limit is not None and fl.queue_limit * fl.nodes < offered:
         return []
-    util = sc.offered_utilisation
     fan = f" x fan-out {wl.fanout}" if wl.fanout > 1 else ""
     unset = ("is unset" if fl.queue_limit is None else
              f"({fl.queue_limit:g} a node) is more than the run's {offered:.3g} calls could "

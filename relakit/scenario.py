@@ -76,6 +76,8 @@ class Scenario:
     ci: str = "replications"
     batches: int = 20  # relakit.stats.DEFAULT_BATCHES (a test keeps them equal)
     warmup_auto: bool = False  # `warmup_s: auto`: the kernel counts from 0, MSER-5 cuts
+    # conditions the checks would warn about, declared as the scenario's design
+    intended: tuple[str, ...] = ()
 
     @property
     def metrics_interval_s(self) -> float:
@@ -146,7 +148,10 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
     return sc
 
 
-EXPERIMENT_KEYS = ("replications", "ci", "batches")
+EXPERIMENT_KEYS = ("replications", "ci", "batches", "intended")
+#: what a scenario may declare as intended, so that `relakit check` does not warn of it:
+#: overload (offered load at or over capacity with queues that never bind)
+INTENDED = ("overload",)
 CI_METHODS = ("replications", "batch_means")
 MAX_REPLICATIONS = 10_000
 
@@ -172,7 +177,12 @@ def _experiment(r: Reader) -> dict:
     if ci == "batch_means" and reps != 1:
         r.fail(f"{reps} replications with ci: batch_means: batch means are the interval "
                "of one run; use replications: 1, or ci: replications", "replications")
-    return {"replications": reps, "ci": ci, "batches": batches, "warmup_auto": auto}
+    intended = r.data.get("intended", [])
+    if not isinstance(intended, list) or any(i not in INTENDED for i in intended):
+        r.fail(f"expected a list from {', '.join(INTENDED)} (conditions the scenario means "
+               f"to create), got {intended!r}", "intended")
+    return {"replications": reps, "ci": ci, "batches": batches, "warmup_auto": auto,
+            "intended": tuple(intended)}
 
 
 def _control(r: Reader, base_dir: Path):

@@ -229,6 +229,13 @@ def load_sweep(source) -> SweepSpec:
     if reps > 1 and kind == "notebook":
         r.fail("replications apply to function sweeps; a notebook takes its own "
                "`replications` parameter (set it in base)", "replications")
+    if kind == "notebook":  # papermill would run a misspelt parameter as a new variable
+        known = notebook_parameters(target)
+        for where, keys in (("grid", grid), ("base", base), ("samples.ranges", ranges)):
+            for k in keys:
+                if k not in known:
+                    r.fail(f"{display_path(target)} has no parameter {k!r}; its parameters: "
+                           + ", ".join(known), f"{where}.{k}")
     baseline = _baseline(r, grid, n, reps)
     return SweepSpec(r.data.get("name", Path(name).stem), kind, str(target), grid, n,
                      {k: tuple(v) for k, v in ranges.items()},
@@ -238,6 +245,31 @@ def load_sweep(source) -> SweepSpec:
 
 
 MAX_REPLICATIONS = 10_000
+
+
+def notebook_parameters(path) -> dict:
+    """``{name: default}`` of a notebook's cell tagged ``parameters`` (papermill's), read
+    without running it: the assignments ``name = literal`` (a default that is no
+    literal, e.g. ``Path(...)``, is None). A notebook without such a cell has none."""
+    import ast
+
+    nb = json.loads(Path(path).read_text())
+    out: dict = {}
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code" or "parameters" not in cell.get(
+                "metadata", {}).get("tags", []):
+            continue
+        source = "".join(cell.get("source", []))
+        for node in ast.parse(source).body:
+            targets = (node.targets if isinstance(node, ast.Assign) else
+                       [node.target] if isinstance(node, ast.AnnAssign) else [])
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    try:
+                        out[t.id] = ast.literal_eval(node.value) if node.value else None
+                    except ValueError:
+                        out[t.id] = None
+    return out
 
 
 def _baseline(r: Reader, grid: dict, samples: int, reps: int) -> dict:

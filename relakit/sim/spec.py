@@ -608,6 +608,14 @@ def _arrival(r: Reader, duration: float, base_dir: Path) -> Arrival:
     return Arrival(kind, times, rates)
 
 
+def read_rate_trace(path) -> Arrival:
+    """A rate-trace CSV (``time_s, rate_rps``) on its own, as a scenario's ``workload.arrival:
+    {kind: trace, path: ...}`` reads it (``relakit check`` on the file)."""
+    r = Reader({"kind": "trace", "path": str(path)}, str(path), "workload.arrival")
+    pts = _trace_points(r, Path("."))
+    return Arrival("trace", tuple(t for t, _ in pts), tuple(v for _, v in pts))
+
+
 def _trace_points(r: Reader, base_dir: Path):
     """A rate table from `points: [[t, rate], ...]` or a CSV with time_s, rate_rps."""
     interp = r.choice("interpolation", ("linear", "step"), "linear")
