@@ -124,6 +124,9 @@ def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
 def _build(r: Reader, base_dir: Path) -> Scenario:
     """The data plane's spec (:mod:`relakit.sim.spec`) composed with policy, chain, clocks,
     and the experiment's keys (replications, ci, batches, ``warmup_s: auto``)."""
+    other = _other_kind(r.data)
+    if other:
+        r.fail(other, "(top level)")
     r.only({"name", "duration_s", "seed", "warmup_s", "workload", "fleet", "faults", "metrics",
             "controls", "mitigations", "policy", "clocks", "chain", "control_plane",
             "data_plane", "agents", *ROLLOUT_KEYS, *EXPERIMENT_KEYS})
@@ -146,6 +149,29 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
         sc = dataclasses.replace(sc, **read_rollout(
             r, lambda rr, value, key: _resolve(rr, value, base_dir, key), sc))
     return sc
+
+
+#: the keys that tell the other files relakit reads (as relakit.checkfiles tells them), and
+#: what to do with such a file instead
+OTHER_KINDS = (
+    ("a policy", {"signals", "conditions", "modes"}, "a scenario names it (policy: PATH)"),
+    ("a search", {"space", "objectives"}, "run it with `relakit search`"),
+    ("a sweep", {"grid", "samples", "notebook"}, "run it with `relakit sweep`"),
+    ("a chain", {"order", "sentinel", "serpentine", "aegis", "atlas", "punisher", "phoenix"},
+     "a scenario names it (chain: PATH)"),
+    ("Prometheus rules", {"groups"}, "replay them with `relakit replay TRACE --rules`, or "
+     "turn them into a policy with `relakit import-rules`"),
+    ("clocks", {"scrape_s", "window_s", "eval_s", "poll_s"},
+     "a scenario names them (clocks: PATH)"))
+
+
+def _other_kind(data) -> str | None:
+    """What a mapping with no scenario key is instead (a policy given to ``simulate``), and
+    what to do with it."""
+    if not isinstance(data, dict) or set(data) & {"fleet", "workload", "duration_s"}:
+        return None
+    return next((f"this is {kind}, not a scenario (fleet, workload, duration_s): {advice}"
+                 for kind, keys, advice in OTHER_KINDS if set(data) & keys), None)
 
 
 EXPERIMENT_KEYS = ("replications", "ci", "batches", "intended")
