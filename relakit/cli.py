@@ -382,32 +382,20 @@ def _sweep(args) -> int:
 
 def _search(args) -> int:
     """`relakit search SEARCH.yaml`: run or resume a search; print its front vs the incumbent."""
+    from relakit.display import text_rows
     from relakit.search import load_search, search
-    from relakit.search.report import fmt, label
+    from relakit.search.report import front_rows
 
     spec = load_search(args.search)
     out = _writable_dir(args.out or Path("out") / "searches" / folder_name(spec.name))
     res = search(spec, out, trials=args.trials, workers=args.workers, scheduler=args.scheduler)
     print(f"{res.trials.height} trials complete, {res.front.height} on the Pareto front; "
           f"{out / 'trials.parquet'}, {out / 'front.parquet'}, {out / 'front'}/")
-    if res.incumbent is not None:
-        print("front members, each objective's mean ± 95 % half-width (in brackets: the "
-              "paired difference from the incumbent, same seeds):")
-    for row in res.front.sort("trial").iter_rows(named=True):
-        cells = []
-        for o in spec.objectives:
-            text = f"{label(o.number)} {fmt(o.number, row[o.number], row[o.number + '_ci'])}"
-            if res.incumbent is not None:
-                d = res.difference(row["trial"], o.number)
-                text += f" ({fmt(o.number, d['difference'], d['difference_ci'], diff=True)}"
-                text += ", better)" if d["better"] else ", worse)" if d["significant"] else ")"
-            cells.append(text)
-        print(f"  trial {row['trial']}: " + "; ".join(cells))
-    if res.info.get("incumbent"):
-        inc = res.info["incumbent"]
-        print("  incumbent: " + "; ".join(
-            f"{label(o.number)} {fmt(o.number, inc[o.number]['mean'], inc[o.number]['ci'])}"
-            for o in spec.objectives))
+    print("the front: settings, then each objective's mean ± 95 % half-width" + (
+        " (in brackets: the paired difference from the incumbent, same seeds)"
+        if res.incumbent is not None else ""))
+    for line in text_rows(front_rows(res)):
+        print("  " + line)
     return 0
 
 

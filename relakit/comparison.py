@@ -63,7 +63,32 @@ class Comparison:
 
     def format(self, tier: str = "all") -> str:
         """The console view of one tier: A, B and B - A as ``mean ± half-width``."""
+        rows = self._rows(tier)
+        widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+        lines = ["  ".join(v.ljust(w) if k in (0, 4) else v.rjust(w)
+                           for k, (v, w) in enumerate(zip(r, widths, strict=True)))
+                 for r in rows]
+        return "\n".join([self._head(tier), *lines])
+
+    def _repr_html_(self) -> str:
+        from relakit.display import html_view
+
+        tiers = self.table["tier"].unique(maintain_order=True).to_list()
+        return html_view(f"Comparison: {self.info['a']} vs {self.info['b']}",
+                         [self._head("all")],
+                         [(f"tier {t}", self._rows(t)) for t in ["all"] + [
+                             t for t in tiers if t != "all"]],
+                         ["cells: mean ± 95 % half-width; B - A paired by replication"])
+
+    def _head(self, tier: str) -> str:
         i = self.info
+        seeds = ("common random numbers (the same seeds for A and B)" if i["crn"] else
+                 "independent seeds")
+        return (f"A {i['a']}  vs  B {i['b']}: tier {tier}, {i['replications']} "
+                f"replications each, {seeds}")
+
+    def _rows(self, tier: str) -> list[list[str]]:
+        """One tier's cells, the header first."""
         rows = [["number", "A", "B", "B - A (95 % paired)", "", "variance ratio"]]
         for number in CONSOLE_NUMBERS:
             sel = self.table.filter((pl.col("tier") == tier) & (pl.col("number") == number))
@@ -76,15 +101,7 @@ class Comparison:
                          "significant" if r["significant"] else "not significant",
                          "-" if r["variance_ratio"] is None or not math.isfinite(
                              r["variance_ratio"]) else f"{r['variance_ratio']:.1f}"])
-        widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
-        lines = ["  ".join(v.ljust(w) if k in (0, 4) else v.rjust(w)
-                           for k, (v, w) in enumerate(zip(r, widths, strict=True)))
-                 for r in rows]
-        seeds = ("common random numbers (the same seeds for A and B)" if i["crn"] else
-                 "independent seeds")
-        head = (f"A {i['a']}  vs  B {i['b']}: tier {tier}, {i['replications']} "
-                f"replications each, {seeds}")
-        return "\n".join([head, *lines])
+        return rows
 
     def write(self, out_dir) -> list[Path]:
         """compare.parquet (the table) and compare.json (info and rows), atomically."""

@@ -149,6 +149,18 @@ class ReplicatedResult:
 
     def format_summary(self) -> str:
         """The summary as a text table, each cell ``mean ± half-width`` (``70.9 ± 1.2``)."""
+        head, note = self._head_note()
+        return "\n".join([head, format_table(self.summary, ["tier", *CONSOLE_COLUMNS]), note])
+
+    def _repr_html_(self) -> str:
+        from relakit.display import html_view
+
+        head, note = self._head_note()
+        return html_view(f"ReplicatedResult: {self.info['scenario']}", [head],
+                         [("per tier (latency in ms)",
+                           table_rows(self.summary, ["tier", *CONSOLE_COLUMNS]))], [note])
+
+    def _head_note(self) -> tuple[str, str]:
         i = self.info
         m = i.get("means", {})
 
@@ -164,7 +176,7 @@ class ReplicatedResult:
                 f"utilisation {head_number('utilisation', '.3f')}")
         note = ("cells: mean ± 95 % half-width (Student t) over replications; rerun one "
                 "with --seed (seeds in summary.json)")
-        return "\n".join([head, format_table(self.summary, ["tier", *CONSOLE_COLUMNS]), note])
+        return head, note
 
     def write(self, out_dir) -> list[Path]:
         """summary.json (info and tiers with ``_ci``), runs.parquet, series.parquet and,
@@ -198,6 +210,13 @@ def _info_means(per_run: list[dict]) -> dict:
 def format_table(table: pl.DataFrame, columns) -> str:
     """A fixed-width text table; a number with a ``<name>_ci`` column prints as
     ``mean ± half-width`` (both with the column's decimals), without one as itself."""
+    from relakit.display import text_rows
+
+    return "\n".join(text_rows(table_rows(table, columns)))
+
+
+def table_rows(table: pl.DataFrame, columns) -> list[list[str]]:
+    """:func:`format_table`'s cells, the header first (a notebook's HTML view uses them)."""
     cols = [c for c in columns if c in table.columns]
     ms = [c for c in cols if c.endswith("_ms")]
     lat = np.concatenate([table[c].cast(pl.Float64).to_numpy() for c in ms]) if ms else \
@@ -218,11 +237,7 @@ def format_table(table: pl.DataFrame, columns) -> str:
             text += f" ± {ci:.{d}f}"
         return text
 
-    rows = [cols] + [[cell(r, c) for c in cols] for r in table.iter_rows(named=True)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
-    return "\n".join("  ".join(v.ljust(w) if i == 0 else v.rjust(w)
-                               for i, (v, w) in enumerate(zip(r, widths, strict=True)))
-                      for r in rows)
+    return [cols] + [[cell(r, c) for c in cols] for r in table.iter_rows(named=True)]
 
 
 # ---- ci: batch_means: intervals from one run's own series ----------------------------------

@@ -83,6 +83,50 @@ class Scenario:
     def metrics_interval_s(self) -> float:
         return self.metrics.interval_s
 
+    def __repr__(self) -> str:  # the dataclass's own repr prints every nested field
+        return (f"Scenario({self.name!r}, {self.duration_s:g} s, {self.fleet.nodes} nodes, "
+                f"policy={getattr(self.policy, 'name', None)!r}, "
+                f"chain={'yes' if self.chain is not None else None})")
+
+    def facts(self) -> list[str]:
+        """What the scenario is, in a few lines (its notebook view)."""
+        fl, wl = self.fleet, self.workload
+        a = wl.arrival
+        rates = (f"{a.rates_rps[0]:g}" if a.constant else
+                 f"{min(a.rates_rps):g}-{max(a.rates_rps):g}")
+        lines = [f"{self.duration_s:g} s, seed {self.seed}, from {self.source}",
+                 f"workload: {a.kind} arrivals, {rates} req/s, fan-out {wl.fanout}, tiers "
+                 + ", ".join(
+                     f"{t} {p:.0%}" for t, p in wl.tiers.items())
+                 + (f", deadline {wl.deadline_ms:g} ms" if wl.deadline_ms else ""),
+                 f"fleet: {fl.nodes} nodes" + (f" in zones of {list(fl.zones)}" if fl.zones
+                                               else "") + f", {sum(fl.servers)} servers, "
+                 f"{fl.service.kind} "
+                 f"service of {fl.service.mean_ms:g} ms, {fl.routing} routing, capacity "
+                 f"{fl.capacity_rps:.4g} req/s; mean offered load "
+                 f"{self.offered_utilisation:.2f}x capacity"]
+        if self.policy is not None:
+            lines.append(f"policy {self.policy.name!r}: modes " + ", ".join(
+                m.name for m in self.policy.modes))
+        if self.clocks is not None and (self.policy is not None or self.chain is not None):
+            c = self.clocks
+            lines.append(f"clocks: scrape {c.scrape_s:g} s, window {c.window_s:g} s, "
+                         f"evaluation {c.eval_s:g} s, poll {c.poll_s:g} s")
+        if self.chain is not None:
+            lines.append(f"chain {self.chain.name!r}: " + " -> ".join(
+                type(st).__name__ for st in self.chain.stages))
+        if self.faults:
+            lines.append(f"{len(self.faults)} fault(s) on node(s) " + ", ".join(
+                sorted({str(f.node) for f in self.faults})))
+        if self.replications > 1:
+            lines.append(f"{self.replications} replications")
+        return lines
+
+    def _repr_html_(self) -> str:
+        from relakit.display import html_view
+
+        return html_view(f"Scenario: {self.name}", self.facts())
+
     @property
     def offered_utilisation(self) -> float:
         """Mean offered load (after warm-up) over fleet capacity, fan-out included."""

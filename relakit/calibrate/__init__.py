@@ -68,6 +68,34 @@ class Calibration:
     # engineer changed) gets its own, never the calibration's stale ones
     _cautions: list[str] | None = field(default=None, init=False, repr=False)
 
+    def __repr__(self) -> str:  # the dataclass's own repr printed the whole twin's YAML
+        v = ("not validated yet (.validation runs it)" if self._validation is None else
+             "trusted" if self._validation.trusted else "NOT trusted")
+        return (f"Calibration({self.recording.source!r}: {len(self.node_ids)} nodes, "
+                f"{self.service.kind} service of {self.service.mean_ms:.3g} ms, "
+                f"{len(self.cautions)} caution(s), {v})")
+
+    def _repr_html_(self) -> str:
+        """The fit, its cautions and, once run, the validation's verdict and table (the
+        view never runs the validation itself: that simulates)."""
+        from relakit.display import html_view
+
+        sc, a = self.scenario, self.arrivals
+        lines = [f"from {self.recording.source}: {len(self.node_ids)} node(s), scrape "
+                 f"{self.recording.scrape_s:g} s, {sc.duration_s:g} s",
+                 f"arrivals: mean {a.rates_rps.mean():.4g} req/s, peak {a.rates_rps.max():.4g} "
+                 f"req/s in {a.bin_s:g} s bins ({a.source})",
+                 f"service: {self.service.kind}, mean {self.service.mean_ms:.3g} ms; servers "
+                 f"{list(sc.fleet.servers)}; {len(self.faults)} fault window(s)"]
+        tables, notes = [], [f"caution: {c}" for c in self.cautions]
+        if self._validation is None:
+            notes.append("not validated yet: .validation runs the twin against the recording")
+        else:
+            lines.append(self._validation.verdict)
+            tables.append(("the twin against the recording", self._validation.rows()))
+        return html_view(f"Calibration: {Path(self.recording.source).name}", lines, tables,
+                         notes)
+
     @property
     def cautions(self) -> list[str]:
         """What the twin as it stands (``.scenario``) cannot reproduce, each with its number."""

@@ -76,6 +76,12 @@ class Validation:
         return "twin NOT good enough to trust: " + "; ".join(self.reasons + self.cautions)
 
     def format_table(self) -> str:
+        widths = [max(len(r[i]) for r in self.rows()) for i in range(len(self.rows()[0]))]
+        return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True))
+                         for r in self.rows())
+
+    def rows(self) -> list[list[str]]:
+        """Per signal, the twin's errors against the recording (cells, the header first)."""
         rows = [["signal", "median rel. error", "p90 rel. error", "tolerance (median, p90)",
                  "within"]]
         for r in self.table.iter_rows(named=True):
@@ -83,9 +89,7 @@ class Validation:
                          _pm(r["p90_rel_error"], r["p90_rel_error_ci"]),
                          f"{r['tolerance']:.0%}, {r['p90_tolerance']:.0%}",
                          "yes" if r["within"] else "NO"])
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True))
-                         for r in rows)
+        return rows
 
 
 def _pm(x: float, ci: float) -> str:

@@ -87,3 +87,31 @@ def sentence(result, number: str = "gold.success_ratio", trial: int | None = Non
     else:
         tail = ""
     return head + tail + "."
+
+
+def front_rows(result) -> list[list[str]]:
+    """The front as table cells, the header first: each member's settings, then each
+    objective's mean ± 95 % half-width and, with an incumbent, the paired difference
+    from it (``better``/``worse`` where significant), then the incumbent's own row.
+    The console (``relakit search``) and the notebook view print these same cells."""
+    spec = result.spec
+    keys = [p.key for p in spec.space]
+    rows = [["trial", *(k.removeprefix("policy.") for k in keys),
+             *(label(o.number) for o in spec.objectives)]]
+    for row in result.front.sort("trial").iter_rows(named=True):
+        cells = [str(row["trial"])]
+        cells += [_setting(k, row[f"param.{k}"]).split(" = ", 1)[1] for k in keys]
+        for o in spec.objectives:
+            text = fmt(o.number, row[o.number], row[o.number + "_ci"])
+            if result.incumbent is not None:
+                d = result.difference(row["trial"], o.number)
+                text += f" ({fmt(o.number, d['difference'], d['difference_ci'], diff=True)}"
+                text += ", better)" if d["better"] else ", worse)" if d["significant"] else ")"
+            cells.append(text)
+        rows.append(cells)
+    inc = result.info.get("incumbent")
+    if inc:
+        rows.append(["incumbent", *("as given" for _ in keys),
+                     *(fmt(o.number, inc[o.number]["mean"], inc[o.number]["ci"])
+                       for o in spec.objectives)])
+    return rows

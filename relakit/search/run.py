@@ -40,6 +40,7 @@ import polars as pl
 from relakit.progress import Progress
 from relakit.replications import replication_seeds
 from relakit.search.objectives import objective_values
+from relakit.search.report import fmt, label
 from relakit.search.spec import SearchSpec, load_search, raw_scenario
 from relakit.stats import paired_difference, t_interval
 from relakit.validate import ScenarioError
@@ -75,6 +76,19 @@ class SearchResult:
     def __repr__(self) -> str:
         return (f"SearchResult({self.spec.name!r}, trials={self.trials.height}, "
                 f"front={self.front.height})")
+
+    def _repr_html_(self) -> str:
+        from relakit.display import html_view
+        from relakit.search.report import front_rows
+
+        return html_view(
+            f"SearchResult: {self.spec.name}",
+            [f"{self.trials.height} trials complete, {self.front.height} on the Pareto front; "
+             f"{self.spec.replications} replications a trial, the same seeds for every trial"],
+            [("the Pareto front", front_rows(self))],
+            ["cells: mean ± 95 % half-width over replications; in brackets the paired "
+             "difference from the incumbent (better/worse where significant)"
+             if self.incumbent is not None else ""])
 
     def difference(self, trial: int, number: str) -> dict:
         """The paired difference row of one front member and objective, by key."""
@@ -160,7 +174,13 @@ def _search(spec, out, trials, workers, scheduler, batch, notice, stop_after):
     try:
         while _complete(study) < target and (stop_after is None or batches < stop_after):
             n = min(batch, target - _complete(study))
-            _run_batch(study, spec, n, seeds, numbers, pool, scheduler, workers)
+            before = _complete(study)
+            told = _run_batch(study, spec, n, seeds, numbers, pool, scheduler, workers)
+            if not line.enabled:  # a log or a pipe: a line a trial, not a rewritten line
+                for j, (number, means) in enumerate(told):
+                    say(f"trial {number} ({before + j + 1}/{target}): " + "; ".join(
+                        f"{label(o.number)} {fmt(o.number, m)}"
+                        for o, m in zip(spec.objectives, means, strict=True)))
             batches += 1
             _write_trials(spec, study, out)
             line.update(_complete(study))
@@ -267,6 +287,7 @@ def _run_batch(study, spec: SearchSpec, n: int, seeds, numbers, pool, scheduler,
                for nm in numbers} for k in set(owner)}
     if -1 in per:
         study.set_user_attr("incumbent", per[-1])
+    told = []
     for k, (trial, _params) in enumerate(asked):
         values = per[k]
         trial.set_user_attr("values", values)
@@ -274,8 +295,10 @@ def _run_batch(study, spec: SearchSpec, n: int, seeds, numbers, pool, scheduler,
         means = [float(np.mean(values[nm])) for nm in numbers]
         if all(math.isfinite(m) for m in means):
             study.tell(trial, means)
+            told.append((trial.number, means))
         else:  # a number with no value (e.g. a quantile of a tier that served nothing)
             study.tell(trial, state=TrialState.FAIL)
+    return told
 
 
 def _plain(params: dict) -> dict:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from relakit.display import html_view, text_rows
 from relakit.io import write_json, write_parquet, write_parquet_chunks
 from relakit.sim import kernel as K
 from relakit.sim.longtable import MetricsGrid
@@ -176,6 +177,20 @@ class SimulationResult:
         ratio with 4 decimals, amplification with 3, and the latency columns
         all with the decimals that give their smallest value 3 digits.
         """
+        head, rows, tail = self._summary_parts(wrong)
+        return "\n".join([head, *text_rows(rows), *tail])
+
+    def _repr_html_(self) -> str:
+        head, rows, tail = self._summary_parts(None)
+        spent = (self.info.get("control") or {}).get("time_in_mode_s")
+        modes = ("time in each mode: " + ", ".join(f"{m} {s:.0f} s" for m, s in spent.items())
+                 if spent else None)
+        return html_view(f"SimulationResult: {self.info.get('scenario')}", [head, modes],
+                         [("per tier (latency in ms, from the run's histogram)", rows)], tail)
+
+    def _summary_parts(self, wrong: bool | None) -> tuple[str, list[list[str]], list[str]]:
+        """(headline, table rows with the header first, notes): the console's text and
+        the notebook's HTML are made of the same cells."""
         if wrong is None:
             wrong = bool(self.info.get("wrong_possible")) or (
                 "wrong" in self.summary.columns and int(self.summary["wrong"].sum()) > 0)
@@ -187,10 +202,6 @@ class SimulationResult:
         decimals = {"success_ratio": 4, "amplification": 3, **dict.fromkeys(ms, ms_dec)}
         rows = [cols] + [[_fmt(r[c], decimals.get(c)) for c in cols]
                          for r in self.summary.iter_rows(named=True)]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
-        lines = ["  ".join(v.ljust(w) if i == 0 else v.rjust(w)
-                           for i, (v, w) in enumerate(zip(row, widths, strict=True)))
-                 for row in rows]
         i = self.info
         head = (f"scenario {i['scenario']}  seed {i['seed']}  {i['duration_s']:g} s simulated  "
                 f"offered {i['offered_rps']:.1f} rps  goodput {i['goodput_rps']:.1f} rps  "
@@ -207,8 +218,7 @@ class SimulationResult:
             tail.append(f"the run did not reach a steady state: {why} (arrived "
                         f"{i['arrived_rps']:.1f} rps, counted {i['offered_rps']:.1f} rps), so "
                         "these figures depend on the run's length")
-        return "\n".join([head, *lines, *tail])
-
+        return head, rows, tail
 
 def steady_state(info: dict, sc) -> bool:
     """False when the run cannot have settled: offered load at or over capacity with
