@@ -361,7 +361,8 @@ def _flag_text(flags: dict) -> str:
 
 
 def _sweep(args) -> int:
-    from relakit.sweep import load_sweep, manifests, run_sweep
+    from relakit.display import text_rows
+    from relakit.sweep import load_sweep, manifests, run_sweep, short_rows
 
     spec = load_sweep(args.sweep)
     out = _writable_dir(args.out or Path("out") / "sweeps" / folder_name(spec.name))
@@ -377,6 +378,12 @@ def _sweep(args) -> int:
         print(f"ignored {len(ignored)} point folder(s) of other specs in {out}")
     for row in failed.iter_rows(named=True):
         print(f"  failed {row['point_id']}: {row['error']}")
+    rows = short_rows(table)
+    if len(rows) > 1:
+        print("per point, all tiers" + (" (mean ± 95 % half-width over replications)"
+                                        if spec.replications > 1 else "") + ":")
+        for line in text_rows(rows):
+            print("  " + line)
     return 0 if failed.height == 0 else 1
 
 

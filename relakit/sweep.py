@@ -689,3 +689,31 @@ def _line_reporter(line: Progress):
 
 __all__ = ["SweepSpec", "combine", "load_sweep", "manifests", "point_id", "point_inputs",
            "point_seed", "remove_leftovers", "replication_inputs", "run_point", "run_sweep"]
+
+
+#: what `relakit sweep` shows per point (tier "all"), when the results have them
+SHORT_NUMBERS = ("success_ratio", "p99_ms", "goodput_rps", "dropped")
+
+
+def short_rows(table: pl.DataFrame) -> list[list[str]]:
+    """A sweep's results as a short table, the header first: per point (tier ``all``) its
+    parameters and a few headline numbers, ``mean ± half-width`` where the points were
+    replicated; empty for a notebook sweep's own tables."""
+    if "success_ratio" not in table.columns or table.height == 0:
+        return []
+    # a replicated sweep's results are already one row a point (all tiers)
+    rows_all = table.filter(pl.col("tier") == "all") if "tier" in table.columns else table
+    params = [c for c in rows_all.columns if c.startswith("param.") and
+              rows_all[c].dtype != pl.Struct and rows_all[c].n_unique() > 1]
+    numbers = [c for c in SHORT_NUMBERS if c in rows_all.columns]
+    out = [[c.removeprefix("param.") for c in params] + numbers]
+    for r in rows_all.sort(params).iter_rows(named=True):
+        cells = [f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]) for c in params]
+        for c in numbers:
+            v, ci = r[c], r.get(f"{c}_ci")
+            d = 4 if c == "success_ratio" else 0 if isinstance(v, int) else 1
+            cells.append("-" if v is None or v != v else
+                         f"{v:.{d}f}" + (f" ± {ci:.{d}f}" if ci is not None and ci == ci
+                                         else ""))
+        out.append(cells)
+    return out if params or numbers else []

@@ -375,3 +375,21 @@ def test_a_grid_key_inside_an_inline_base_mapping_keeps_each_point_its_own(tmp_p
     assert sorted(table["param.clocks.window_s"].unique().to_list()) == [2, 4]
     assert all(c["window_s"] == 4 for c in table["param.clocks"].to_list())
     assert spec.base["clocks"]["window_s"] == 4
+
+
+def test_relakit_sweep_ends_with_a_short_table_of_its_points(tmp_path, capsys, monkeypatch):
+    from relakit.cli import main
+
+    monkeypatch.chdir(ROOT / "tests" / "bad_inputs")
+    assert main(["sweep", "sweeps/ok.yaml", "--out", str(tmp_path / "o"), "--workers",
+                 "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = out.index("per point, all tiers:")
+    assert out[head + 1].split() == ["fleet.servers", "success_ratio", "p99_ms", "goodput_rps",
+                                     "dropped"]
+    table = pl.read_parquet(tmp_path / "o" / "results.parquet").filter(pl.col("tier") == "all")
+    for line in out[head + 2:head + 4]:
+        servers, success, p99, *_ = line.split()
+        row = table.filter(pl.col("param.fleet.servers") == int(servers)).row(0, named=True)
+        assert float(p99) == pytest.approx(row["p99_ms"], abs=0.05)
+        assert float(success) == pytest.approx(row["success_ratio"], abs=5e-5)
