@@ -71,8 +71,9 @@ def test_the_map_lists_every_module_and_only_those():
     assert len(listed) == len(set(listed)), "a module is listed twice"
     listed_set = set(listed)
     actual = actual_modules()
-    assert not actual - listed_set, f"modules missing from README.md's map: {sorted(actual - listed_set)}"
-    assert not listed_set - actual, f"README.md's map lists what is not there: {sorted(listed_set - actual)}"
+    missing, extra = sorted(actual - listed_set), sorted(listed_set - actual)
+    assert not missing, f"modules missing from README.md's map: {missing}"
+    assert not extra, f"README.md's map lists what is not there: {extra}"
 
 
 def test_the_map_check_fails_on_a_module_it_does_not_list(tmp_path):
@@ -80,7 +81,8 @@ def test_the_map_check_fails_on_a_module_it_does_not_list(tmp_path):
     mutation too: a dummy relakit/sim/dummy.py fails the test above)."""
     block = map_block()
     listed = set(listed_modules(block))
-    cut = "\n".join(line for line in block.splitlines() if not line.strip().startswith("longtable.py"))
+    cut = "\n".join(line for line in block.splitlines()
+                    if not line.strip().startswith("longtable.py"))
     assert listed - set(listed_modules(cut)) == {"relakit/sim/longtable.py"}
     # a package folder stands for its __init__.py
     assert "relakit/sim/__init__.py" in listed and "relakit/__init__.py" in listed
@@ -120,7 +122,8 @@ ORDINALS = ("first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|el
             "twelfth|thirteenth|fourteenth|fifteenth|\\d+(?:st|nd|rd|th)")
 DATING = [
     re.compile(r"\bsessions?\b", re.I),  # never a dating word here; a process group is a group
-    re.compile(rf"\b(?:{ORDINALS}|this|that|last|next|previous|earlier|later|same)\s+rounds?\b", re.I),
+    re.compile(rf"\b(?:{ORDINALS}|this|that|last|next|previous|earlier|later|same)\s+rounds?\b",
+               re.I),
     re.compile(r"\bround\s+(?:\d+|of work)\b", re.I),
 ]
 

@@ -128,7 +128,8 @@ def test_the_picture_and_quick_use_claims_match_their_scenarios():
     low, high = (round(100 * r / ramp.fleet.capacity_rps, -1) for r in (min(rates), max(rates)))
     assert f"ramps from {low:.0f} % to {high:.0f} % of the fleet's capacity" in caption, caption
     first_top = rates.index(max(rates))
-    start = times[max(i for i in range(first_top) if rates[i] == min(rates))]  # the ramp leaves its floor
+    # the ramp starts where the rate last sits at its floor before the top
+    start = times[max(i for i in range(first_top) if rates[i] == min(rates))]
     top = times[first_top]
     assert f"({start:.0f}–{top:.0f} s)" in caption, caption
     notebook = json.loads((ROOT / "notebooks/04_policy.ipynb").read_text())
