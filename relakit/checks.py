@@ -12,7 +12,7 @@ lab and ``relakit check``) asks the same functions.
 Each finding is an error (the run would be meaningless or would crash: it is
 refused) or a warning (the run is possible, and probably not what was meant:
 it goes on, and says so on stderr). The table of cases and their severity is
-in the README ("Checking inputs") and docs/design.md.
+docs/checking.md; why checks are split from reading, docs/design.md.
 """
 
 from __future__ import annotations

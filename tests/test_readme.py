@@ -109,3 +109,39 @@ def test_the_readme_claims_are_found():
     claims = [n for b in python
               for n in re.findall(r"^print\(.*#.*:\s*([-+]?\d[\d.]*)\s*\S*$", b, re.M)]
     assert "0.0709" in claims
+
+
+def test_the_picture_and_quick_use_claims_match_their_scenarios():
+    """The numbers README.md states about its picture and its first command are the
+    scenarios' own: the ramp's load against the fleet's capacity, when it ramps, how
+    long a run the flagship notebook draws, and the faults fleet's shape."""
+    import json
+
+    import relakit
+
+    text = README.read_text()
+    caption = re.search(r"^\*What `make run` draws.*?\*$", text, re.S | re.M)
+    assert caption, "README.md's picture has no caption starting 'What `make run` draws'"
+    caption = " ".join(caption.group(0).split())
+    ramp = relakit.load_scenario(ROOT / "params/scenarios/rela-ramp.yaml")
+    rates, times = ramp.workload.arrival.rates_rps, ramp.workload.arrival.times_s
+    low, high = (round(100 * r / ramp.fleet.capacity_rps, -1) for r in (min(rates), max(rates)))
+    assert f"ramps from {low:.0f} % to {high:.0f} % of the fleet's capacity" in caption, caption
+    first_top = rates.index(max(rates))
+    # the ramp starts where the rate last sits at its floor before the top
+    start = times[max(i for i in range(first_top) if rates[i] == min(rates))]
+    top = times[first_top]
+    assert f"({start:.0f}–{top:.0f} s)" in caption, caption
+    notebook = json.loads((ROOT / "notebooks/04_policy.ipynb").read_text())
+    params = next("".join(c["source"]) for c in notebook["cells"]
+                  if "parameters" in c.get("metadata", {}).get("tags", []))
+    shown = float(re.search(r"^ramp_duration_s: float = ([\d.]+)", params, re.M).group(1))
+    assert f"over the first {shown:.0f} s of" in caption, caption
+    assert "figures/04_rela_ramp.png" in caption and "04_rela_ramp" in "".join(
+        "".join(c["source"]) for c in notebook["cells"])
+
+    faults = relakit.load_scenario(ROOT / "params/scenarios/fleet-faults.yaml")
+    words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
+    claim = (f"# {faults.fleet.nodes} nodes, fan-out {faults.workload.fanout}, "
+             f"{words[len(faults.faults)]} faults")
+    assert claim in text, claim
