@@ -79,9 +79,11 @@ lab: setup
 	$(BIN)/python -m pip install --quiet -e '.[jupyter]'
 	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks
 
-# `make figures`: simulate the flagship ramp (RelA's policy, so the dashboard has its mode
-# panel) unless its run folder is already there, then export that run's standard views.
-# tests/test_plots.py runs figures-only with a short scenario and temporary folders.
+# `make figures`: the flagship ramp's standard views (RelA's policy, so the dashboard has its
+# mode panel). `relakit figures --scenario` draws the run folder only when it is that
+# scenario's run as the files are now (a digest of their content) with per-request
+# records, and simulates it first otherwise; it says which. tests/test_plots.py runs
+# figures-only with a short scenario and temporary folders.
 FIGURES_SCENARIO ?= params/scenarios/rela-ramp.yaml
 FIGURES_RUN ?= out/rela-ramp
 FIGURES_OUT ?= figures
@@ -89,11 +91,8 @@ FIGURES_OUT ?= figures
 figures: setup
 	@$(MAKE) --no-print-directory figures-only
 
-figures-only: $(FIGURES_RUN)/summary.json
-	$(BIN)/relakit figures $(FIGURES_RUN) --out $(FIGURES_OUT)
-
-$(FIGURES_RUN)/summary.json: $(FIGURES_SCENARIO)
-	$(BIN)/relakit simulate $(FIGURES_SCENARIO) --out $(FIGURES_RUN)
+figures-only:
+	$(BIN)/relakit figures $(FIGURES_RUN) --scenario $(FIGURES_SCENARIO) --out $(FIGURES_OUT)
 
 # numba's cache does not notice edits to functions imported from other files
 clean-cache:

@@ -171,6 +171,7 @@ def _seconds(spent: dict) -> str:
 
 def _simulate(args) -> int:
     from relakit.dispatch import simulate
+    from relakit.sweep import scenario_inputs
 
     sc = load_scenario(args.scenario)
     # --seed alone reruns one run (one replication, from the seeds a replicated run
@@ -191,6 +192,7 @@ def _simulate(args) -> int:
             result = simulate(sc, seed=args.seed, record_requests=False if args.no_requests
                               else None, progress=progress, replications=n,
                               workers=args.workers, scheduler=args.scheduler)
+        result.info["inputs"] = scenario_inputs(args.scenario)
         written = result.write(out)
         print(result.format_summary())
         print("seeds: " + " ".join(map(str, result.seeds)))
@@ -200,6 +202,7 @@ def _simulate(args) -> int:
     with Progress(f"simulate {sc.name}", sc.duration_s, "s simulated") as progress:
         result = simulate(sc, seed=args.seed, record_requests=not args.no_requests,
                           progress=progress, replications=1)
+    result.info["inputs"] = scenario_inputs(args.scenario)  # which scenario made this folder
     written = result.write(out)
     print(result.format_summary())
     if "batch_means" in result.info:
@@ -416,7 +419,9 @@ def _figures(args) -> int:
 
     formats = plots.check_formats(args.formats)
     run = Path(args.run)
-    if not run.is_dir():
+    if args.scenario is not None:
+        _fresh_run(run, args.scenario)
+    elif not run.is_dir():
         raise ScenarioError(f"{run}: no such run folder; write one with "
                             f"`relakit simulate SCENARIO --out {run}`")
     result = SimulationResult.read(run)
@@ -444,6 +449,35 @@ def _figures(args) -> int:
 
         print(f"wrote {atomic_write(out / f'{run.name}-{name}.{f}', write)}")
     return 0
+
+
+def _fresh_run(run: Path, scenario: str) -> None:
+    """Make ``run`` the scenario's own run with per-request records: keep it when its
+    summary.json carries the scenario's inputs digest and it has requests.parquet, else
+    simulate the scenario into it (what `make figures` relies on: a run left by an
+    edited scenario, or by Quick use's --no-requests, is never drawn as this one)."""
+    import json
+
+    from relakit.sweep import scenario_inputs
+
+    want = scenario_inputs(scenario)
+    try:
+        had = json.loads((run / "summary.json").read_text()).get("info", {}).get("inputs")
+    except (OSError, ValueError):
+        had = None
+    why = ("there is no run" if not (run / "summary.json").is_file() else
+           "it was made from other inputs" if had != want else
+           "it has no per-request records (--no-requests)"
+           if not (run / "requests.parquet").is_file() else None)
+    if why is None:
+        print(f"drawing {run}: the run of {scenario} as it is now")
+        return
+    print(f"simulating {scenario} into {run} first: {why}")
+    code = _simulate(argparse.Namespace(scenario=scenario, seed=None, replications=None,
+                                        figure=None, no_requests=False, out=str(run),
+                                        workers=None, scheduler=None))
+    if code:
+        raise ScenarioError(f"{scenario}: its simulation failed; nothing drawn")
 
 
 def _ok_after_warmup(result):
@@ -773,6 +807,10 @@ def build_parser() -> argparse.ArgumentParser:
                 "Draw the dashboard of a folder written by `relakit simulate` (without "
                 "--no-requests) and export it offline.")
     f.add_argument("run", help="a folder written by `relakit simulate`")
+    f.add_argument("--scenario", default=None,
+                   help="the scenario RUN must be the run of: simulated into RUN first when "
+                        "RUN is missing, was made from other inputs (content of the scenario "
+                        "and the files it names) or has no per-request records")
     f.add_argument("--out", default="figures", help="output folder")
     f.add_argument("--formats", type=_formats, default="png,svg,pdf",
                    help="comma-separated, from png, svg and pdf")

@@ -137,6 +137,21 @@ def point_inputs(spec: SweepSpec, point: dict, _file_hash=None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def scenario_inputs(path, overrides: dict | None = None) -> str:
+    """The digest of everything a run of the scenario file reads (its content and the
+    policy, chain, clocks and arrival-trace files it names, comments included): a run
+    folder stamped with it (``inputs`` in summary.json) is known to be that
+    scenario's, so ``relakit figures --scenario`` redraws it or runs it again."""
+    from relakit import __version__
+
+    files = {"target": hash_file(path)}
+    for key, ref in referenced_files(path, overrides or {}).items():
+        files[key] = hash_file(ref) if ref else None
+    text = json.dumps({"relakit": __version__, "overrides": overrides or {}, "files": files},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def hash_file(path) -> str | None:
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -200,7 +200,19 @@ def test_make_figures_simulates_then_draws(tmp_path):
            f"BIN={Path(sys.executable).parent}"]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr
-    assert "relakit simulate" in first.stdout and (run / "timeline.parquet").is_file()
+    assert "first: there is no run" in first.stdout and (run / "timeline.parquet").is_file()
     assert {p.name for p in figs.iterdir()} >= {"run-dashboard.png", "run-dashboard.pdf"}
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and "relakit simulate" not in again.stdout  # run reused
+    assert again.returncode == 0 and f"drawing {run}: the run of" in again.stdout  # reused
+    # Quick use's --no-requests run of the same scenario, or an edited scenario, is not
+    # drawn as the figures' run: it is simulated again, and the output says why
+    assert main(["simulate", str(LAB_STEP), "--no-requests", "--out", str(run)]) == 0
+    third = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert "no per-request records" in third.stdout, third.stdout
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(LAB_STEP.read_text().replace("seed: 7", "seed: 8").replace(
+        "../policies/", str(LAB_STEP.parent.parent / "policies") + "/").replace(
+        "../clocks/", str(LAB_STEP.parent.parent / "clocks") + "/"))
+    fourth = subprocess.run([*cmd[:-4], f"FIGURES_SCENARIO={edited}", *cmd[-3:]],
+                            capture_output=True, text=True, timeout=600)
+    assert fourth.returncode == 0 and "made from other inputs" in fourth.stdout, fourth.stderr

@@ -138,6 +138,12 @@ class SimulationResult:
             written.append(write_parquet(self.decisions, out_dir / "decisions.parquet"))
         if self.timeline is not None:
             written.append(write_parquet(self.timeline, out_dir / "timeline.parquet"))
+        # a table this run has not (records off, no control plane) must not survive from
+        # an earlier run in the folder: read back, it would pass for this run's
+        for name, table in (("requests", self.requests), ("decisions", self.decisions),
+                            ("timeline", self.timeline)):
+            if table is None:
+                (out_dir / f"{name}.parquet").unlink(missing_ok=True)
         doc = {"info": self.info, "tiers": self.summary.to_dicts()}
         written.append(write_json(doc, out_dir / "summary.json"))
         return written
