@@ -326,7 +326,8 @@ def _alerts_table(alerts) -> str:
         return "-" if v is None else f"{v:g}"
 
     rows = [["alert", "labels", "pending_at_s", "firing_at_s", "resolved_at_s"]]
-    rows += [[r["alert"], r["labels"], cell(r["pending_at"]), cell(r["firing_at"]),
+    rows += [[r["alert"], r["labels"] if r.get("error") is None else f"error: {r['error']}",
+              cell(r["pending_at"]), cell(r["firing_at"]),
               cell(r["resolved_at"])] for r in alerts.iter_rows(named=True)]
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return "\n".join("  ".join(v.ljust(w) if i < 2 else v.rjust(w)

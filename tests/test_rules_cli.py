@@ -47,7 +47,7 @@ def test_replay_rules_respects_start_and_end_and_runs_beside_a_policy(tmp_path, 
 def test_replay_bad_rule_file_is_one_line_and_writes_nothing(tmp_path, capsys):
     bad = tmp_path / "bad.yml"
     bad.write_text("groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: "
-                   "topk(2, x) > 1\n")
+                   "limitk(2, x) > 1\n")
     out = tmp_path / "out"
     assert main(["replay", str(TRACE), "--rules", str(bad), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
