@@ -615,7 +615,7 @@ class _Parser:
                 self.fail(f"invalid destination label name {args[1].value!r} in "
                           "label_replace()", name)
             try:
-                re.compile(args[4].value)
+                _regex(args[4].value)
             except re.error as exc:
                 self.fail(f"invalid regular expression {args[4].value!r} in label_replace(): "
                           f"{exc}", name)
@@ -641,7 +641,7 @@ class _Parser:
                 text = _string(value)
                 if op.text in ("=~", "!~"):
                     try:
-                        re.compile(text)
+                        _regex(text)
                     except re.error as exc:
                         self.fail(f"invalid regular expression {text!r}: {exc}", value)
                 if label.text == "__name__" and name:
@@ -701,9 +701,15 @@ _REGEX: dict = {}
 
 
 def _regex(pattern: str):
+    """A Prometheus (RE2) regex compiled for Python's ``re``, for ``fullmatch``: Go
+    accepts flags such as ``(?i)`` anywhere, Python only at the start, so a leading
+    ``(?flags)`` becomes a scoped ``(?flags:...)``. Raises ``re.error`` if invalid."""
     r = _REGEX.get(pattern)
     if r is None:
-        r = _REGEX[pattern] = re.compile(f"(?:{pattern})", re.DOTALL)
+        m = re.match(r"\(\?([imsU]+)\)", pattern)
+        body = f"(?{m.group(1).replace('U', '')}:{pattern[m.end():]})" if m else \
+            f"(?:{pattern})"
+        r = _REGEX[pattern] = re.compile(body)
     return r
 
 

@@ -29,8 +29,10 @@ row names the rule (alerting or recording) in ``alert``, has ``labels`` ``{}``, 
 first failed instant of a run of them in ``pending_at``, the next instant the rule
 evaluated in ``resolved_at``, and Prometheus' message in ``error``.
 
-Rules may read series recorded anywhere in the file, as Prometheus allows: at each
-instant the rule manager evaluates groups and rules in file order, so a rule reading
+Rules may read series recorded anywhere in the file, as Prometheus allows. relakit
+evaluates groups and rules in file order at each instant, as ``promtool test rules``
+does with ``group_eval_order`` in file order (without it promtool takes a map order;
+a live Prometheus runs groups concurrently at hash-derived phases), so a rule reading
 a series recorded by a *later* rule sees that rule's previous evaluation. relakit
 evaluates rule by rule over all instants at once, writers first; such a read sees
 only samples written before the instant. A file whose rules read each other in a
@@ -81,6 +83,8 @@ class Group:
 
 def parse_duration(text, fail) -> float:
     """A Prometheus duration (``1h30m``, ``90s``, ``0s``) in seconds."""
+    if text == "0" or text == 0:  # Prometheus' ParseDuration takes a bare 0
+        return 0.0
     m = _DURATION.match(text) if isinstance(text, str) and text else None
     if not m:
         fail(f"expected a duration such as 30s, 5m or 1h, got {text!r}")
@@ -103,7 +107,9 @@ def load_rules(source) -> list[Group]:
     if extra:
         failer("(top level)")(f"unknown key(s) {extra}; allowed keys here: ['groups']")
     groups_data = data.get("groups")
-    if not isinstance(groups_data, list) or not groups_data:
+    if groups_data is None:  # Prometheus loads a file without groups: nothing to do
+        groups_data = []
+    if not isinstance(groups_data, list):
         failer("groups")("expected a list of rule groups")
     groups, seen = [], set()
     for gi, g in enumerate(groups_data):
@@ -125,7 +131,9 @@ def load_rules(source) -> list[Group]:
         if interval <= 0:
             failer(f"{gkey}.interval")("must be positive")
         rules_data = g.get("rules")
-        if not isinstance(rules_data, list) or not rules_data:
+        if rules_data is None:  # an empty group is valid Prometheus: it evaluates nothing
+            rules_data = []
+        if not isinstance(rules_data, list):
             failer(f"{gkey}.rules")("expected a list of alerting or recording rules")
         rules = tuple(_rule(r, f"{gkey}.rules[{ri}]", failer) for ri, r in enumerate(rules_data))
         groups.append(Group(gname, interval, rules))
