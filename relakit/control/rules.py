@@ -293,13 +293,20 @@ def _merge(series: list, t: np.ndarray, failed: np.ndarray, what: str):
 
 
 def evaluate_rules(trace_or_tsdb, rules, start_s=None, end_s=None):
-    """(alerts table, evaluator holding the recorded series) for a rule file."""
-    tsdb = _as_tsdb(trace_or_tsdb)
+    """(alerts table, evaluator holding the recorded series) for a rule file, over a
+    trace (path or long table), a TSDB, or a list of :class:`promql.Series` (whose
+    labels may be any)."""
+    if isinstance(trace_or_tsdb, list):  # a promql series store: any labels
+        store = list(trace_or_tsdb)
+        times = [s.times for s in store if s.times.size]
+        span = (min(t[0] for t in times), max(t[-1] for t in times)) if times else (0.0, 0.0)
+    else:
+        tsdb = _as_tsdb(trace_or_tsdb)
+        store, span = promql.store_from_tsdb(tsdb), tsdb.span
     groups = rules if isinstance(rules, list) else load_rules(rules)
-    lo, hi = tsdb.span
-    lo = lo if start_s is None else float(start_s)
-    hi = hi if end_s is None else float(end_s)
-    ev = promql.Evaluator(promql.store_from_tsdb(tsdb))
+    lo = span[0] if start_s is None else float(start_s)
+    hi = span[1] if end_s is None else float(end_s)
+    ev = promql.Evaluator(store)
     rows = []
     for g, rule, late in evaluation_order(groups):
         t = _eval_times(g.interval_s, lo, hi)
