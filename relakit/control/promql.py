@@ -685,6 +685,74 @@ def selectors(node) -> list[Selector]:
     return out
 
 
+def format_duration(seconds: float) -> str:
+    """Seconds as a PromQL duration (``90`` -> ``1m30s``, ``0.5`` -> ``500ms``)."""
+    ms = round(abs(seconds) * 1000)
+    out = ""
+    for unit, size in (("d", 86400000), ("h", 3600000), ("m", 60000), ("s", 1000),
+                       ("ms", 1)):
+        if ms >= size:
+            out += f"{ms // size}{unit}"
+            ms %= size
+    return ("-" if seconds < 0 else "") + (out or "0s")
+
+
+def _quote(v: str) -> str:
+    return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def to_text(node) -> str:
+    """PromQL text for a tree, parsed back to the same tree (comments are gone; every
+    operand of a binary operator is parenthesised, so precedence never changes)."""
+    if isinstance(node, Number):
+        v = node.value
+        if np.isnan(v):
+            return "NaN"
+        if np.isinf(v):
+            return "Inf" if v > 0 else "-Inf"
+        return repr(v)
+    if isinstance(node, String):
+        return _quote(node.value)
+    if isinstance(node, Selector | Subquery):
+        if isinstance(node, Selector):
+            name = node.name
+            rest = [m for m in node.matchers if not (m[0] == "__name__" and m[1] == "="
+                                                      and m[2] == name)]
+            text = (name or "") + ("{" + ", ".join(f"{k}{op}{_quote(v)}" for k, op, v in rest)
+                                   + "}" if rest or not name else "")
+            if node.range_s is not None:
+                text += f"[{format_duration(node.range_s)}]"
+        else:
+            step = format_duration(node.step_s) if node.step_s else ""
+            text = f"({to_text(node.expr)})[{format_duration(node.range_s)}:{step}]"
+        if node.at is not None:
+            text += f" @ {node.at}()" if isinstance(node.at, str) else f" @ {node.at!r}"
+        if node.offset_s:
+            text += f" offset {format_duration(node.offset_s)}"
+        return text
+    if isinstance(node, Call):
+        return f"{node.func}({', '.join(to_text(a) for a in node.args)})"
+    if isinstance(node, Aggregate):
+        grouping = ""
+        if node.labels or node.without:
+            grouping = f" {'without' if node.without else 'by'} ({', '.join(node.labels)})"
+        param = f"{to_text(node.param)}, " if node.param is not None else ""
+        return f"{node.op}{grouping} ({param}{to_text(node.expr)})"
+    if isinstance(node, Unary):
+        return f"-({to_text(node.expr)})"
+    if isinstance(node, Binary):
+        text = node.op + (" bool" if node.bool_ else "")
+        if node.on is not None:
+            text += f" on({', '.join(node.on)})"
+        elif node.ignoring:
+            text += f" ignoring({', '.join(node.ignoring)})"
+        if node.card != "one-to-one":
+            side = "group_left" if node.card == "many-to-one" else "group_right"
+            text += f" {side}({', '.join(node.include)})"
+        return f"({to_text(node.lhs)}) {text} ({to_text(node.rhs)})"
+    raise TypeError(node)
+
+
 def reach_s(node) -> float:
     """How far back (seconds) an expression reads, subqueries and offsets included."""
     if isinstance(node, Selector):
