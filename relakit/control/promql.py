@@ -38,6 +38,9 @@ sample is not. Staleness markers are not modelled for scraped series (relakit's 
 stores none); the series a recording rule writes get them, as Prometheus writes
 them (see :mod:`relakit.control.rules`).
 
+The window functions' arithmetic is :mod:`relakit.control.promql_functions` (arrays
+only); ``rate``/``increase``/``delta`` are :mod:`relakit.control.tsdb`'s kernel.
+
 A value is evaluated at a whole vector of instants ``T`` at once: an instant vector
 is a list of series, each with its labels, a value per instant and a mask saying at
 which instants it exists. An evaluation error that Prometheus raises at one instant
@@ -53,6 +56,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from relakit.control import promql_functions as fn
 from relakit.control.tsdb import TSDB, Target, bucket_quantile, increase, window
 
 LOOKBACK_S = 300.0  # Prometheus' default lookback delta
@@ -1121,7 +1125,7 @@ class Evaluator:
             return _label_join(v, rest[0], rest[1], rest[2:])
         if f in _DATE:
             return _date(f, v)
-        return Vector([(_drop_name(lab), *_instant_function(f, val, ok, rest))
+        return Vector([(_drop_name(lab), *fn.instant_function(f, val, ok, rest))
                        for lab, val, ok in v.series])
 
     def _range_function(self, node: Call, m: _Matrix, scalars: list, t):
@@ -1131,13 +1135,13 @@ class Evaluator:
         if f == "absent_over_time":
             seen = np.zeros(te.size, dtype=bool)
             for (_, times, _), cut in zip(m.series, m.cut, strict=True):
-                lo, hi = _window(times, te, rng, cut)
+                lo, hi = fn.window_bounds(times, te, rng, cut)
                 seen |= hi >= lo
             arg = node.args[0]
             lab = _absent_labels(arg) if isinstance(arg, Selector) else ()
             return Vector([(lab, np.ones(te.size), ~seen)])
         for (labels, times, values), cut in zip(m.series, m.cut, strict=True):
-            lo, hi = _window(times, te, rng, cut)
+            lo, hi = fn.window_bounds(times, te, rng, cut)
             n = hi - lo + 1
             ok = n > 0
             if f in ("rate", "increase", "delta"):
@@ -1146,9 +1150,9 @@ class Evaluator:
                              counter=f != "delta", nan_samples=True, cut=cut)[:, 0]
                 ok = n >= 2
             elif f in ("irate", "idelta"):
-                v, ok = _instant_rate(times, values, lo, hi, f == "irate")
+                v, ok = fn.instant_rate(times, values, lo, hi, f == "irate")
             elif f in ("sum_over_time", "avg_over_time"):
-                v = _sum_count(values, lo, n, f == "avg_over_time")
+                v = fn.sum_count(values, lo, n, f == "avg_over_time")
             elif f == "count_over_time":
                 v = n.astype(float)
             elif f == "present_over_time":
@@ -1157,28 +1161,28 @@ class Evaluator:
                 v = values[np.clip(hi, 0, max(values.size - 1, 0))] if values.size else \
                     np.full(te.size, np.nan)
             elif f in ("min_over_time", "max_over_time"):
-                v = _reduce_window(values, lo, n, np.fmin if f == "min_over_time" else np.fmax)
+                v = fn.reduce_window(values, lo, n, np.fmin if f == "min_over_time" else np.fmax)
             elif f in ("stddev_over_time", "stdvar_over_time"):
-                v = _stdvar_over_time(values, lo, n)
+                v = fn.stdvar_over_time(values, lo, n)
                 if f == "stddev_over_time":
                     v = np.sqrt(v)
             elif f == "quantile_over_time":
-                v = _quantile_window(values, lo, n, scalars[0])
+                v = fn.quantile_window(values, lo, n, scalars[0])
             elif f in ("changes", "resets"):
-                v = _changes(values, lo, hi, f == "resets")
+                v = fn.changes(values, lo, hi, f == "resets")
             elif f == "deriv":
-                slope, _ = _regression(times, values, lo, n, times[np.clip(lo, 0, max(
+                slope, _ = fn.regression(times, values, lo, n, times[np.clip(lo, 0, max(
                     times.size - 1, 0))] if times.size else te)
                 v, ok = slope, n >= 2
             elif f == "predict_linear":
-                slope, icept = _regression(times, values, lo, n, t)
+                slope, icept = fn.regression(times, values, lo, n, t)
                 v, ok = slope * scalars[0] + icept, n >= 2
             elif f == "holt_winters":
                 sf, tf = scalars
                 bad = ~((sf > 0) & (sf < 1)) | ~((tf > 0) & (tf < 1))
                 self._error(bad, "invalid smoothing or trend factor in holt_winters(): "
                             "expected 0 < factor < 1", node.pos)
-                v, ok = _holt_winters(values, lo, n, sf, tf), n >= 2
+                v, ok = fn.holt_winters(values, lo, n, sf, tf), n >= 2
             else:
                 raise AssertionError(f)
             labels = labels if f == "last_over_time" else _drop_name(labels)
@@ -1186,227 +1190,8 @@ class Evaluator:
         return Vector(out)
 
 
-# ---- range functions, vectorised over the instants --------------------------------------
-def _window(times, te, rng, cut=None):
-    """First and last sample index in [te - rng, te] (and before ``cut``) per instant."""
-    lo, hi = window(times, te, rng)
-    if cut is not None:
-        hi = np.minimum(hi, np.searchsorted(times, cut, side="left") - 1)
-    return lo, hi
-
-
-def _at(values, lo, n, j):
-    """The j-th sample of each window (garbage where j >= n), and where it exists."""
-    on = j < n
-    if values.size == 0:
-        return np.full(lo.size, np.nan), on
-    return values[np.clip(lo + j, 0, values.size - 1)], on
-
-
-def _kahan_inc(inc, acc, c):
-    """Prometheus' kahanSumInc (Neumaier): the new sum and compensation."""
-    t = acc + inc
-    c = c + np.where(np.abs(acc) >= np.abs(inc), (acc - t) + inc, (inc - t) + acc)
-    return t, c
-
-
-def _instant_rate(times, values, lo, hi, is_rate):
-    """``irate``/``idelta``: the last two samples of the window."""
-    ok = hi - lo >= 1
-    out = np.full(lo.size, np.nan)
-    last, prev = values[hi[ok]], values[hi[ok] - 1]
-    with np.errstate(all="ignore"):
-        if is_rate:
-            inc = np.where(last < prev, last, last - prev)  # a counter reset: the new value
-            dt = times[hi[ok]] - times[hi[ok] - 1]
-            out[ok] = inc / dt
-        else:
-            out[ok] = last - prev
-    return out, ok
-
-
-def _sum_count(values, lo, n, mean: bool):
-    """``sum``/``avg_over_time``, adding in sample order as Prometheus 2.42 does
-    (Kahan-Neumaier; ``avg`` as its incremental mean), one step per window position."""
-    acc, c = np.zeros(lo.size), np.zeros(lo.size)
-    with np.errstate(all="ignore"):
-        for j in range(int(n.max(initial=0))):
-            v, on = _at(values, lo, n, j)
-            inc = v / (j + 1) - acc / (j + 1) if mean else v
-            t, c2 = _kahan_inc(inc, acc, c)
-            c = np.where(on, c2, c)
-            acc = np.where(on, t, acc)
-        return np.where(np.isinf(acc), acc, acc + c)
-
-
-def _reduce_window(values, lo, n, fn):
-    """``min``/``max_over_time``: NaN only if every sample is (Prometheus keeps a number)."""
-    acc = np.full(lo.size, np.nan)
-    for j in range(int(n.max(initial=0))):
-        v, on = _at(values, lo, n, j)
-        acc = np.where(on, fn(acc, v), acc)
-    return acc
-
-
-def _stdvar_over_time(values, lo, n):
-    """Prometheus 2.42's funcStdvarOverTime: Welford's update, Kahan-compensated."""
-    count = np.zeros(lo.size)
-    mean, cmean, aux, caux = (np.zeros(lo.size) for _ in range(4))
-    with np.errstate(all="ignore"):
-        for j in range(int(n.max(initial=0))):
-            v, on = _at(values, lo, n, j)
-            c1 = count + 1
-            delta = v - (mean + cmean)
-            m2, cm2 = _kahan_inc(delta / c1, mean, cmean)
-            a2, ca2 = _kahan_inc(delta * (v - (m2 + cm2)), aux, caux)
-            count = np.where(on, c1, count)
-            mean, cmean = np.where(on, m2, mean), np.where(on, cm2, cmean)
-            aux, caux = np.where(on, a2, aux), np.where(on, ca2, caux)
-        return (aux + caux) / count
-
-
-def _go_quantile(rows, n, q):
-    """Prometheus' ``quantile`` over each row's first n values (sorted NaN first, as its
-    vectorByValueHeap), weighted between the two nearest ranks."""
-    width = rows.shape[1]
-    pad = np.where(np.arange(width)[None, :] < n[:, None], rows, np.inf)
-    nan = np.isnan(pad)
-    n_nan = nan.sum(axis=1)
-    ordered = np.sort(np.where(nan, np.inf, pad), axis=1)  # numbers first, then padding
-
-    def pick(i):  # the i-th value in Go's order: n_nan NaNs, then the numbers
-        idx = np.clip(i - n_nan, 0, width - 1)
-        got = ordered[np.arange(rows.shape[0]), idx]
-        return np.where(i < n_nan, np.nan, got)
-
-    with np.errstate(all="ignore"):
-        rank = q * (n - 1)
-        lower = np.maximum(0, np.floor(rank))
-        upper = np.minimum(n - 1, lower + 1)
-        weight = rank - np.floor(rank)
-        li = np.nan_to_num(lower).astype(np.int64)
-        ui = np.nan_to_num(upper).astype(np.int64)
-        out = pick(li) * (1 - weight) + pick(ui) * weight
-    out = np.where(q < 0, -np.inf, np.where(q > 1, np.inf, out))
-    return np.where(n > 0, out, np.nan)
-
-
-def _quantile_window(values, lo, n, q):
-    width = int(n.max(initial=0))
-    if width == 0:
-        return np.full(lo.size, np.nan)
-    rows = np.column_stack([_at(values, lo, n, j)[0] for j in range(width)])
-    return _go_quantile(rows, n, q)
-
-
-def _changes(values, lo, hi, resets: bool):
-    """``changes``/``resets`` as differences counted with prefix sums."""
-    if values.size < 2:
-        return np.zeros(lo.size)
-    a, b = values[1:], values[:-1]
-    step = (a < b) if resets else ((a != b) & ~(np.isnan(a) & np.isnan(b)))
-    c = np.concatenate([[0], np.cumsum(step)])  # c[i]: steps among samples 0..i
-    lo_c = np.clip(lo, 0, values.size - 1)
-    hi_c = np.clip(hi, 0, values.size - 1)
-    return np.where(hi > lo, c[hi_c] - c[lo_c], 0).astype(float)
-
-
-def _regression(times, values, lo, n, intercept_t):
-    """Prometheus' linearRegression (Kahan sums, a constant series has slope 0), x in
-    seconds from ``intercept_t`` (per instant) computed from milliseconds as it does."""
-    z = np.zeros(lo.size)
-    cnt, sx, cx, sy, cy, sxy, cxy, sx2, cx2 = (z.copy() for _ in range(9))
-    first, _ = _at(values, lo, n, 0)
-    const = np.ones(lo.size, dtype=bool)
-    t_ms = np.round(np.asarray(times) * 1000).astype(np.int64)
-    i_ms = np.round(np.asarray(intercept_t, dtype=float) * 1000).astype(np.int64)
-    with np.errstate(all="ignore"):
-        for j in range(int(n.max(initial=0))):
-            v, on = _at(values, lo, n, j)
-            tj = t_ms[np.clip(lo + j, 0, max(t_ms.size - 1, 0))] if t_ms.size else i_ms
-            x = (tj - i_ms) / 1e3
-            const &= ~on | (v == first) | (j == 0)
-            cnt = np.where(on, cnt + 1, cnt)
-            for (s, c), inc in (((sx, cx), x), ((sy, cy), v), ((sxy, cxy), x * v),
-                                ((sx2, cx2), x * x)):
-                s2, c2 = _kahan_inc(inc, s, c)
-                s[...] = np.where(on, s2, s)
-                c[...] = np.where(on, c2, c)
-        sx, sy, sxy, sx2 = sx + cx, sy + cy, sxy + cxy, sx2 + cx2
-        cov = sxy - sx * sy / cnt
-        var = sx2 - sx * sx / cnt
-        slope = cov / var
-        icept = sy / cnt - slope * sx / cnt
-    slope = np.where(const, np.where(np.isinf(first), np.nan, 0.0), slope)
-    icept = np.where(const, np.where(np.isinf(first), np.nan, first), icept)
-    return slope, icept
-
-
-def _holt_winters(values, lo, n, sf, tf):
-    """Prometheus' double exponential smoothing, sample by sample across instants."""
-    s0 = np.zeros(lo.size)
-    s1, _ = _at(values, lo, n, 0)
-    v1, _ = _at(values, lo, n, 1)
-    b = v1 - s1
-    with np.errstate(all="ignore"):
-        for j in range(1, int(n.max(initial=0))):
-            v, on = _at(values, lo, n, j)
-            x = sf * v
-            b2 = b if j == 1 else tf * (s1 - s0) + (1 - tf) * b
-            y = (1 - sf) * (s1 + b2)
-            s0, s1, b = np.where(on, s1, s0), np.where(on, x + y, s1), np.where(on, b2, b)
-    return s1
-
-
-# ---- instant-vector functions -----------------------------------------------------------
-def _instant_function(f: str, val, ok, args):
-    """(values, present) of a math function, as Go's math package computes it."""
-    with np.errstate(all="ignore"):
-        if f == "round":
-            inv = 1.0 / (args[0] if args else 1.0)
-            return np.floor(val * inv + 0.5) / inv, ok
-        if f in ("clamp", "clamp_min", "clamp_max"):
-            if f == "clamp":
-                lo_, hi_ = args
-                return np.maximum(lo_, np.minimum(hi_, val)), ok & ~(hi_ < lo_)
-            return (np.maximum if f == "clamp_min" else np.minimum)(val, args[0]), ok
-        fn = {"abs": np.abs, "ceil": np.ceil, "floor": np.floor, "sqrt": np.sqrt,
-              "exp": np.exp, "ln": np.log, "log2": np.log2, "log10": np.log10,
-              "sgn": np.sign, "acos": np.arccos, "acosh": np.arccosh, "asin": np.arcsin,
-              "asinh": np.arcsinh, "atan": np.arctan, "atanh": np.arctanh, "cos": np.cos,
-              "cosh": np.cosh, "sin": np.sin, "sinh": np.sinh, "tan": np.tan,
-              "tanh": np.tanh, "deg": np.degrees, "rad": np.radians}[f]
-        return fn(val), ok
-
-
 def _date(f: str, v: Vector) -> Vector:
-    """``hour(v)`` and friends: the UTC calendar field of each value (Unix seconds)."""
-    out = []
-    for lab, val, ok in v.series:
-        bad = ~np.isfinite(val)
-        sec = np.where(bad, 0, np.trunc(np.where(bad, 0, val))).astype(np.int64)
-        day = np.floor_divide(sec, 86400)
-        d = day.astype("datetime64[D]")
-        month_start = d.astype("datetime64[M]")
-        if f == "minute":
-            r = np.floor_divide(sec, 60) % 60
-        elif f == "hour":
-            r = np.floor_divide(sec, 3600) % 24
-        elif f == "day_of_week":
-            r = (day + 4) % 7  # 1970-01-01 was a Thursday
-        elif f == "day_of_month":
-            r = (d - month_start).astype(np.int64) + 1
-        elif f == "day_of_year":
-            r = (d - d.astype("datetime64[Y]").astype("datetime64[D]")).astype(np.int64) + 1
-        elif f == "days_in_month":
-            r = ((month_start + 1).astype("datetime64[D]")
-                 - month_start.astype("datetime64[D]")).astype(np.int64)
-        elif f == "month":
-            r = month_start.astype(np.int64) % 12 + 1
-        else:
-            r = d.astype("datetime64[Y]").astype(np.int64) + 1970
-        out.append((_drop_name(lab), np.where(bad, np.nan, r.astype(float)), ok))
-    return Vector(out)
+    return Vector([(_drop_name(lab), fn.date_field(f, val), ok) for lab, val, ok in v.series])
 
 
 def _go_expand(template: str, m: re.Match) -> str:
@@ -1645,14 +1430,14 @@ def _aggregate(ev: Evaluator, node: Aggregate, v: Vector, param, n_t: int) -> Ve
             elif op == "group":
                 value = np.ones(n_t)
             elif op in ("sum", "avg"):
-                value = _sequential(vals, oks, op == "avg")
+                value = fn.sequential(vals, oks, op == "avg")
             elif op in ("stddev", "stdvar"):
-                value = _welford(vals, oks)
+                value = fn.welford(vals, oks)
                 value = np.sqrt(value) if op == "stddev" else value
             elif op == "quantile":
                 order = np.argsort(~oks, axis=0, kind="stable")  # present values first
                 rows = np.take_along_axis(vals, order, axis=0).T
-                value = _go_quantile(rows, n, param)
+                value = fn.go_quantile(rows, n, param)
             else:
                 masked = np.where(oks, vals, np.nan)
                 reduce = np.fmin if op == "min" else np.fmax  # NaN only if all are NaN
@@ -1690,40 +1475,6 @@ def _count_values(key: tuple, vals, oks, label: str) -> list:
         n = hit.sum(axis=0)
         out.append((_set_label(key, label, text), n.astype(float), n > 0))
     return out
-
-
-def _welford(vals: np.ndarray, oks: np.ndarray) -> np.ndarray:
-    """Prometheus 2.42's stdvar aggregation: Welford's update, series in order."""
-    n = np.zeros(vals.shape[1])
-    mean = np.zeros(vals.shape[1])
-    acc = np.zeros(vals.shape[1])
-    with np.errstate(all="ignore"):
-        for v, ok in zip(vals, oks, strict=True):
-            first = ok & (n == 0)
-            n2 = n + ok
-            delta = v - mean
-            m2 = mean + delta / n2
-            a2 = acc + delta * (v - m2)
-            mean = np.where(first, v, np.where(ok, m2, mean))
-            acc = np.where(first, 0.0, np.where(ok, a2, acc))
-            n = n2
-        return acc / n
-
-
-def _sequential(vals: np.ndarray, oks: np.ndarray, mean: bool) -> np.ndarray:
-    """Sum, or Prometheus' incremental mean (``mean += v/n - mean/n``), series by series
-    in order, vectorised over the instants: the same float operations, the same bits."""
-    acc = np.zeros(vals.shape[1])
-    n = np.zeros(vals.shape[1])
-    with np.errstate(all="ignore"):
-        for v, ok in zip(vals, oks, strict=True):
-            n = n + ok
-            if mean:
-                step = np.where(n == 1, v, acc + (v / n - acc / n))
-            else:
-                step = acc + v
-            acc = np.where(ok, step, acc)
-    return acc
 
 
 def evaluate(expr, tsdb: TSDB, t_eval) -> Vector | np.ndarray:
