@@ -303,8 +303,11 @@ def _replay(args) -> int:
 def _replay_rules(args, groups, out: Path):
     """Backtest a Prometheus rule file over the trace: print the alerts, write
     alerts.parquet (relakit.control.rules.backtest_rules' table)."""
-    from relakit.checks import check_rules, enforce
-    from relakit.control.rules import backtest_rules
+    import warnings
+
+    from relakit.checks import RelakitWarning, check_rules, enforce
+    from relakit.control.promql import store_from_tsdb
+    from relakit.control.rules import backtest_rules, label_warnings
     from relakit.control.tsdb import TSDB
     from relakit.io import write_parquet
     from relakit.traces import read_trace
@@ -312,7 +315,10 @@ def _replay_rules(args, groups, out: Path):
     frame = read_trace(args.trace)
     enforce(check_rules(groups, str(args.rules), frame["name"].unique().to_list(),
                         missing="warning", what=f"the trace {args.trace}"))
-    alerts = backtest_rules(TSDB.from_long(frame), groups, args.start, args.end)
+    tsdb = TSDB.from_long(frame)
+    for text in label_warnings(groups, store_from_tsdb(tsdb), str(args.rules)):
+        warnings.warn(text, RelakitWarning, stacklevel=2)
+    alerts = backtest_rules(tsdb, groups, args.start, args.end)
     print(_alerts_table(alerts))
     print(f"wrote {write_parquet(alerts, out / 'alerts.parquet')}")
 

@@ -245,3 +245,31 @@ def test_closed_loop_hands_a_promql_signal_its_whole_range(tmp_path):
     late = closed["time_s"].to_numpy() > 330  # a full 5 min (and a scrape) into the run
     assert late.sum() >= 8 and np.isfinite(x[late]).all()
     assert np.allclose(x, y, rtol=1e-9, equal_nan=True)
+
+
+def test_replay_rules_warns_about_labels_no_series_has(tmp_path, capsys):
+    """Issue 32: `x{job="api"} == 0` over series without a job label never fires;
+    say so, naming the rule and the label, instead of a silent never-fire."""
+    spec = tmp_path / "labels.yml"
+    spec.write_text(
+        "groups:\n  - name: g\n    rules:\n"
+        "      - alert: ApiDown\n        expr: 'requests_total{job=\"api\"} == 0'\n"
+        "      - alert: Platinum\n        expr: 'requests_total{tier=\"platinum\"} > 0'\n"
+        "      - alert: ByJob\n        expr: 'sum by (job) (rate(requests_total[1m])) > 0'\n"
+        "      - alert: Fine\n        expr: 'label_replace(requests_total, \"job\", \"x\", \"\","
+        " \"\") > 1e12'\n        labels: {team: core}\n")
+    assert main(["replay", str(TRACE), "--rules", str(spec), "--out", str(tmp_path / "o")]) == 0
+    texts = capsys.readouterr().err.splitlines()
+    mine = [t for t in texts if t.startswith(f"relakit: warning: {spec}: key 'groups[0].rules[")]
+    assert any("alert 'ApiDown'" in t and "label 'job'" in t and "selects nothing" in t
+               for t in mine), texts
+    assert any("alert 'Platinum'" in t and 'tier="platinum"' in t and "gold" in t
+               for t in mine), texts
+    assert any("alert 'ByJob'" in t and "label 'job'" in t for t in mine), texts
+    assert not any("'Fine'" in t for t in mine), texts  # a label the file makes itself
+    from relakit.control import promql, rules
+    from relakit.control.tsdb import TSDB
+    from relakit.traces import read_trace
+
+    store = promql.store_from_tsdb(TSDB.from_long(read_trace(TRACE)))
+    assert rules.label_warnings(rules.load_rules(RULES), store) == []  # the shipped file

@@ -389,6 +389,73 @@ def _episodes(rule: Rule, labels: tuple, ok: np.ndarray, t: np.ndarray) -> list:
     return rows
 
 
+def label_warnings(groups: list[Group], store: list, source: str = "<rules>") -> list[str]:
+    """Label names and values the rules read that no series has: a selector matching
+    them selects nothing, a ``by``/``on`` list naming them groups nothing, and an alert
+    built on them silently never fires. One line per (rule, label), naming both.
+
+    Labels the file makes itself (rule labels, ``label_replace``/``label_join``
+    destinations, ``count_values`` labels) are not reported; nor are series recorded
+    by the file (their labels come from expressions)."""
+    made = {k for g in groups for r in g.rules for k, _ in r.labels}
+    recorded = {r.name for g in groups for r in g.rules if r.kind == "record"}
+    by_name: dict = {}
+    for s in store:
+        d = dict(s.labels)
+        for k, v in d.items():
+            by_name.setdefault(d.get("__name__", ""), {}).setdefault(k, set()).add(v)
+    everywhere = {k for labels in by_name.values() for k in labels}
+
+    def walk(node, out):
+        if isinstance(node, promql.Call) and node.func in ("label_replace", "label_join"):
+            made.add(node.args[1].value)
+        if isinstance(node, promql.Aggregate) and node.op == "count_values":
+            made.add(node.param.value)
+        out.append(node)
+        for a in ("expr", "lhs", "rhs", "param"):
+            if getattr(node, a, None) is not None:
+                walk(getattr(node, a), out)
+        for a in getattr(node, "args", ()):
+            walk(a, out)
+        return out
+
+    found = []
+    for g in groups:
+        for r in g.rules:
+            nodes = walk(r.node, [])
+            seen = set()
+
+            def warn(label, text, r=r, seen=seen):
+                if label not in seen and label not in made:
+                    seen.add(label)
+                    found.append(f"{source}: key '{r.key}.expr': {r.kind} {r.name!r} {text}")
+
+            for node in nodes:
+                if isinstance(node, promql.Selector) and node.name and \
+                        node.name not in recorded and node.name in by_name:
+                    have = by_name[node.name]
+                    for k, op, v in node.matchers:
+                        if k == "__name__" or promql._matches((k, op, v), ""):
+                            continue  # a matcher an absent label satisfies
+                        if k not in have:
+                            warn(k, f"reads label '{k}', which no series named "
+                                    f"{node.name!r} has: {node.name}{{{k}{op}\"{v}\"}} "
+                                    "selects nothing")
+                        elif not any(promql._matches((k, op, v), x) for x in have[k]):
+                            warn(k, f"reads {k}{op}\"{v}\", which no series named "
+                                    f"{node.name!r} has (its {k} values: "
+                                    f"{', '.join(sorted(have[k])[:5])}): it selects nothing")
+                names = []
+                if isinstance(node, promql.Aggregate) and not node.without:
+                    names = node.labels
+                if isinstance(node, promql.Binary):
+                    names = (node.on or ()) + node.include
+                for k in names:
+                    if k not in everywhere:
+                        warn(k, f"groups or matches on label '{k}', which no series has")
+    return found
+
+
 def backtest_rules(trace_or_tsdb, rules_path, start_s=None, end_s=None) -> pl.DataFrame:
     """The ``alerts`` table of a rule file evaluated over a trace (path, long table or
     TSDB) from ``start_s`` to ``end_s`` (default: the trace's span), open loop."""
