@@ -273,3 +273,43 @@ def test_replay_rules_warns_about_labels_no_series_has(tmp_path, capsys):
 
     store = promql.store_from_tsdb(TSDB.from_long(read_trace(TRACE)))
     assert rules.label_warnings(rules.load_rules(RULES), store) == []  # the shipped file
+
+
+def test_a_recordings_labels_are_data(tmp_path, capsys):
+    """Issue 32's minimal case: `up{job="api"} == 0` over a Prometheus export holding
+    job="api" and job="db" series fires (the job label is kept, dictionary-encoded),
+    and series differing only in such labels are no longer added up."""
+    import json
+
+    from relakit.traces import LABELS, read_trace
+
+    def series(job, vals):
+        return {"metric": {"__name__": "up", "job": job, "instance": "h:9100"},
+                "values": [[15 * k, str(v)] for k, v in enumerate(vals)]}
+
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": [
+        series("api", [1] * 10 + [0] * 10 + [1] * 10), series("db", [1] * 30)]}}
+    trace = tmp_path / "export.json"
+    trace.write_text(json.dumps(doc))
+    frame = read_trace(trace)
+    assert frame.schema[LABELS] == pl.Categorical
+    assert sorted(frame[LABELS].unique().to_list()) == ['job="api"', 'job="db"']
+    assert frame.filter(pl.col("time_s") == 0)["value"].to_list() == [1.0, 1.0]  # not summed
+    spec = tmp_path / "up.yml"
+    spec.write_text("groups:\n  - name: g\n    interval: 15s\n    rules:\n"
+                    "      - alert: ApiDown\n        expr: 'up{job=\"api\"} == 0'\n"
+                    "        for: 30s\n"
+                    "      - alert: AnyDown\n        expr: 'sum by (job) (up) < 1'\n")
+    out = tmp_path / "o"
+    assert main(["replay", str(trace), "--rules", str(spec), "--out", str(out)]) == 0
+    assert "warning" not in capsys.readouterr().err  # job exists: nothing to warn about
+    alerts = pl.read_parquet(out / "alerts.parquet")
+    down = alerts.filter(pl.col("alert") == "ApiDown").to_dicts()
+    assert [(d["labels"], d["pending_at"], d["firing_at"], d["resolved_at"]) for d in down] == [
+        ('{instance="0", job="api"}', 150.0, 180.0, 300.0)]
+    anyd = alerts.filter(pl.col("alert") == "AnyDown")["labels"].to_list()
+    assert anyd == ['{job="api"}']
+    # the labels survive a Parquet round trip (validate_trace keeps the column)
+    frame.write_parquet(tmp_path / "t.parquet")
+    again = read_trace(tmp_path / "t.parquet")
+    assert again[LABELS].cast(pl.String).to_list() == frame[LABELS].cast(pl.String).to_list()

@@ -833,13 +833,17 @@ def store_from_tsdb(tsdb: TSDB) -> list[Series]:
 
     ``__name__`` is the series name; ``tier``, ``outcome`` and ``le`` keep their names
     (an empty or missing value is an absent label, as in Prometheus); the scrape target
-    becomes ``instance="<node>"`` (``instance="client"`` for the fleet-wide series).
+    becomes ``instance="<node>"`` (``instance="client"`` for the fleet-wide series);
+    every other label a recording kept (the trace's ``labels`` column) is a label.
     A sample whose value is NaN stays a sample (Prometheus stores NaN).
     """
+    from relakit.traces import parse_label_text
+
     store = []
     for tgt in tsdb.targets:
         for k, col in enumerate(tgt.columns):
-            labels = {"__name__": col[0], "instance": instance_label(tgt.node)}
+            labels = dict(parse_label_text(tgt.labels[k])) if tgt.labels is not None else {}
+            labels.update({"__name__": col[0], "instance": instance_label(tgt.node)})
             for key, value in zip(("tier", "outcome", "le"), col[1:], strict=False):
                 if value is not None and value != "":
                     labels[key] = str(value)

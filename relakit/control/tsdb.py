@@ -36,6 +36,7 @@ class Target:
     values: np.ndarray  # (S, K)
     columns: list[tuple]  # (name, tier, outcome, le) per column
     present: np.ndarray | None = None  # (S, K) where a sample exists; None: where not NaN
+    labels: list | None = None  # per column, the other labels' text (traces' LABELS), or None
     _selected: dict = field(default_factory=dict, repr=False, compare=False)
 
     def has(self, k: int) -> np.ndarray:
@@ -89,16 +90,21 @@ class TSDB:
 
     @classmethod
     def from_long(cls, df: pl.DataFrame) -> TSDB:
-        """Pivot the long metrics table (one row per sample) into targets."""
+        """Pivot the long metrics table (one row per sample) into targets; a series is
+        (name, tier, outcome, le) and, when the table has one, its ``labels``."""
+        extra = "labels" in df.columns
+        key = ["name", *LABELS] + (["labels"] if extra else [])
+        if extra:
+            df = df.with_columns(pl.col("labels").cast(pl.String))
         targets = []
         for (node,), part in df.sort("time_s").group_by(["node"], maintain_order=True):
-            keys = part.select(["name", *LABELS]).unique(maintain_order=True)
-            columns = [tuple(r) for r in keys.iter_rows()]
+            keys = part.select(key).unique(maintain_order=True)
+            full = [tuple(r) for r in keys.iter_rows()]
             times = np.unique(part["time_s"].to_numpy())
-            values = np.full((times.size, len(columns)), np.nan)
-            col_of = {c: i for i, c in enumerate(columns)}
-            key_col = np.array([col_of[tuple(r)] for r in
-                                part.select(["name", *LABELS]).iter_rows()], dtype=np.int64)
+            values = np.full((times.size, len(full)), np.nan)
+            col_of = {c: i for i, c in enumerate(full)}
+            key_col = np.array([col_of[tuple(r)] for r in part.select(key).iter_rows()],
+                               dtype=np.int64)
             row = np.searchsorted(times, part["time_s"].to_numpy())
             vals = part["value"].to_numpy()
             values[row, key_col] = vals
@@ -106,7 +112,8 @@ class TSDB:
             if np.isnan(vals).any():  # NaN samples: remember which cells hold one
                 present = np.zeros(values.shape, dtype=bool)
                 present[row, key_col] = True
-            targets.append(Target(int(node), times, values, columns, present))
+            targets.append(Target(int(node), times, values, [c[:4] for c in full], present,
+                                  [c[4] for c in full] if extra else None))
         targets.sort(key=lambda t: t.node)
         return cls(targets)
 
