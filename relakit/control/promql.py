@@ -1382,17 +1382,14 @@ def _set_operation(node: Binary, lhs: Vector, rhs: Vector) -> Vector:
         right = presence(rhs)
         out = []
         for lab, val, ok in lhs.series:
-            there = right.get(_signature(lab, node))
-            keep = ok & there if node.op == "and" and there is not None else (
-                np.zeros_like(ok) if node.op == "and" else
-                ok & ~there if there is not None else ok)
+            there = right.get(_signature(lab, node), np.zeros_like(ok))
+            keep = ok & there if node.op == "and" else ok & ~there
             out.append((lab, np.where(keep, val, np.nan), keep))
         return Vector(out)
     left = presence(lhs)
     out = list(lhs.series)
     for lab, val, ok in rhs.series:
-        there = left.get(_signature(lab, node))
-        keep = ok & ~there if there is not None else ok
+        keep = ok & ~left.get(_signature(lab, node), np.zeros_like(ok))
         out.append((lab, np.where(keep, val, np.nan), keep))
     return Vector(out)
 
