@@ -307,8 +307,11 @@ def _replay(args) -> int:
 def _replay_rules(args, groups, out: Path):
     """Backtest a Prometheus rule file over the trace: print the alerts, write
     alerts.parquet (relakit.control.rules.backtest_rules' table)."""
-    from relakit.checks import check_rules, enforce
-    from relakit.control.rules import backtest_rules
+    import warnings
+
+    from relakit.checks import RelakitWarning, check_rules, enforce
+    from relakit.control.promql import store_from_tsdb
+    from relakit.control.rules import backtest_rules, label_warnings
     from relakit.control.tsdb import TSDB
     from relakit.io import write_parquet
     from relakit.traces import read_trace
@@ -316,7 +319,10 @@ def _replay_rules(args, groups, out: Path):
     frame = read_trace(args.trace)
     enforce(check_rules(groups, str(args.rules), frame["name"].unique().to_list(),
                         missing="warning", what=f"the trace {args.trace}"))
-    alerts = backtest_rules(TSDB.from_long(frame), groups, args.start, args.end)
+    tsdb = TSDB.from_long(frame)
+    for text in label_warnings(groups, store_from_tsdb(tsdb), str(args.rules)):
+        warnings.warn(text, RelakitWarning, stacklevel=2)
+    alerts = backtest_rules(tsdb, groups, args.start, args.end)
     print(_alerts_table(alerts))
     print(f"wrote {write_parquet(alerts, out / 'alerts.parquet')}")
 
@@ -330,7 +336,8 @@ def _alerts_table(alerts) -> str:
         return "-" if v is None else f"{v:g}"
 
     rows = [["alert", "labels", "pending_at_s", "firing_at_s", "resolved_at_s"]]
-    rows += [[r["alert"], r["labels"], cell(r["pending_at"]), cell(r["firing_at"]),
+    rows += [[r["alert"], r["labels"] if r.get("error") is None else f"error: {r['error']}",
+              cell(r["pending_at"]), cell(r["firing_at"]),
               cell(r["resolved_at"])] for r in alerts.iter_rows(named=True)]
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return "\n".join("  ".join(v.ljust(w) if i < 2 else v.rjust(w)

@@ -1039,6 +1039,8 @@ def alert_episodes(alerts: pl.DataFrame, end_s: float) -> pl.DataFrame:
     an episode still open runs to ``end_s``."""
     rows = []
     for r in alerts.iter_rows(named=True):
+        if r.get("error") is not None:
+            continue  # a failed evaluation, not an alert
         who = f"{r['alert']} {r['labels']}"
         stop = r["resolved_at"] if r["resolved_at"] is not None else end_s
         fire = r["firing_at"]

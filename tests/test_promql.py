@@ -65,6 +65,15 @@ SERIES = [
     ("1", "requests_total", "silver", "error", None, "0+9x60"),
     ("0", "in_flight", None, None, None, "3 5 8 13 21 13 8 5 3 2x20 7+1x30 40 _x5"),
     ("1", "in_flight", None, None, None, "4x30 -2+1x29"),
+    # NaN samples are samples: they hide older ones, count, and compare false
+    ("0", "temp_celsius", None, None, None,
+     "10 12 NaN 14 NaN NaN 9 8x10 NaN 7x20 NaN NaN NaN 6x15"),
+    ("1", "temp_celsius", None, None, None, "5+1x20 NaN 30x38"),
+    # two series of one instance until 150 s, then one (the second stops): a match on
+    # instance is many-to-many until the lookback lets the stopped one go
+    ("0", "up_flag", "a", None, None, "1x60"),
+    ("0", "up_flag", "b", None, None, "1x10"),
+    ("1", "up_flag", "a", None, None, "1x60"),
 ]
 BOUNDS = ("0.025", "0.05", "0.1", "0.25", "+Inf")
 LAT = {"0": [("0+40x20 800+10x40"), ("0+70x20 1400+30x40"), ("0+85x20 1700+60x40"),
@@ -136,6 +145,123 @@ EXPRESSIONS = [
     "histogram_quantile(0.99, sum by (le, instance) (rate(latency_seconds_bucket[2m]))) "
     "* 1000 > 200",
 ]
+# every construct issue 32 added, in at least one expression (values never NaN at a
+# tested instant: promtool compares them with reflect.DeepEqual, NaN != NaN; a NaN
+# result is tested through `x != bool x`, which is 1 exactly where x is NaN)
+LANGUAGE = [
+    # set operators, anywhere an expression stands, with on/ignoring
+    "in_flight > 3 and in_flight < 9",
+    "in_flight > 20 or in_flight < 4",
+    'rate(requests_total[1m]) unless on(instance, tier) rate(requests_total{outcome="error"}'
+    "[1m]) > 0.5",
+    "sum by (instance) ((in_flight > 5) or on(instance) (in_flight * 0))",
+    "max(in_flight) and on() (min(in_flight) > 0)",
+    "(in_flight and in_flight > 4) or vector(0)",
+    'rate(requests_total{tier="gold"}[1m]) and ignoring(outcome) '
+    'rate(requests_total{outcome="error"}[1m]) > 1',
+    "in_flight > 5 and in_flight < 30 or in_flight > 35 unless in_flight == 37",
+    'label_replace(in_flight and on(instance) in_flight > 5, "node", "n$1", "instance", '
+    '"(.*)")',
+    # group_left / group_right with extra labels
+    'rate(requests_total{outcome="error"}[1m]) / on(instance, tier) group_left(job) '
+    'label_replace(sum by (instance, tier) (rate(requests_total[1m])), "job", "api-$1", '
+    '"tier", "(.*)")',
+    "max by (instance) (in_flight) * on(instance) group_right rate(requests_total[1m])",
+    "rate(requests_total[1m]) > ignoring(tier, outcome) group_left max by (instance) "
+    "(in_flight)",
+    "in_flight + on(instance) group_left(tier) max by (instance, tier) "
+    "(requests_total{tier=\"gold\"})",
+    # time, vector, scalar, timestamp
+    "time() - 100",
+    "timestamp(in_flight)",
+    "timestamp(in_flight offset 1m)",
+    "timestamp(rate(requests_total[1m]))",
+    "vector(time() / 60)",
+    "scalar(max(in_flight)) * 2",
+    "scalar(in_flight) != bool scalar(in_flight)",
+    "in_flight > bool scalar(min(in_flight))",
+    # label_replace, label_join
+    'label_replace(requests_total, "kind", "${1}-x", "outcome", "(err)or")',
+    'label_replace(in_flight, "instance", "", "instance", "1")',
+    'label_join(in_flight, "both", "-", "instance", "__name__")',
+    'label_join(requests_total{tier="gold"}, "tier", "/", "outcome", "tier")',
+    # absent, absent_over_time
+    'absent(nonexistent_total{job="api", tier=~"g.*", instance="a", instance="b"})',
+    'absent(in_flight{instance="0"} offset -5m)',
+    "absent(sum(nonexistent))",
+    'absent_over_time(in_flight{instance="0"}[1m])',
+    "absent_over_time(nonexistent[1m])",
+    # changes, resets, deriv, predict_linear, holt_winters, idelta
+    "changes(in_flight[2m])",
+    "resets(requests_total[5m])",
+    "deriv(in_flight[2m])",
+    "predict_linear(in_flight[2m], 60)",
+    "predict_linear(requests_total[3m] offset 1m, 120)",
+    "holt_winters(in_flight[2m], 0.5, 0.3)",
+    "idelta(in_flight[1m])",
+    # math
+    "round(rate(requests_total[1m]))",
+    "round(in_flight / 3, 0.5)",
+    "ceil(in_flight / 4)",
+    "floor(in_flight / 4)",
+    "sqrt(abs(in_flight))",
+    "exp(in_flight / 10)",
+    "ln(in_flight > 0)",
+    "log2(in_flight > 0)",
+    "log10(in_flight > 0)",
+    "clamp(in_flight, 2, 10)",
+    "clamp(in_flight, 10, 2)",
+    "sgn(in_flight - 8)",
+    "in_flight atan2 on(instance) (in_flight offset 15s)",
+    "sort_desc(in_flight)",
+    "hour(vector(time() * 1000))",
+    "day_of_week(in_flight * 86400 * 17)",
+    "minute()",
+    # aggregations
+    "topk(1, in_flight)",
+    "topk by (instance) (2, rate(requests_total[1m]))",
+    "bottomk(1, in_flight)",
+    "quantile(0.5, rate(requests_total[1m]))",
+    "quantile by (tier) (0.9, rate(requests_total[1m]))",
+    'count_values("value", in_flight)',
+    'count_values by (instance) ("v", round(rate(requests_total[1m])))',
+    "group by (tier) (requests_total)",
+    "stddev(in_flight)",
+    "stdvar by (tier) (rate(requests_total[1m]))",
+    # range functions
+    "quantile_over_time(0.9, in_flight[2m])",
+    "quantile_over_time(0.25, requests_total[1m])",
+    "stddev_over_time(in_flight[2m])",
+    "stdvar_over_time(in_flight[1m])",
+    "present_over_time(in_flight[1m])",
+    # subqueries and @
+    "max_over_time(rate(requests_total[1m])[5m:1m])",
+    "avg_over_time(in_flight[2m:30s])",
+    "min_over_time(in_flight[2m:])",
+    "rate(requests_total[2m:15s] offset 1m)",
+    "in_flight @ 300",
+    "rate(requests_total[1m] @ 600)",
+    "in_flight offset -1m",
+    "max_over_time(in_flight[1m:15s] @ 450)",
+    # keywords in any case, comments inside the expression
+    "SUM BY (instance) (in_flight) AND ON(instance) in_flight > 5",
+    "Sum(in_flight) # the fleet\n + 1",
+    "count(in_flight) BY (instance) OR vector(1)",
+    # NaN samples (temp_celsius has some): hidden older samples, counted, compared false
+    "temp_celsius > 9",
+    "count(temp_celsius)",
+    "temp_celsius != bool temp_celsius",
+    "count_over_time(temp_celsius[1m])",
+    "max_over_time(temp_celsius[1m])",
+    "last_over_time(temp_celsius[1m]) > 0",
+    "sum(temp_celsius) != bool 0",
+    "rate(temp_celsius[1m]) != bool rate(temp_celsius[1m])",
+    "changes(temp_celsius[2m])",
+    "topk(1, temp_celsius)",
+    "quantile_over_time(0.5, temp_celsius[2m]) > 0",
+    "avg_over_time(temp_celsius[1m]) != bool avg_over_time(temp_celsius[1m])",
+    'count_values("t", temp_celsius)',
+]
 EVAL_TIMES = list(range(0, END_S + 4 * 60, EVAL_S))  # past the end: lookback, staleness
 
 RULES = {"groups": [{"name": "slo", "interval": f"{EVAL_S}s", "rules": [
@@ -155,7 +281,8 @@ RULES = {"groups": [{"name": "slo", "interval": f"{EVAL_S}s", "rules": [
 ]}]}
 
 
-def run_promtool(tmp_path, tests: list[dict], rule_data=None) -> subprocess.CompletedProcess:
+def run_promtool(tmp_path, tests: list[dict], rule_data=None,
+                 group_order=None) -> subprocess.CompletedProcess:
     rule_file = tmp_path / "rules.yml"
     rule_file.write_text(yaml.safe_dump(rule_data or {"groups": [{"name": "none", "rules": [
         {"record": "unused", "expr": "vector_free_placeholder"}]}]}))
@@ -167,6 +294,7 @@ def run_promtool(tmp_path, tests: list[dict], rule_data=None) -> subprocess.Comp
     test_file = tmp_path / "test.yml"
     test_file.write_text(yaml.safe_dump({
         "rule_files": [rule_file.name], "evaluation_interval": f"{EVAL_S}s",
+        **({"group_eval_order": group_order} if group_order else {}),
         "tests": [{"interval": f"{SCRAPE_S}s", "input_series": series, **t} for t in tests]},
         sort_keys=False))
     return subprocess.run([PROMTOOL, "test", "rules", test_file.name], cwd=tmp_path,
@@ -210,27 +338,51 @@ def check_promtool(proc) -> int:
     return len(blocks)
 
 
-@needs_promtool
-def test_expressions_equal_promtool(tmp_path):
+def expr_cases(exprs: list[str], times=EVAL_TIMES) -> tuple[list[dict], int]:
+    """promtool cases holding relakit's answers for each expression at each instant."""
     tsdb = make_tsdb()
-    t = np.array(EVAL_TIMES, dtype=float)
-    assert len(set(EXPRESSIONS)) >= 20
+    t = np.array(times, dtype=float)
     cases, n_samples = [], 0
-    for expr in EXPRESSIONS:
-        res = promql.evaluate(expr, tsdb, t)
+    for expr in exprs:
+        # a step-less subquery steps at the evaluation_interval, as promtool's
+        ev = promql.Evaluator(promql.store_from_tsdb(tsdb), default_step_s=EVAL_S)
+        res = ev.evaluate(promql.parse(expr), t)
         if isinstance(res, np.ndarray):  # a scalar: promtool takes it as one unlabelled sample
             res = promql.Vector([((), res, np.ones(t.size, dtype=bool))])
-        for i, te in enumerate(EVAL_TIMES):
+        for i, te in enumerate(times):
             samples = _samples(res, i)
             assert all(not math.isnan(s["value"]) for s in samples), (expr, te)
             n_samples += len(samples)
             cases.append({"expr": expr, "eval_time": f"{te}s", "exp_samples": samples})
+    return cases, n_samples
+
+
+@needs_promtool
+def test_expressions_equal_promtool(tmp_path):
+    assert len(set(EXPRESSIONS)) >= 20
+    cases, n_samples = expr_cases(EXPRESSIONS)
     # every expression returns something somewhere, and nothing somewhere else is checked too
     assert n_samples > 2000
     proc = run_promtool(tmp_path, [{"promql_expr_test": cases}])
     last_bits = check_promtool(proc)
     assert last_bits < len(cases) // 4  # most cases agree to the last bit
     print(f"{len(EXPRESSIONS)} expressions x {len(EVAL_TIMES)} instants = {len(cases)} cases, "
+          f"{n_samples} samples; {last_bits} cases differ below 1e-9 relative")
+
+
+@needs_promtool
+def test_language_equals_promtool(tmp_path):
+    """Every construct of issue 32 (set operators, group_left/right, the functions and
+    aggregations, subqueries, @, any-case keywords, NaN samples) against promtool."""
+    cases, n_samples = expr_cases(LANGUAGE)
+    answered = {c["expr"] for c in cases if c["exp_samples"]}
+    silent = sorted(set(LANGUAGE) - answered)
+    # each returns something at some instant, except what must be empty everywhere
+    assert silent == ["clamp(in_flight, 10, 2)"], silent  # max < min: nothing
+    proc = run_promtool(tmp_path, [{"promql_expr_test": cases}])
+    last_bits = check_promtool(proc)
+    assert last_bits < len(cases) // 10
+    print(f"{len(LANGUAGE)} expressions x {len(EVAL_TIMES)} instants = {len(cases)} cases, "
           f"{n_samples} samples; {last_bits} cases differ below 1e-9 relative")
 
 
@@ -270,6 +422,98 @@ def test_alerts_equal_promtool(tmp_path):
           "recorded-series cases")
 
 
+# rule-manager behaviour issue 32 added: groups read in any order, NaN samples,
+# keep_firing_for, an evaluation that fails at some instants only, comments
+RULES_REACH = {"groups": [
+    {"name": "reads-later", "interval": f"{EVAL_S}s", "rules": [
+        {"alert": "NanHigh", "expr": "temp_celsius > 9"},
+        {"alert": "NanCount", "expr": "count(temp_celsius) > 1", "for": "1m"},
+        {"alert": "Kept", "expr": "in_flight > 20", "keep_firing_for": "2m"},
+        {"alert": "KeptLong", "expr": "max(in_flight) > 12 unless max(in_flight) > 30",
+         "for": "30s", "keep_firing_for": "5m"},
+        {"alert": "ReadsLater", "expr": "fleet:in_flight:max > 10"},
+        {"record": "fleet:in_flight:half",
+         "expr": "fleet:in_flight:max # recorded by the next group\n / 2"},
+        {"alert": "Chain", "expr": "fleet:in_flight:half > 5", "for": "1m"},
+    ]},
+    {"name": "records", "interval": f"{EVAL_S}s", "rules": [
+        {"record": "fleet:in_flight:max", "expr": "max(in_flight)"},
+        {"alert": "GroupLeft", "expr": 'rate(requests_total{outcome="error"}[1m]) / '
+         "on(instance, tier) group_left sum by (instance, tier) (rate(requests_total[1m])) "
+         "> 0.05 and on(instance) in_flight > 3"},
+    ]},
+]}
+
+
+@needs_promtool
+def test_rule_manager_equals_promtool(tmp_path):
+    tsdb = make_tsdb()
+    alerts, ev = rules.evaluate_rules(tsdb, rules.load_rules(RULES_REACH), 0, EVAL_TIMES[-1])
+    names = [r["alert"] for g in RULES_REACH["groups"] for r in g["rules"] if "alert" in r]
+    episodes = alerts.filter(pl.col("error").is_null())
+    fired = set(episodes.filter(pl.col("firing_at").is_not_null())["alert"])
+    assert fired == set(names), set(names) - fired  # every alert fires somewhere
+    assert alerts.filter(pl.col("error").is_not_null()).height == 0
+    # keep_firing_for holds Kept past the instants in_flight > 20 stops
+    kept = episodes.filter(pl.col("alert") == "Kept").to_dicts()
+    assert all(k["resolved_at"] is None or k["resolved_at"] - k["firing_at"] >= 120
+               for k in kept), kept
+    cases, quiet = [], 0
+    for name in names:
+        for te in EVAL_TIMES:
+            now = rules.firing_at(alerts.filter(pl.col("alert") == name), te)
+            quiet += now.height == 0
+            exp = [{"exp_labels": _label_map(lab)} for lab in now["labels"]]
+            cases.append({"eval_time": f"{te}s", "alertname": name, "exp_alerts": exp})
+    assert quiet > 20 and len(cases) - quiet > 20
+    t = np.array(EVAL_TIMES, dtype=float)
+    expr_cases = []
+    for expr in ["fleet:in_flight:max", "fleet:in_flight:half"]:
+        res = ev.evaluate(promql.parse(expr), t)
+        for i, te in enumerate(EVAL_TIMES):
+            expr_cases.append({"expr": expr, "eval_time": f"{te}s",
+                               "exp_samples": _samples(res, i)})
+    # promtool evaluates groups in map order unless told: file order, as relakit
+    order = [g["name"] for g in RULES_REACH["groups"]]
+    proc = run_promtool(tmp_path, [{"alert_rule_test": cases}], RULES_REACH, order)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[:4000]  # firing sets: exact
+    check_promtool(run_promtool(tmp_path, [{"promql_expr_test": expr_cases}], RULES_REACH,
+                                order))
+    print(f"{len(cases)} alert cases ({quiet} with nothing firing)")
+
+
+DUP = "in_flight > on(instance) up_flag"
+
+
+@needs_promtool
+def test_many_to_many_fails_those_evaluations_only(tmp_path):
+    """up_flag has two series of instance 0 until the second leaves the lookback (its
+    last sample at 150 s): the match fails until then, and only then. promtool stops
+    a rule test at a failed evaluation, so its answer is checked instant by instant."""
+    spec = {"groups": [{"name": "g", "interval": f"{EVAL_S}s", "rules": [
+        {"alert": "Dup", "expr": DUP},
+        {"alert": "Other", "expr": "in_flight > 20"}]}]}
+    alerts = rules.backtest_rules(make_tsdb(), rules.load_rules(spec), 0, EVAL_TIMES[-1])
+    errors = alerts.filter(pl.col("error").is_not_null()).to_dicts()
+    assert [(e["alert"], e["pending_at"], e["resolved_at"]) for e in errors] == [
+        ("Dup", 0.0, 480.0)], errors
+    assert "many-to-many matching not allowed" in errors[0]["error"]
+    assert alerts.filter(pl.col("alert") == "Other").height > 0  # the file still runs
+    dup = alerts.filter((pl.col("alert") == "Dup") & pl.col("error").is_null()).to_dicts()
+    assert dup and dup[0]["pending_at"] == 480.0  # the first evaluation that succeeds
+    t = np.array(EVAL_TIMES, dtype=float)
+    with pytest.raises(promql.PromQLError, match="many-to-many.* \\(at 0 s\\)"):
+        promql.evaluate(DUP, make_tsdb(), t)
+    after = [te for te in EVAL_TIMES if te >= 480]
+    cases, _ = expr_cases([DUP], after)
+    assert check_promtool(run_promtool(tmp_path, [{"promql_expr_test": cases}])) == 0
+    for te in (0, 450):  # and promtool fails there, with the same complaint
+        proc = run_promtool(tmp_path, [{"promql_expr_test": [
+            {"expr": DUP, "eval_time": f"{te}s", "exp_samples": []}]}])
+        assert proc.returncode == 1 and "many-to-many matching not allowed" in (
+            proc.stdout + proc.stderr)
+
+
 def _label_map(text: str) -> dict:
     return dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', text))
 
@@ -280,32 +524,17 @@ def test_expand_notation():
 
 
 UNSUPPORTED = [
-    ("predict_linear(in_flight[5m], 60)", "unsupported function 'predict_linear'", 1),
-    ('label_replace(in_flight, "a", "$1", "b", "(.*)")', "unsupported function "
-     "'label_replace'", 1),
-    ("max_over_time(rate(requests_total[1m])[5m:1m])", "unsupported subquery", 39),
-    ("rate(requests_total[5m:30s])", "unsupported subquery", 20),
-    ("in_flight @ 100", "unsupported '@' modifier", 11),
-    ("in_flight / on(instance) group_left in_flight", "unsupported 'group_left'", 26),
-    ("in_flight * ignoring(tier) group_right in_flight", "unsupported 'group_right'", 28),
-    ("topk(3, in_flight)", "unsupported aggregation 'topk'", 1),
-    ("bottomk(1, in_flight)", "unsupported aggregation 'bottomk'", 1),
-    ("quantile_over_time(0.9, in_flight[5m])", "unsupported function 'quantile_over_time'", 1),
-    ("absent(in_flight)", "unsupported function 'absent'", 1),
-    ("vector(1)", "unsupported function 'vector'", 1),
-    ("time() - 5", "unsupported function 'time'", 1),
-    ("in_flight or requests_total", "unsupported operator 'or'", 11),
-    ("in_flight > 3 and in_flight < 9", "unsupported operator 'and'", 15),
-    ("in_flight unless requests_total", "unsupported operator 'unless'", 11),
-    ('count_values("v", in_flight)', "unsupported aggregation 'count_values'", 1),
-    ("stddev(in_flight)", "unsupported aggregation 'stddev'", 1),
-    ("sort(in_flight)", "unsupported function 'sort'", 1),
-    ("holt_winters(in_flight[5m], 0.5, 0.5)", "unsupported function 'holt_winters'", 1),
-    ("quantile(0.9, in_flight)", "unsupported aggregation 'quantile'", 1),
-    ('sum(rate(x[1m])) * scalar(y)', "unsupported function 'scalar'", 20),
+    # still refused: native histograms, Prometheus 3 syntax, strings as values
+    ("histogram_count(rate(x[5m]))", "unsupported function 'histogram_count'", 1),
+    ("sum(rate(x[5m])) / histogram_sum(y)", "unsupported function 'histogram_sum'", 20),
+    ("limitk(3, in_flight)", "unsupported aggregation 'limitk'", 1),
+    ('{"in_flight"}', "unsupported quoted metric or label name", 2),
+    ('sum by ("tier") (x)', "unsupported quoted label name", 9),
     ('"text"', "unsupported string literal", 1),
-    ("in_flight atan2 in_flight", "unsupported operator 'atan2'", 11),
-    ("in_flight offset -5m", "unsupported negative offset", 18),
+    # a refusal inside parentheses or arguments names the construct, not a bracket
+    ("sum(in_flight and limitk(1, x))", "unsupported aggregation 'limitk'", 19),
+    ("(a or histogram_count(b))", "unsupported function 'histogram_count'", 7),
+    ("rate(x[5m]) AND ON(instance) foo(y)", "unsupported function 'foo'", 30),
 ]
 
 
@@ -318,7 +547,21 @@ def test_unsupported_constructs_are_named_with_their_position(expr, message, col
 
 
 @pytest.mark.parametrize(("expr", "message"), [
-    ("rate(in_flight)", "rate() expects one range vector"),
+    ("rate(in_flight)", "rate() expects a range vector such as x[5m] as argument 1, got an "
+     "instant vector"),
+    ("sum(in_flight", "expected ')' closing sum("),
+    ("(in_flight and", "expected an expression, found the end of the expression"),
+    ("in_flight and 1", "set operator 'and' not allowed with a scalar operand"),
+    ("a + group_left b", "'group_left' must follow on(...) or ignoring(...)"),
+    ("a and on(x) group_left b", "no grouping (group_left) allowed for 'and'"),
+    ("topk(in_flight)", "topk takes a parameter and an expression"),
+    ("(a + b)[5m]", "use a subquery [range:step]"),
+    ("sum(a) offset 5m", "'offset' must follow a selector"),
+    ('label_replace(a, "1x", "", "b", "")', "invalid destination label name '1x'"),
+    ('label_replace(a, "x", "", "b", "(")', "invalid regular expression '('"),
+    ("in_flight @ foo", "expected a time (seconds), start() or end() after '@'"),
+    ("time(1)", "time() expects 0 argument(s), got 1"),
+    ("round(a, 1, 2)", "round() expects 1 to 2 argument(s), got 3"),
     ("sum(in_flight", "expected ')'"),
     ('in_flight{tier=}', "expected string"),
     ("1 > 2", "must use the 'bool' modifier"),
@@ -335,13 +578,13 @@ def test_rule_file_errors_name_file_and_key(tmp_path):
     bad = {"groups": [{"name": "g", "rules": [
         {"record": "a:b", "expr": "sum(in_flight)"},
         {"alert": "X", "expr": "in_flight > 1"},
-        {"alert": "Y", "expr": "predict_linear(in_flight[5m], 60) > 1"}]}]}
+        {"alert": "Y", "expr": "histogram_count(in_flight[5m]) > 1"}]}]}
     path = tmp_path / "RULES.yml"
     path.write_text(yaml.safe_dump(bad))
     with pytest.raises(ScenarioError) as err:
         rules.load_rules(path)
     assert str(err.value) == (f"{path}: key 'groups[0].rules[2].expr': unsupported function "
-                              "'predict_linear' at column 1")
+                              "'histogram_count' at column 1")
     for mutate, key, text in [
         (lambda d: d["groups"][0]["rules"][1].update({"for": "5 minutes"}),
          "groups[0].rules[1].for", "expected a duration"),
@@ -353,8 +596,16 @@ def test_rule_file_errors_name_file_and_key(tmp_path):
          "exactly one of"),
         (lambda d: d["groups"][0]["rules"][1].update({"labels": {"s": "{{ $value }}"}}),
          "groups[0].rules[1].labels.s", "label templates"),
-        (lambda d: d["groups"][0]["rules"].insert(0, {"alert": "Early", "expr": "a:b > 1"}),
-         "groups[0].rules[0].expr", "recorded by a later rule"),
+        (lambda d: d["groups"][0]["rules"].insert(0, {"record": "c:d", "expr": "c:d + 1"}),
+         "groups[0].rules[0].expr", "recorded by this rule"),
+        (lambda d: d["groups"][0]["rules"].extend([{"record": "e", "expr": "f + 1"},
+                                                    {"record": "f", "expr": "e * 2"}]),
+         "groups[0].rules[2].expr", "read each other in a cycle (groups[0].rules[2], "
+         "groups[0].rules[3])"),
+        (lambda d: d["groups"][0]["rules"][1].update({"keep_firing_for": "soon"}),
+         "groups[0].rules[1].keep_firing_for", "expected a duration"),
+        (lambda d: d["groups"][0]["rules"][0].update({"expr": "in_flight[5m]"}),
+         "groups[0].rules[0].expr", "not a range vector"),
     ]:
         data = yaml.safe_load(yaml.safe_dump(bad))
         data["groups"][0]["rules"].pop()
@@ -377,9 +628,9 @@ def test_alert_state_machine_by_hand():
     alerts = rules.backtest_rules(df, rules.load_rules(spec))
     assert alerts.to_dicts() == [
         {"alert": "High", "labels": '{instance="0"}', "pending_at": 60.0, "firing_at": 120.0,
-         "resolved_at": 165.0},
+         "resolved_at": 165.0, "error": None},
         {"alert": "High", "labels": '{instance="0"}', "pending_at": 240.0, "firing_at": None,
-         "resolved_at": 255.0}]
+         "resolved_at": 255.0, "error": None}]
 
 
 def test_shipped_slo_rules_over_shipped_traces():

@@ -47,7 +47,7 @@ def test_replay_rules_respects_start_and_end_and_runs_beside_a_policy(tmp_path, 
 def test_replay_bad_rule_file_is_one_line_and_writes_nothing(tmp_path, capsys):
     bad = tmp_path / "bad.yml"
     bad.write_text("groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: "
-                   "topk(2, x) > 1\n")
+                   "limitk(2, x) > 1\n")
     out = tmp_path / "out"
     assert main(["replay", str(TRACE), "--rules", str(bad), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
@@ -250,3 +250,71 @@ def test_closed_loop_hands_a_promql_signal_its_whole_range(tmp_path):
     late = closed["time_s"].to_numpy() > 330  # a full 5 min (and a scrape) into the run
     assert late.sum() >= 8 and np.isfinite(x[late]).all()
     assert np.allclose(x, y, rtol=1e-9, equal_nan=True)
+
+
+def test_replay_rules_warns_about_labels_no_series_has(tmp_path, capsys):
+    """Issue 32: `x{job="api"} == 0` over series without a job label never fires;
+    say so, naming the rule and the label, instead of a silent never-fire."""
+    spec = tmp_path / "labels.yml"
+    spec.write_text(
+        "groups:\n  - name: g\n    rules:\n"
+        "      - alert: ApiDown\n        expr: 'requests_total{job=\"api\"} == 0'\n"
+        "      - alert: Platinum\n        expr: 'requests_total{tier=\"platinum\"} > 0'\n"
+        "      - alert: ByJob\n        expr: 'sum by (job) (rate(requests_total[1m])) > 0'\n"
+        "      - alert: Fine\n        expr: 'label_replace(requests_total, \"job\", \"x\", \"\","
+        " \"\") > 1e12'\n        labels: {team: core}\n")
+    assert main(["replay", str(TRACE), "--rules", str(spec), "--out", str(tmp_path / "o")]) == 0
+    texts = capsys.readouterr().err.splitlines()
+    mine = [t for t in texts if t.startswith(f"relakit: warning: {spec}: key 'groups[0].rules[")]
+    assert any("alert 'ApiDown'" in t and "label 'job'" in t and "selects nothing" in t
+               for t in mine), texts
+    assert any("alert 'Platinum'" in t and 'tier="platinum"' in t and "gold" in t
+               for t in mine), texts
+    assert any("alert 'ByJob'" in t and "label 'job'" in t for t in mine), texts
+    assert not any("'Fine'" in t for t in mine), texts  # a label the file makes itself
+    from relakit.control import promql, rules
+    from relakit.control.tsdb import TSDB
+    from relakit.traces import read_trace
+
+    store = promql.store_from_tsdb(TSDB.from_long(read_trace(TRACE)))
+    assert rules.label_warnings(rules.load_rules(RULES), store) == []  # the shipped file
+
+
+def test_a_recordings_labels_are_data(tmp_path, capsys):
+    """Issue 32's minimal case: `up{job="api"} == 0` over a Prometheus export holding
+    job="api" and job="db" series fires (the job label is kept, dictionary-encoded),
+    and series differing only in such labels are no longer added up."""
+    import json
+
+    from relakit.traces import LABELS, read_trace
+
+    def series(job, vals):
+        return {"metric": {"__name__": "up", "job": job, "instance": "h:9100"},
+                "values": [[15 * k, str(v)] for k, v in enumerate(vals)]}
+
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": [
+        series("api", [1] * 10 + [0] * 10 + [1] * 10), series("db", [1] * 30)]}}
+    trace = tmp_path / "export.json"
+    trace.write_text(json.dumps(doc))
+    frame = read_trace(trace)
+    assert frame.schema[LABELS] == pl.Categorical
+    assert sorted(frame[LABELS].unique().to_list()) == ['job="api"', 'job="db"']
+    assert frame.filter(pl.col("time_s") == 0)["value"].to_list() == [1.0, 1.0]  # not summed
+    spec = tmp_path / "up.yml"
+    spec.write_text("groups:\n  - name: g\n    interval: 15s\n    rules:\n"
+                    "      - alert: ApiDown\n        expr: 'up{job=\"api\"} == 0'\n"
+                    "        for: 30s\n"
+                    "      - alert: AnyDown\n        expr: 'sum by (job) (up) < 1'\n")
+    out = tmp_path / "o"
+    assert main(["replay", str(trace), "--rules", str(spec), "--out", str(out)]) == 0
+    assert "warning" not in capsys.readouterr().err  # job exists: nothing to warn about
+    alerts = pl.read_parquet(out / "alerts.parquet")
+    down = alerts.filter(pl.col("alert") == "ApiDown").to_dicts()
+    assert [(d["labels"], d["pending_at"], d["firing_at"], d["resolved_at"]) for d in down] == [
+        ('{instance="0", job="api"}', 150.0, 180.0, 300.0)]
+    anyd = alerts.filter(pl.col("alert") == "AnyDown")["labels"].to_list()
+    assert anyd == ['{job="api"}']
+    # the labels survive a Parquet round trip (validate_trace keeps the column)
+    frame.write_parquet(tmp_path / "t.parquet")
+    again = read_trace(tmp_path / "t.parquet")
+    assert again[LABELS].cast(pl.String).to_list() == frame[LABELS].cast(pl.String).to_list()

@@ -49,7 +49,11 @@ def write(tmp_path, name, text):
 
 
 def assert_schema(df):
-    assert df.schema == pl.Schema(SCHEMA)
+    """The schema's columns, and the optional dictionary-encoded labels column."""
+    extra = {k: v for k, v in df.schema.items() if k not in SCHEMA}
+    assert extra in ({}, {"labels": pl.Categorical}), extra
+    assert pl.Schema({k: v for k, v in df.schema.items() if k in SCHEMA}) == pl.Schema(SCHEMA)
+    assert df.columns[:len(SCHEMA)] == list(SCHEMA)
 
 
 # -- shipped samples ----------------------------------------------------------------------------
@@ -68,7 +72,10 @@ def test_shipped_range_query():
     burst = [at(df, time_s=T0 + s, node=n, tier="gold", outcome="error")[0]
              for n in (1, 0) for s in (120, 195)]
     assert burst == [1451.0, 2120.0, 1808.0, 1814.0]
-    assert df.columns == list(SCHEMA)  # env and job labels dropped
+    # env and job are kept, dictionary-encoded (one label set here)
+    assert df.columns == [*SCHEMA, "labels"]
+    assert df["labels"].cast(pl.String).unique().to_list() == [
+        'env="staging",job="relakit-api"']
     assert df.equals(df.sort(["time_s", "node", "name"], maintain_order=True))
 
 
@@ -203,14 +210,25 @@ def test_node_label_used_when_no_instance(tmp_path):
     assert read_csv_long(csv).select("name", "node").rows() == [("b", 0), ("a", 4)]
 
 
-def test_dropped_labels_are_summed(tmp_path):
+def test_other_labels_are_kept_and_series_stay_apart(tmp_path):
     doc = body(series("requests_total", [[10, "2"]], code="200", instance="a", tier="gold"),
                series("requests_total", [[10, "3"]], code="500", instance="a", tier="gold"))
     df = read_prometheus_json(write(tmp_path, "q.json", doc))
-    assert df.select("node", "tier", "value").rows() == [(0, "gold", 5.0)]
+    rows = [(0, "gold", 'code="200"', 2.0), (0, "gold", 'code="500"', 3.0)]
+    assert sorted(df.select("node", "tier", pl.col("labels").cast(pl.String), "value")
+                  .rows()) == rows
     # overlapping queries: the same series twice is counted once
     df = read_prometheus_json(write(tmp_path, "q2.json", [doc, body(doc["data"]["result"][1])]))
-    assert df.select("node", "tier", "value").rows() == [(0, "gold", 5.0)]
+    assert sorted(df.select("node", "tier", pl.col("labels").cast(pl.String), "value")
+                  .rows()) == rows
+    # through CSV and back, labels included (quoted cells: the row-by-row reader)
+    write_csv_long(df, tmp_path / "m.csv")
+    back = read_csv_long(tmp_path / "m.csv")
+    assert back["labels"].cast(pl.String).to_list() == df["labels"].cast(pl.String).to_list()
+    bad = write(tmp_path, "b.csv", 'time_s,name,value,labels\n1,a,1,"job=api"\n')
+    with pytest.raises(TraceError, match=r"b\.csv: line 2, column labels: 'job=api' is not a "
+                                         "label set"):
+        read_csv_long(bad)
     csv = write(tmp_path, "m.csv", "time_s,name,value,code\n1,a,2,200\n1,a,3,500\n1,a,3,500\n")
     assert read_csv_long(csv)["value"].to_list() == [5.0]
 

@@ -1,10 +1,11 @@
 """Prometheus rule files, backtested over a TSDB as Prometheus would have evaluated them.
 
-A rule file is ``groups: [{name, interval, rules: [{alert|record, expr, for, labels,
-annotations}]}]``. :func:`load_rules` validates it (one-line errors naming file and
-key, PromQL errors with their position); :func:`backtest_rules` evaluates every group
-at its evaluation instants (multiples of ``interval``, as ``promtool test rules``
-does: real Prometheus shifts each group by a hash-derived phase), open loop:
+A rule file is ``groups: [{name, interval, rules: [{alert|record, expr, for,
+keep_firing_for, labels, annotations}]}]``. :func:`load_rules` validates it (one-line
+errors naming file and key, PromQL errors with their position); :func:`backtest_rules`
+evaluates every group at its evaluation instants (multiples of ``interval``, as
+``promtool test rules`` does: real Prometheus shifts each group by a hash-derived
+phase), open loop:
 
 * a recording rule's result is written back as series named ``record`` (sample
   labels, the rule's labels on top), with staleness markers where a series vanishes,
@@ -12,18 +13,31 @@ does: real Prometheus shifts each group by a hash-derived phase), open loop:
 * an alerting rule follows Prometheus' state machine: a label set returned by the
   expression becomes *pending* at the first instant it appears, *firing* at the first
   evaluation instant at least ``for`` after that, and is *resolved* at the first
-  instant the expression no longer returns it (a pending alert that disappears never
-  fires; a label set that comes back starts over as pending).
+  instant the expression no longer returns it, or, with ``keep_firing_for``, the
+  first instant it has not returned it for that long (a pending alert that
+  disappears never fires; a label set that comes back starts over as pending);
+* an evaluation Prometheus would fail (many-to-many matching, two series with one
+  label set) fails at that instant only: the rule writes nothing there and its
+  alerts keep their state, as the rule manager does, and the table gets an error row.
 
 The result is an ``alerts`` table, one row per episode: ``alert`` (the rule's name),
 ``labels`` (the alert's labels as Prometheus writes them, ``{k="v", ...}``, sorted,
 ``alertname`` left out: a string, so the table joins, sorts and prints plainly),
-``pending_at``, ``firing_at`` (null: it never fired) and ``resolved_at`` (null: still
-active at the end), in seconds on the trace's clock.
+``pending_at``, ``firing_at`` (null: it never fired), ``resolved_at`` (null: still
+active at the end), in seconds on the trace's clock, and ``error`` (null). An error
+row names the rule (alerting or recording) in ``alert``, has ``labels`` ``{}``, the
+first failed instant of a run of them in ``pending_at``, the next instant the rule
+evaluated in ``resolved_at``, and Prometheus' message in ``error``.
 
-Rules are evaluated in file order, each over all instants at once. That equals
-Prometheus' per-instant order as long as no rule reads a series recorded by itself
-or by a later rule; such a file is refused with the rule that breaks the order.
+Rules may read series recorded anywhere in the file, as Prometheus allows. relakit
+evaluates groups and rules in file order at each instant, as ``promtool test rules``
+does with ``group_eval_order`` in file order (without it promtool takes a map order;
+a live Prometheus runs groups concurrently at hash-derived phases), so a rule reading
+a series recorded by a *later* rule sees that rule's previous evaluation. relakit
+evaluates rule by rule over all instants at once, writers first; such a read sees
+only samples written before the instant. A file whose rules read each other in a
+cycle (a rule reading its own output included) cannot be evaluated that way and is
+refused with the rules of the cycle.
 """
 
 from __future__ import annotations
@@ -44,7 +58,7 @@ _DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 ALERT_SCHEMA = {"alert": pl.String, "labels": pl.String, "pending_at": pl.Float64,
-                "firing_at": pl.Float64, "resolved_at": pl.Float64}
+                "firing_at": pl.Float64, "resolved_at": pl.Float64, "error": pl.String}
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,7 @@ class Rule:
     labels: tuple = ()
     annotations: tuple = ()
     key: str = ""  # where it is in the file, for messages
+    keep_firing_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,8 @@ class Group:
 
 def parse_duration(text, fail) -> float:
     """A Prometheus duration (``1h30m``, ``90s``, ``0s``) in seconds."""
+    if text == "0" or text == 0:  # Prometheus' ParseDuration takes a bare 0
+        return 0.0
     m = _DURATION.match(text) if isinstance(text, str) and text else None
     if not m:
         fail(f"expected a duration such as 30s, 5m or 1h, got {text!r}")
@@ -90,7 +107,9 @@ def load_rules(source) -> list[Group]:
     if extra:
         failer("(top level)")(f"unknown key(s) {extra}; allowed keys here: ['groups']")
     groups_data = data.get("groups")
-    if not isinstance(groups_data, list) or not groups_data:
+    if groups_data is None:  # Prometheus loads a file without groups: nothing to do
+        groups_data = []
+    if not isinstance(groups_data, list):
         failer("groups")("expected a list of rule groups")
     groups, seen = [], set()
     for gi, g in enumerate(groups_data):
@@ -112,7 +131,9 @@ def load_rules(source) -> list[Group]:
         if interval <= 0:
             failer(f"{gkey}.interval")("must be positive")
         rules_data = g.get("rules")
-        if not isinstance(rules_data, list) or not rules_data:
+        if rules_data is None:  # an empty group is valid Prometheus: it evaluates nothing
+            rules_data = []
+        if not isinstance(rules_data, list):
             failer(f"{gkey}.rules")("expected a list of alerting or recording rules")
         rules = tuple(_rule(r, f"{gkey}.rules[{ri}]", failer) for ri, r in enumerate(rules_data))
         groups.append(Group(gname, interval, rules))
@@ -127,7 +148,8 @@ def _rule(r, key: str, failer) -> Rule:
     if len(kinds) != 1:
         failer(key)("a rule has exactly one of 'alert' and 'record'")
     kind = kinds[0]
-    allowed = ({"alert", "expr", "for", "labels", "annotations"} if kind == "alert"
+    allowed = ({"alert", "expr", "for", "keep_firing_for", "labels", "annotations"}
+               if kind == "alert"
                else {"record", "expr", "labels"})
     extra = sorted(set(r) - allowed)
     if extra:
@@ -148,10 +170,15 @@ def _rule(r, key: str, failer) -> Rule:
         node = promql.parse(expr)
     except promql.PromQLError as exc:
         failer(f"{key}.expr")(str(exc))
+    if promql.kind_of(node) not in ("vector", "scalar"):
+        failer(f"{key}.expr")(f"a rule's expression gives an instant vector or a scalar, not "
+                              f"a {'range vector' if promql._is_range(node) else 'string'}")
     for_s = parse_duration(r["for"], failer(f"{key}.for")) if "for" in r else 0.0
+    keep_s = (parse_duration(r["keep_firing_for"], failer(f"{key}.keep_firing_for"))
+              if "keep_firing_for" in r else 0.0)
     labels = _string_map(r.get("labels", {}), f"{key}.labels", failer, labels=True)
     annotations = _string_map(r.get("annotations", {}), f"{key}.annotations", failer)
-    return Rule(kind, name, expr, node, for_s, labels, annotations, key)
+    return Rule(kind, name, expr, node, for_s, labels, annotations, key, keep_s)
 
 
 def _string_map(m, key: str, failer, labels: bool = False) -> tuple:
@@ -173,20 +200,46 @@ def _string_map(m, key: str, failer, labels: bool = False) -> tuple:
 
 
 def _check_order(groups: list[Group], name: str):
-    """Refuse a rule reading a series recorded by itself or by a later rule."""
-    later: dict = {}
-    flat = [r for g in groups for r in g.rules]
-    for i, r in enumerate(flat):
+    """Refuse rules that read each other in a cycle (see the module's docstring)."""
+    evaluation_order(groups, name)
+
+
+def evaluation_order(groups: list[Group], name: str = "<rules>") -> list:
+    """(group, rule, late names) in an order where every rule comes after the rules
+    recording what it reads; ``late``: the names it reads that a rule at or after it
+    in the file records (it sees their samples written before each instant only)."""
+    flat = [(g, r) for g in groups for r in g.rules]
+    writers: dict = {}
+    for i, (_, r) in enumerate(flat):
         if r.kind == "record":
-            later.setdefault(r.name, i)
-    for i, r in enumerate(flat):
-        for sel in promql.selectors(r.node):
-            j = later.get(sel.name)
-            if j is not None and j >= i:
-                raise ScenarioError(
-                    f"{name}: key '{r.key}.expr': reads {sel.name!r}, recorded by "
-                    f"{'this rule' if j == i else 'a later rule (' + flat[j].key + ')'}; put "
-                    "a recording rule before the rules that read it")
+            writers.setdefault(r.name, []).append(i)
+    reads = [{s.name for s in promql.selectors(r.node) if s.name in writers} for _, r in flat]
+    deps = [sorted({j for x in names for j in writers[x]}) for names in reads]
+    done, order, state = set(), [], {}
+
+    def visit(i, path):
+        if i in done:
+            return
+        if state.get(i) == "open":
+            cyc = path[path.index(i):-1]
+            keys = ", ".join(flat[k][1].key for k in cyc)
+            r = flat[i][1]
+            raise ScenarioError(
+                f"{name}: key '{r.key}.expr': "
+                + (f"reads {r.name!r}, recorded by this rule" if len(cyc) == 1 else
+                   f"rules read each other in a cycle ({keys})")
+                + "; relakit cannot evaluate a rule that reads its own output")
+        state[i] = "open"
+        for j in deps[i]:
+            visit(j, [*path, j])
+        state[i] = "done"
+        done.add(i)
+        order.append(i)
+
+    for i in range(len(flat)):
+        visit(i, [i])
+    return [(flat[i][0], flat[i][1],
+             frozenset(x for x in reads[i] if max(writers[x]) >= i)) for i in order]
 
 
 def _eval_times(interval: float, lo: float, hi: float) -> np.ndarray:
@@ -219,51 +272,84 @@ def _with_labels(labels: tuple, extra: tuple, **force) -> tuple:
     return tuple(sorted(d.items()))
 
 
-def _merge(series: list, rule: Rule) -> dict:
-    """Result series by final label set; two at once with the same set is an error."""
+def _merge(series: list, t: np.ndarray, failed: np.ndarray, what: str):
+    """Result series by final label set; two at once with the same set fail that
+    instant (Prometheus: "vector contains metrics with the same labelset after
+    applying rule labels"). Returns (merged dict, failed mask, message or None)."""
     out: dict = {}
+    msg = None
     for lab, val, ok in series:
         if lab in out:
             pv, pok = out[lab]
-            if (pok & ok).any():
-                raise ScenarioError(f"rule {rule.name!r} ({rule.key}): vector contains "
-                                    f"metrics with the same labelset {promql.format_labels(lab)}"
-                                    " after applying rule labels")
+            clash = pok & ok
+            if clash.any():
+                failed = failed | clash
+                msg = msg or (f"vector contains metrics with the same labelset "
+                              f"{promql.format_labels(lab)} after applying {what} labels")
             out[lab] = (np.where(ok, val, pv), pok | ok)
         else:
             out[lab] = (val, ok)
-    return out
+    return out, failed, msg
 
 
 def evaluate_rules(trace_or_tsdb, rules, start_s=None, end_s=None):
-    """(alerts table, evaluator holding the recorded series) for a rule file."""
-    tsdb = _as_tsdb(trace_or_tsdb)
+    """(alerts table, evaluator holding the recorded series) for a rule file, over a
+    trace (path or long table), a TSDB, or a list of :class:`promql.Series` (whose
+    labels may be any)."""
+    if isinstance(trace_or_tsdb, list):  # a promql series store: any labels
+        store = list(trace_or_tsdb)
+        times = [s.times for s in store if s.times.size]
+        span = (min(t[0] for t in times), max(t[-1] for t in times)) if times else (0.0, 0.0)
+    else:
+        tsdb = _as_tsdb(trace_or_tsdb)
+        store, span = promql.store_from_tsdb(tsdb), tsdb.span
     groups = rules if isinstance(rules, list) else load_rules(rules)
-    lo, hi = tsdb.span
-    lo = lo if start_s is None else float(start_s)
-    hi = hi if end_s is None else float(end_s)
-    ev = promql.Evaluator(promql.store_from_tsdb(tsdb))
+    lo = span[0] if start_s is None else float(start_s)
+    hi = span[1] if end_s is None else float(end_s)
+    ev = promql.Evaluator(store)
     rows = []
-    for g in groups:
+    for g, rule, late in evaluation_order(groups):
         t = _eval_times(g.interval_s, lo, hi)
         if t.size == 0:
             continue
-        for rule in g.rules:
-            try:
-                res = _result_vector(ev.evaluate(rule.node, t), t)
-            except promql.PromQLError as exc:
-                raise ScenarioError(f"rule {rule.name!r} ({rule.key}): {exc.problem}") from None
-            if rule.kind == "record":
-                merged = _merge([(_with_labels(lab, rule.labels, __name__=rule.name), v, ok)
-                                 for lab, v, ok in res.series], rule)
-                ev.add([_recorded(lab, v, ok, t) for lab, (v, ok) in merged.items()])
-            else:
-                merged = _merge([(_with_labels(promql._drop_name(lab), rule.labels), v, ok)
-                                 for lab, v, ok in res.series], rule)
-                for lab, (_, ok) in merged.items():
-                    rows += _episodes(rule, lab, ok, t)
+        ev.late = late
+        try:
+            res, failed, msg = ev.evaluate(rule.node, t, errors="return")
+        except promql.PromQLError as exc:
+            raise ScenarioError(f"rule {rule.name!r} ({rule.key}): {exc.problem}") from None
+        res = _result_vector(res, t)
+        if rule.kind == "record":
+            merged, failed, msg2 = _merge([(_with_labels(lab, rule.labels, __name__=rule.name),
+                                            v, ok) for lab, v, ok in res.series], t, failed,
+                                          "rule")
+        else:
+            merged, failed, msg2 = _merge([(_with_labels(promql._drop_name(lab), rule.labels),
+                                            v, ok) for lab, v, ok in res.series], t, failed,
+                                          "alert")
+        msg = msg or msg2
+        keep = ~failed  # a failed evaluation writes nothing and changes no alert's state
+        if rule.kind == "record":
+            ev.add([_recorded(lab, v[keep], ok[keep], t[keep]) for lab, (v, ok)
+                     in merged.items()])
+        else:
+            for lab, (_, ok) in merged.items():
+                rows += _episodes(rule, lab, ok[keep], t[keep])
+        rows += _error_rows(rule, failed, t, msg)
+    ev.late = frozenset()
     alerts = pl.DataFrame(rows, schema=ALERT_SCHEMA, orient="row")
     return alerts.sort("pending_at", "alert", "labels"), ev
+
+
+def _error_rows(rule: Rule, failed: np.ndarray, t: np.ndarray, msg) -> list:
+    """One row per run of failed evaluations: where it starts and the next instant."""
+    if not failed.any():
+        return []
+    prev = np.concatenate([[False], failed[:-1]])
+    nxt = np.concatenate([failed[1:], [False]])
+    starts = np.flatnonzero(failed & ~prev)
+    ends = np.flatnonzero(failed & ~nxt) + 1
+    return [(rule.name, "{}", float(t[s]), None, float(t[e]) if e < t.size else None, msg)
+            for s, e in zip(starts, ends, strict=True)]
 
 
 def _recorded(labels, v, ok, t) -> promql.Series:
@@ -273,18 +359,101 @@ def _recorded(labels, v, ok, t) -> promql.Series:
 
 
 def _episodes(rule: Rule, labels: tuple, ok: np.ndarray, t: np.ndarray) -> list:
-    """Runs of consecutive instants with the label set present, as alert episodes."""
+    """Runs of consecutive instants with the label set present, as alert episodes; a
+    firing alert outlives its run by ``keep_firing_for`` and runs it meets join it."""
     prev = np.concatenate([[False], ok[:-1]])
     nxt = np.concatenate([ok[1:], [False]])
     starts = np.flatnonzero(ok & ~prev)
     ends = np.flatnonzero(ok & ~nxt) + 1  # first instant it is gone (may be t.size)
     fire = np.searchsorted(t, t[starts] + rule.for_s - 1e-9, side="left")
     text = promql.format_labels(labels)
-    rows = []
-    for s, e, f in zip(starts, ends, fire, strict=True):
-        rows.append((rule.name, text, float(t[s]), float(t[f]) if f < e else None,
-                     float(t[e]) if e < t.size else None))
+    rows, i = [], 0
+    while i < starts.size:
+        s, e, f = starts[i], ends[i], fire[i]
+        if f >= e:  # never fired: resolved when it is gone
+            rows.append((rule.name, text, float(t[s]), None,
+                         float(t[e]) if e < t.size else None, None))
+            i += 1
+            continue
+        while True:  # firing: it stays so for keep_firing_for after each run
+            stop = e if e >= t.size else int(np.searchsorted(
+                t, t[e] + rule.keep_firing_s - 1e-9, side="left"))
+            if i + 1 < starts.size and starts[i + 1] <= stop:
+                i += 1
+                e = ends[i]
+                continue
+            break
+        rows.append((rule.name, text, float(t[s]), float(t[f]),
+                     float(t[stop]) if stop < t.size else None, None))
+        i += 1
     return rows
+
+
+def label_warnings(groups: list[Group], store: list, source: str = "<rules>") -> list[str]:
+    """Label names and values the rules read that no series has: a selector matching
+    them selects nothing, a ``by``/``on`` list naming them groups nothing, and an alert
+    built on them silently never fires. One line per (rule, label), naming both.
+
+    Labels the file makes itself (rule labels, ``label_replace``/``label_join``
+    destinations, ``count_values`` labels) are not reported; nor are series recorded
+    by the file (their labels come from expressions)."""
+    made = {k for g in groups for r in g.rules for k, _ in r.labels}
+    recorded = {r.name for g in groups for r in g.rules if r.kind == "record"}
+    by_name: dict = {}
+    for s in store:
+        d = dict(s.labels)
+        for k, v in d.items():
+            by_name.setdefault(d.get("__name__", ""), {}).setdefault(k, set()).add(v)
+    everywhere = {k for labels in by_name.values() for k in labels}
+
+    def walk(node, out):
+        if isinstance(node, promql.Call) and node.func in ("label_replace", "label_join"):
+            made.add(node.args[1].value)
+        if isinstance(node, promql.Aggregate) and node.op == "count_values":
+            made.add(node.param.value)
+        out.append(node)
+        for a in ("expr", "lhs", "rhs", "param"):
+            if getattr(node, a, None) is not None:
+                walk(getattr(node, a), out)
+        for a in getattr(node, "args", ()):
+            walk(a, out)
+        return out
+
+    found = []
+    for g in groups:
+        for r in g.rules:
+            nodes = walk(r.node, [])
+            seen = set()
+
+            def warn(label, text, r=r, seen=seen):
+                if label not in seen and label not in made:
+                    seen.add(label)
+                    found.append(f"{source}: key '{r.key}.expr': {r.kind} {r.name!r} {text}")
+
+            for node in nodes:
+                if isinstance(node, promql.Selector) and node.name and \
+                        node.name not in recorded and node.name in by_name:
+                    have = by_name[node.name]
+                    for k, op, v in node.matchers:
+                        if k == "__name__" or promql._matches((k, op, v), ""):
+                            continue  # a matcher an absent label satisfies
+                        if k not in have:
+                            warn(k, f"reads label '{k}', which no series named "
+                                    f"{node.name!r} has: {node.name}{{{k}{op}\"{v}\"}} "
+                                    "selects nothing")
+                        elif not any(promql._matches((k, op, v), x) for x in have[k]):
+                            warn(k, f"reads {k}{op}\"{v}\", which no series named "
+                                    f"{node.name!r} has (its {k} values: "
+                                    f"{', '.join(sorted(have[k])[:5])}): it selects nothing")
+                names = []
+                if isinstance(node, promql.Aggregate) and not node.without:
+                    names = node.labels
+                if isinstance(node, promql.Binary):
+                    names = (node.on or ()) + node.include
+                for k in names:
+                    if k not in everywhere:
+                        warn(k, f"groups or matches on label '{k}', which no series has")
+    return found
 
 
 def backtest_rules(trace_or_tsdb, rules_path, start_s=None, end_s=None) -> pl.DataFrame:
@@ -297,4 +466,5 @@ def firing_at(alerts: pl.DataFrame, t: float) -> pl.DataFrame:
     """The alerts firing at instant ``t`` (alert, labels), as Prometheus would list them."""
     return alerts.filter(pl.col("firing_at").is_not_null() & (pl.col("firing_at") <= t)
                          & (pl.col("resolved_at").is_null() | (pl.col("resolved_at") > t))
+                         & pl.col("error").is_null()
                          ).select("alert", "labels").sort("alert", "labels")

@@ -251,18 +251,14 @@ def policy_reach_s(policy) -> float:
 
 def history_s(signals) -> float:
     """How far back the promql signals read: the longest range (or, for an instant
-    selector, Prometheus' 5 min lookback) plus its offset; 0 without promql signals.
-    The closed loop hands the controller that much history (structured signals
-    need only the clocks' window)."""
+    selector, Prometheus' 5 min lookback) plus its offset, a subquery's range added
+    to what its expression reads; 0 without promql signals. The closed loop hands
+    the controller that much history (structured signals need only the clocks'
+    window)."""
     from relakit.control import promql
 
-    reach = 0.0
-    for sig in signals:
-        if sig.kind == "promql":
-            for sel in promql.selectors(sig.node):
-                reach = max(reach, (sel.range_s if sel.range_s is not None
-                                    else promql.LOOKBACK_S) + sel.offset_s)
-    return reach
+    return max((promql.reach_s(sig.node) for sig in signals if sig.kind == "promql"),
+               default=0.0)
 
 
 _STORES: dict = {}  # id(tsdb) -> (weak reference to it, its promql series store)

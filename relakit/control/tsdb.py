@@ -35,7 +35,15 @@ class Target:
     times: np.ndarray  # (S,)
     values: np.ndarray  # (S, K)
     columns: list[tuple]  # (name, tier, outcome, le) per column
+    present: np.ndarray | None = None  # (S, K) where a sample exists; None: where not NaN
+    labels: list | None = None  # per column, the other labels' text (traces' LABELS), or None
     _selected: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def has(self, k: int) -> np.ndarray:
+        """Where column ``k`` has a sample (a NaN value is one when ``present`` says so)."""
+        if self.present is None:
+            return ~np.isnan(self.values[:, k])
+        return self.present[:, k]
 
     def select(self, name: str, **labels) -> np.ndarray:
         """Column indices of the series named ``name`` whose labels match (None: any).
@@ -82,19 +90,30 @@ class TSDB:
 
     @classmethod
     def from_long(cls, df: pl.DataFrame) -> TSDB:
-        """Pivot the long metrics table (one row per sample) into targets."""
+        """Pivot the long metrics table (one row per sample) into targets; a series is
+        (name, tier, outcome, le) and, when the table has one, its ``labels``."""
+        extra = "labels" in df.columns
+        key = ["name", *LABELS] + (["labels"] if extra else [])
+        if extra:
+            df = df.with_columns(pl.col("labels").cast(pl.String))
         targets = []
         for (node,), part in df.sort("time_s").group_by(["node"], maintain_order=True):
-            keys = part.select(["name", *LABELS]).unique(maintain_order=True)
-            columns = [tuple(r) for r in keys.iter_rows()]
+            keys = part.select(key).unique(maintain_order=True)
+            full = [tuple(r) for r in keys.iter_rows()]
             times = np.unique(part["time_s"].to_numpy())
-            values = np.full((times.size, len(columns)), np.nan)
-            col_of = {c: i for i, c in enumerate(columns)}
-            key_col = np.array([col_of[tuple(r)] for r in
-                                part.select(["name", *LABELS]).iter_rows()], dtype=np.int64)
+            values = np.full((times.size, len(full)), np.nan)
+            col_of = {c: i for i, c in enumerate(full)}
+            key_col = np.array([col_of[tuple(r)] for r in part.select(key).iter_rows()],
+                               dtype=np.int64)
             row = np.searchsorted(times, part["time_s"].to_numpy())
-            values[row, key_col] = part["value"].to_numpy()
-            targets.append(Target(int(node), times, values, columns))
+            vals = part["value"].to_numpy()
+            values[row, key_col] = vals
+            present = None
+            if np.isnan(vals).any():  # NaN samples: remember which cells hold one
+                present = np.zeros(values.shape, dtype=bool)
+                present[row, key_col] = True
+            targets.append(Target(int(node), times, values, [c[:4] for c in full], present,
+                                  [c[4] for c in full] if extra else None))
         targets.sort(key=lambda t: t.node)
         return cls(targets)
 
@@ -127,24 +146,29 @@ def _per_series(fn, target: Target, cols: np.ndarray, t_eval, *args) -> np.ndarr
 
 
 def increase(target: Target, cols: np.ndarray, t_eval: np.ndarray, range_s: float,
-             as_rate: bool = False, counter: bool = True) -> np.ndarray:
+             as_rate: bool = False, counter: bool = True, nan_samples: bool = False,
+             cut: np.ndarray | None = None) -> np.ndarray:
     """``increase(x[range])`` (or ``rate``) per column at each time: shape (T, len(cols)).
 
     NaN where the window holds fewer than two samples, as Prometheus returns nothing.
     ``counter=False`` is ``delta``: no reset correction, no clamp at the zero point.
-    A series' NaN samples are samples it does not have (it did not exist yet).
+    A series' NaN samples are samples it does not have (it did not exist yet), unless
+    ``nan_samples`` (every row is a sample, a NaN value included, as PromQL's series
+    store holds them); ``cut`` (T,) excludes samples at or after it (not written yet).
     """
     t_eval = np.atleast_1d(np.asarray(t_eval, dtype=float))
     cols = np.asarray(cols, dtype=np.int64)
     out = np.empty((t_eval.size, cols.size))
     if cols.size:
+        cut = np.full(t_eval.size, np.inf) if cut is None else np.asarray(cut, dtype=float)
         _increase_kernel(target.times, target.values, cols, t_eval, float(range_s),
-                         bool(as_rate), bool(counter), out)
+                         bool(as_rate), bool(counter), bool(nan_samples), cut, out)
     return out
 
 
 @njit(cache=True, error_model="numpy")
-def _increase_kernel(times, values, cols, t_eval, range_s, as_rate, counter, out):
+def _increase_kernel(times, values, cols, t_eval, range_s, as_rate, counter, nan_samples,
+                     cut, out):
     """Prometheus' ``extrapolatedRate``, one evaluation time and column at a time.
 
     Compiled: a closed-loop run evaluates its signals every few simulated seconds, at one
@@ -158,10 +182,10 @@ def _increase_kernel(times, values, cols, t_eval, range_s, as_rate, counter, out
         te = t_eval[i]
         start = te - range_s
         lo = _bisect(times, start, False)  # the window's first sample
-        hi = _bisect(times, te, True)  # one past its last
+        hi = min(_bisect(times, te, True), _bisect(times, cut[i], False))  # one past its last
         for k in range(cols.size):
             out[i, k] = _window_increase(times, values, cols[k], lo, hi, start, te,
-                                         range_s, as_rate, counter)
+                                         range_s, as_rate, counter, nan_samples)
 
 
 @register_jitable(error_model="numpy")
@@ -180,11 +204,13 @@ def _bisect(a, x, right):
 
 
 @register_jitable(error_model="numpy")
-def _window_increase(times, values, c, lo, hi, start, te, range_s, as_rate, counter):
-    """One series' increase over the samples lo..hi-1 it has (NaN ones skipped)."""
+def _window_increase(times, values, c, lo, hi, start, te, range_s, as_rate, counter,
+                     nan_samples):
+    """One series' increase over the samples lo..hi-1 it has (NaN ones skipped unless
+    ``nan_samples``)."""
     first_j, last_j, count = -1, -1, 0
     for j in range(lo, hi):
-        if values[j, c] == values[j, c]:
+        if nan_samples or values[j, c] == values[j, c]:
             if first_j < 0:
                 first_j = j
             last_j = j
@@ -197,7 +223,7 @@ def _window_increase(times, values, c, lo, hi, start, te, range_s, as_rate, coun
         prev = first
         for j in range(first_j + 1, last_j + 1):
             x = values[j, c]
-            if x == x:
+            if nan_samples or x == x:
                 if x < prev:
                     result += prev
                 prev = x

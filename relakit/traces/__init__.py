@@ -38,14 +38,25 @@ from relakit.traces._csvlong import read_csv_long, write_csv_long
 from relakit.traces._dispatch import read_trace
 from relakit.traces._openmetrics import read_openmetrics
 from relakit.traces._promjson import parse_prometheus_json, read_prometheus_json
-from relakit.traces._schema import SCHEMA, TraceError, natural_key, validate_trace
+from relakit.traces._schema import (
+    LABELS,
+    SCHEMA,
+    TraceError,
+    label_text,
+    natural_key,
+    parse_label_text,
+    validate_trace,
+)
 from relakit.traces.synthetic import SHAPES, shape_level, synthetic_trace  # noqa: E402
 
 __all__ = [
+    "LABELS",
     "SCHEMA",
     "SHAPES",
     "TraceError",
+    "label_text",
     "natural_key",
+    "parse_label_text",
     "parse_prometheus_json",
     "read_csv_long",
     "read_openmetrics",

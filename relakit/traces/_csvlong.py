@@ -11,12 +11,14 @@ import polars as pl
 
 from relakit.io import atomic_write
 from relakit.traces._schema import (
+    LABELS,
     NUMBER_HINT,
     NUMBER_PATTERN,
-    SCHEMA,
     Rows,
     TraceError,
     assemble,
+    canonical_labels,
+    columns_of,
     parse_number,
     read_text,
     trace_error,
@@ -31,8 +33,9 @@ def read_csv_long(path, instances: list[str] | None = None) -> pl.DataFrame:
     """Read a long-form metrics CSV into the long metrics schema.
 
     The header names at least ``time_s``, ``name`` and ``value``, and optionally
-    ``node``, ``tier``, ``outcome``, ``le`` and ``instance``, in any order; other
-    columns are ignored (dropped, like any label outside the schema). An empty
+    ``node``, ``tier``, ``outcome``, ``le``, ``instance`` and ``labels`` (the other
+    labels of the series, ``job="api",mode="user"``), in any order; other columns
+    are ignored (dropped). An empty
     cell is null, so an empty-string label cannot be told from a missing one.
     ``value`` may be ``NaN``, ``+Inf``/``inf``, ``-Inf``. The node of a row is
     its ``instance`` numbered (natural sort of the names, or the order of
@@ -116,6 +119,14 @@ def _read_fast(source: str, text: str, col: dict[str, int], width: int,
     for lab in ("tier", "outcome"):
         cols[lab] = k[lab] if lab in k else pl.lit(None, dtype=pl.String)
     cols["instance"] = k["instance"] if "instance" in k else pl.lit(None, dtype=pl.String)
+    if LABELS in k:
+        texts = {}
+        for text_ in raw.get_column(f"_k{col[LABELS]}").drop_nulls().unique().to_list():
+            try:
+                texts[text_] = canonical_labels(text_, source, "")
+            except TraceError:
+                return None
+        cols[LABELS] = k[LABELS].replace_strict(texts, default=None, return_dtype=pl.String)
     seen: set[str] = set()
     if "instance" in k:
         seen = set(raw.get_column(f"_k{col['instance']}").drop_nulls().unique().to_list())
@@ -152,6 +163,7 @@ def _read_records(reader, rows: Rows, col: dict[str, int], width: int) -> None:
     i_t, i_name, i_v = col["time_s"], col["name"], col["value"]
     i_node, i_inst = col.get("node"), col.get("instance")
     i_tier, i_out, i_le = col.get("tier"), col.get("outcome"), col.get("le")
+    i_lab = col.get(LABELS)
     while True:
         line = reader.line_num + 1
         rec = next(reader, None)
@@ -192,9 +204,13 @@ def _read_records(reader, rows: Rows, col: dict[str, int], width: int) -> None:
         le = None
         if i_le is not None and rec[i_le] != "":
             le = rows.le_label(rec[i_le].strip(), f"{where}, column le")
+        lab = _cell(rec, i_lab)
+        if lab is not None:
+            lab = canonical_labels(lab, src, f"{where}, column {LABELS}")
         rows.add(t, v, name=name, instance=inst, node=node,
                  tier=_cell(rec, i_tier), outcome=_cell(rec, i_out), le=le, where=where,
-                 key=tuple(c for i, c in enumerate(rec) if i != i_t and i != i_v))
+                 key=tuple(c for i, c in enumerate(rec) if i != i_t and i != i_v),
+                 labels=lab)
 
 
 def _cell(rec: list[str], i: int | None) -> str | None:
@@ -212,4 +228,4 @@ def write_csv_long(df: pl.DataFrame, path) -> Path:
     Returns the path written.
     """
     out = validate_trace(df, source=f"<frame for {path}>")
-    return atomic_write(path, lambda tmp: out.select(list(SCHEMA)).write_csv(tmp))
+    return atomic_write(path, lambda tmp: out.select(columns_of(out)).write_csv(tmp))

@@ -10,6 +10,7 @@ import polars as pl
 from relakit.traces._schema import (
     NUMBER_HINT,
     Rows,
+    label_text,
     parse_number,
     parse_numbers,
     read_text,
@@ -33,9 +34,10 @@ def read_prometheus_json(path, instances: list[str] | None = None) -> pl.DataFra
     numbered into ``node`` (natural sort of the names, or the order of
     ``instances`` when given); a ``node`` label is used as the index directly
     when there is no ``instance``; a series with neither gets node -1. ``job``
-    is read but not kept. Every other label is dropped, and series that then
-    coincide are added up (as ``sum without (...)`` would); the same series in
-    two bodies (overlapping queries) counts once. Summary quantile
+    and every other label are kept in the ``labels`` column (dictionary-encoded,
+    see :data:`relakit.traces.LABELS`), so rules that select on them select as
+    Prometheus would; the same series in two bodies (overlapping queries) counts
+    once. Summary quantile
     series (a ``quantile`` label) are skipped; their ``_sum``/``_count`` stay.
     Values may be ``"NaN"``, ``"+Inf"``, ``"-Inf"``.
 
@@ -154,9 +156,13 @@ def _read_series(rows: Rows, series, p: str) -> None:
     p_values = _at(p, "values")
     fast = _fast_values(values)
     times, vals = fast if fast is not None else _slow_values(src, values, p_values)
+    other = {k: v for k, v in metric.items()
+             if k not in ("__name__", "instance", "tier", "outcome", "le")
+             and not (k == "node" and instance is None)}
     rows.add_series(times, vals, name=name, instance=instance, node=node,
                     tier=metric.get("tier"), outcome=metric.get("outcome"), le=le,
-                    where=p_metric, key=tuple(sorted(metric.items())))
+                    where=p_metric, key=tuple(sorted(metric.items())),
+                    labels=label_text(other))
 
 
 def _fast_values(values: list) -> tuple[list[float], list[float]] | None:

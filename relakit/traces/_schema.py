@@ -22,6 +22,52 @@ SCHEMA = pl.Schema({
 _NOT_NULL = ("time_s", "node", "name", "value")
 KEY_COLUMNS = ("time_s", "node", "name", "tier", "outcome", "le")
 
+#: An optional column after the schema's: every other label of a series (``job``,
+#: ``mode``, ...) as one text ``k="v",...`` (sorted, Prometheus' escaping; null: none),
+#: dictionary-encoded (``Categorical``), so a label set costs an index per sample, not
+#: a string. Importers of real recordings (Prometheus JSON) fill it; the simulator's
+#: own series have no such labels and no such column.
+LABELS = "labels"
+_LABEL_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def label_text(labels: Mapping[str, str]) -> str | None:
+    """The ``labels`` column's text for a label set (None when empty)."""
+    if not labels:
+        return None
+    esc = {"\\": "\\\\", '"': '\\"', "\n": "\\n"}
+    return ",".join(f'{k}="{"".join(esc.get(c, c) for c in v)}"'
+                    for k, v in sorted(labels.items()))
+
+
+def parse_label_text(text: str | None) -> tuple:
+    """The (name, value) pairs of a ``labels`` text, sorted."""
+    if not text:
+        return ()
+    unesc = {"n": "\n", "\\": "\\", '"': '"'}
+    return tuple(sorted((k, re.sub(r"\\(.)", lambda m: unesc.get(m.group(1), m.group(1)), v))
+                        for k, v in _LABEL_PAIR.findall(text)))
+
+
+def canonical_labels(text: str, source, where: str) -> str | None:
+    """A ``labels`` cell as :func:`label_text` writes it; TraceError if it is not one."""
+    pairs = parse_label_text(text)
+    out = label_text(dict(pairs))
+    if text.strip() and (out is None or len(pairs) != len(_LABEL_PAIR.findall(text))
+                         or len(dict(pairs)) != len(pairs)
+                         or re.sub(_LABEL_PAIR, "", text).strip(", ") != ""):
+        raise trace_error(source, where, f"{text!r} is not a label set; expected "
+                                         'name="value" pairs separated by commas')
+    return out
+
+
+def columns_of(df: pl.DataFrame) -> list[str]:
+    """The schema's columns, and ``labels`` when the frame has one with any value."""
+    cols = list(SCHEMA)
+    if LABELS in df.columns and df[LABELS].null_count() < df.height:
+        cols.append(LABELS)
+    return cols
+
 NUMBER_HINT = 'a number such as "12", "0.5", "1e-3", "NaN", "+Inf" or "-Inf"'
 
 
@@ -138,6 +184,7 @@ class Rows:
         self.outcome: list[str | None] = []
         self.le: list[str | None] = []
         self.value: list[float] = []
+        self.labels: list[str | None] = []  # the other labels (see LABELS)
         self.series: list[int] = []  # which source series (full label set) a sample is from
         self._series_ids: dict = {}
         self.first_seen: dict[str, tuple[str, str]] = {}  # instance -> (source, where)
@@ -160,8 +207,10 @@ class Rows:
 
     def add_series(self, times: list[float], values: list[float], *, name: str,
                    instance: str | None, node: int | None, tier: str | None,
-                   outcome: str | None, le: str | None, where: str, key, source=None) -> None:
+                   outcome: str | None, le: str | None, where: str, key, source=None,
+                   labels: str | None = None) -> None:
         n = len(times)
+        self.labels.extend([labels] * n)
         self.series.extend([self._series_ids.setdefault(key, len(self._series_ids))] * n)
         if instance is not None and instance not in self.first_seen:
             self.first_seen[instance] = (str(source or self.source), where)
@@ -176,7 +225,8 @@ class Rows:
 
     def add(self, time: float, value: float, *, name: str, instance: str | None,
             node: int | None, tier: str | None, outcome: str | None, le: str | None,
-            where: str, key, source=None) -> None:
+            where: str, key, source=None, labels: str | None = None) -> None:
+        self.labels.append(labels)
         self.series.append(self._series_ids.setdefault(key, len(self._series_ids)))
         if instance is not None and instance not in self.first_seen:
             self.first_seen[instance] = (str(source or self.source), where)
@@ -199,6 +249,7 @@ class Rows:
             "outcome": pl.Series(self.outcome, dtype=pl.String),
             "le": pl.Series(self.le, dtype=pl.String),
             "value": pl.Series(self.value, dtype=pl.Float64),
+            LABELS: pl.Series(self.labels, dtype=pl.String),
             "_series": pl.Series(self.series, dtype=pl.Int64),
         })
         return assemble(df, ["_series"], self.first_seen, instances, self.source)
@@ -232,7 +283,10 @@ def assemble(df: pl.DataFrame, series_cols: list[str], first_seen, instances, so
                               f"{c['lo']:g} and {c['hi']:g}; expected one value per series and "
                               "time")
         df = df.unique(subset, keep="first", maintain_order=True)
-    return sort_trace(sum_duplicates(df.select(list(SCHEMA))))
+    cols = columns_of(df)
+    if LABELS in cols:
+        df = df.with_columns(pl.col(LABELS).cast(pl.Categorical))
+    return sort_trace(sum_duplicates(df.select(cols)))
 
 
 def instance_mapping(first_seen: Mapping[str, tuple[str, str]], instances: Iterable[str] | None,
@@ -258,11 +312,11 @@ def instance_mapping(first_seen: Mapping[str, tuple[str, str]], instances: Itera
 
 def sum_duplicates(df: pl.DataFrame) -> pl.DataFrame:
     """Series that differ only in dropped labels are added up, as ``sum without (...)``."""
-    keys = list(KEY_COLUMNS)
+    keys = list(KEY_COLUMNS) + ([LABELS] if LABELS in df.columns else [])
     if df.height == 0 or not df.select(pl.struct(keys).is_duplicated().any()).item():
         return df
     return df.group_by(keys, maintain_order=True).agg(pl.col("value").sum()).select(
-        list(SCHEMA))
+        list(df.columns))
 
 
 def sort_trace(df: pl.DataFrame) -> pl.DataFrame:
@@ -290,7 +344,7 @@ def validate_trace(df: pl.DataFrame, source: str = "<frame>") -> pl.DataFrame:
     if not isinstance(df, pl.DataFrame):
         raise trace_error(source, None, f"expected a polars DataFrame, got {type(df).__name__}")
     missing = [c for c in SCHEMA if c not in df.columns]
-    extra = [c for c in df.columns if c not in SCHEMA]
+    extra = [c for c in df.columns if c not in SCHEMA and c != LABELS]
     if missing or extra:
         parts = []
         if missing:
@@ -298,7 +352,7 @@ def validate_trace(df: pl.DataFrame, source: str = "<frame>") -> pl.DataFrame:
         if extra:
             parts.append(f"unexpected column(s) {', '.join(extra)}")
         raise trace_error(source, None, "; ".join(parts) +
-                          f"; expected exactly {', '.join(SCHEMA)}")
+                          f"; expected exactly {', '.join(SCHEMA)} (and optionally {LABELS})")
     casts = []
     for col, want in SCHEMA.items():
         have = df.schema[col]
@@ -321,6 +375,12 @@ def validate_trace(df: pl.DataFrame, source: str = "<frame>") -> pl.DataFrame:
                 raise trace_error(source, "column node", f"values {lo}..{hi} do not fit Int32; "
                                                          f"expected node indices >= -1")
         casts.append(pl.col(col).cast(want))
+    if LABELS in df.columns:
+        have = df.schema[LABELS]
+        if not (have in (pl.String(), pl.Null()) or isinstance(have, pl.Categorical | pl.Enum)):
+            raise trace_error(source, f"column {LABELS}", f"has dtype {have}; expected a "
+                              'string column of label sets such as job="api",mode="user"')
+        casts.append(pl.col(LABELS).cast(pl.String).cast(pl.Categorical))
     out = df.select(casts)
     for col in _NOT_NULL:
         n = out[col].null_count()
