@@ -149,10 +149,6 @@ def _combinations(r: Reader, sc, out: dict) -> None:
     if sc.chain is not None:
         r.fail("a rollout or overrides with a chain is not supported (they act on a "
                "policy's flags)", key)
-    for k in ("control_plane", "agents"):
-        if r.data.get(k) is not None:
-            r.fail(f"a rollout or overrides with {k} faults is not supported yet; run "
-                   "them in separate scenarios", key)
     if sc.fleet.zones and sc.policy.scope != "zone":
         r.fail("a rollout or overrides on a zoned fleet run one controller per zone; set "
                "the policy's scope: zone", key)
