@@ -406,7 +406,7 @@ def node_defaults(fleet: Fleet) -> dict:
 
 def _node_slice(nodes: dict, lo: int, hi: int) -> dict:
     """A chain's node controls (over a domain's nodes) for the cell holding lo..hi-1."""
-    return {k: (v[lo:hi] if isinstance(v, list) else v) for k, v in nodes.items()}
+    return {k: (v if k == "breaker" else v[lo:hi]) for k, v in nodes.items()}
 
 
 def apply_node_controls(fleet: Fleet, want: dict) -> None:
