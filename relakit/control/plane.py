@@ -133,6 +133,7 @@ class ControlPlane:
         if not agents.leased:
             self.agents[0].leading = True  # leader by configuration
         self.pending: list = []  # (effective at, Decision) of accepted writes
+        self.kinds: set = set()  # what any accepted decision wanted (flags, nodes, ...)
         self.rows: list[dict] = []
         self.last_poll_ok = 0.0  # the data plane starts with its defaults, fresh
         self.stale_state: str | None = None  # None | "stale" | "defaults"
@@ -148,8 +149,9 @@ class ControlPlane:
             a.generations.append(make_deciders() if now is None else now(a.deciders))
 
     def in_force(self, t: float, kind: str):
-        """The newest accepted ``kind`` (flags, nodes, tier_flags) in force at ``t``."""
-        return latest_in_force(self.pending, t, kind)
+        """The newest accepted ``kind`` (flags, nodes, tier_flags) in force at ``t``
+        (a kind no decision ever wanted, a policy's nodes, is not searched for)."""
+        return latest_in_force(self.pending, t, kind) if kind in self.kinds else None
 
     # ---- instants ----------------------------------------------------------------------
     def agent_times(self, start_s: float, end_s: float):
@@ -256,6 +258,8 @@ class ControlPlane:
                 if resent:  # the state again, not the repairs: those were done then
                     dec = dataclasses.replace(dec, repairs=())
                 self.pending.append((eff, dec))
+                self.kinds.update(k for k in ("flags", "nodes", "tier_flags")
+                                  if getattr(dec, k) is not None)
                 out.append(dec)
             if resent:
                 self._row(t, "write", name, f"{name}'s held write accepted"
