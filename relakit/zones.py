@@ -14,7 +14,8 @@ own flag state, and a fleet without zones runs exactly as before.
 * ``scope: fleet`` (and a chain without a policy) — one control plane reads all
   zones' node series (one TSDB, nodes numbered fleet-wide) and asserts the same
   flags in every zone: RelA's global control, whose shedding reaches zones that
-  were fine. A chain's node controls go to the zone holding the node.
+  were fine. A chain's node controls go to the zone holding the node (Atlas's
+  weights then shift work between nodes of one zone only: requests never leave it).
 * ``scope: zone`` — one control plane per zone reads its zone's nodes only and
   asserts its zone's flags: a sharded control plane.
 

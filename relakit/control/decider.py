@@ -4,7 +4,7 @@ A decider reads what Prometheus would hold (a TSDB) at an evaluation instant and
 says what it wants: ``decide(tsdb, t)`` returns a :class:`Decision`. It keeps its
 own audit (``decisions()``, rows of :data:`relakit.control.audit.DECISION_COLUMNS`)
 and its own per-evaluation timeline (``timeline()``, keyed by ``time_s``). The
-closed loop (:mod:`relakit.experiment`), replay (:mod:`relakit.replay`) and the live
+closed loop (:mod:`relakit.experiment`), replay (:mod:`relakit.openloop`) and the live
 lab's agent each loop over a list of deciders with the clock rules of
 :class:`~relakit.control.clocks.Clocks`; none of them knows which kind it holds.
 """
