@@ -59,7 +59,7 @@ def simulate(scenario, seed: int | None = None, record_requests: bool | None = N
     from relakit.checks import check_run, enforce
 
     sc: Scenario = load_scenario(scenario)
-    n = sc.replications if replications is None else _replications(replications)
+    n = sc.replications if replications is None else replication_count(replications)
     cells = _cells_layout(sc)
     if n > 1 and cells:
         raise ValueError(f"{sc.source}: key 'replications': a {cells} runs one replication "
@@ -95,7 +95,18 @@ def _cells_layout(sc: Scenario) -> str:
     return "zoned fleet" if sc.fleet.zones else ""
 
 
-def _replications(n) -> int:
+def require_one_fleet(sc: Scenario, who: str) -> None:
+    """Refuse, naming the key, a scenario that runs as several cells (zones, a rollout)
+    where ``who`` reads one fleet's result (its latency quantiles, its one controller)."""
+    layout = _cells_layout(sc)
+    if layout:
+        key = "fleet.zones" if layout == "zoned fleet" else (
+            "rollout" if sc.rollout is not None else "overrides")
+        raise ValueError(f"{sc.source}: key '{key}': {who} reads one fleet's result; a "
+                         f"{layout} has one per cell: run it with relakit.simulate")
+
+
+def replication_count(n) -> int:
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
         raise ValueError(f"replications: expected a whole number >= 1, got {n!r}")
     return int(n)
@@ -592,6 +603,8 @@ def run_replicated(plans: list[tuple[Scenario, int, list[int]]], record_requests
     from relakit.runner import run_tasks
 
     tasks, keys, owner = [], [], []
+    for sc, _base, _seeds in plans:
+        require_one_fleet(sc, "a replicated run")
     for p, (sc, _base, seeds) in enumerate(plans):
         for i, s in enumerate(seeds):
             tasks.append((replicate, (sc, i, s, record_requests)))

@@ -194,3 +194,20 @@ def test_no_run_ignores_a_key_it_was_given(layout, key, both, on):
     if key.startswith(("control_plane", "agents", "data_plane")):
         new = with_key[1].join(without[1], on=with_key[1].columns, how="anti")
         assert new.filter(pl.col("stage") == "control_plane").height > 0, (layout, key)
+
+
+def test_what_reads_one_fleet_refuses_cells_naming_the_key():
+    """Replications, comparisons, sweep points and search trials read one fleet's result
+    (latency quantiles, one controller): a zoned fleet or a rollout is refused there,
+    never summed into a wrong table."""
+    from relakit.comparison import compare
+
+    zoned = load_scenario(SCENARIOS / "zones-overload.yaml",
+                          overrides={"duration_s": 20, "faults": []})
+    with pytest.raises(ValueError, match="key 'replications': a zoned fleet runs one"):
+        relakit.simulate(zoned, replications=2)
+    with pytest.raises(ValueError, match="key 'fleet.zones': a replicated run reads one"):
+        compare(zoned, zoned, replications=2)
+    rollout = SCENARIOS / "rollout-agent-fault.yaml"
+    with pytest.raises(ValueError, match="key 'rollout': a replicated run reads one"):
+        compare(rollout, rollout, replications=2)
