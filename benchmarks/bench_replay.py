@@ -21,9 +21,10 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from relakit.control import TSDB, Clocks, replay, sweep_thresholds  # noqa: E402
+from relakit.control import TSDB, Clocks  # noqa: E402
 from relakit.control.controller import signal_matrix  # noqa: E402
 from relakit.control.policy import load_policy  # noqa: E402
+from relakit.openloop import replay, sweep_thresholds  # noqa: E402
 from relakit.traces.synthetic import synthetic_trace  # noqa: E402
 
 

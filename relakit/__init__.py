@@ -20,11 +20,11 @@ _LAZY = {  # public name -> the module that defines it
     "compare": "relakit.comparison",
     "load_scenario": "relakit.scenario",
     "load_sweep": "relakit.sweep",
-    "replay": "relakit.replay",
+    "replay": "relakit.openloop",
     "run_sweep": "relakit.sweep",
     "search": "relakit.search",
-    "simulate": "relakit.dispatch",  # rollouts to relakit.rollout, zoned fleets to
-    # relakit.zones, the rest to relakit.experiment, importing only the one it needs
+    "simulate": "relakit.experiment",  # any layout: it imports the zones' and the
+    # rollout's parts, and the control plane, only for a run that has them
 }
 
 

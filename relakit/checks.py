@@ -476,33 +476,6 @@ def available_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def run_memory(sc, record_requests: bool) -> dict:
-    """What a run will allocate, estimated from the scenario before any allocation.
-
-    The metrics grid (one row per node per ``metrics.interval_s``, and its long
-    table afterwards), the per-request records when kept, and the kernel's pools.
-    Estimates in bytes, a floor rather than a ceiling (the Python and numba runtime,
-    about 130 MB, and transient copies come on top); the long table is about 80 bytes
-    a sample."""
-    from relakit.sim import kernel as K
-    from relakit.sim.longtable import fleet_columns, node_columns
-
-    n = sc.fleet.nodes
-    samples = sc.duration_s / sc.metrics.interval_s + 2
-    n_buckets = len(sc.metrics.latency_buckets_s) + 1
-    grid = samples * (n * (K.M_BUCKETS + n_buckets + 1) + K.N_FLEET + 1) * 8
-    table = samples * (n * len(node_columns(sc.metrics.latency_buckets_s))
-                       + len(fleet_columns())) * 80
-    requests = sc.workload.arrival.mean_rate(sc.duration_s) * sc.duration_s
-    # the kernel's record arrays, then the requests table: about 200 bytes a request in
-    # all (measured: mmc-demo, 1.3 M requests, 270 MB over the run without records)
-    records = requests * 1.05 * 200 if record_requests else 0.0
-    jobs = 4 * sum(sc.fleet.servers) + 8 * sc.workload.fanout
-    pools = jobs * (K.N_JI + K.N_JF + K.N_CL + K.N_CLF + K.N_UI + K.N_UF + 12) * 8
-    return {"samples": samples, "grid": grid, "table": table, "records": records,
-            "pools": pools, "total": grid + table + records + pools}
-
-
 def _size(b: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if b < 1024 or unit == "PiB":
@@ -512,7 +485,10 @@ def _size(b: float) -> str:
 
 
 def check_memory(sc, record_requests: bool, available: int | None = None) -> list[Finding]:
-    """Refuse a run that cannot fit in memory; warn about one that would take most of it."""
+    """Refuse a run that cannot fit in memory; warn about one that would take most of it
+    (the estimate is the data plane's own: :func:`relakit.sim.run_memory`)."""
+    from relakit.sim import run_memory
+
     est = run_memory(sc, record_requests)
     avail = available_memory() if available is None else available
     if est["total"] <= MEMORY_WARN_SHARE * avail:
@@ -729,5 +705,5 @@ def check_replay(frame, source: str, policy=None, chain=None, clocks=None, start
 __all__ = ["ERROR", "WARNING", "CheckError", "Finding", "RelakitWarning", "available_memory",
            "check_chain", "check_clocks", "check_lab", "check_load", "check_memory",
            "check_policy", "check_replay", "check_run", "check_scenario", "check_signals",
-           "check_sweep", "check_trace", "enforce", "run_memory", "scrape_interval",
+           "check_sweep", "check_trace", "enforce", "scrape_interval",
            "simulator_series", "trace_series"]

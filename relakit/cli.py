@@ -170,7 +170,7 @@ def _seconds(spent: dict) -> str:
 
 
 def _simulate(args) -> int:
-    from relakit.dispatch import simulate
+    from relakit.experiment import simulate
     from relakit.sweep import scenario_inputs
 
     sc = load_scenario(args.scenario)
@@ -276,7 +276,7 @@ def _figure(sc, result, path) -> Path:
 def _replay(args) -> int:
     from relakit.control import load_clocks
     from relakit.io import write_parquet
-    from relakit.replay import replay
+    from relakit.openloop import replay
 
     if args.policy is None and args.chain is None and args.rules is None:
         raise ValueError("give --policy, --chain, --rules, or any of them together")

@@ -125,7 +125,7 @@ def compare(a, b, replications: int | None = None, crn: bool = True, seed: int |
     seeds are spawned from. Per-request records are never kept.
     """
     from relakit.checks import check_run, enforce
-    from relakit.experiment import _replications, run_replicated
+    from relakit.experiment import replication_count, run_replicated
     from relakit.scenario import load_scenario
 
     sa, sb = load_scenario(a), load_scenario(b)
@@ -133,7 +133,7 @@ def compare(a, b, replications: int | None = None, crn: bool = True, seed: int |
         n = max(sa.replications, sb.replications)
         n = DEFAULT_REPLICATIONS if n == 1 else n
     else:
-        n = _replications(replications)
+        n = replication_count(replications)
     if n < 2:
         raise ValueError(f"replications: a comparison needs at least 2, got {n}")
     enforce(check_run(sa, False))

@@ -1337,3 +1337,100 @@ def compare_series_bands(frame: pl.DataFrame, x: str, y: str, series: str, *, ti
     return alt.LayerChart(layer=[area, *lines], title=chart.title,
                           width=chart.width, height=chart.height
                           ).resolve_legend(color="independent", strokeDash="independent")
+
+
+# ---- zones and rollouts (notebook 09) ---------------------------------------------------------
+# The charts of zoned and rollout runs (relakit.zones, relakit.rollout), and the frame
+# behind the zones' chart.
+def zone_series(runs: dict) -> pl.DataFrame:
+    """Dropped requests per second in each zone over time, per scope: ``runs`` maps a
+    scope to a :class:`~relakit.zones.ZonedResult`; columns scope, zone, time_s,
+    dropped_rps."""
+    from relakit.experiment import fleet_series
+
+    return pl.concat([fleet_series(r).select("time_s", "dropped_rps").with_columns(
+        pl.lit(scope).alias("scope"), pl.lit(f"zone {z}").alias("zone"))
+        for scope, zr in runs.items() for z, r in enumerate(zr.zones)])
+
+
+def zone_series_chart(series: pl.DataFrame, fault=None):
+    """Shed requests per zone over time, one panel per scope on a shared time axis;
+    ``fault`` (start_s, end_s) shades the overload."""
+    panels = []
+    for scope in series["scope"].unique(maintain_order=True).to_list():
+        line = alt.Chart(series.filter(pl.col("scope") == scope),
+                         title=f"policy scope: {scope}").mark_line().encode(
+            x=alt.X("time_s:Q", title="time (s)"),
+            y=alt.Y("dropped_rps:Q", title="requests shed (per s)"),
+            color=alt.Color("zone:N", title="zone"))
+        layers = [line]
+        if fault is not None:
+            band = pl.DataFrame({"start_s": [fault[0]], "end_s": [fault[1]]})
+            layers.insert(0, alt.Chart(band).mark_rect(opacity=0.12, color="gray").encode(
+                x="start_s:Q", x2="end_s:Q"))
+        panels.append(alt.layer(*layers).properties(width=560, height=140))
+    return alt.vconcat(*panels).resolve_scale(x="shared", y="shared", color="shared")
+
+
+def blast_radius_chart(table: pl.DataFrame):
+    """Mean blast radius per scope with its 95 % interval (columns scope, mean, low,
+    high) as bars and error bars."""
+    df = table
+    base = alt.Chart(df).encode(y=alt.Y("scope:N", title="policy scope"))
+    bars = base.mark_bar().encode(
+        x=alt.X("mean:Q", title="requests shed, hedged or degraded outside zone 0"),
+        color=alt.Color("scope:N", title="policy scope", legend=None))
+    err = base.mark_errorbar(color="black").encode(
+        x=alt.X("low:Q", title="requests shed, hedged or degraded outside zone 0"),
+        x2="high:Q")
+    return alt.layer(bars, err).properties(width=560, height=90)
+
+
+def rollout_chart(result, metric: str = "success_ratio", tier: str = "all",
+                  title: str = "", label: str | None = None):
+    """A :class:`~relakit.rollout.RolloutResult`'s canary vs rest over time, one point
+    per observation window (at its middle; the
+    two slices drawn a little apart), with 95 % intervals over the window's slots;
+    below, their paired difference with its interval (what the rollout decides on)
+    and the zero line. Rules on both panels, which share the time axis: where the
+    canary started (dashed) and the promotion or rollback (solid)."""
+    o = result.observation(metric, tier).with_columns(
+        ((pl.col("start_s") + pl.col("end_s")) / 2).alias("mid_s"))
+    label = label or f"{metric.replace('_', ' ')} ({tier})"
+    shift = 0.04 * float(result.observations["end_s"][0] - result.observations["start_s"][0])
+    levels = pl.concat([
+        o.select((pl.col("mid_s") + d).alias("mid_s"), pl.col(side).alias("value"),
+                 pl.col(f"{side}_low").alias("low"), pl.col(f"{side}_high").alias("high"),
+                 pl.lit(side).alias("slice"))
+        for side, d in (("canary", -shift), ("rest", shift))])
+    end = float(o["end_s"].max())
+    x = alt.X("mid_s:Q", title="time (s; each point: one observation window, at its middle)",
+              scale=alt.Scale(domain=[0, end]))
+    colour = alt.Color("slice:N", title="slice", scale=alt.Scale(
+        domain=["canary", "rest"], range=["#d62728", "#1f77b4"]))
+    top = alt.Chart(levels)
+    upper = [top.mark_line(point=True).encode(
+                 x=x, y=alt.Y("value:Q", title=label, scale=alt.Scale(zero=False)),
+                 color=colour),
+             top.mark_errorbar().encode(x=x, y=alt.Y("low:Q", title=label), y2="high:Q",
+                                        color=colour)]
+    diff = alt.Chart(o)
+    lower = [alt.Chart(pl.DataFrame({"y": [0.0]})).mark_rule(color="gray", strokeDash=[2, 2])
+             .encode(y="y:Q"),
+             diff.mark_errorbar(color="black").encode(
+                 x=x, y=alt.Y("low:Q", title="canary - rest, 95 % interval"), y2="high:Q"),
+             diff.mark_point(color="black", filled=True).encode(x=x, y="diff:Q")]
+    marks = [(float(result.observations["start_s"].min()), "canary starts", [4, 3], 8)]
+    if result.outcome.get("action"):
+        marks.append((result.outcome["at_s"], f"{result.outcome['action']}", [], 24))
+    for t, what, dash, y in marks:
+        m = pl.DataFrame({"t": [t], "what": [f"{what} at {t:g} s"]})
+        rule = alt.Chart(m).mark_rule(color="#2ca02c", strokeWidth=2, strokeDash=dash).encode(
+            x="t:Q")
+        text = alt.Chart(m).mark_text(align="left", dx=4, color="#2ca02c").encode(
+            x="t:Q", y=alt.value(y), text="what:N")
+        upper += [rule, text]
+        lower.append(rule)
+    return alt.vconcat(alt.layer(*upper).properties(width=560, height=160, title=title),
+                       alt.layer(*lower).properties(width=560, height=110)
+                       ).resolve_scale(x="shared")

@@ -1,7 +1,10 @@
-"""Progressive rollout of a policy change, and overrides: the run.
+"""Progressive rollout of a policy change, and overrides: their part of the run.
 
-The keys are read by :mod:`relakit.control.rollout`; this module runs them. A run is a
-set of **cells** in lock-step, each one data plane (a kernel) with its own controller:
+The keys are read by :mod:`relakit.control.rollout`; this module holds what runs them
+(the cells' layout, the rollout's steps, the overrides, the result), and
+:func:`relakit.experiment.run_closed_loop` runs it. A run is a
+set of **cells** in lock-step, each one data plane (a kernel) with its own control
+plane (agents, config server and their faults, as any closed-loop run has):
 the zones of ``fleet.zones`` (as :mod:`relakit.zones` builds them), or, for a
 ``canary: {fraction: F}``, a canary cell of ``round(F x nodes)`` nodes with the same
 share of the arrivals and a rest cell of the others (requests stay in their cell,
@@ -33,14 +36,23 @@ assumes slot-to-slot differences are roughly independent (slots of several secon
 and requests of milliseconds); a controller that changes mode inside the window
 makes them less so, and the interval then under-covers. This is what a real rollout
 controller could compute inside one run; across replications
-(:func:`replicate`) the decision's time and the outcomes get their own intervals.
+(:func:`relakit.experiment.replicate_rollout`) the decision's time and the outcomes
+get their own intervals.
 
 **Audit.** Each rollout step is a row of stage ``rollout`` (``start``, one
 ``observe`` row per condition with the canary's and the rest's numbers, the
 difference and its interval, ``promote`` / ``rollback``); each time an override
 starts or stops overriding what a cell's policy asked, a row of stage ``override``
 (``pin`` / ``release``). The policy rows carry the cell (``zone``) and which policy
-decided (``policy``: current or new).
+decided (``policy``: current or new); a cell's control-plane rows carry its cell.
+
+**With the control plane's faults and agents**, each cell's control plane has them
+(every cell's agents are down when ``control_plane.agent`` says; a scrape gap's
+targets are fleet-wide node numbers). A new configuration (start, promote,
+rollback) reaches every replica of the cell's agents
+(:meth:`~relakit.control.plane.ControlPlane.install`); a write lost to the config
+server is lost for the rollout too, and an override reaches an instance only at a
+successful poll.
 """
 
 from __future__ import annotations
@@ -52,35 +64,50 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from relakit.control import Controller
 from relakit.control.audit import DECISION_COLUMNS
-from relakit.control.decider import latest_in_force
+from relakit.control.controller import Controller
+from relakit.control.decider import Decision
 from relakit.control.rollout import METRICS, canary_nodes, paired_batches, window_metric
-from relakit.control.signals import policy_reach_s
-from relakit.sim import Fleet
 from relakit.vocab import OUTCOMES, POLICY_FLAGS, TIERS, Flags
-from relakit.zones import ZonedResult, zone_scenario, zone_seed
+from relakit.zones import ZonedResult, zone_offsets, zone_scenario
 
 EPS = 1e-9
 AUDIT_COLUMNS = {**DECISION_COLUMNS, "zone": pl.Int32, "policy": pl.String}
 
 
-def cells(sc) -> tuple[list, list[str], int | None, list[int]]:
-    """(cell scenarios, their labels, the canary cell or None, each cell's zone or -1)."""
+@dataclass(frozen=True)
+class CellPart:
+    """One cell of a rollout's layout: its scenario, label, zone (-1: none) and the
+    fleet-wide number of its first node."""
+
+    scenario: object
+    label: str
+    zone: int = -1
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Layout:
+    parts: list
+    canary: int | None  # the canary cell's index (None: overrides alone)
+
+
+def cells(sc) -> Layout:
+    """The cells a scenario with ``rollout`` and/or ``overrides`` runs as."""
     ro = sc.rollout
     if sc.fleet.zones:
-        n = len(sc.fleet.zones)
-        canary = None if ro is None else int(ro.canary)
-        return ([zone_scenario(sc, z) for z in range(n)],
-                [f"zone {z}" for z in range(n)], canary, list(range(n)))
+        n, offsets = len(sc.fleet.zones), zone_offsets(sc)
+        return Layout([CellPart(zone_scenario(sc, z), f"zone {z}", z, int(offsets[z]))
+                       for z in range(n)], None if ro is None else int(ro.canary))
     if ro is not None and ro.canary_kind == "fraction":
         n = sc.fleet.nodes
         k = canary_nodes(ro.canary, n)
         split = dataclasses.replace(sc, fleet=dataclasses.replace(
             sc.fleet, zones=(k, n - k), zone_mix=(k / n, 1 - k / n)))
-        return ([zone_scenario(split, z) for z in (0, 1)],
-                [f"canary cell (nodes 0-{k - 1})", f"rest (nodes {k}-{n - 1})"], 0, [-1, -1])
-    return [sc], ["fleet"], None if ro is None else 0, [-1]  # a tier canary: the one cell
+        return Layout([CellPart(zone_scenario(split, 0), f"canary cell (nodes 0-{k - 1})"),
+                       CellPart(zone_scenario(split, 1), f"rest (nodes {k}-{n - 1})", -1, k)],
+                      0)
+    return Layout([CellPart(sc, "fleet")], None if ro is None else 0)  # a tier canary: one cell
 
 
 @dataclass
@@ -123,103 +150,100 @@ class RolloutResult(ZonedResult):
                                         & (pl.col("tier") == tier)).sort("observation")
 
 
-class _Cell:
-    def __init__(self, index, sc, seed, record, lookback, label, zone):
-        from relakit.experiment import FleetView
+class TierScoped:
+    """A tier canary's controller as a decider: what it wants goes to the canary tier
+    only (``Decision.tier_flags``); its audit, timeline and policy are the controller's."""
 
-        self.index, self.label, self.zone = index, label, zone
-        self.fleet = Fleet(sc, seed=seed, record_requests=record)
-        self.view = FleetView(self.fleet, lookback_s=lookback)
-        self.pending: list = []
-        self.controller = None
-        self.policy_label = "current"
-        self.tier_controller = None  # a tier canary's: the new policy, for that tier only
-        self.tier_pending: list = []
-        self.pinning: dict = {}  # override index -> the tiers the policy asked, while pinned
+    def __init__(self, inner: Controller):
+        self.inner = inner
+
+    def decide(self, tsdb, t: float) -> Decision:
+        return Decision(tier_flags=self.inner.decide(tsdb, t).flags)
+
+    def decisions(self) -> pl.DataFrame:
+        return self.inner.decisions()
+
+    def timeline(self) -> pl.DataFrame:
+        return self.inner.timeline()
+
+    def __getattr__(self, name):  # policy, absent: the controller's
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
 
-class RolloutRun:
-    """One run of a scenario with ``rollout`` and/or ``overrides`` (see the module)."""
+class Rollout:
+    """The rollout's and the overrides' part of a closed-loop run (see the module):
+    :func:`relakit.experiment.run_closed_loop` calls :meth:`act` at :meth:`times`, and
+    each cell's control plane hands its successful polls to :meth:`on_poll`. The cells
+    and their control planes (``domains``, one per cell, with the shadow's last) are the
+    experiment layer's; this object only reconfigures and reads them."""
 
-    def __init__(self, sc, seed: int | None = None, record_requests: bool = False):
+    def __init__(self, sc):
         self.sc = sc
-        self.seed = sc.seed if seed is None else int(seed)
         self.ro = sc.rollout
         self.clk = sc.clocks
-        parts, labels, self.canary, zones = cells(sc)
-        reach = policy_reach_s(sc.policy)
-        if self.ro is not None:
-            reach = max(reach, policy_reach_s(self.ro.policy))
-        lookback = self.clk.lookback(reach)
-        one = len(parts) == 1
-        self.cells = [_Cell(i, p, self.seed if one else zone_seed(self.seed, i),
-                            record_requests, lookback, labels[i], zones[i])
-                      for i, p in enumerate(parts)]
-        self.controllers: list = []  # (cell, policy label, Controller), in start order
-        for c in self.cells:
-            self._install(c, sc.policy, "current")
         self.tier = self.ro.canary if self.ro is not None and self.ro.canary_kind == "tier" \
             else None
-        self.shadow = None  # a tier canary's baseline: the same seed, the current policy
-        if self.tier is not None:
-            self.shadow = _Cell(-1, sc, self.seed, False, lookback,
-                                "shadow (the current policy alone)", -1)
-            self.shadow.controller = Controller(sc.policy, self.clk)
         self.rest_name = "shadow" if self.tier is not None else "rest"
+        self.controllers: list = []  # (cell, policy label, Controller), in start order
+        self.policy_of: dict = {}  # cell -> (label, policy) its controller runs now
+        self.pinning: dict = {}  # cell -> {override index: the tiers the policy asked}
         self.rows: list[dict] = []
         self.obs_rows: list[dict] = []
         self.outcome = {"action": None, "at_s": None, "observation": None}
         self.bounds = sc.metrics.latency_buckets_s
 
-    # ---- the loop ----------------------------------------------------------------------
-    def run(self) -> RolloutResult:
-        sc, clk = self.sc, self.clk
-        evals = clk.eval_times(0.0, sc.duration_s)
-        polls = clk.poll_times(0.0, sc.duration_s)
-        rollout_t = np.zeros(0)
-        if self.ro is not None:
-            k = np.arange(0, math.floor((sc.duration_s - self.ro.start_s) / self.ro.observe_s
-                                        + EPS) + 1)
-            rollout_t = self.ro.start_s + k * self.ro.observe_s
-        instants = np.union1d(np.union1d(evals, polls), rollout_t)
-        eval_set, poll_set = set(evals.tolist()), set(polls.tolist())
-        rollout_set = set(rollout_t.tolist())
-        every = self.cells + ([self.shadow] if self.shadow is not None else [])
-        for t in instants:
-            t = float(t)
-            for c in every:
-                c.fleet.advance(t)
-            if t in rollout_set:
-                self._rollout_step(t)
-            if t in eval_set:
-                eff = float(clk.effective_at(t))
-                for c in every:
-                    tsdb = c.view.tsdb(t)
-                    c.pending.append((eff, c.controller.decide(tsdb, t)))
-                    if c.tier_controller is not None:
-                        c.tier_pending.append((eff, c.tier_controller.decide(tsdb, t)))
-            if t in poll_set:
-                for c in every:
-                    self._apply(c, t)
-        for c in every:
-            c.fleet.advance(sc.duration_s)
-        return self._result()
+    def deciders(self, cell: int, policy, label: str, tier_policy=None, audit: bool = True):
+        """A factory of one cell's deciders (each agent's, each cold restart's): a
+        controller on ``policy`` and, for a tier canary, one on ``tier_policy`` for
+        that tier; each instance enters the audit labelled by its cell and policy."""
+        self.policy_of[cell] = (label, policy)
 
-    def _install(self, cell: _Cell, policy, label: str) -> None:
-        cell.controller = Controller(policy, self.clk)
-        cell.policy_label = label
-        self.controllers.append((cell.index, label, cell.controller))
+        def make() -> list:
+            out = [self._controller(cell, label, policy, audit)]
+            if tier_policy is not None:
+                out.append(self._tier_controller(cell, tier_policy))
+            return out
+
+        return make
+
+    def _controller(self, cell: int, label: str, policy, audit: bool = True) -> Controller:
+        c = Controller(policy, self.clk)
+        if audit:
+            self.controllers.append((cell, label, c))
+        return c
+
+    def _tier_controller(self, cell: int, policy) -> TierScoped:
+        return TierScoped(self._controller(cell, f"new (tier {self.tier})", policy))
+
+    def attach(self, cells: list, domains: list, canary: int | None, shadow=None) -> None:
+        self.cells, self.domains, self.canary, self.shadow = cells, domains, canary, shadow
+        self.index = {id(c): i for i, c in enumerate(cells)}
+        if shadow is not None:
+            self.index[id(shadow)] = -1
+
+    def times(self, end_s: float) -> np.ndarray:
+        """The rollout's instants: its start and every observation after it."""
+        if self.ro is None:
+            return np.zeros(0)
+        k = np.arange(0, math.floor((end_s - self.ro.start_s) / self.ro.observe_s + EPS) + 1)
+        return self.ro.start_s + k * self.ro.observe_s
+
+    def _install(self, cell: int, policy, label: str, tier_policy=None, now=None) -> None:
+        """A new configuration on the cell's control plane (fresh controllers unless
+        ``now`` maps its replicas' deciders to the ones that go on)."""
+        self.domains[cell].plane.install(self.deciders(cell, policy, label, tier_policy), now)
 
     # ---- the rollout -------------------------------------------------------------------
-    def _rollout_step(self, t: float) -> None:
+    def act(self, t: float) -> None:
         ro = self.ro
         k = int(round((t - ro.start_s) / ro.observe_s))
         canary = self.cells[self.canary]
         if k == 0 and self.tier is not None:
-            canary.tier_controller = Controller(ro.policy, self.clk)
-            canary.tier_pending = []
-            self.controllers.append((canary.index, f"new (tier {self.tier})",
-                                     canary.tier_controller))
+            self._install(self.canary, self.sc.policy, "current", tier_policy=ro.policy,
+                          now=lambda ds: [ds[0], self._tier_controller(self.canary,
+                                                                       ro.policy)])
             self._row(t, "start", f"tier {self.tier}", f"the canary, tier {self.tier}, gets the "
                       f"flags of the new policy {ro.policy.name!r} ({ro.source}, fresh "
                       f"hysteresis state); the other tiers keep {self.sc.policy.name!r}'s; "
@@ -227,7 +251,7 @@ class RolloutRun:
                       f"{self.sc.policy.name!r} alone on the same seed")
             return
         if k == 0:
-            self._install(canary, ro.policy, "new")
+            self._install(self.canary, ro.policy, "new")
             self._row(t, "start", canary.label, f"the canary, {canary.label}, runs the new policy "
                       f"{ro.policy.name!r} ({ro.source}) with fresh hysteresis state; the "
                       f"rest keep {self.sc.policy.name!r}; observed every {ro.observe_s:g} s")
@@ -258,29 +282,32 @@ class RolloutRun:
                     f"{verdict}"), signal=cond.label, value=r["diff"], threshold=cond.margin)
         if rollback or promote:
             self.outcome = {"action": verdict, "at_s": t, "observation": k}
-            if rollback and self.tier is not None:
-                canary.tier_controller, canary.tier_pending = None, []
+            plane = self.domains[self.canary].plane
+            if rollback and self.tier is not None:  # the tier's wishes go
+                self._install(self.canary, self.sc.policy, "current", now=lambda ds: ds[:1])
+                plane.pending = [(e, d) for e, d in plane.pending if d.tier_flags is None]
                 self._row(t, "rollback", f"tier {self.tier}", f"rolled back at observation "
                           f"{k}: {ro.rollback_if.combine} of rollback_if held; tier "
                           f"{self.tier} returns to {self.sc.policy.name!r}'s flags (its "
                           "controller never stopped)")
-            elif promote and self.tier is not None:
-                canary.controller, canary.pending = canary.tier_controller, canary.tier_pending
-                canary.tier_controller, canary.tier_pending = None, []
-                canary.policy_label = "new"
+            elif promote and self.tier is not None:  # the tier's wishes now every tier's
+                self._install(self.canary, ro.policy, "new", now=lambda ds: [ds[1].inner])
+                plane.pending = [(e, Decision(flags=d.tier_flags)) for e, d in plane.pending
+                                 if d.tier_flags is not None]
                 self._row(t, "promote", "every tier", f"promoted at observation {k}: "
                           f"{ro.promote_if.combine} of promote_if held; {ro.policy.name!r} "
                           f"now sets every tier's flags (its controller, labelled new (tier "
                           f"{self.tier}), goes on with its state)")
             elif rollback:
-                self._install(canary, self.sc.policy, "current")
+                self._install(self.canary, self.sc.policy, "current")
                 self._row(t, "rollback", canary.label, f"rolled back at observation {k}: "
                           f"{ro.rollback_if.combine} of rollback_if held; {canary.label} "
                           f"returns to {self.sc.policy.name!r} (fresh hysteresis state)")
             else:
-                rest = [c for c in self.cells if c.index != self.canary]
-                for c in rest:
-                    self._install(c, ro.policy, "new")
+                rest = [c for i, c in enumerate(self.cells) if i != self.canary]
+                for i in range(len(self.cells)):
+                    if i != self.canary:
+                        self._install(i, ro.policy, "new")
                 self._row(t, "promote", ", ".join(c.label for c in rest), (
                     f"promoted at observation {k}: {ro.promote_if.combine} of promote_if "
                     f"held; {ro.policy.name!r} now runs everywhere (the rest's controllers "
@@ -323,7 +350,7 @@ class RolloutRun:
                             "batches": 0 if iv is None else iv.n, "_iv": iv})
         return out
 
-    def _counts(self, cell: _Cell, bounds: np.ndarray):
+    def _counts(self, cell, bounds: np.ndarray):
         """(batches, tiers, outcomes) client request counts and (batches, buckets) server
         latency bucket increments of one cell between consecutive ``bounds``."""
         fleet = cell.fleet
@@ -346,16 +373,17 @@ class RolloutRun:
         return counts, inc
 
     # ---- the data plane's poll, with overrides --------------------------------------------
-    def _apply(self, cell: _Cell, t: float) -> None:
-        """At a poll: per flag, the tiers the cell's policy asks it for (its latest decision
-        in force; before any, the data plane's own flags), a tier canary's tier taking
-        the new policy's, then the overrides active for the cell on top."""
-        asked = latest_in_force(cell.pending, t, "flags")
+    def on_poll(self, cell, t: float, asked: dict | None, tier_asked: dict | None) -> None:
+        """At a successful poll: per flag, the tiers the cell's policy asks it for (its
+        latest decision in force, ``asked``; before any, the data plane's own flags), a
+        tier canary's tier taking the new policy's (``tier_asked``), then the overrides
+        active for the cell on top."""
+        index = self.index[id(cell)]
+        pins = self.pinning.setdefault(index, {})
+        label, policy = self.policy_of[index]
         now = cell.fleet.flags()
         state = _tier_state(asked if asked is not None else
                             {k: now[k] for k in POLICY_FLAGS})
-        tier_asked = (latest_in_force(cell.tier_pending, t, "flags")
-                      if cell.tier_controller is not None else None)
         if tier_asked is not None:
             mine, theirs = frozenset({self.tier}), _tier_state(tier_asked)
             state = {k: (v - mine) | (theirs[k] & mine) for k, v in state.items()}
@@ -367,21 +395,21 @@ class RolloutRun:
             wanted = policy_state[key] & o.tiers  # what the policy asked for the pin's tiers
             pinned = o.tiers if o.value else frozenset()
             pinning = o.active(t) and wanted != pinned
-            was = i in cell.pinning
+            was = i in pins
             if pinning:
                 state[key] = (state[key] - o.tiers) | pinned
             where = cell.label + ("" if o.tier is None else f", tier {o.tier}")
-            who = (f"the {cell.policy_label} policy {cell.controller.policy.name!r}"
+            who = (f"the {label} policy {policy.name!r}"
                    if asked is not None else "the data plane's default (no decision yet)")
             said = _asked(wanted, o.tiers)
-            if pinning and (not was or cell.pinning[i] != wanted):
-                cell.pinning[i] = wanted
+            if pinning and (not was or pins[i] != wanted):
+                pins[i] = wanted
                 self._row(t, "pin", cell.label, f"override {i}: {o.flag} pinned "
                           f"{str(o.value).lower()} in {where} ({o.start_s:g}-"
                           f"{_end(o.end_s)} s) where {who} asked {said}", stage="override",
                           signal=o.flag, desired={o.flag: o.value})
             elif was and not pinning:
-                del cell.pinning[i]
+                del pins[i]
                 why = ("the override's interval ended" if not o.active(t) else
                        f"{who} now asks the pinned value")
                 self._row(t, "release", cell.label, f"override {i}: {o.flag} follows the "
@@ -410,7 +438,10 @@ class RolloutRun:
                           "desired": None if desired is None else json.dumps(desired),
                           "reason": reason})
 
-    def decisions(self) -> pl.DataFrame:
+    def decisions(self, plane_rows=()) -> pl.DataFrame:
+        """The audit: every controller's rows (with its cell and policy label), the
+        rollout's and overrides' rows, and the cells' control planes' ``plane_rows``
+        (with their ``zone`` column)."""
         parts = []
         for cell, label, ctl in self.controllers:
             d = ctl.decisions()
@@ -418,18 +449,19 @@ class RolloutRun:
                 parts.append(d.with_columns(pl.lit(cell, pl.Int32).alias("zone"),
                                             pl.lit(label).alias("policy")))
         parts.append(pl.DataFrame(self.rows, schema=AUDIT_COLUMNS))
+        parts += [r.with_columns(pl.lit(None, pl.String).alias("policy")).select(
+            list(AUDIT_COLUMNS)) for r in plane_rows if r.height]
         return pl.concat(parts).sort("decided_at_s", maintain_order=True)
 
-    def _result(self) -> RolloutResult:
-        results = [c.fleet.result() for c in self.cells]
+    def result(self, results: list, shadow=None, plane_rows=(), info=None) -> RolloutResult:
+        """The run's result from its cells' results (and a tier canary's shadow run's)."""
         obs = (pl.DataFrame([{k: v for k, v in r.items() if k != "_iv"}
                              for r in self.obs_rows]) if self.obs_rows else None)
         scope = "zone" if self.sc.fleet.zones else "cell"
-        return RolloutResult(scope, results, self.decisions(),
-                             info={"rollout": dict(self.outcome)},
+        return RolloutResult(scope, results, self.decisions(plane_rows),
+                             info={"rollout": dict(self.outcome), **(info or {})},
                              labels=[c.label for c in self.cells], canary=self.canary,
-                             observations=obs, outcome=dict(self.outcome),
-                             shadow=None if self.shadow is None else self.shadow.fleet.result())
+                             observations=obs, outcome=dict(self.outcome), shadow=shadow)
 
 
 ALL = frozenset(TIERS)
@@ -476,57 +508,6 @@ def _slot_interval(x: np.ndarray) -> tuple[float, float]:
     return iv.low, iv.high
 
 
-def rollout_chart(result: RolloutResult, metric: str = "success_ratio", tier: str = "all",
-                  title: str = "", label: str | None = None):
-    """Canary vs rest over time, one point per observation window (at its middle; the
-    two slices drawn a little apart), with 95 % intervals over the window's slots;
-    below, their paired difference with its interval (what the rollout decides on)
-    and the zero line. Rules on both panels, which share the time axis: where the
-    canary started (dashed) and the promotion or rollback (solid)."""
-    import altair as alt
-
-    o = result.observation(metric, tier).with_columns(
-        ((pl.col("start_s") + pl.col("end_s")) / 2).alias("mid_s"))
-    label = label or f"{metric.replace('_', ' ')} ({tier})"
-    shift = 0.04 * float(result.observations["end_s"][0] - result.observations["start_s"][0])
-    levels = pl.concat([
-        o.select((pl.col("mid_s") + d).alias("mid_s"), pl.col(side).alias("value"),
-                 pl.col(f"{side}_low").alias("low"), pl.col(f"{side}_high").alias("high"),
-                 pl.lit(side).alias("slice"))
-        for side, d in (("canary", -shift), ("rest", shift))])
-    end = float(o["end_s"].max())
-    x = alt.X("mid_s:Q", title="time (s; each point: one observation window, at its middle)",
-              scale=alt.Scale(domain=[0, end]))
-    colour = alt.Color("slice:N", title="slice", scale=alt.Scale(
-        domain=["canary", "rest"], range=["#d62728", "#1f77b4"]))
-    top = alt.Chart(levels)
-    upper = [top.mark_line(point=True).encode(
-                 x=x, y=alt.Y("value:Q", title=label, scale=alt.Scale(zero=False)),
-                 color=colour),
-             top.mark_errorbar().encode(x=x, y=alt.Y("low:Q", title=label), y2="high:Q",
-                                        color=colour)]
-    diff = alt.Chart(o)
-    lower = [alt.Chart(pl.DataFrame({"y": [0.0]})).mark_rule(color="gray", strokeDash=[2, 2])
-             .encode(y="y:Q"),
-             diff.mark_errorbar(color="black").encode(
-                 x=x, y=alt.Y("low:Q", title="canary - rest, 95 % interval"), y2="high:Q"),
-             diff.mark_point(color="black", filled=True).encode(x=x, y="diff:Q")]
-    marks = [(float(result.observations["start_s"].min()), "canary starts", [4, 3], 8)]
-    if result.outcome.get("action"):
-        marks.append((result.outcome["at_s"], f"{result.outcome['action']}", [], 24))
-    for t, what, dash, y in marks:
-        m = pl.DataFrame({"t": [t], "what": [f"{what} at {t:g} s"]})
-        rule = alt.Chart(m).mark_rule(color="#2ca02c", strokeWidth=2, strokeDash=dash).encode(
-            x="t:Q")
-        text = alt.Chart(m).mark_text(align="left", dx=4, color="#2ca02c").encode(
-            x="t:Q", y=alt.value(y), text="what:N")
-        upper += [rule, text]
-        lower.append(rule)
-    return alt.vconcat(alt.layer(*upper).properties(width=560, height=160, title=title),
-                       alt.layer(*lower).properties(width=560, height=110)
-                       ).resolve_scale(x="shared")
-
-
 def _at(times: np.ndarray, values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """Each series' newest sample at or before each bound (zeros before the first)."""
     i = np.searchsorted(times, bounds + EPS) - 1
@@ -534,50 +515,3 @@ def _at(times: np.ndarray, values: np.ndarray, bounds: np.ndarray) -> np.ndarray
     ok = i >= 0
     out[ok] = values[i[ok]]
     return out
-
-
-def simulate(scenario, seed: int | None = None, record_requests: bool | None = None, **kw):
-    """:func:`relakit.simulate`: a scenario with ``rollout`` or ``overrides`` runs here
-    (one run, a :class:`RolloutResult`); any other goes on to
-    :func:`relakit.zones.simulate` (zoned fleets), which sends the rest to
-    :func:`relakit.experiment.simulate`."""
-    from relakit.scenario import load_scenario, uses_rollout
-    from relakit.zones import simulate as simulate_zoned
-
-    sc = load_scenario(scenario)
-    if not uses_rollout(sc):
-        return simulate_zoned(sc, seed, record_requests, **kw)
-    if (kw.get("replications") or 1) > 1:
-        raise ValueError(f"{sc.source}: key 'rollout': a rollout decides inside one run; "
-                         "use relakit.rollout.replicate for replications")
-    return run_rollout(sc, seed, record_requests=record_requests is not False)
-
-
-def run_rollout(sc, seed: int | None = None, record_requests: bool = False) -> RolloutResult:
-    """One run of a scenario with ``rollout`` and/or ``overrides``."""
-    return RolloutRun(sc, seed, record_requests).run()
-
-
-def replicate(sc, n: int, seed: int | None = None, metric: str = "success_ratio",
-              tier: str = "all") -> pl.DataFrame:
-    """``n`` runs on :func:`relakit.replications.replication_seeds`: per replication the
-    rollout's outcome (action, at_s, observation) and, at the observation that decided
-    (the last one if none did), ``metric`` of ``tier``: canary, rest, and the paired
-    difference with its interval over the window's slots. Two scenarios run on the
-    same seeds are paired (common random numbers)."""
-    from relakit.replications import replication_seeds
-
-    base = sc.seed if seed is None else int(seed)
-    rows = []
-    for i, s in enumerate(replication_seeds(base, n)):
-        res = run_rollout(sc, int(s))
-        o = res.observation(metric, tier)
-        k = res.outcome["observation"] or int(o["observation"].max())
-        at = o.filter(pl.col("observation") == k).row(0, named=True)
-        rows.append({"replication": i, "seed": int(s), **res.outcome,
-                     **{c: at[c] for c in ("canary", "rest", "diff", "low", "high")}})
-    return pl.DataFrame(rows, schema={"replication": pl.Int64, "seed": pl.UInt64,
-                                      "action": pl.String, "at_s": pl.Float64,
-                                      "observation": pl.Int64, "canary": pl.Float64,
-                                      "rest": pl.Float64, "diff": pl.Float64,
-                                      "low": pl.Float64, "high": pl.Float64})

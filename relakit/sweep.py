@@ -364,11 +364,12 @@ def _function_point(spec, point, folder, manifest):
     import warnings
 
     from relakit.checks import RelakitWarning
-    from relakit.experiment import simulate
+    from relakit.experiment import require_one_fleet, simulate
     from relakit.scenario import load_scenario
 
     overrides = {k: v for k, v in point.items() if k != "seed"}
     sc = load_scenario(spec.target, overrides=overrides)
+    require_one_fleet(sc, "a sweep point")
     seed = manifest["seed"]
     with warnings.catch_warnings():  # the sweep reported them once, before it started
         warnings.simplefilter("ignore", RelakitWarning)

@@ -9,7 +9,8 @@ from conftest import ROOT
 
 import relakit
 from relakit.chain import SEED_ORDER, load_chain
-from relakit.control import TSDB, Clocks, replay
+from relakit.control import TSDB, Clocks
+from relakit.openloop import replay
 
 SCEN = ROOT / "params" / "scenarios"
 CHAINS = ROOT / "params" / "chains"

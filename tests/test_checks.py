@@ -11,11 +11,13 @@ import pytest
 from conftest import ROOT, make_scenario
 
 from relakit.checkfiles import check_files
-from relakit.checks import CheckError, RelakitWarning, check_memory, run_memory
-from relakit.control import Clocks, load_policy, replay
+from relakit.checks import CheckError, RelakitWarning, check_memory
+from relakit.control import Clocks, load_policy
 from relakit.control.tsdb import Target, over_time
 from relakit.experiment import simulate
+from relakit.openloop import replay
 from relakit.scenario import OverrideError, load_scenario
+from relakit.sim import run_memory
 
 POLICY = {
     "signals": {"errors": {"kind": "ratio", "num": {"metric": "requests_total",

@@ -7,7 +7,8 @@ import polars as pl
 import pytest
 
 from relakit.analytic import min_detectable_spike, step_delay
-from relakit.control import TSDB, Clocks, replay
+from relakit.control import TSDB, Clocks
+from relakit.openloop import replay
 from relakit.traces.synthetic import synthetic_trace
 
 

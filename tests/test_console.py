@@ -238,7 +238,8 @@ def test_time_in_each_mode_sums_to_the_duration_closed_loop(duration, clocks):
 
 
 def test_time_in_each_mode_sums_to_the_replayed_span():
-    from relakit.control import Clocks, replay, sweep_thresholds
+    from relakit.control import Clocks
+    from relakit.openloop import replay, sweep_thresholds
 
     trace = ROOT / "data" / "traces" / "step-errors.csv"
     whole = replay(trace, RELA, Clocks())

@@ -11,9 +11,10 @@ import pytest
 from conftest import ROOT
 
 import relakit
-from relakit.control import TSDB, Clocks, Controller, Target, load_policy, replay
+from relakit.control import TSDB, Clocks, Controller, Target, load_policy
 from relakit.control import policy as P
 from relakit.control.tsdb import bucket_quantile, increase, over_time
+from relakit.openloop import replay
 
 RELA = ROOT / "params" / "policies" / "rela.yaml"
 
@@ -388,7 +389,7 @@ def test_replay_command_rejects_a_bad_trace_with_one_message(tmp_path, capsys):
 
 
 def test_threshold_sweep_agrees_with_single_replays():
-    from relakit.control import sweep_thresholds
+    from relakit.openloop import sweep_thresholds
 
     trace = ROOT / "data" / "traces" / "ramp-latency.csv"
     swept = sweep_thresholds(trace, RELA, Clocks(), {"overloaded": [200.0, 300.0, 1e9]})

@@ -17,8 +17,9 @@ import pytest
 from conftest import ROOT
 
 from relakit.analytic import step_delay
-from relakit.control import replay, signal_matrix
+from relakit.control import signal_matrix
 from relakit.lab import Agent, Lab, LabSpec, run_load
+from relakit.openloop import replay
 
 RELA = ROOT / "params" / "policies" / "rela.yaml"
 STEP_AT = 8.0

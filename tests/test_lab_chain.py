@@ -18,7 +18,7 @@ from conftest import ROOT
 
 from relakit.analytic import step_delay
 from relakit.lab import Agent, Lab, LabSpec, run_load
-from relakit.replay import replay
+from relakit.openloop import replay
 
 CHAIN = yaml.safe_load((ROOT / "params" / "chains" / "aegis.yaml").read_text())
 # the seed's chain, its repair and probation shortened so the run fits in half a minute

@@ -382,7 +382,8 @@ def test_every_request_is_accounted_for_exactly_once_with_every_mechanism_on():
 
 
 def test_simulated_metrics_survive_the_trace_format_and_replay_the_same(tmp_path):
-    from relakit.control import Clocks, replay
+    from relakit.control import Clocks
+    from relakit.openloop import replay
     from relakit.traces import read_trace, write_csv_long
 
     sc = load_scenario(ROOT / "params" / "scenarios" / "rela-ramp.yaml",

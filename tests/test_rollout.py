@@ -17,9 +17,11 @@ from conftest import ROOT
 
 import relakit
 from relakit.control.rollout import Condition, bucket_quantile, paired_batches
+from relakit.experiment import replicate_rollout as replicate
 from relakit.experiment import run_once
+from relakit.experiment import run_once as run_rollout
 from relakit.experiment import simulate as simulate_fleet
-from relakit.rollout import RolloutResult, replicate, run_rollout
+from relakit.rollout import RolloutResult
 from relakit.scenario import load_scenario
 from relakit.stats import Interval
 

@@ -86,7 +86,7 @@ def promql_policy(tmp_path) -> Path:
 
 @pytest.mark.parametrize("trace", ["step-errors.csv", "ramp-latency.csv"])
 def test_promql_signals_equal_the_structured_ones_and_decide_alike(tmp_path, trace):
-    from relakit.replay import replay
+    from relakit.openloop import replay
 
     path = ROOT / "data" / "traces" / trace
     a = replay(path, POLICY)
@@ -120,7 +120,7 @@ def test_promql_signal_renders_itself_and_bad_expression_names_the_key(tmp_path)
 
 def test_promql_signal_with_many_series_is_refused_clearly():
     from relakit.control.policy import load_policy
-    from relakit.replay import replay
+    from relakit.openloop import replay
 
     pol = load_policy({"signals": {"busy": {"promql": "in_flight"}},
                        "conditions": {"hot": {"signal": "busy", "threshold": 8}},
@@ -163,7 +163,7 @@ MAPPING = {"ErrorBudgetFastBurn": "survival", "ErrorBudgetSlowBurn": "survival",
 @pytest.mark.parametrize("trace", ["step-errors.csv", "ramp-latency.csv"])
 def test_imported_rules_enter_each_mode_when_its_alert_fires(tmp_path, capsys, trace):
     from relakit.control.policy import load_policy
-    from relakit.replay import replay
+    from relakit.openloop import replay
 
     mapping = tmp_path / "mapping.yml"
     mapping.write_text("".join(f"{k}: {v}\n" for k, v in MAPPING.items() if k != "Overloaded"))
@@ -231,7 +231,7 @@ def test_closed_loop_hands_a_promql_signal_its_whole_range(tmp_path):
     import yaml
 
     from relakit.experiment import simulate
-    from relakit.replay import replay
+    from relakit.openloop import replay
 
     sc = yaml.safe_load((ROOT / "params" / "scenarios" / "rela-ramp.yaml").read_text())
     sc.update(duration_s=420, name="promql-reach")

@@ -15,10 +15,12 @@ import pytest
 from conftest import ROOT
 
 import relakit
+from relakit.experiment import replicate_zoned
+from relakit.experiment import run_once as run_zoned
 from relakit.experiment import simulate as simulate_fleet
 from relakit.scenario import load_scenario
 from relakit.stats import paired_difference
-from relakit.zones import ZonedResult, replicate_zoned, run_zoned, zone_scenario
+from relakit.zones import ZonedResult, zone_scenario
 
 SCENARIO = ROOT / "params" / "scenarios" / "zones-overload.yaml"
 REPS = 4
@@ -47,15 +49,16 @@ def test_arrivals_split_by_zone_mix():
         assert abs(got - mean) < 4 * math.sqrt(mean), (got, mean)
 
 
-def test_relakit_simulate_sends_a_zoned_fleet_to_the_zones_and_experiment_refuses_it():
-    """relakit.simulate (relakit.dispatch) runs a zoned scenario as run_zoned does, on the
-    same seed; the one-fleet layer refuses it rather than run the zones as one fleet."""
+def test_relakit_simulate_runs_a_zoned_fleet_as_zones_never_as_one_fleet():
+    """relakit.simulate (the one simulate: relakit.experiment's) runs a zoned scenario as
+    run_once does, on the same seed, as zones: never the zones as one fleet."""
     sc = load_scenario(SCENARIO, overrides={"duration_s": 30, "faults": []})
+    assert relakit.simulate is simulate_fleet
     a, b = relakit.simulate(sc, record_requests=True), run_zoned(sc, record_requests=True)
     assert isinstance(a, ZonedResult) and a.summary.equals(b.summary)
     assert a.requests.equals(b.requests)
-    with pytest.raises(ValueError, match="key 'fleet.zones': a zoned fleet runs through"):
-        simulate_fleet(sc)
+    with pytest.raises(ValueError, match="key 'replications': a zoned fleet runs one"):
+        simulate_fleet(sc, replications=2)
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ The result is a :class:`Calibration`: ``.scenario`` (loaded, checked),
 against the recording, :mod:`.validation`; run on first use, since it
 simulates). ``relakit calibrate`` is the command line for it.
 
-The package is also callable (``relakit.calibrate(...)``), like
-:mod:`relakit.replay`, so the README's spelling works whichever was imported first.
+The package is also callable (``relakit.calibrate(...)``),
+so the README's spelling works whichever was imported first.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Closed loop, the experiment layer advances the fleet to each evaluation
 instant, hands the controller what Prometheus would hold by then (a
 :class:`~relakit.control.tsdb.TSDB`), and applies the desired state at the next
-config poll. Replay (:mod:`relakit.replay`) runs the same signals and the same
+config poll. Replay (:mod:`relakit.openloop`) runs the same signals and the same
 state machine over a recorded or synthetic trace, all instants at once; both
 write the audit of :mod:`relakit.control.audit`.
 """

@@ -4,7 +4,7 @@ A decider reads what Prometheus would hold (a TSDB) at an evaluation instant and
 says what it wants: ``decide(tsdb, t)`` returns a :class:`Decision`. It keeps its
 own audit (``decisions()``, rows of :data:`relakit.control.audit.DECISION_COLUMNS`)
 and its own per-evaluation timeline (``timeline()``, keyed by ``time_s``). The
-closed loop (:mod:`relakit.experiment`), replay (:mod:`relakit.replay`) and the live
+closed loop (:mod:`relakit.experiment`), replay (:mod:`relakit.openloop`) and the live
 lab's agent each loop over a list of deciders with the clock rules of
 :class:`~relakit.control.clocks.Clocks`; none of them knows which kind it holds.
 """
@@ -24,12 +24,15 @@ class Decision:
     ``flags``: the global flag state desired (a policy's, as a mapping of flag names);
     ``nodes``: per-node controls desired (a chain's: ``routable``, ``weight``,
     ``intake_limit`` per node, and ``breaker``); ``repairs``: nodes to mend now —
-    work on the node, not configuration, so it is done at once, not at a config poll.
+    work on the node, not configuration, so it is done at once, not at a config poll;
+    ``tier_flags``: flags for one tier only (a rollout's tier canary: the new policy's
+    wishes, which the data plane applies to the canary tier's requests).
     """
 
     flags: dict | None = None
     nodes: dict | None = None
     repairs: tuple[int, ...] = ()
+    tier_flags: dict | None = None
 
 
 class Decider(Protocol):
@@ -41,7 +44,7 @@ class Decider(Protocol):
 
 
 def latest_in_force(pending: list, t: float, kind: str):
-    """The newest wanted ``kind`` (flags or nodes) among (effective_at, Decision) pairs,
+    """The newest wanted ``kind`` (flags, nodes or tier_flags) among (effective_at, Decision) pairs,
     in decision order, that is in force at the poll ``t`` (``effective_at <= t``)."""
     for eff, d in reversed(pending):
         value = getattr(d, kind)

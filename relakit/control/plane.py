@@ -22,6 +22,10 @@ Rules, each written once here:
 * **A frozen agent** (``restart: warm``) resumes between its last decision and its
   write: it first sends its last evaluation's state with the epoch it held — the
   write a lease alone cannot stop, and the fencing epoch does.
+* **A new configuration** (a rollout starting, promoted or rolled back:
+  :meth:`ControlPlane.install`) reaches every replica: each gets the new deciders
+  (a new generation, like a cold restart's), and a later cold restart builds the
+  new configuration, not the first.
 * **Polls.** An instance reads, at each poll, the newest accepted state in force
   (``Clocks.effective_at``). A failed poll keeps the flags (``on_stale: keep``) or,
   once ``stale_after_s`` have passed since the last successful poll, puts the
@@ -33,13 +37,14 @@ evaluations, failed and refused writes, lease changes, stale polls, absent signa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import polars as pl
 
 from relakit.control.audit import DECISION_COLUMNS, empty_decisions
-from relakit.control.decider import Decision, latest_in_force
+from relakit.control.decider import latest_in_force
 from relakit.control.faults import Agents, ControlPlaneFaults, DataPlaneStale
 
 EPS = 1e-9
@@ -94,7 +99,7 @@ class AgentReplica:
 
     def __init__(self, index: int, make_deciders, downs):
         self.index = index
-        self.make_deciders = make_deciders
+        self.make_deciders = make_deciders  # what a cold restart builds
         self.generations = [make_deciders()]
         self.downs = tuple(d for d in downs if d.replica == index)
         self.leading = False
@@ -128,10 +133,25 @@ class ControlPlane:
         if not agents.leased:
             self.agents[0].leading = True  # leader by configuration
         self.pending: list = []  # (effective at, Decision) of accepted writes
+        self.kinds: set = set()  # what any accepted decision wanted (flags, nodes, ...)
         self.rows: list[dict] = []
         self.last_poll_ok = 0.0  # the data plane starts with its defaults, fresh
         self.stale_state: str | None = None  # None | "stale" | "defaults"
         self.leaders: list[tuple[float, int, int | None]] = []  # (t, agent, epoch) changes
+
+    def install(self, make_deciders, now=None) -> None:
+        """A new configuration on every replica: from now on its deciders are ``now(its
+        current deciders)`` (by default a fresh ``make_deciders()``: fresh hysteresis
+        state), and a cold restart builds ``make_deciders()``. Decisions already accepted
+        stay in force until newer ones replace them."""
+        for a in self.agents:
+            a.make_deciders = make_deciders
+            a.generations.append(make_deciders() if now is None else now(a.deciders))
+
+    def in_force(self, t: float, kind: str):
+        """The newest accepted ``kind`` (flags, nodes, tier_flags) in force at ``t``
+        (a kind no decision ever wanted, a policy's nodes, is not searched for)."""
+        return latest_in_force(self.pending, t, kind) if kind in self.kinds else None
 
     # ---- instants ----------------------------------------------------------------------
     def agent_times(self, start_s: float, end_s: float):
@@ -236,8 +256,10 @@ class ControlPlane:
             out = []
             for dec in decisions:
                 if resent:  # the state again, not the repairs: those were done then
-                    dec = Decision(flags=dec.flags, nodes=dec.nodes)
+                    dec = dataclasses.replace(dec, repairs=())
                 self.pending.append((eff, dec))
+                self.kinds.update(k for k in ("flags", "nodes", "tier_flags")
+                                  if getattr(dec, k) is not None)
                 out.append(dec)
             if resent:
                 self._row(t, "write", name, f"{name}'s held write accepted"
@@ -286,8 +308,7 @@ class ControlPlane:
                           "applied", effective=t)
                 self.stale_state = None
             self.last_poll_ok = t
-            return ("ok", latest_in_force(self.pending, t, "flags"),
-                    latest_in_force(self.pending, t, "nodes"))
+            return ("ok", self.in_force(t, "flags"), self.in_force(t, "nodes"))
         dp = self.data_plane
         if self.stale_state is None:
             self.stale_state = "stale"
@@ -326,7 +347,8 @@ class ControlPlane:
         restart's instances: the audit and timeline of the whole run."""
         out = []
         for k in range(len(self.agents[0].deciders)):
-            parts = [gen[k] for a in self.agents for gen in a.generations]
+            parts = list({id(gen[k]): gen[k] for a in self.agents for gen in a.generations
+                          if k < len(gen)}.values())  # an instance carried over counts once
             out.append(parts[0] if len(parts) == 1 else Merged(parts))
         return out
 

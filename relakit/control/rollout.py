@@ -147,18 +147,14 @@ def _combinations(r: Reader, sc, out: dict) -> None:
     if sc.policy is None:
         r.fail("changes what a policy asks for; give the scenario a policy", key)
     if sc.chain is not None:
-        r.fail("a rollout or overrides with a chain is not supported (they act on a "
-               "policy's flags)", key)
-    for k in ("control_plane", "agents"):
-        if r.data.get(k) is not None:
-            r.fail(f"a rollout or overrides with {k} faults is not supported yet; run "
-                   "them in separate scenarios", key)
+        r.fail(f"a chain with {key} is not supported (a rollout or overrides change a "
+               "policy's flags; the chain's node controls have no canary)", "chain")
     if sc.fleet.zones and sc.policy.scope != "zone":
         r.fail("a rollout or overrides on a zoned fleet run one controller per zone; set "
                "the policy's scope: zone", key)
     if sc.replications != 1:
         r.fail("a rollout decides inside one run; use replications: 1 and "
-               "relakit.rollout.replicate for intervals across runs", "replications")
+               "relakit.experiment.replicate_rollout for intervals across runs", "replications")
 
 
 def _rollout(r: Reader, resolve, sc) -> Rollout:

@@ -136,14 +136,11 @@ class Signal:
                           self.selector.source)
         per_target = []  # (bounds, (T, B) windowed bucket increases) per target
         for tgt in self._targets(tsdb, bucket):
-            idx = tgt.select(bucket.metric, **bucket.labels)
+            idx, bounds, onehot = tgt.buckets(bucket.metric, **bucket.labels)
             if idx.size == 0:
                 continue
-            les = np.array([_le(tgt.columns[i][3]) for i in idx])
-            bounds = np.unique(les)
             inc = increase(tgt, idx, t_eval, window_s)
             # sum by (le): series with the same bound and other labels add up
-            onehot = (les[:, None] == bounds[None, :]).astype(float)
             by_le = np.nan_to_num(inc) @ onehot
             by_le[np.isnan(inc).all(axis=1)] = np.nan
             per_target.append((bounds, by_le))
@@ -215,10 +212,6 @@ def _nansum_rows(a: np.ndarray) -> np.ndarray:
         return a[:, 0] + 0.0  # asks this thousands of times)
     present = a == a  # np.nansum's arithmetic, without its call overhead
     return np.where(present.any(axis=1), np.where(present, a, 0.0).sum(axis=1), np.nan)
-
-
-def _le(value) -> float:
-    return float("inf") if value in ("+Inf", "Inf", "inf") else float(value)
 
 
 def _selector(r: Reader, key: str) -> Selector:

@@ -55,6 +55,19 @@ class Target:
             self._selected[key] = self._select(name, labels)
         return self._selected[key]
 
+    def buckets(self, name: str, **labels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A histogram's bucket series: their column indices, the distinct ``le`` bounds
+        in increasing order, and the (series, bounds) 0/1 matrix that sums the series by
+        ``le``. Remembered like :meth:`select` (a closed loop asks at every evaluation)."""
+        key = ("le", name, tuple(sorted((k, v) for k, v in labels.items() if v is not None)))
+        if key not in self._selected:
+            idx = self.select(name, **labels)
+            les = np.array([float("inf") if self.columns[i][3] in ("+Inf", "Inf", "inf")
+                            else float(self.columns[i][3]) for i in idx])
+            bounds = np.unique(les)
+            self._selected[key] = (idx, bounds, (les[:, None] == bounds[None, :]).astype(float))
+        return self._selected[key]
+
     def _select(self, name: str, labels: dict) -> np.ndarray:
         want = {k: v for k, v in labels.items() if v is not None}
         idx = []

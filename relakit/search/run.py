@@ -53,10 +53,11 @@ def run_replication(scenario: str, overrides: dict, seed: int, numbers: tuple,
     """One replication of one trial (a worker's task): its objectives' values."""
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
     from relakit.checks import RelakitWarning
-    from relakit.experiment import run_once
+    from relakit.experiment import require_one_fleet, run_once
     from relakit.scenario import load_scenario
 
     sc = load_scenario(scenario, overrides=overrides)
+    require_one_fleet(sc, "a search trial")
     with warnings.catch_warnings():  # the spec was checked before the search started
         warnings.simplefilter("ignore", RelakitWarning)
         result = run_once(sc, seed, record_requests=False)
@@ -152,7 +153,8 @@ def _journal_lock(out: Path):
 def _search(spec, out, trials, workers, scheduler, batch, notice, stop_after):
     import optuna
 
-    say = notice or (lambda line: print(f"search: {line}", file=sys.stderr, flush=True))
+    say = notice or (lambda line: print(f"relakit: search: {line}", file=sys.stderr,
+                                        flush=True))
     target = int(trials if trials is not None else spec.trials)
     if target < 1:
         raise ValueError(f"trials: expected a whole number >= 1, got {target}")

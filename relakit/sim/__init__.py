@@ -5,6 +5,7 @@ decides, it only applies controls it is given and counts what happens.
 """
 
 from relakit.sim.fleet import Fleet
+from relakit.sim.memory import run_memory
 from relakit.sim.results import SimulationResult
 
-__all__ = ["Fleet", "SimulationResult"]
+__all__ = ["Fleet", "SimulationResult", "run_memory"]

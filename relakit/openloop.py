@@ -1,5 +1,8 @@
 """Replay: the deciders run open loop over a metric trace, and threshold sweeps.
 
+``relakit.replay`` is this module's :func:`replay` (the module has its own name, so
+the package's attribute is the function whichever was imported first).
+
 The same signals, state machine and chain stages as in the closed loop
 (:mod:`relakit.experiment`), over a recorded or synthetic trace (a long
 table, a file in any importer's format, or a TSDB). It sits beside the
@@ -9,8 +12,6 @@ experiment layer because, like it, it wires policy, chain and traces.
 from __future__ import annotations
 
 import itertools
-import sys
-import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,15 +158,5 @@ def sweep_thresholds(trace, policy, clocks=None, settings=None, start_s=None,
     cols["mode_changes"] = changes
     return grid.with_columns(**{k: pl.Series(v) for k, v in cols.items()})
 
-
-class _CallableModule(types.ModuleType):
-    """``relakit.replay`` is both this module and, as the README documents, the function:
-    importing the module makes it the package's attribute, so the module calls through."""
-
-    def __call__(self, *args, **kwargs) -> ReplayResult:
-        return replay(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["ReplayResult", "as_tsdb", "format_audit", "replay", "sweep_thresholds"]
