@@ -1346,9 +1346,7 @@ def zone_series(runs: dict) -> pl.DataFrame:
     """Dropped requests per second in each zone over time, per scope: ``runs`` maps a
     scope to a :class:`~relakit.zones.ZonedResult`; columns scope, zone, time_s,
     dropped_rps."""
-    from relakit.experiment import fleet_series
-
-    return pl.concat([fleet_series(r).select("time_s", "dropped_rps").with_columns(
+    return pl.concat([r.fleet_series().select("time_s", "dropped_rps").with_columns(
         pl.lit(scope).alias("scope"), pl.lit(f"zone {z}").alias("zone"))
         for scope, zr in runs.items() for z, r in enumerate(zr.zones)])
 

@@ -97,7 +97,7 @@ class ReplicatedResult:
     * ``seeds``: the replication seeds, in order;
     * ``series``: per replication and metrics sample, what clients saw (all tiers):
       ``time_s``, ``requests_rps``, ``<outcome>_rps``, ``success_ratio``
-      (:func:`relakit.experiment.fleet_series`), for bands over time;
+      (:meth:`relakit.sim.SimulationResult.fleet_series`), for bands over time;
     * ``timeline`` and ``decisions``: closed loop only, every replication's
       controller timeline and audit, with ``replication``; else None;
     * ``requests``: per-request records of every replication, only when asked

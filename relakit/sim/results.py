@@ -18,7 +18,8 @@ import polars as pl
 from relakit.display import html_view, text_rows
 from relakit.io import write_json, write_parquet, write_parquet_chunks
 from relakit.sim import kernel as K
-from relakit.sim.longtable import MetricsGrid
+from relakit.sim.longtable import MetricsGrid, fleet_columns
+from relakit.vocab import OUTCOMES
 
 QUANTILES = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
 
@@ -83,6 +84,43 @@ class SimulationResult:
         return (f"SimulationResult(scenario={self.info.get('scenario')!r}, "
                 f"requests={None if self.requests is None else self.requests.height}, "
                 f"summary={self.summary.height} tiers)")
+
+    def fleet_series(self) -> pl.DataFrame:
+        """What clients saw, per metrics sample, all tiers together: ``time_s`` (the
+        sample's end), ``requests_rps`` and one ``<outcome>_rps`` per outcome over the
+        interval before it, and ``success_ratio`` (null in an interval with no
+        requests). Built from the fleet's ``client_requests_total`` counters: a few
+        columns per sample, whatever the fleet's size, so N replications stay small."""
+
+        grid = self._metrics
+        if isinstance(grid, MetricsGrid):
+            t = np.asarray(grid.fleet_t, dtype=float)
+            counts = {o: np.zeros(t.size) for o in OUTCOMES}
+            for col, name, _tier, outcome, _le in fleet_columns():
+                if name == "client_requests_total":
+                    counts[outcome] = counts[outcome] + grid.fleet[:, col]
+        else:  # a long table (read back from disk)
+            wide = (self.metrics.filter(pl.col("name") == "client_requests_total")
+                    .group_by("time_s", "outcome").agg(pl.col("value").sum())
+                    .pivot(on="outcome", index="time_s", values="value").sort("time_s"))
+            t = wide["time_s"].to_numpy()
+            counts = {o: (wide[o].fill_null(0).to_numpy() if o in wide.columns
+                          else np.zeros(t.size)) for o in OUTCOMES}
+        dt = np.diff(np.concatenate([[0.0], t]))
+        keep = dt > 0  # a sample at t = 0 closes no interval
+        t, dt = t[keep], dt[keep]
+        cols = {"time_s": t}
+        total = np.zeros(t.size)
+        for o in OUTCOMES:
+            inc = np.diff(np.concatenate([[0.0], counts[o]]))[keep]
+            cols[f"{o}_rps"] = inc / dt
+            total += inc
+        cols["requests_rps"] = total / dt
+        ok_inc = cols["ok_rps"] * dt
+        cols["success_ratio"] = np.where(total > 0, ok_inc / np.where(total > 0, total, 1), np.nan)
+        out = pl.DataFrame(cols).select("time_s", "requests_rps",
+                                        *[f"{o}_rps" for o in OUTCOMES], "success_ratio")
+        return out.with_columns(pl.col("success_ratio").fill_nan(None))
 
     @classmethod
     def from_fleet(cls, fleet) -> SimulationResult:
