@@ -529,3 +529,59 @@ def assert_integers_stay_integers(loop, name, row_indices) -> dict:
         if v in types:
             assert types[v] <= {"uint64"}, f"{name}: row index {v} typed {types[v]}"
     return types
+
+
+def test_general_kernel_parameters_are_the_tuples_fields_in_order():
+    """kernel.run unpacks Config, State and Output in field order: the loop's
+    parameters must be those fields, in that order (a swap would type-check and run)."""
+    names = list(inspect.signature(K.advance.py_func).parameters)
+    assert names == [*K.Config._fields, *K.State._fields, *K.Output._fields, "t_end"]
+
+
+@pytest.mark.parametrize(("make", "chooser"), [
+    (_p_single, "plain_ok"), (lambda: _mitigated()[0], "mitigated_ok"),
+    (lambda: make_scenario(rate=1000, duration=20, nodes=2, servers=4, queue_limit=20),
+     "mitigated_allowed")], ids=["plain", "mitigated", "general"])
+def test_the_loop_is_chosen_once_while_nothing_changes(make, chooser, monkeypatch):
+    """A closed loop sets the flags it polled at every poll, mostly unchanged: the loop a
+    call runs is chosen once (a pass over the pools) and kept until a flag, a control or
+    a fault changes, not asked for again before every call."""
+    asked = []
+    original = getattr(fleet_module, chooser)
+    monkeypatch.setattr(fleet_module, chooser,
+                        lambda cfg, st: asked.append(1) or original(cfg, st))
+    fleet = Fleet(load_scenario(make()))
+    flags = fleet.flag_state()
+    for t in np.arange(0.5, 20.01, 0.5):
+        fleet.advance(float(t))
+        fleet.set_flags(flags)  # unchanged
+        fleet.set_node_controls(0, weight=1.0)  # unchanged
+    assert len(asked) == 1
+    fleet.set_flags(breaker="half_open")  # a change: chosen again (once)
+    fleet.advance(20.0)
+    fleet.advance(20.0)
+    assert len(asked) == 2
+
+
+def test_kept_choices_equal_the_general_kernel_through_flag_changes(monkeypatch):
+    """Hedging, shedding and degraded mode switched on and off between calls, polled
+    flags set again unchanged in between (the choice is kept then, chosen again at each
+    change, and while leftovers of a leaner loop's refusal drain): every array equals the
+    general kernel's run."""
+    sc = make_scenario(rate=1800, duration=30, nodes=4, servers=4, fanout=2, deadline_ms=60)
+    sc["mitigations"] = {"hedge": {"delay_ms": 15, "cancel": "queued"},
+                         "retries": {"max_attempts": 2},
+                         "degraded": {"fanout": 1, "service_factor": 0.5}}
+    plan = {4.0: {"hedge_enabled": True}, 9.0: {"shed_bronze": True, "degraded_mode": True},
+            15.0: {"shed_bronze": False, "degraded_mode": False, "hedge_enabled": False},
+            22.0: {"hedge_enabled": True}}
+
+    def poll(fleet, t):
+        fleet.set_flags(**plan.get(t, {}))
+
+    steps = tuple(float(t) for t in np.arange(1.0, 30.01, 1.0))
+    fast, used = _run(sc, True, steps=steps, between=poll, monkeypatch=monkeypatch)
+    general, _ = _run(sc, False, steps=steps, between=poll, monkeypatch=monkeypatch)
+    assert used["plain"] >= 2 and used["fanout"] >= 2 and used["general"] >= 2
+    assert fast.st.fleet_c[K.F_HEDGES] > 0 and fast.st.fleet_c[K.F_DEGRADED] > 0
+    _assert_same(fast, general, lean=used["simple"] > 0)
