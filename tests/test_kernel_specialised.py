@@ -288,7 +288,9 @@ def started_as_the_loop_would(sc, monkeypatch) -> Fleet:
         m.setattr(K, "schedule_at_start", lambda cfg, st: None)
         looped = Fleet(load_scenario(sc))
     assert looped.st.fs[K.FS_NEXT_SCHED] == 0.0  # left to the loop's step
-    K.on_schedule(looped.cfg, looped.st, 0.0)
+    cfg, st = looped.cfg, looped.st
+    K.on_schedule(cfg.sched_t, cfg.fault_f, cfg.fault_i, st.fs, st.is_, st.node_i, st.node_f,
+                  st.job_i, st.heap_t, st.heap_k, 0.0)
     for name in ("node_f", "node_i", "is_", "fs"):
         np.testing.assert_array_equal(getattr(fast.st, name), getattr(looped.st, name),
                                       err_msg=name)
@@ -568,9 +570,8 @@ def test_kept_choices_equal_the_general_kernel_through_flag_changes(monkeypatch)
     flags set again unchanged in between (the choice is kept then, chosen again at each
     change, and while leftovers of a leaner loop's refusal drain): every array equals the
     general kernel's run."""
-    sc = make_scenario(rate=1800, duration=30, nodes=4, servers=4, fanout=2, deadline_ms=60)
+    sc = make_scenario(rate=1800, duration=30, nodes=4, servers=4, fanout=2)
     sc["mitigations"] = {"hedge": {"delay_ms": 15, "cancel": "queued"},
-                         "retries": {"max_attempts": 2},
                          "degraded": {"fanout": 1, "service_factor": 0.5}}
     plan = {4.0: {"hedge_enabled": True}, 9.0: {"shed_bronze": True, "degraded_mode": True},
             15.0: {"shed_bronze": False, "degraded_mode": False, "hedge_enabled": False},

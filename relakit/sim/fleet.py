@@ -117,11 +117,6 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
                     dep_node, dep_share)
 
 
-def _general(cfg: K.Config, st: K.State, out: K.Output, t_end: float) -> int:
-    """The general kernel (``K.advance`` looked up at each call: tests swap it)."""
-    return K.advance(cfg, st, out, t_end)
-
-
 def _grow_rows(a: np.ndarray, rows: int, fill=0) -> np.ndarray:
     """``a`` with ``rows`` rows: its own, then rows of ``fill``. Each byte written once
     (``numpy.full`` then a copy wrote the old rows twice)."""
@@ -267,7 +262,7 @@ class Fleet:
         to drain, until the next call: a loop never leaves behind what a leaner loop it
         was preferred to could not take, so asking again changes nothing."""
         if not self.specialise:
-            return _general, t_s, False
+            return K.run, t_s, False
         kernel = self._choice
         if kernel is None:
             kernel, keep = self._choose()
@@ -294,7 +289,7 @@ class Fleet:
         if mitigated_ok(cfg, st):  # (a schedule change ends its stretch: _kernel)
             return run_mitigated, bool(features) or not settled
         # the general kernel ends a failover itself, and the schedule in its loop
-        return _general, (bool(features) and not mitigated_allowed(cfg, st)
+        return K.run, (bool(features) and not mitigated_allowed(cfg, st)
                           and not st.node_i[:, K.NI_FAILOVER].any())
 
     def _rechoose(self) -> None:
@@ -415,7 +410,9 @@ class Fleet:
         if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
             raise ValueError(f"node must be in 0..{n - 1}, got {node!r}")
         self.st.node_f[nodes, K.NF_REPAIRED_AT] = self.now
-        K.apply_faults(self.cfg, self.st, self.now)
+        cfg, st = self.cfg, self.st
+        K.apply_faults(cfg.fault_f, cfg.fault_i, st.is_, st.node_i, st.node_f, st.job_i,
+                       st.heap_t, st.heap_k, self.now)
         self._rechoose()
 
     def faulty(self) -> np.ndarray:
