@@ -283,7 +283,9 @@ class Fleet:
         ``mitigated_ok``: a pass over the heap and the pools), kept until :meth:`_rechoose`
         unless a leaner one was refused only for rows still live (a hedge copy, a
         degraded job): those drain by themselves, so the choice is made again next call.
-        Measured on rela-ramp in closed loop: asking before every call was 1.0 s of 4.8 s."""
+        Measured on rela-ramp in closed loop (cProfile, records off, second run in one
+        process, loaded machine): asked before every call, ``mitigated_ok`` ran 463 times,
+        12.3 s of 70.1 s; kept, 17 times, 0.4 s of 30.0 s."""
         cfg, st = self.cfg, self.st
         if plain_ok(cfg, st):
             return run_plain, True
@@ -343,8 +345,10 @@ class Fleet:
         change nothing: they grow only when they themselves are short (doubled, never
         past the size they would have had, ``self._sizes``), and a growth event is the
         old one (jobs and heap double) unless only such a pool ran short. Measured on
-        rela-ramp in closed loop: the job pool doubles ten times in the overload while
-        users, calls and rings have room to spare; growing everything was ~9 % of the run.
+        rela-ramp in closed loop: the job pool doubles eleven times in the overload while
+        users, calls and rings have room to spare; growing everything took 4.0 s of a
+        44.7 s profiled run (``numpy.full`` and a copy: 7.0 s of 70.1 s), these alone 0.4 s
+        of 30.0 s.
         """
         isv, ci = st.is_, self.cfg.cfg_i
         room = ci[K.CI_FANOUT] + ci[K.CI_MAX_HEDGES] + 4  # (the loops' room checks)
