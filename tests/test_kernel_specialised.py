@@ -288,7 +288,9 @@ def started_as_the_loop_would(sc, monkeypatch) -> Fleet:
         m.setattr(K, "schedule_at_start", lambda cfg, st: None)
         looped = Fleet(load_scenario(sc))
     assert looped.st.fs[K.FS_NEXT_SCHED] == 0.0  # left to the loop's step
-    K.on_schedule(looped.cfg, looped.st, 0.0)
+    cfg, st = looped.cfg, looped.st
+    K.on_schedule(cfg.sched_t, cfg.fault_f, cfg.fault_i, st.fs, st.is_, st.node_i, st.node_f,
+                  st.job_i, st.heap_t, st.heap_k, 0.0)
     for name in ("node_f", "node_i", "is_", "fs"):
         np.testing.assert_array_equal(getattr(fast.st, name), getattr(looped.st, name),
                                       err_msg=name)
@@ -529,3 +531,119 @@ def assert_integers_stay_integers(loop, name, row_indices) -> dict:
         if v in types:
             assert types[v] <= {"uint64"}, f"{name}: row index {v} typed {types[v]}"
     return types
+
+
+def test_general_kernel_parameters_are_the_tuples_fields_in_order():
+    """kernel.run unpacks Config, State and Output in field order: the loop's
+    parameters must be those fields, in that order (a swap would type-check and run)."""
+    names = list(inspect.signature(K.advance.py_func).parameters)
+    assert names == [*K.Config._fields, *K.State._fields, *K.Output._fields, "t_end"]
+
+
+@pytest.mark.parametrize(("make", "chooser"), [
+    (_p_single, "plain_ok"), (lambda: _mitigated()[0], "mitigated_ok"),
+    (lambda: make_scenario(rate=1000, duration=20, nodes=2, servers=4, queue_limit=20),
+     "mitigated_allowed")], ids=["plain", "mitigated", "general"])
+def test_the_loop_is_chosen_once_while_nothing_changes(make, chooser, monkeypatch):
+    """A closed loop sets the flags it polled at every poll, mostly unchanged: the loop a
+    call runs is chosen once (a pass over the pools) and kept until a flag, a control or
+    a fault changes, not asked for again before every call."""
+    asked = []
+    original = getattr(fleet_module, chooser)
+    monkeypatch.setattr(fleet_module, chooser,
+                        lambda cfg, st: asked.append(1) or original(cfg, st))
+    fleet = Fleet(load_scenario(make()))
+    flags = fleet.flag_state()
+    for t in np.arange(0.5, 20.01, 0.5):
+        fleet.advance(float(t))
+        fleet.set_flags(flags)  # unchanged
+        fleet.set_node_controls(0, weight=1.0)  # unchanged
+    assert len(asked) == 1
+    fleet.set_flags(breaker="half_open")  # a change: chosen again (once)
+    fleet.advance(20.0)
+    fleet.advance(20.0)
+    assert len(asked) == 2
+
+
+def test_kept_choices_equal_the_general_kernel_through_flag_changes(monkeypatch):
+    """Hedging, shedding and degraded mode switched on and off between calls, polled
+    flags set again unchanged in between (the choice is kept then, chosen again at each
+    change, and while leftovers of a leaner loop's refusal drain): every array equals the
+    general kernel's run."""
+    sc = make_scenario(rate=1800, duration=30, nodes=4, servers=4, fanout=2)
+    sc["mitigations"] = {"hedge": {"delay_ms": 15, "cancel": "queued"},
+                         "degraded": {"fanout": 1, "service_factor": 0.5}}
+    plan = {4.0: {"hedge_enabled": True}, 9.0: {"shed_bronze": True, "degraded_mode": True},
+            15.0: {"shed_bronze": False, "degraded_mode": False, "hedge_enabled": False},
+            22.0: {"hedge_enabled": True}}
+
+    def poll(fleet, t):
+        fleet.set_flags(**plan.get(t, {}))
+
+    steps = tuple(float(t) for t in np.arange(1.0, 30.01, 1.0))
+    fast, used = _run(sc, True, steps=steps, between=poll, monkeypatch=monkeypatch)
+    general, _ = _run(sc, False, steps=steps, between=poll, monkeypatch=monkeypatch)
+    assert used["plain"] >= 2 and used["fanout"] >= 2 and used["general"] >= 2
+    assert fast.st.fleet_c[K.F_HEDGES] > 0 and fast.st.fleet_c[K.F_DEGRADED] > 0
+    _assert_same(fast, general, lean=used["simple"] > 0)
+
+
+def _grow_all(self, st):
+    """The pools' growth as it was: every pool and the heap doubled at every growth."""
+    isv = st.is_.copy()
+    jobs, users, calls = st.job_i.shape[0], st.usr_i.shape[0], st.call_i.shape[0]
+    heap = st.heap_t.shape[0]
+    job_i = fleet_module._grow_rows(st.job_i, 2 * jobs)
+    job_i[jobs:, K.JI_SIB] = -1
+    pool = fleet_module._grown_pool
+    grown = st._replace(
+        is_=isv, job_i=job_i, job_f=fleet_module._grow_rows(st.job_f, 2 * jobs),
+        job_free=pool(st.job_free, isv[K.IS_JOB_FREE_N], jobs, 2 * jobs),
+        usr_i=fleet_module._grow_rows(st.usr_i, 2 * users),
+        usr_f=fleet_module._grow_rows(st.usr_f, 2 * users),
+        usr_free=pool(st.usr_free, isv[K.IS_USR_FREE_N], users, 2 * users),
+        call_i=fleet_module._grow_rows(st.call_i, 2 * calls),
+        call_f=fleet_module._grow_rows(st.call_f, 2 * calls),
+        call_free=pool(st.call_free, isv[K.IS_CALL_FREE_N], calls, 2 * calls),
+        heap_t=fleet_module._grow_rows(st.heap_t, 2 * heap),
+        heap_k=fleet_module._grow_rows(st.heap_k, 2 * heap),
+        **fleet_module._grown_rings(st.tq_t, st.tq_k, st.tq_n))
+    isv[K.IS_JOB_FREE_N] += jobs
+    isv[K.IS_USR_FREE_N] += users
+    isv[K.IS_CALL_FREE_N] += calls
+    return grown
+
+
+@pytest.mark.parametrize("servers", [16, 4], ids=["rings-short", "jobs-short"])
+def test_pools_that_did_not_run_short_do_not_grow_and_the_run_is_unchanged(servers):
+    """A crash with retries (the job pool's row numbers order the crash's ends, and so
+    the retries' draws), in an overload (the job pool runs short) and under load with
+    long deadlines (the timer rings run short first): growing only what ran short gives
+    the run every pool doubling together gave, bit for bit, with smaller pools."""
+    sc = make_scenario(rate=2500, duration=20, nodes=2, servers=servers, deadline_ms=2000,
+                       faults=[{"node": 1, "start_s": 12, "end_s": 15, "crash": True}])
+    sc["mitigations"] = {"retries": {"max_attempts": 3, "backoff_ms": 1}}
+    lazy = Fleet(load_scenario(sc))
+    lazy.advance(20.0)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(Fleet, "_grow_pools", _grow_all)
+        eager = Fleet(load_scenario(sc))
+        eager.advance(20.0)
+    assert eager.st.job_i.shape[0] == lazy.st.job_i.shape[0] > 64  # (it grew)
+    assert lazy.st.usr_i.shape[0] + lazy.st.call_i.shape[0] + lazy.st.tq_t.shape[1] < (
+        eager.st.usr_i.shape[0] + eager.st.call_i.shape[0] + eager.st.tq_t.shape[1])
+    assert lazy.st.fleet_c[K.F_RETRIES] > 0 and lazy.st.cnt[1, :, K.ERROR].sum() > 1
+    for name in lazy.out._fields:
+        np.testing.assert_array_equal(getattr(lazy.out, name), getattr(eager.out, name),
+                                      err_msg=name)
+    for name in ("job_f", "job_free", "heap_t", "node_i", "node_f", "node_c", "cnt",
+                 "fleet_c", "rng", "fs"):
+        np.testing.assert_array_equal(getattr(lazy.st, name), getattr(eager.st, name),
+                                      err_msg=name)
+    # the jobs' rows and timers, but for the calls' row numbers (a call's row is another)
+    others = [c for c in range(K.N_JI) if c != K.JI_CALL]
+    np.testing.assert_array_equal(lazy.st.job_i[:, others], eager.st.job_i[:, others])
+    keys = [st.heap_k[: st.is_[K.IS_HEAP_N]] for st in (lazy.st, eager.st)]
+    by_job = (keys[0] & K.EV_MASK) != K.EV_RETRY
+    np.testing.assert_array_equal(by_job, (keys[1] & K.EV_MASK) != K.EV_RETRY)
+    np.testing.assert_array_equal(keys[0][by_job], keys[1][by_job])

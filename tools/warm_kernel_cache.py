@@ -1,6 +1,6 @@
 """Fill NUMBA_CACHE_DIR with the kernels runs use (``make setup`` runs it).
 
-relakit.sim.fleet picks, before each kernel call, the plain kernel
+relakit.sim.fleet picks, when flags, controls or faults change, the plain kernel
 (relakit.sim.plain: no mechanism on; its simple specialisation for fan-out 1,
 exponential demand, Poisson arrivals and uniform routing, the other plain
 stretches; ~5-20 s each to compile from an empty cache on this machine), the lean

@@ -457,38 +457,36 @@ def end_now(isv, job_i, heap_t, heap_k, j, outcome, t):
 
 
 @njit(cache=True, error_model="numpy")
-def crash_node(st, node, t):
+def crash_node(isv, node_i, node_f, job_i, heap_t, heap_k, node, t):
     """The node stops serving: everything queued or in service fails now."""
-    job_i = st.job_i
-    touch_busy(st.node_i, st.node_f, node, t)
+    touch_busy(node_i, node_f, node, t)
     for j in range(job_i.shape[0]):
         state = job_i[j, JI_STATE]
         if (state == J_QUEUED or state == J_SERVING) and job_i[j, JI_NODE] == node:
             job_i[j, JI_GEN] += 1  # its pending completion is void
-            end_now(st.is_, job_i, st.heap_t, st.heap_k, j, ERROR, t)
-    st.node_i[node, NI_BUSY] = 0
-    st.node_i[node, NI_QLEN] = 0
-    st.node_i[node, NI_QHEAD] = -1
-    st.node_i[node, NI_QTAIL] = -1
+            end_now(isv, job_i, heap_t, heap_k, j, ERROR, t)
+    node_i[node, NI_BUSY] = 0
+    node_i[node, NI_QLEN] = 0
+    node_i[node, NI_QHEAD] = -1
+    node_i[node, NI_QTAIL] = -1
 
 
 @njit(cache=True, error_model="numpy")
-def fail_over(st, node, t):
+def fail_over(isv, node_i, job_i, heap_t, heap_k, node, t):
     """Move the work queued on a node just made unroutable: each job is re-routed now."""
-    job_i = st.job_i
-    j = st.node_i[node, NI_QHEAD]
-    st.node_i[node, NI_QLEN] = 0
-    st.node_i[node, NI_QHEAD] = -1
-    st.node_i[node, NI_QTAIL] = -1
+    j = node_i[node, NI_QHEAD]
+    node_i[node, NI_QLEN] = 0
+    node_i[node, NI_QHEAD] = -1
+    node_i[node, NI_QTAIL] = -1
     while j >= 0:
         nxt = job_i[j, JI_NEXT]
         if job_i[j, JI_CALL] < 0:  # a correctness probe is addressed to this node: it stays
-            enqueue(st.node_i, job_i, node, j)
+            enqueue(node_i, job_i, node, j)
         else:
             job_i[j, JI_STATE] = J_MOVING
-            heap_push(st.heap_t, st.heap_k, st.is_, t, event_key(j, EV_MOVE, job_i[j, JI_GEN]))
+            heap_push(heap_t, heap_k, isv, t, event_key(j, EV_MOVE, job_i[j, JI_GEN]))
         j = nxt
-    st.node_i[node, NI_FAILOVER] = 0
+    node_i[node, NI_FAILOVER] = 0
 
 
 @njit(cache=True, error_model="numpy")
@@ -522,24 +520,21 @@ def next_probe(rng, rate, n_nodes, t):
 
 
 @njit(cache=True, error_model="numpy")
-def probe_arrives(cfg, st, t):
+def probe_arrives(cfg_f, cfg_i, fs, isv, rng, ni, node_c, job_i, job_f, job_free, t):
     """A probe for a node drawn at random: queued there, or failed at once if it is down.
     Returns the node if a server may start it now, else -1."""
-    rng = st.rng
-    ni = st.node_i
     n = ni.shape[0]
     node = min(int(uniform(rng, RNG_PROBES) * n), n - 1)
-    demand = draw_service(rng, RNG_PROBES, cfg.cfg_i[CI_SVC_KIND], cfg.cfg_f[CF_SVC_A],
-                          cfg.cfg_f[CF_SVC_B], cfg.cfg_f[CF_SVC_C])
-    st.fs[FS_NEXT_PROBE] = next_probe(rng, cfg.cfg_f[CF_PROBE_RATE], n, t)
+    demand = draw_service(rng, RNG_PROBES, cfg_i[CI_SVC_KIND], cfg_f[CF_SVC_A],
+                          cfg_f[CF_SVC_B], cfg_f[CF_SVC_C])
+    fs[FS_NEXT_PROBE] = next_probe(rng, cfg_f[CF_PROBE_RATE], n, t)
     if ni[node, NI_CRASHED] != 0:
-        st.node_c[node, NC_PROBES] += 1
-        st.node_c[node, NC_PROBE_FAILURES] += 1
+        node_c[node, NC_PROBES] += 1
+        node_c[node, NC_PROBE_FAILURES] += 1
         return -1
-    nfree = st.is_[IS_JOB_FREE_N] - 1
-    j = st.job_free[nfree]
-    st.is_[IS_JOB_FREE_N] = nfree
-    job_i = st.job_i
+    nfree = isv[IS_JOB_FREE_N] - 1
+    j = job_free[nfree]
+    isv[IS_JOB_FREE_N] = nfree
     job_i[j, JI_CALL] = -1
     job_i[j, JI_NODE] = node
     job_i[j, JI_SIB] = -1
@@ -548,19 +543,17 @@ def probe_arrives(cfg, st, t):
     job_i[j, JI_TIER] = GOLD
     job_i[j, JI_DEGRADED] = 0
     job_i[j, JI_OUTCOME] = OK
-    st.job_f[j, JF_T_NODE] = t
-    st.job_f[j, JF_DEMAND] = demand
+    job_f[j, JF_T_NODE] = t
+    job_f[j, JF_DEMAND] = demand
     enqueue(ni, job_i, node, j)
     return node
 
 
 @njit(cache=True, error_model="numpy")
-def start_service(cfg, st, node, t, degraded_mask, svc_factor):
+def start_service(cfg_f, cfg_i, isv, rng, ni, nf, job_i, job_f, heap_t, heap_k, node, t,
+                  degraded_mask, svc_factor):
     """Start queued jobs where servers are free (the loop's tail 4, for a rare path).
     ``degraded_mask``: the tiers served degraded (bit per tier, as IS_DEGRADED_ON)."""
-    ni = st.node_i
-    nf = st.node_f
-    job_i = st.job_i
     while ni[node, NI_QLEN] > 0 and ni[node, NI_BUSY] < ni[node, NI_SERVERS]:
         j = ni[node, NI_QHEAD]
         nxt = job_i[j, JI_NEXT]
@@ -571,38 +564,36 @@ def start_service(cfg, st, node, t, degraded_mask, svc_factor):
             ni[node, NI_QTAIL] = -1
         ni[node, NI_QLEN] -= 1
         job_i[j, JI_STATE] = J_SERVING
-        st.job_f[j, JF_T_START] = t
+        job_f[j, JF_T_START] = t
         touch_busy(ni, nf, node, t)
         ni[node, NI_BUSY] += 1
-        s = st.job_f[j, JF_DEMAND]
+        s = job_f[j, JF_DEMAND]
         if s < 0.0:  # a hedge's or a retry's, as tail 4 draws it (a probe brings its own)
-            s = draw_service(st.rng, RNG_COPY_SERVICE, cfg.cfg_i[CI_SVC_KIND],
-                             cfg.cfg_f[CF_SVC_A], cfg.cfg_f[CF_SVC_B], cfg.cfg_f[CF_SVC_C])
-            st.job_f[j, JF_DEMAND] = s
+            s = draw_service(rng, RNG_COPY_SERVICE, cfg_i[CI_SVC_KIND],
+                             cfg_f[CF_SVC_A], cfg_f[CF_SVC_B], cfg_f[CF_SVC_C])
+            job_f[j, JF_DEMAND] = s
         s *= nf[node, NF_SLOWDOWN]
         if (degraded_mask >> job_i[j, JI_TIER]) & 1:
             s *= svc_factor
             job_i[j, JI_DEGRADED] = 1
-        heap_push(st.heap_t, st.heap_k, st.is_, t + s, event_key(j, EV_DONE, job_i[j, JI_GEN]))
+        heap_push(heap_t, heap_k, isv, t + s, event_key(j, EV_DONE, job_i[j, JI_GEN]))
 
 
 @njit(cache=True, error_model="numpy")
-def apply_faults(cfg, st, t):
+def apply_faults(fault_f, fault_i, isv, ni, nf, job_i, heap_t, heap_k, t):
     """Set every node's fault state from the faults active at t.
 
     A fault that began before the node's last repair is cleared: a repair
     mends what is broken now, not what breaks later. A baseline row
     (``fault_i[f, 2]``) is how the node is, not a fault: no repair clears it.
     """
-    ni = st.node_i
-    nf = st.node_f
     n = ni.shape[0]
     crashed_now = np.zeros(n, np.int64)
     err = np.zeros(n)
     wrong = np.zeros(n)
     slow = np.ones(n)
-    ff = cfg.fault_f
-    fi = cfg.fault_i
+    ff = fault_f
+    fi = fault_i
     for f in range(ff.shape[0]):
         node = fi[f, 0]
         # fi[f, 2]: a node's baseline (fleet.baseline_error_rate), which no repair clears
@@ -617,17 +608,17 @@ def apply_faults(cfg, st, t):
         nf[i, NF_SLOWDOWN] = slow[i]
         nf[i, NF_WRONG_RATE] = wrong[i]
         if crashed_now[i] != 0 and ni[i, NI_CRASHED] == 0:
-            crash_node(st, i, t)
+            crash_node(isv, ni, nf, job_i, heap_t, heap_k, i, t)
         ni[i, NI_CRASHED] = crashed_now[i]
 
 
 @njit(cache=True, error_model="numpy")
-def on_schedule(cfg, st, t):
+def on_schedule(sched_t, fault_f, fault_i, fs, isv, ni, nf, job_i, heap_t, heap_k, t):
     """A fault starts or ends: recompute, and arm the next schedule time."""
-    apply_faults(cfg, st, t)
-    pos = st.is_[IS_SCHED_POS] + 1
-    st.is_[IS_SCHED_POS] = pos
-    st.fs[FS_NEXT_SCHED] = cfg.sched_t[pos] if pos < cfg.sched_t.shape[0] else np.inf
+    apply_faults(fault_f, fault_i, isv, ni, nf, job_i, heap_t, heap_k, t)
+    pos = isv[IS_SCHED_POS] + 1
+    isv[IS_SCHED_POS] = pos
+    fs[FS_NEXT_SCHED] = sched_t[pos] if pos < sched_t.shape[0] else np.inf
 
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
@@ -791,7 +782,13 @@ def start(cfg, st):
 
 
 # ---- the loop ---------------------------------------------------------------------
-def advance(cfg, st, out, t_end):
+def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, load_x, load_p,
+            buckets, phase, dep_node, dep_share,
+            fs, is_, rng, node_i, node_f, node_c, cnt, lat_b, fleet_c, budget, job_i, job_f,
+            job_free, usr_i, usr_f, usr_free, call_i, call_f, call_free, heap_t, heap_k, tq_t,
+            tq_k, tq_n, scratch, send, pend_t, pend_k, demand,
+            metrics, sample_t, fleet, fleet_t, rec_f, rec_i, hist, tier_cnt, tier_ext, lat_sum,
+            t_end):
     """Process every event with time <= t_end, or stop early asking for room.
 
     Each event does its own part, then shares one tail: resolve the call a copy
@@ -820,53 +817,15 @@ def advance(cfg, st, out, t_end):
     The scalars every event touches (pool and heap counts, ring heads, clock,
     rare-event times, the arrival, service, error and routing streams) live in
     locals, written back where a helper reads them (HELPER_SYNC) and on return.
+
+    Its parameters are the fields of :class:`Config`, :class:`State` and
+    :class:`Output` in order, then ``t_end`` (:func:`run` unpacks them), as the plain and
+    mitigated loops take theirs; so are its rare paths' helpers'.
     """
-    cfg_f = cfg.cfg_f
-    cfg_i = cfg.cfg_i
-    tier_cum = cfg.tier_cum
-    rate_t = cfg.rate_t
-    rate_v = cfg.rate_v
-    load_x = cfg.load_x
-    dep_node = cfg.dep_node
-    dep_share = cfg.dep_share
-    load_p = cfg.load_p
-    bounds = cfg.buckets
-    fs = st.fs
-    isv = st.is_
-    rng = st.rng
-    node_i = st.node_i
-    node_f = st.node_f
-    node_c = st.node_c
-    cnt = st.cnt
-    lat_b = st.lat_b
-    fleet_c = st.fleet_c
-    job_i = st.job_i
-    job_f = st.job_f
-    job_free = st.job_free
-    call_i = st.call_i
-    call_f = st.call_f
-    call_free = st.call_free
-    demand = st.demand
-    usr_i = st.usr_i
-    usr_f = st.usr_f
-    usr_free = st.usr_free
-    heap_t = st.heap_t
-    heap_k = st.heap_k
-    touched = st.scratch
-    send = st.send
-    pend_t = st.pend_t
-    pend_k = st.pend_k
-    tq_t = st.tq_t
-    tq_k = st.tq_k
-    tq_n = st.tq_n
+    isv = is_
+    bounds = buckets
+    touched = scratch
     tq_cap = tq_t.shape[1]
-    budget = st.budget
-    rec_f = out.rec_f
-    rec_i = out.rec_i
-    hist = out.hist
-    tier_cnt = out.tier_cnt
-    tier_ext = out.tier_ext
-    lat_sum = out.lat_sum
 
     n_nodes = node_i.shape[0]
     heap_cap = heap_t.shape[0]
@@ -876,7 +835,7 @@ def advance(cfg, st, out, t_end):
         if node_i[i, NI_FAILOVER] != 0:
             if heap_cap - isv[IS_HEAP_N] < n_jobs:
                 return GROW_POOLS
-            fail_over(st, i, fs[FS_NOW])
+            fail_over(isv, node_i, job_i, heap_t, heap_k, i, fs[FS_NOW])
     prepare_routing(node_i, node_f, isv, fs)
     n_elig = isv[IS_N_ELIGIBLE]
     shed_mask = isv[IS_SHED_MASK]
@@ -917,8 +876,8 @@ def advance(cfg, st, out, t_end):
             has_deps = True
     n_bounds = bounds.shape[0]
     record_cap = rec_f.shape[0]
-    samp_cap = out.sample_t.shape[0]
-    fleet_cap = out.fleet_t.shape[0]
+    samp_cap = sample_t.shape[0]
+    fleet_cap = fleet_t.shape[0]
     room = fanout + max_hedges + 4  # jobs and calls one event may need
     heap_room = 4 * fanout + 16  # timers, starts and immediate ends one event may push
     uniform_random = routing == R_RANDOM and isv[IS_EQUAL_WEIGHTS] != 0
@@ -1001,9 +960,11 @@ def advance(cfg, st, out, t_end):
                 now = t_probe
                 isv[IS_JOB_FREE_N] = job_free_n  # HELPER_SYNC: the helpers use isv's
                 isv[IS_HEAP_N] = hn
-                node = probe_arrives(cfg, st, t_probe)
+                node = probe_arrives(cfg_f, cfg_i, fs, isv, rng, node_i, node_c, job_i, job_f,
+                                     job_free, t_probe)
                 if node >= 0:
-                    start_service(cfg, st, node, t_probe, degraded_mask, svc_factor)
+                    start_service(cfg_f, cfg_i, isv, rng, node_i, node_f, job_i, job_f, heap_t,
+                                  heap_k, node, t_probe, degraded_mask, svc_factor)
                 job_free_n = isv[IS_JOB_FREE_N]
                 hn = isv[IS_HEAP_N]
             elif t_sched == t_rare:
@@ -1011,7 +972,8 @@ def advance(cfg, st, out, t_end):
                     status = GROW_POOLS
                     break
                 isv[IS_HEAP_N] = hn  # HELPER_SYNC
-                on_schedule(cfg, st, t_sched)
+                on_schedule(sched_t, fault_f, fault_i, fs, isv, node_i, node_f, job_i, heap_t,
+                            heap_k, t_sched)
                 hn = isv[IS_HEAP_N]
             elif t_node == t_rare:
                 if isv[IS_MAX_NODE_SAMPLE] >= samp_cap:
@@ -1020,15 +982,15 @@ def advance(cfg, st, out, t_end):
                 now = t_node
                 for i in range(n_nodes):
                     if node_f[i, NF_NEXT_SAMPLE] == t_node:
-                        sample_node(out.metrics, out.sample_t, cnt, node_i, node_f, node_c,
-                                    lat_b, isv, cfg.phase, cfg_f[CF_SAMPLE_DT], i, t_node)
+                        sample_node(metrics, sample_t, cnt, node_i, node_f, node_c,
+                                    lat_b, isv, phase, cfg_f[CF_SAMPLE_DT], i, t_node)
                 next_node_sample(node_f, fs)
             else:
                 if isv[IS_NSAMPLE] >= fleet_cap:
                     status = GROW_SAMPLES
                     break
                 now = t_fleet
-                sample_fleet(out.fleet, out.fleet_t, fleet_c, isv, fs, out.hist,
+                sample_fleet(fleet, fleet_t, fleet_c, isv, fs, hist,
                              cfg_f[CF_SAMPLE_DT], cfg_f[CF_HEDGE_Q], t_fleet)
                 hedge_delay = fs[FS_HEDGE_DELAY]
             t_fleet = fs[FS_NEXT_SAMPLE]
@@ -1657,6 +1619,14 @@ def advance(cfg, st, out, t_end):
 # cached under a name carrying a digest of the files it inlines (relakit.sim.cachename):
 # an edit to rng.py or latency_bins.py recompiles it instead of leaving it stale
 advance = njit(cache=True, error_model="numpy")(digest_named(advance))
+
+
+def run(cfg: Config, st: State, out: Output, t_end: float) -> int:
+    """:func:`advance` on a fleet's arrays (``advance`` looked up at each call: tests swap
+    in a specialisation). The loop takes the arrays themselves, the fields of Config,
+    State and Output in order, not the tuples: a kernel taking ~60 arrays in three
+    tuples compiles seconds longer (unboxing them) and costs ~20 us more a call."""
+    return advance(*cfg, *st, *out, t_end)
 
 
 # ---- specialisations ----------------------------------------------------------------

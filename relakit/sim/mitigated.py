@@ -82,6 +82,18 @@ STATE_ARGS = ("fs", "is_", "rng", "node_i", "node_f", "node_c", "cnt", "lat_b", 
 OUT_ARGS = plain.OUT_ARGS
 
 
+def mitigated_allowed(cfg: K.Config, st: K.State) -> bool:
+    """The part of :func:`mitigated_ok` that reads no row of the pools: the mechanisms
+    on, the model and the node controls (O(nodes)). False stays false until Python
+    changes a flag, a control or a fault (``Fleet`` chooses again then)."""
+    if not K.features_of(cfg, st) <= MECHANISMS:  # (none: a stretch plain_ok refused for
+        return False  # what a mechanism left pending, hedges or timers, is this loop's too)
+    ni, nf = st.node_i, st.node_f
+    return not (cfg.cfg_f[K.CF_HEDGE_Q] != 0.0 or cfg.load_x.shape[0] > 0
+                or (cfg.dep_node >= 0).any() or ni[:, K.NI_FAILOVER].any()
+                or not ((ni[:, K.NI_ROUTABLE] != 0) & (nf[:, K.NF_WEIGHT] > 0.0)).any())
+
+
 def mitigated_ok(cfg: K.Config, st: K.State) -> bool:
     """True when the next call may run :func:`advance_mitigated` (or its fan-out twin):
     the mechanisms on are some of :data:`MECHANISMS` (hedging with a fixed delay; errors
@@ -91,12 +103,7 @@ def mitigated_ok(cfg: K.Config, st: K.State) -> bool:
     plain stretch too: ``Fleet`` asks ``plain_ok`` first. A change of the fault
     schedule in the stretch is the caller's to split off (``Fleet.advance``). Costs a
     pass over the heap and the job pool, as ``plain_ok``."""
-    if not K.features_of(cfg, st) <= MECHANISMS:  # (none: a stretch plain_ok refused for
-        return False  # what a mechanism left pending, hedges or timers, is this loop's too)
-    ni, nf = st.node_i, st.node_f
-    if (cfg.cfg_f[K.CF_HEDGE_Q] != 0.0 or cfg.load_x.shape[0] > 0
-            or (cfg.dep_node >= 0).any() or ni[:, K.NI_FAILOVER].any()
-            or not ((ni[:, K.NI_ROUTABLE] != 0) & (nf[:, K.NF_WEIGHT] > 0.0)).any()):
+    if not mitigated_allowed(cfg, st):
         return False
     kinds = st.heap_k[: st.is_[K.IS_HEAP_N]] & K.EV_MASK
     if not np.isin(kinds, HEAP_EVENTS).all():
