@@ -277,7 +277,7 @@ def event_key(ident, kind, gen):
 # ``no_cfunc_wrapper``: numba would still give each a C-callable wrapper (its own
 # function, optimised and machine-coded with the helper) that nothing calls; without
 # them a compile of the plain loop's six helpers took ~0.1 s less (6 interleaved
-# runs, noisy; the whole cold start's instruction count: docs/design.md). Python
+# runs, noisy; the whole cold start's instruction count: docs/performance.md). Python
 # calls ``next_arrival`` and ``next_probe`` (``start``, for a varying rate and probes):
 # those stay dispatchers.
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
@@ -800,7 +800,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     the run time, measured with perf). Helpers remain for rare paths.
 
     Sections, and what each costs (perf on the 50-node M/M/8 fleet with every
-    mitigation on; docs/design.md has the figures): the loop head drops the
+    mitigation on; docs/performance.md has the figures): the loop head drops the
     rings' stale heads (a row read each: most attempt timeouts and fixed-delay
     hedges fall due after their copy or call is over) and picks the earliest of
     arrival, heap top, ring heads and the next rare event (locals); the heap

@@ -28,7 +28,7 @@ the 2-core machine under load 4-6 (CPU seconds, so the neighbours count less):
   10.9-12.0 CPU s (wall 60-69 s to 17-22 s under that load);
 * speed: best of 5, records off, plain M/M/8 6.3 -> 7.0 M requests per CPU
   second, 50 M/M/8 nodes 4.5 -> 4.7 (about +10 %); the branches the
-  specialisation removed were well predicted. Since then (docs/design.md has
+  specialisation removed were well predicted. Since then (docs/performance.md has
   the A/B figures): the client histogram's bin from the float's bits instead of
   a log10 (relakit.sim.latency_bins, +18 %), the heap pop without a coin-toss
   branch (50 nodes +10-20 %), the simple specialisation below (+3-7 %), its
