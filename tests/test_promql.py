@@ -652,3 +652,26 @@ def test_shipped_slo_rules_over_shipped_traces():
     assert not ramp.filter(pl.col("alert").str.starts_with("ErrorBudget")).height
     over = ramp.filter(pl.col("alert") == "Overloaded")
     assert sorted(over["labels"]) == [f'{{instance="{i}", severity="ticket"}}' for i in range(4)]
+
+
+@pytest.mark.parametrize("expr, words", [
+    ("(" * 60 + "up" + ")" * 60, "nested more than 48 levels"),
+    ("abs(" * 60 + "up" + ")" * 60, "nested more than 48 levels"),
+    (" + ".join(["up"] * 250), "250 operations deep"),
+    (" and ".join(["up"] * 5000), "more than 400 operations"),
+])
+def test_deep_or_long_expressions_are_refused_by_name_not_recursion(expr, words):
+    """A 200-deep expression once ended a backtest in RecursionError (exit 3)."""
+    with pytest.raises(promql.PromQLError, match=words):
+        promql.parse(expr)
+
+
+def test_the_deepest_expression_allowed_evaluates():
+    tsdb = make_tsdb()
+    name = promql.store_from_tsdb(tsdb)[0].labels
+    metric = dict(name)["__name__"]
+    deep = " + ".join([f"sum({metric})"] * 150)  # 150 operations, 151 deep
+    one = promql.evaluate(f"sum({metric})", tsdb, np.array([60.0])).series
+    got = promql.evaluate(deep, tsdb, np.array([60.0])).series
+    assert len(one) == len(got) == 1 and one[0][2][0] and got[0][2][0]  # present
+    assert got[0][1][0] == pytest.approx(150 * one[0][1][0])

@@ -296,11 +296,20 @@ _KIND_EXAMPLES = {"scalar": "a number", "vector": "an instant vector",
 
 
 # ---- parser -----------------------------------------------------------------------------
+#: nesting (parentheses, arguments, subqueries) and tree depth relakit parses and evaluates;
+#: each level costs ~10 Python frames to parse and 3 to evaluate, and real rules nest a
+#: handful deep (a 200-deep expression once ended a backtest in RecursionError, exit 3)
+MAX_NESTING = 48
+MAX_DEPTH = 200
+
+
 class _Parser:
     def __init__(self, expr: str):
         self.expr = expr
         self.toks = _lex(expr)
         self.i = 0
+        self.nesting = 0
+        self.operations = 0
 
     @property
     def tok(self) -> Token:
@@ -335,7 +344,13 @@ class _Parser:
         return node
 
     def expr_(self):
-        return self.or_()
+        if self.nesting >= MAX_NESTING:
+            self.fail(f"an expression nested more than {MAX_NESTING} levels deep "
+                      "(parentheses, arguments, subqueries); relakit parses at most that")
+        self.nesting += 1
+        node = self.or_()
+        self.nesting -= 1
+        return node
 
     def _matching(self, op: Token):
         """``on(...)``/``ignoring(...)``, then ``group_left``/``group_right``."""
@@ -420,6 +435,11 @@ class _Parser:
     def _binary(self, op: Token, lhs, rhs, is_bool, on, ignoring, card="one-to-one",
                 include=()):
         name = op.word
+        self.operations += 1  # kind_of below walks the tree: bound it before it does
+        if self.operations > 2 * MAX_DEPTH:
+            self.fail(f"more than {2 * MAX_DEPTH} operations in one expression; relakit "
+                      f"evaluates at most {MAX_DEPTH} deep (split it with recording rules)",
+                      op)
         kl, kr = kind_of(lhs), kind_of(rhs)
         for k in (kl, kr):
             if k == "matrix":
@@ -673,7 +693,24 @@ def parse(expr: str):
     """The syntax tree of ``expr``; :class:`PromQLError` (what and where) otherwise."""
     if not isinstance(expr, str) or not expr.strip():
         raise PromQLError("empty expression", str(expr), 0)
-    return _Parser(expr).parse()
+    parser = _Parser(expr)
+    node = parser.parse()
+    depth = tree_depth(node)
+    if depth > MAX_DEPTH:  # a long chain of operators is a deep tree, however flat its text
+        raise PromQLError(f"an expression {depth} operations deep; relakit evaluates at "
+                          f"most {MAX_DEPTH} (split it with recording rules)", expr, 0)
+    return node
+
+
+def tree_depth(node) -> int:
+    """The tree's depth, without recursion (the check must not fail the way it guards)."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        n, d = stack.pop()
+        deepest = max(deepest, d)
+        kids = [getattr(n, a, None) for a in ("expr", "lhs", "rhs", "param")]
+        stack += [(k, d + 1) for k in [*kids, *getattr(n, "args", ())] if k is not None]
+    return deepest
 
 
 def selectors(node) -> list[Selector]:
