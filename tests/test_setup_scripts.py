@@ -89,11 +89,12 @@ def test_without_any_python_311_the_set_up_says_so_in_one_line(tmp_path):
 
 
 def test_a_failing_apt_for_the_wanted_python_packages_does_not_stop_the_set_up(tmp_path):
-    """python3-dev is a speed-up (tools/system-packages.sh): with Prometheus there and apt
-    failing (no network, say), the set-up goes on, saying .venv will use PATH's python3."""
+    """python3-dev is a speed-up (tools/system-packages.sh): with Prometheus and Chromium
+    there and apt failing (no network, say), the set-up goes on, saying .venv will use
+    PATH's python3."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for prog in ("prometheus", "promtool"):
+    for prog in ("prometheus", "promtool", "chromium", "chromedriver"):
         _wrapper(bindir / prog, "exit 0")
     apt_log = tmp_path / "apt.log"
     _wrapper(bindir / "apt-get", f'echo "$@" >> {apt_log}; exit 100')
