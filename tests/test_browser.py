@@ -37,7 +37,7 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SHOTS = ROOT / "out" / "browser"
 RUN_S = 120.0  # Run All Cells of one notebook, at most (04 took ~15 s, 09 ~25 s here)
 # what a chart that failed shows instead of itself
-FAILURES = ("Error loading script", "If you see this message", "<VegaLite", "JupyterChart(",
+FAILURES = ("Error loading script", "If you see this message", "<VegaLite", "JupyterChart",
             "alt.Chart(", "JavaScript Error", "Error displaying widget", "Traceback")
 
 
