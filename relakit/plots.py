@@ -690,8 +690,8 @@ WIDGET_RENDERER = "relakit-widget"
 
 def _widget_renderer(spec: dict, **metadata):
     """altair's chart widget given the spec itself. altair's own ``jupyter`` renderer
-    rebuilds the chart from the spec first (``Chart.from_dict``), 1.1-2.1 s for a run
-    dashboard against 0.06 s here; the widget needs the chart object only to hand
+    rebuilds the chart from the spec first (``Chart.from_dict``), 1.6 s for a run
+    dashboard against 0.09-0.15 s here; the widget needs the chart object only to hand
     selections back to Python, which a displayed chart does not (an explicit
     ``alt.JupyterChart(chart)`` still does, offline too). Zoom, tooltips and selections
     run in the browser either way."""
