@@ -62,12 +62,13 @@ def lab(tmp_path_factory):
                JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"))
     port, token = free_port(), secrets.token_hex(16)
+    log = open(home / "lab.log", "w")  # (open while JupyterLab runs)
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1",
          f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
          "--allow-root", "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        env=env, stdout=subprocess.DEVNULL, stderr=open(home / "lab.log", "w"))
+        env=env, stdout=subprocess.DEVNULL, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -87,6 +88,7 @@ def lab(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()
 
 
 @pytest.fixture(scope="module")
