@@ -7,14 +7,18 @@ BIN := $(VENV)/bin
 export NUMBA_CACHE_DIR := $(CURDIR)/.numba_cache
 export NUMBA_NUM_THREADS ?= 1
 
-.PHONY: setup system bytecode aot run test lint bench lab figures figures-only clean-cache clean FORCE
+.PHONY: setup system browser bytecode aot run test lint bench lab figures figures-only clean-cache clean FORCE
 
 setup: system $(VENV)/.installed $(NUMBA_CACHE_DIR)/.warm aot bytecode $(VENV)/.chart-js
 
-# prometheus and promtool (Debian's package `prometheus`), chromium and chromedriver (Debian's
-# `chromium`, `chromium-driver`, for the browser test): installed when missing, before any test runs
+# prometheus and promtool (Debian's package `prometheus`): installed when missing, before any test runs
 system:
 	@bash tools/system-packages.sh
+
+# chromium and chromedriver (Debian's `chromium`, `chromium-driver`) for tests/test_browser.py:
+# installed when missing by `make test` only (notebooks and the lab do not need them)
+browser:
+	@bash tools/system-packages.sh --browser
 
 # (re-)made only when missing or made on another interpreter than the one picked: .base then
 # changes, and the packages are installed again
@@ -64,7 +68,7 @@ run: setup
 		-p out_dir ../out/04_policy -p figures_dir ../figures -p static_figures True
 	@echo "executed notebook: out/04_policy.ipynb; figures: figures/04_*"
 
-test: setup
+test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q tests
 	$(BIN)/python -m pytest -q --nbval-lax -p no:cacheprovider notebooks

@@ -2,8 +2,9 @@
 # The system packages relakit's set-up needs. Called by every Makefile target that sets up.
 #
 # Required: Prometheus and promtool (Debian's package `prometheus`), which the tests and the
-# live lab start, and Chromium with its WebDriver (Debian's `chromium`, `chromium-driver`),
-# which the browser test drives headless against JupyterLab (tests/test_browser.py).
+# live lab start; with --browser (`make test`) also Chromium and its WebDriver (Debian's
+# `chromium`, `chromium-driver`), which the browser test drives headless against JupyterLab
+# (tests/test_browser.py), so `make lab` and `make run` do not need them.
 # Installed when missing and we may (root, or passwordless sudo); otherwise this stops at
 # once with one line naming the packages and the command.
 #
@@ -18,7 +19,9 @@ declare -A package=([prometheus]=prometheus [promtool]=prometheus [chromium]=chr
                     [chromedriver]=chromium-driver)
 missing=()   # programs
 packages=()  # the packages that install them, each once
-for prog in prometheus promtool chromium chromedriver; do
+progs=(prometheus promtool)
+[ "${1:-}" = --browser ] && progs+=(chromium chromedriver)
+for prog in "${progs[@]}"; do
   command -v "$prog" >/dev/null 2>&1 && continue
   missing+=("$prog")
   [[ " ${packages[*]} " == *" ${package[$prog]} "* ]] || packages+=("${package[$prog]}")
