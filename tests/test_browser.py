@@ -28,6 +28,7 @@ from conftest import ROOT
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
@@ -173,12 +174,17 @@ def _open_and_run(driver, lab, name: str) -> tuple[list[dict], float]:
     t0 = time.monotonic()
     driver.execute_script("jupyterapp.commands.execute('notebook:run-all-cells')")
 
+    last = {}
+
     def done():
-        s = driver.execute_script(STATE_JS)
+        last.update(s := driver.execute_script(STATE_JS))
         assert not s["errors"], f"{name}: {s['errors']}"
         return s["run"] == s["cells"] and s["busy"] == 0 and s["kernel"] == "idle"
 
-    _wait(done, RUN_S, f"{name}: Run All Cells")
+    try:
+        _wait(done, RUN_S, f"{name}: Run All Cells")
+    except AssertionError as exc:  # where it stood: cells run of all, busy, kernel
+        raise AssertionError(f"{exc}; {last}") from None
     run_s = time.monotonic() - t0
     # the widgets draw after the kernel is idle: wait until every chart has its size
     def drawn():
@@ -192,7 +198,8 @@ def _open_and_run(driver, lab, name: str) -> tuple[list[dict], float]:
 
 
 def _check_outputs(name: str, outs: list[dict], min_charts: int) -> int:
-    """Every widget output is a drawn chart (or holds one), nothing shows a failure."""
+    """Every widget output is a drawn chart (or holds one), nothing shows a failure; the
+    number of cells that drew a chart (each of these notebooks draws one per cell)."""
     for o in outs:
         bad = [f for f in FAILURES if f in o["text"]]
         assert not bad, f"{name}, code cell {o['cell']}: {bad}: {o['text']!r}"
@@ -200,7 +207,7 @@ def _check_outputs(name: str, outs: list[dict], min_charts: int) -> int:
             f"{name}, code cell {o['cell']} wrote to stderr: {o['text']!r}"
         if o["mime"] == "application/vnd.jupyter.widget-view+json":
             assert o["charts"], f"{name}, code cell {o['cell']}: a widget with no chart drawn"
-    charts = sum(len(o["charts"]) for o in outs)
+    charts = len({o["cell"] for o in outs if o["charts"]})  # (an output nests in a widget's)
     assert charts >= min_charts, f"{name}: {charts} charts drawn, expected {min_charts}"
     return charts
 
@@ -214,6 +221,21 @@ def _shots(driver, name: str) -> None:
         chart.screenshot(str(folder / f"chart-{i:02d}.png"))
 
 
+def _tooltip(driver, chart) -> str:
+    """Hover over a grid of points on a chart until vega's tooltip shows; its text."""
+    drawn = chart.find_element(By.CSS_SELECTOR, "canvas, svg.marks")
+    w, h = drawn.size["width"], drawn.size["height"]
+    shown = ("const t = document.getElementById('vg-tooltip-element');"
+             "return t && t.classList.contains('visible') ? t.innerText : '';")
+    for fy in (0.45, 0.55, 0.65, 0.75, 0.35, 0.25):
+        for fx in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8):
+            ActionChains(driver).move_to_element_with_offset(
+                drawn, int((fx - 0.5) * w), int((fy - 0.5) * h)).perform()
+            if text := driver.execute_script(shown):
+                return text
+    return ""
+
+
 def _note(name: str, **numbers) -> None:
     """What the run measured, beside its screenshots (out/browser/NAME.json)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -222,9 +244,9 @@ def _note(name: str, **numbers) -> None:
 
 def _only_the_jupyter_server(driver, lab) -> None:
     base = lab[0]
-    elsewhere = sorted(u for u in _requested(driver)
-                       if not u.startswith((base, "data:", "blob:", "about:",
-                                            base.replace("http", "ws"))))
+    elsewhere = sorted(u for u in _requested(driver)  # (chrome://, data:, blob: stay inside)
+                       if u.startswith(("http:", "https:", "ws:", "wss:"))
+                       and not u.startswith((base, base.replace("http", "ws"))))
     assert not elsewhere, f"requests to other hosts: {elsewhere[:5]}"
 
 
@@ -270,6 +292,9 @@ def test_notebook_04_draws_every_chart_and_its_slider_redraws(lab, browser):
     text = box.find_element(By.CSS_SELECTOR, ".widget-output").text
     assert text != old_text and not any(f in text for f in FAILURES), text
     assert "Warning" not in text, text  # the overload warning the notebook explains: silenced
+    # still interactive: the redrawn timeline's bars carry their mode in a tooltip
+    tip = _tooltip(browser, box.find_element(By.CSS_SELECTOR, ".vega-embed"))
+    assert any(m in tip for m in ("normal", "performance", "survival")), repr(tip)
     SHOTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(SHOTS / "04_policy_slider.png"))
     _shots(browser, name)
