@@ -675,7 +675,8 @@ def notebook_renderer(static: bool = False) -> None:
     Interactive (tooltips, zoom, selections): altair's chart widget, whose JavaScript
     (vega, vega-lite and vega-embed, the versions altair emits) is bundled by
     vl-convert and shipped by the kernel (:func:`offline_widget_js`), so JupyterLab
-    and Notebook 7 draw it without the CDN that altair's default renderer loads. Static: PNG through vl-convert, so an executed copy reads anywhere.
+    and Notebook 7 draw it without the CDN that altair's default renderer loads.
+    Static: PNG through vl-convert, so an executed copy reads anywhere.
     Why this and not a pin or an extension: ``docs/design.md``, "Charts in notebooks"."""
     if static:
         alt.renderers.enable("png")
