@@ -7,13 +7,18 @@ BIN := $(VENV)/bin
 export NUMBA_CACHE_DIR := $(CURDIR)/.numba_cache
 export NUMBA_NUM_THREADS ?= 1
 
-.PHONY: setup system bytecode aot run test lint bench lab figures figures-only clean-cache clean FORCE
+.PHONY: setup system browser bytecode aot run test lint bench lab figures figures-only clean-cache clean FORCE
 
-setup: system $(VENV)/.installed $(NUMBA_CACHE_DIR)/.warm aot bytecode
+setup: system $(VENV)/.installed $(NUMBA_CACHE_DIR)/.warm aot bytecode $(VENV)/.chart-js
 
 # prometheus and promtool (Debian's package `prometheus`): installed when missing, before any test runs
 system:
 	@bash tools/system-packages.sh
+
+# chromium and chromedriver (Debian's `chromium`, `chromium-driver`) for tests/test_browser.py:
+# installed when missing by `make test` only (notebooks and the lab do not need them)
+browser:
+	@bash tools/system-packages.sh --browser
 
 # (re-)made only when missing or made on another interpreter than the one picked: .base then
 # changes, and the packages are installed again
@@ -24,7 +29,7 @@ FORCE:
 
 $(VENV)/.installed: pyproject.toml $(VENV)/.base
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,notebooks,distributed,lab,search]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,notebooks,jupyter,distributed,lab,search]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (relakit)"
 	touch $@
 
@@ -43,6 +48,12 @@ $(NUMBA_CACHE_DIR)/.warm: $(VENV)/.installed relakit/sim/kernel.py relakit/sim/p
 aot: $(NUMBA_CACHE_DIR)/.warm
 	$(BIN)/python tools/build_aot.py
 
+# the notebooks' chart widget JavaScript, bundled by vl-convert once per set of versions (15-17 s;
+# relakit.plots.offline_widget_js): a kernel then loads it instead of bundling at its first chart
+$(VENV)/.chart-js: $(VENV)/.installed
+	$(BIN)/python -c "from relakit.plots import offline_widget_js; offline_widget_js()"
+	touch $@
+
 # relakit's bytecode: this environment sets PYTHONDONTWRITEBYTECODE=1, so without it every fresh
 # process (a test, a sweep worker, a notebook kernel) compiles relakit's modules from source,
 # 0.1-0.2 s each time; Python still reads .pyc files, and passes over one older than its source.
@@ -57,7 +68,7 @@ run: setup
 		-p out_dir ../out/04_policy -p figures_dir ../figures -p static_figures True
 	@echo "executed notebook: out/04_policy.ipynb; figures: figures/04_*"
 
-test: setup
+test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q tests
 	$(BIN)/python -m pytest -q --nbval-lax -p no:cacheprovider notebooks
@@ -74,10 +85,12 @@ bench: setup
 	$(BIN)/python benchmarks/bench_replications.py
 	$(BIN)/python benchmarks/bench_search.py
 
-# JupyterLab on loopback with the relakit kernel
+# JupyterLab on loopback with the relakit kernel, rooted at the project (notebooks/, out/ and
+# figures/ all reachable) and opening on notebooks/; installs nothing that setup has not.
+# Extra JupyterLab arguments: make lab ARGS='--port=8890'. Root needs --allow-root.
 lab: setup
-	$(BIN)/python -m pip install --quiet -e '.[jupyter]'
-	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks
+	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=$(CURDIR) \
+		--LabApp.default_url=/lab/tree/notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(ARGS)
 
 # `make figures`: the flagship ramp's standard views (RelA's policy, so the dashboard has its
 # mode panel). `relakit figures --scenario` draws the run folder only when it is that

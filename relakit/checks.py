@@ -61,6 +61,13 @@ class CheckError(ScenarioError):
         super().__init__("\n".join(f.text for f in self.findings))
 
 
+# where enforce's warnings say they come from: a warning is about an input, which its
+# text names first; a line of relakit's source would put the checkout's absolute path in
+# every notebook that shows one. The registry keeps Python's default: once per message
+# (while the warning filters stand).
+_SHOWN: dict = {}
+
+
 def enforce(findings) -> list[Finding]:
     """Warn (as :class:`RelakitWarning`) for each warning; raise :class:`CheckError` on errors.
 
@@ -68,7 +75,7 @@ def enforce(findings) -> list[Finding]:
     findings = list(findings)
     for f in findings:
         if f.severity == WARNING:
-            warnings.warn(f.text, RelakitWarning, stacklevel=3)
+            warnings.warn_explicit(f.text, RelakitWarning, "relakit", 0, registry=_SHOWN)
     if any(f.severity == ERROR for f in findings):
         raise CheckError(findings)
     return findings

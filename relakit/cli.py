@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from relakit.io import folder_name
-from relakit.progress import Progress, Ticker
+from relakit.progress import Progress
 from relakit.scenario import ScenarioError, load_scenario
 from relakit.validate import SEED_MAX
 
@@ -495,106 +495,24 @@ def _ok_after_warmup(result):
 
 
 def _lab(args) -> int:
-    """`relakit lab up|load|record|down`: the live system on 127.0.0.1."""
-    import signal
-    import time
-
-    from relakit.lab import Agent, Lab, LabSpec, run_load, stop_lab
+    """`relakit lab up|load|record|down`: the live system on 127.0.0.1 (relakit.lab.lifecycle)."""
+    from relakit.lab import lifecycle
 
     work = Path(args.dir)
     if args.action == "up":
-        from relakit.checks import check_lab, enforce
-        from relakit.control import load_clocks, load_policy
-
         _writable_dir(work, "--dir")
-        clocks = {"scrape_s": args.scrape_s, "window_s": args.window_s, "eval_s": args.eval_s,
-                  "poll_s": args.poll_s}
-        if args.no_policy and args.chain is None:
-            raise ScenarioError("lab up: --no-policy needs --chain (the agent needs a "
-                                "policy, a chain, or both)")
-        policy = None if args.no_policy else load_policy(args.policy)
-        chain = None
-        if args.chain is not None:
-            from relakit.chain import load_chain
-
-            chain = load_chain(args.chain)
-        if policy is not None:
-            enforce(check_lab(policy, load_clocks({}, **clocks)))
-        if args.lease_s <= args.renew_s:
-            raise ScenarioError(f"lab up: --lease-s {args.lease_s:g} must be longer than "
-                                f"--renew-s {args.renew_s:g} (a leader renews its lease "
-                                "before it expires)")
-        work.mkdir(parents=True, exist_ok=True)
-        spec = LabSpec(instances=args.instances, clocks=clocks, lease_s=args.lease_s,
-                       renew_s=args.renew_s)
-        with Lab(spec, workdir=str(work)) as lab:
-            lab.save_state()
-            agents = [Agent(lab, policy, chain=chain, name=f"agent {i}", ha=args.agents > 1)
-                      for i in range(args.agents)]
-            for agent in agents:
-                agent.start()
-            ha = (f"; {args.agents} agents, lease {args.lease_s:g} s"
-                  if args.agents > 1 else "")
-            print(f"lab up: config {lab.config_url}, prometheus {lab.prom_url}, instances "
-                  f"{', '.join(lab.instance_urls)}{ha}; Ctrl-C or "
-                  f"`relakit lab down --dir {work}`")
-            stop = []
-            signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-            try:
-                while not stop:
-                    time.sleep(0.5)
-            except KeyboardInterrupt:
-                pass
-            for agent in agents:
-                agent.stop()
-            import polars as pl
-
-            from relakit.io import write_parquet
-
-            write_parquet(pl.concat([a.decisions() for a in agents]).sort(
-                "decided_at_s", maintain_order=True), work / "decisions.parquet")
-        print(f"lab down; audit in {work / 'decisions.parquet'}")
-        return 0
-    if not (work / "state.json").is_file():
-        raise ScenarioError(f"{work}: no running lab here (no state.json); "
-                            f"start one with `relakit lab up --dir {work}`")
+        return lifecycle.up(
+            work, policy=None if args.no_policy else args.policy, chain=args.chain,
+            instances=args.instances, agents=args.agents, lease_s=args.lease_s,
+            renew_s=args.renew_s, clocks={"scrape_s": args.scrape_s, "window_s": args.window_s,
+                                          "eval_s": args.eval_s, "poll_s": args.poll_s})
     if args.action == "down":
-        # the owner first (it stops its children and writes its audit), then any
-        # recorded child left behind by an owner that was killed; a pid whose start
-        # time or command line no longer matches its record is someone else's
-        result = stop_lab(work)
-        for r in result["stopped"]:
-            print(f"stopped {r.get('name', 'lab up')} (pid {r['pid']})")
-        for r in result["left_alone"]:
-            print(f"left pid {r['pid']} alone: it is no longer the lab's "
-                  f"{r.get('name', 'lab up')} (another start time or command line)")
-        if result["remaining"]:  # cannot happen short of a process ignoring SIGKILL
-            print(f"still running: {', '.join(str(r['pid']) for r in result['remaining'])}; "
-                  f"kept {work / 'state.json'}")
-            return 1
-        if not result["stopped"]:
-            print("no process of the lab was running")
-        print(f"lab down: none of its {result['recorded']} recorded processes is running; "
-              f"removed {work / 'state.json'}")
-        return 0
-    lab = Lab.attach(work)
+        return lifecycle.down(work)
     if args.action == "load":
-        phases = args.phases
-        total = sum(seconds for seconds, _ in phases)
-        with Ticker(Progress("lab load", total, "s of load"), wall=True):
-            recs = run_load(lab, phases)
-        import polars as pl
-
-        from relakit.io import write_parquet
-
-        table = pl.DataFrame(recs)
-        print(_outcome_counts(table))
-        print(f"wrote {write_parquet(table, work / 'requests.parquet')}")
-        return 0
-    _writable_dir(Path(args.out).parent)
-    path = lab.record(args.out, time.time() - args.since)
-    print(f"wrote {path}")
-    return 0
+        return lifecycle.load(work, args.phases)
+    if (work / "state.json").is_file():  # no lab is said first (by lifecycle), then --out
+        _writable_dir(Path(args.out).parent)
+    return lifecycle.record(work, Path(args.out), args.since)
 
 
 def _check(args) -> int:
@@ -899,23 +817,6 @@ def build_parser() -> argparse.ArgumentParser:
     cb.add_argument("--seed", type=_seed, default=1, help="seed of the twin and its runs")
     cb.set_defaults(func=_calibrate)
     return parser
-
-
-def _outcome_counts(table) -> str:
-    """User requests by tier (rows) and outcome (columns), as a plain text table."""
-    from relakit.vocab import OUTCOMES as outcomes
-    from relakit.vocab import TIERS as tiers
-
-    counts = {(r["tier"], r["outcome"]): r["len"]
-              for r in table.group_by("tier", "outcome").len().iter_rows(named=True)}
-    rows = [["tier", *outcomes, "requests"]]
-    for tier in tiers:
-        n = [counts.get((tier, o), 0) for o in outcomes]
-        rows.append([tier, *map(str, n), str(sum(n))])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(v.ljust(w) if i == 0 else v.rjust(w)
-                               for i, (v, w) in enumerate(zip(r, widths, strict=True)))
-                      for r in rows)
 
 
 def _main(argv=None) -> int:

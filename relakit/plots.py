@@ -670,9 +670,66 @@ def _equals(title: str, value) -> str:
 
 
 def notebook_renderer(static: bool = False) -> None:
-    """Charts in notebooks: interactive (JupyterLab renders them offline), or static
-    PNG through vl-convert, so an executed copy reads anywhere without a network."""
-    alt.renderers.enable("png" if static else "default")
+    """Charts in notebooks, with no request to any host but the Jupyter server.
+
+    Interactive (tooltips, zoom, selections): altair's chart widget, whose JavaScript
+    (vega, vega-lite and vega-embed, the versions altair emits) is bundled by
+    vl-convert and shipped by the kernel (:func:`offline_widget_js`), so JupyterLab
+    and Notebook 7 draw it without the CDN that altair's default renderer loads.
+    Static: PNG through vl-convert, so an executed copy reads anywhere.
+    Why this and not a pin or an extension: ``docs/design.md``, "Charts in notebooks"."""
+    if static:
+        alt.renderers.enable("png")
+        return
+    offline_widget_js()
+    alt.renderers.enable(WIDGET_RENDERER)
+
+
+WIDGET_RENDERER = "relakit-widget"
+
+
+def _widget_renderer(spec: dict, **metadata):
+    """altair's chart widget given the spec itself. altair's own ``jupyter`` renderer
+    rebuilds the chart from the spec first (``Chart.from_dict``), 1.6 s for a run
+    dashboard against 0.09-0.15 s here; the widget needs the chart object only to hand
+    selections back to Python, which a displayed chart does not (an explicit
+    ``alt.JupyterChart(chart)`` still does, offline too). Zoom, tooltips and selections
+    run in the browser either way."""
+    widget = alt.JupyterChart(None, embed_options=metadata.get("embed_options"))
+    widget.spec = spec
+    return widget._repr_mimebundle_()
+
+
+alt.renderers.register(WIDGET_RENDERER, _widget_renderer)
+
+
+def offline_widget_js() -> Path | None:
+    """The chart widget's JavaScript bundle, made once per set of versions and kept.
+
+    vl-convert bundles it in 15-17 s on this machine (every kernel would pay that at
+    its first chart); the file, named by the altair, vl-convert and vega-lite versions,
+    lives in the environment's ``share/relakit`` (``make setup`` makes it), else in
+    ``~/.cache/relakit``. Loading it installs it as altair's offline widget code."""
+    import sys
+
+    import vl_convert as vlc
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    name = f"altair-{alt.__version__}-vlc-{vlc.__version__}-{vl_version_for_vl_convert()}.js"
+    places = [Path(sys.prefix) / "share" / "relakit", Path.home() / ".cache" / "relakit"]
+    for path in (d / name for d in places):
+        if path.is_file():
+            alt.JupyterChart._esm = path.read_text()
+            alt.JupyterChart._is_offline = True  # what enable_offline(True) sets
+            return path
+    alt.JupyterChart.enable_offline(True)
+    src = alt.JupyterChart._esm
+    for path in (d / name for d in places):
+        try:
+            return atomic_write(path, lambda tmp: Path(tmp).write_text(src))
+        except OSError:  # a read-only environment: the next place
+            continue
+    return None  # nowhere to keep it: this process has it all the same
 
 
 # ---- notebook figures -----------------------------------------------------------------------

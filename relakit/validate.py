@@ -127,16 +127,24 @@ def _unique_key_loader():
 
 
 def display_path(path) -> str:
-    """A path for messages: relative to the working folder when it is below it, else
-    absolute, and without ``..`` detours (``scenarios/../chains/x.yaml``)."""
+    """A path for messages: relative to the working folder when it is below it or below
+    the folder above it (``../params/policies/rela.yaml`` from a notebook in
+    ``notebooks/``, so no output shows where the checkout lives), else absolute; without
+    ``..`` detours (``scenarios/../chains/x.yaml``)."""
     import os
     from pathlib import Path
 
     p = Path(os.path.normpath(Path(path).absolute()))
-    try:
-        return str(p.relative_to(Path.cwd()))
-    except ValueError:
-        return str(p)
+    cwd = Path.cwd()
+    bases = [(cwd, Path())]
+    if cwd.parent != Path(cwd.anchor):  # not a folder straight under / ("../etc/x")
+        bases.append((cwd.parent, Path("..")))
+    for base, shown in bases:
+        try:
+            return str(shown / p.relative_to(base))
+        except ValueError:
+            continue
+    return str(p)
 
 
 def load_yaml(source, kind: str):

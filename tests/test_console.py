@@ -276,11 +276,11 @@ def test_simulate_prints_time_in_each_mode_that_adds_up(tmp_path, capsys):
 
 
 def test_lab_load_prints_its_outcomes_as_a_table_by_tier():
-    from relakit.cli import _outcome_counts
+    from relakit.lab.lifecycle import outcome_counts
 
     recs = pl.DataFrame({"tier": ["gold", "bronze", "bronze", "silver", "bronze"],
                          "outcome": ["ok", "dropped", "ok", "timeout", "dropped"]})
-    lines = _outcome_counts(recs).splitlines()
+    lines = outcome_counts(recs).splitlines()
     header = lines[0].split()
     assert header == ["tier", "ok", "error", "timeout", "dropped", "requests"]
     rows = {x.split()[0]: [int(v) for v in x.split()[1:]] for x in lines[1:]}

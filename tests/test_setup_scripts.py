@@ -107,3 +107,32 @@ def test_a_failing_apt_for_the_wanted_python_packages_does_not_stop_the_set_up(t
         assert apt_log.read_text().splitlines()[0] == "update -qq"
         said = "could not install python3-dev; .venv will be made on python3 from PATH"
         assert said in done.stderr
+
+
+def test_without_root_a_missing_browser_stops_the_test_set_up_only(tmp_path):
+    """`make test` needs Chromium and chromedriver (tests/test_browser.py); `make lab` and
+    `make run` do not. A user without root or sudo is told both packages and the command
+    by --browser, and the plain set-up goes on."""
+    import shutil
+
+    bindir = tmp_path / "bin"  # PATH: these, and only the tools the script calls
+    bindir.mkdir()
+    for prog in ("prometheus", "promtool"):
+        _wrapper(bindir / prog, "exit 0")
+    _wrapper(bindir / "id", "echo 1000")  # not root
+    _wrapper(bindir / "sudo", "exit 1")  # and no passwordless sudo
+    for tool in ("bash", "dirname", "cat", "grep", "sed", "head", "cut"):
+        (bindir / tool).symlink_to(shutil.which(tool))
+    distro = _wrapper(tmp_path / "distro-python3", f'exec {REAL} "$@"')
+    env = dict(os.environ, RELAKIT_DISTRO_PYTHON=str(distro), PATH=str(bindir))
+
+    def run(*args):
+        return subprocess.run(["bash", str(ROOT / "tools" / "system-packages.sh"), *args],
+                              env=env, capture_output=True, text=True, timeout=60)
+
+    plain, browser = run(), run("--browser")
+    assert plain.returncode == 0, plain.stderr
+    assert browser.returncode == 1
+    assert browser.stderr.strip() == (
+        "relakit: error: chromium chromedriver missing (Debian packages: chromium "
+        "chromium-driver); install them with: sudo apt-get install chromium chromium-driver")

@@ -2,8 +2,11 @@
 # The system packages relakit's set-up needs. Called by every Makefile target that sets up.
 #
 # Required: Prometheus and promtool (Debian's package `prometheus`), which the tests and the
-# live lab start. Installed when missing and we may (root, or passwordless sudo); otherwise
-# this stops at once with one line naming the package and the command.
+# live lab start; with --browser (`make test`) also Chromium and its WebDriver (Debian's
+# `chromium`, `chromium-driver`), which the browser test drives headless against JupyterLab
+# (tests/test_browser.py), so `make lab` and `make run` do not need them.
+# Installed when missing and we may (root, or passwordless sudo); otherwise this stops at
+# once with one line naming the packages and the command.
 #
 # Wanted: the venv module and C headers of the distribution's python3 (Debian's
 # `python3-venv`, `python3-dev`), so that tools/venv-python.sh can make .venv on that
@@ -11,9 +14,17 @@
 # it gains). Installed along when missing and we may; without them .venv is made on python3
 # from PATH, as before.
 set -euo pipefail
-missing=()
-for prog in prometheus promtool; do
-  command -v "$prog" >/dev/null 2>&1 || missing+=("$prog")
+# program -> the Debian package that installs it
+declare -A package=([prometheus]=prometheus [promtool]=prometheus [chromium]=chromium
+                    [chromedriver]=chromium-driver)
+missing=()   # programs
+packages=()  # the packages that install them, each once
+progs=(prometheus promtool)
+[ "${1:-}" = --browser ] && progs+=(chromium chromedriver)
+for prog in "${progs[@]}"; do
+  command -v "$prog" >/dev/null 2>&1 && continue
+  missing+=("$prog")
+  [[ " ${packages[*]} " == *" ${package[$prog]} "* ]] || packages+=("${package[$prog]}")
 done
 . "$(dirname "$0")/python-checks.sh"
 wanted=()
@@ -32,21 +43,21 @@ else
   may_apt=0
 fi
 command -v apt-get >/dev/null 2>&1 || may_apt=0
-if [ ${#missing[@]} -gt 0 ]; then  # required: install Prometheus, or stop with the command
+if [ ${#missing[@]} -gt 0 ]; then  # required: install them, or stop with the command
   if [ "$(id -u)" -ne 0 ] && [ ${#sudo[@]} -eq 0 ]; then
-    echo "relakit: error: ${missing[*]} missing (Debian package 'prometheus'); install it with: sudo apt-get install prometheus" >&2
+    echo "relakit: error: ${missing[*]} missing (Debian packages: ${packages[*]}); install them with: sudo apt-get install ${packages[*]}" >&2
     exit 1
   elif [ "$may_apt" -eq 0 ]; then
-    echo "relakit: error: ${missing[*]} missing and no apt-get here; install Prometheus 2.x so that 'prometheus' and 'promtool' are on PATH" >&2
+    echo "relakit: error: ${missing[*]} missing and no apt-get here; install Prometheus 2.x (prometheus, promtool) and Chromium with its chromedriver so that they are on PATH" >&2
     exit 1
   fi
-  echo "relakit: installing Debian's prometheus (${missing[*]} missing)" >&2
+  echo "relakit: installing Debian's ${packages[*]} (${missing[*]} missing)" >&2
   export DEBIAN_FRONTEND=noninteractive
   "${sudo[@]}" apt-get update -qq
-  "${sudo[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-  for prog in prometheus promtool; do
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+  for prog in "${missing[@]}"; do
     command -v "$prog" >/dev/null 2>&1 || {
-      echo "relakit: error: installed 'prometheus' but '$prog' is still not on PATH" >&2; exit 1; }
+      echo "relakit: error: installed '${package[$prog]}' but '$prog' is still not on PATH" >&2; exit 1; }
   done
 fi
 # wanted: a speed-up, not a need. Any failure (no apt, no network, no such package) only

@@ -13,7 +13,8 @@ process is stopped on :meth:`Lab.down` (or leaving the ``with`` block).
 
 How a lab is stopped even when its owner was killed, and where the token travels: :mod:`.lab`.
 
-Modules: :mod:`.lab` (the processes, queries, recording, ``stop_lab``),
+Modules: :mod:`.lifecycle` (what ``relakit lab up|load|record|down`` does: the command
+line only parses its arguments), :mod:`.lab` (the processes, queries, recording, ``stop_lab``),
 :mod:`.agent` (the deciders live), :mod:`.load` (the load generator),
 :mod:`.config_server` and :mod:`.dataplane` (the services), :mod:`.procs`
 (process records). The names above are loaded when first asked for.

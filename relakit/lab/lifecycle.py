@@ -1,0 +1,147 @@
+"""The live lab's life, as ``relakit lab up|load|record|down`` runs it.
+
+The command line parses the arguments and calls one function here; each validates what
+only the lab knows (a policy against the clocks, a lease against its renewal), does its
+part and prints what the user needs to go on (the URLs, where the audit went, what was
+stopped). The processes themselves are :class:`relakit.lab.lab.Lab`'s.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+from relakit.validate import ScenarioError
+
+
+def up(work: Path, *, policy: str | None, chain: str | None, instances: int, agents: int,
+       lease_s: float, renew_s: float, clocks: dict) -> int:
+    """Start the lab in ``work`` and its agents (``policy`` None: the chain alone), run
+    until Ctrl-C or SIGTERM (``down``), then stop it and write the agents' audit."""
+    import polars as pl
+
+    from relakit.checks import check_lab, enforce
+    from relakit.control import load_clocks, load_policy
+    from relakit.io import write_parquet
+    from relakit.lab.agent import Agent
+    from relakit.lab.lab import Lab, LabSpec
+
+    if policy is None and chain is None:
+        raise ScenarioError("lab up: --no-policy needs --chain (the agent needs a "
+                            "policy, a chain, or both)")
+    pol = None if policy is None else load_policy(policy)
+    ch = None
+    if chain is not None:
+        from relakit.chain import load_chain
+
+        ch = load_chain(chain)
+    if pol is not None:
+        enforce(check_lab(pol, load_clocks({}, **clocks)))
+    if lease_s <= renew_s:
+        raise ScenarioError(f"lab up: --lease-s {lease_s:g} must be longer than "
+                            f"--renew-s {renew_s:g} (a leader renews its lease "
+                            "before it expires)")
+    work.mkdir(parents=True, exist_ok=True)
+    spec = LabSpec(instances=instances, clocks=clocks, lease_s=lease_s, renew_s=renew_s)
+    with Lab(spec, workdir=str(work)) as lab:
+        lab.save_state()
+        running = [Agent(lab, pol, chain=ch, name=f"agent {i}", ha=agents > 1)
+                   for i in range(agents)]
+        for agent in running:
+            agent.start()
+        ha = f"; {agents} agents, lease {lease_s:g} s" if agents > 1 else ""
+        print(f"lab up: config {lab.config_url}, prometheus {lab.prom_url}, instances "
+              f"{', '.join(lab.instance_urls)}{ha}; Ctrl-C or "
+              f"`relakit lab down --dir {work}`")
+        stop = []
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+        try:
+            while not stop:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        for agent in running:
+            agent.stop()
+        write_parquet(pl.concat([a.decisions() for a in running]).sort(
+            "decided_at_s", maintain_order=True), work / "decisions.parquet")
+    print(f"lab down; audit in {work / 'decisions.parquet'}")
+    return 0
+
+
+def down(work: Path) -> int:
+    """Stop the lab of ``work``: the owner first (it stops its children and writes its
+    audit), then any recorded child left behind by an owner that was killed; a pid whose
+    start time or command line no longer matches its record is someone else's."""
+    from relakit.lab.lab import stop_lab
+
+    _require_running(work)
+    result = stop_lab(work)
+    for r in result["stopped"]:
+        print(f"stopped {r.get('name', 'lab up')} (pid {r['pid']})")
+    for r in result["left_alone"]:
+        print(f"left pid {r['pid']} alone: it is no longer the lab's "
+              f"{r.get('name', 'lab up')} (another start time or command line)")
+    if result["remaining"]:  # cannot happen short of a process ignoring SIGKILL
+        print(f"still running: {', '.join(str(r['pid']) for r in result['remaining'])}; "
+              f"kept {work / 'state.json'}")
+        return 1
+    if not result["stopped"]:
+        print("no process of the lab was running")
+    print(f"lab down: none of its {result['recorded']} recorded processes is running; "
+          f"removed {work / 'state.json'}")
+    return 0
+
+
+def load(work: Path, phases: list[tuple[float, float]]) -> int:
+    """Send open-loop load to the running lab, phase by phase (seconds, requests/s);
+    print the outcomes by tier and keep every request in ``requests.parquet``."""
+    import polars as pl
+
+    from relakit.io import write_parquet
+    from relakit.lab.lab import Lab
+    from relakit.lab.load import run_load
+    from relakit.progress import Progress, Ticker
+
+    _require_running(work)
+    lab = Lab.attach(work)
+    with Ticker(Progress("lab load", sum(seconds for seconds, _ in phases), "s of load"),
+                wall=True):
+        recs = run_load(lab, phases)
+    table = pl.DataFrame(recs)
+    print(outcome_counts(table))
+    print(f"wrote {write_parquet(table, work / 'requests.parquet')}")
+    return 0
+
+
+def record(work: Path, out: Path, since_s: float) -> int:
+    """Save what the running lab's Prometheus scraped over the last ``since_s`` seconds,
+    in the trace importer's format (for ``relakit replay``)."""
+    from relakit.lab.lab import Lab
+
+    _require_running(work)
+    print(f"wrote {Lab.attach(work).record(out, time.time() - since_s)}")
+    return 0
+
+
+def outcome_counts(table) -> str:
+    """User requests by tier (rows) and outcome (columns), as a plain text table."""
+    from relakit.vocab import OUTCOMES as outcomes
+    from relakit.vocab import TIERS as tiers
+
+    counts = {(r["tier"], r["outcome"]): r["len"]
+              for r in table.group_by("tier", "outcome").len().iter_rows(named=True)}
+    rows = [["tier", *outcomes, "requests"]]
+    for tier in tiers:
+        n = [counts.get((tier, o), 0) for o in outcomes]
+        rows.append([tier, *map(str, n), str(sum(n))])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(r, widths, strict=True)))
+                      for r in rows)
+
+
+def _require_running(work: Path) -> None:
+    if not (work / "state.json").is_file():
+        raise ScenarioError(f"{work}: no running lab here (no state.json); "
+                            f"start one with `relakit lab up --dir {work}`")
