@@ -216,3 +216,24 @@ def test_make_figures_simulates_then_draws(tmp_path):
     fourth = subprocess.run([*cmd[:-4], f"FIGURES_SCENARIO={edited}", *cmd[-3:]],
                             capture_output=True, text=True, timeout=600)
     assert fourth.returncode == 0 and "made from other inputs" in fourth.stdout, fourth.stderr
+
+
+def test_a_no_requests_dashboard_counts_on_the_sample_grid():
+    """15 s samples drawn in 10 s bins put one or two samples' increments in a bin: the
+    README's Quick use run (--no-requests) showed the ramp's offered load 1.5x too high.
+    From metrics, bins are whole sample intervals, so a constant 400 req/s reads ~400."""
+    sc = {"name": "grid", "duration_s": 300, "seed": 3,
+          "workload": {"arrival": {"kind": "poisson", "rate_rps": 400}},
+          "fleet": {"nodes": 2, "servers": 4, "service": {"kind": "exponential",
+                                                          "mean_ms": 10}},
+          "metrics": {"interval_s": 15}}
+    flat = simulate(load_scenario(sc), record_requests=False)
+    counts, source, bin_s = plots.run_counts(flat, 10.0)
+    assert source == "metrics" and bin_s == 15.0
+    frame = plots.offered_load_frame(counts, bin_s, 300.0)
+    per_bin = frame.filter(pl.col("time_s") < 300).group_by("time_s").agg(
+        pl.col("rate_rps").sum())["rate_rps"]
+    assert per_bin.max() < 400 * 1.15 and per_bin.min() > 400 * 0.85, per_bin.to_list()
+    # the panel says the bin it drew
+    spec = plots.run_dashboard(flat).to_dict()
+    assert "15 s bins" in json.dumps(spec)
