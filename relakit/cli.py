@@ -741,45 +741,51 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated, from png, svg and pdf")
     f.set_defaults(func=_figures)
     lb = command("lab", "the live RelA lab on 127.0.0.1: up, load, record, down",
-                 "RelA itself, on 127.0.0.1 only (Prometheus: Debian's package).\n\n"
-                 "  up      start the config server, the data-plane instances, Prometheus\n"
-                 "          and the agent (RelA's controller, and a chain with --chain);\n"
-                 "          runs until Ctrl-C or `down`\n"
-                 "  load    send open-loop load to the running lab, phase by phase\n"
-                 "  record  save what Prometheus scraped, for `relakit replay`\n"
-                 "  down    stop the lab", wrap=False)
-    lb.add_argument("action", choices=("up", "load", "record", "down"), help="what to do")
-    lb.add_argument("--dir", default="out/lab", help="the lab's working folder")
-    lb.add_argument("--instances", type=_instances, default=3, help="up: data-plane instances")
-    lb.add_argument("--policy", default="params/policies/rela.yaml",
-                    help="up: the agent's policy YAML")
-    lb.add_argument("--no-policy", action="store_true",
-                    help="up: no policy (then give --chain)")
-    lb.add_argument("--chain", default=None,
-                    help="up: a containment chain YAML the agent runs too (it isolates "
-                         "and readmits instances through the config server)")
-    lb.add_argument("--agents", type=_instances, default=1,
-                    help="up: agent replicas; more than one elect a leader through a lease "
-                         "on the config server (writes fenced by its epoch)")
-    lb.add_argument("--lease-s", type=_positive, default=5.0,
-                    help="up: the leader's lease, seconds (with --agents > 1)")
-    lb.add_argument("--renew-s", type=_positive, default=1.5,
-                    help="up: how often the leader renews its lease, seconds")
-    lb.add_argument("--scrape-s", type=_positive, default=1.0,
-                    help="up: Prometheus scrape interval, seconds")
-    lb.add_argument("--window-s", type=_positive, default=5.0,
-                    help="up: the signals' query window, seconds")
-    lb.add_argument("--eval-s", type=_positive, default=1.0,
-                    help="up: the agent's evaluation interval, seconds")
-    lb.add_argument("--poll-s", type=_positive, default=1.0,
-                    help="up: the instances' and load generator's config poll interval, "
-                         "seconds")
-    lb.add_argument("--phases", type=_phases, default="10:50,20:200,10:50",
-                    help="load: seconds:rate pairs (rate in requests/s), run in order")
-    lb.add_argument("--since", type=_positive, default=120.0,
-                    help="record: how far back to record, seconds")
-    lb.add_argument("--out", default="out/lab/recorded.json", help="record: output file")
-    lb.set_defaults(func=_lab)
+                 "RelA itself, on 127.0.0.1 only (Prometheus: Debian's package). Each "
+                 "action has its own options: `relakit lab up --help`.")
+    actions = lb.add_subparsers(dest="action", required=True, metavar="action",
+                                help="what to do (each has its own --help)")
+
+    def action(name, help_text):
+        ap = actions.add_parser(name, help=help_text, description=help_text[0].upper()
+                                + help_text[1:] + ".", formatter_class=_Help)
+        ap.add_argument("--dir", default="out/lab", help="the lab's working folder")
+        ap.set_defaults(func=_lab)
+        return ap
+
+    up = action("up", "start the config server, the data-plane instances, Prometheus and "
+                      "the agent; runs until Ctrl-C or `relakit lab down`")
+    up.add_argument("--instances", type=_instances, default=3, help="data-plane instances")
+    up.add_argument("--policy", default="params/policies/rela.yaml",
+                    help="the agent's policy YAML")
+    up.add_argument("--no-policy", action="store_true", help="no policy (then give --chain)")
+    up.add_argument("--chain", default=None,
+                    help="a containment chain YAML the agent runs too (it isolates and "
+                         "readmits instances through the config server)")
+    up.add_argument("--agents", type=_instances, default=1,
+                    help="agent replicas; more than one elect a leader through a lease on "
+                         "the config server (writes fenced by its epoch)")
+    up.add_argument("--lease-s", type=_positive, default=5.0,
+                    help="the leader's lease, seconds (with --agents > 1)")
+    up.add_argument("--renew-s", type=_positive, default=1.5,
+                    help="how often the leader renews its lease, seconds")
+    up.add_argument("--scrape-s", type=_positive, default=1.0,
+                    help="Prometheus scrape interval, seconds")
+    up.add_argument("--window-s", type=_positive, default=5.0,
+                    help="the signals' query window, seconds")
+    up.add_argument("--eval-s", type=_positive, default=1.0,
+                    help="the agent's evaluation interval, seconds")
+    up.add_argument("--poll-s", type=_positive, default=1.0,
+                    help="the instances' and load generator's config poll interval, seconds")
+    ld = action("load", "send open-loop load to the running lab, phase by phase")
+    ld.add_argument("--phases", type=_phases, default="10:50,20:200,10:50",
+                    help="seconds:rate pairs (rate in requests/s), run in order")
+    rec = action("record", "save what Prometheus scraped, for `relakit replay`")
+    rec.add_argument("--since", type=_positive, default=120.0,
+                     help="how far back to record, seconds")
+    rec.add_argument("--out", default="out/lab/recorded.json", help="output file")
+    action("down", "stop the lab, whatever happened to the process that started it")
+
     c = command("check", "check input files without running anything (exit 0 clean, "
                 "1 warnings, 2 errors)",
                 "Run every semantic check on the given files without simulating: "

@@ -59,9 +59,26 @@ def test_the_usual_subcommands_are_there():
     assert {"simulate", "replay", "sweep", "figures", "lab"} <= set(_subcommands())
 
 
-@pytest.mark.parametrize("name", sorted(_subcommands()))  # every one, also those added later
+def _lab_actions():
+    lab = _subcommands()["lab"]
+    return next(a for a in lab._actions if hasattr(a, "choices") and isinstance(
+        a.choices, dict)).choices
+
+
+def test_each_lab_action_has_its_own_options():
+    """`relakit lab up --help` lists up's options only (they were one list for all four)."""
+    acts = _lab_actions()
+    assert set(acts) == {"up", "load", "record", "down"}
+    flags = {n: {f for a in p._actions for f in a.option_strings} for n, p in acts.items()}
+    assert "--phases" in flags["load"] and "--phases" not in flags["up"]
+    assert "--instances" in flags["up"] and "--instances" not in flags["down"]
+    assert all("--dir" in f for f in flags.values())
+
+
+@pytest.mark.parametrize("name", sorted(_subcommands()) + [f"lab {a}" for a in
+                                                          sorted(_lab_actions())])
 def test_every_option_has_help_and_states_its_default(name):
-    sp = _subcommands()[name]
+    sp = (_subcommands()[name] if " " not in name else _lab_actions()[name.split()[1]])
     text = sp.format_help()
     options = [a for a in sp._actions if a.option_strings and a.dest != "help"]
     positionals = [a for a in sp._actions if not a.option_strings]
