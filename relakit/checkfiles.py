@@ -39,9 +39,11 @@ def as_finding(exc: Exception, path) -> C.Finding:
 
 def kind_of(data) -> str:
     """A YAML document's kind from its keys: scenario | policy | chain | clocks | sweep |
-    search | rules (a Prometheus rule file) | unknown."""
+    search | rules (a Prometheus rule file) | alert mapping (alert: mode, for
+    ``import-rules --mapping``) | unknown."""
     from relakit.chain import STAGES
     from relakit.control.clocks import KEYS as CLOCK_KEYS
+    from relakit.control.import_rules import RELA_MODES
 
     if not isinstance(data, dict) or not data:
         return "unknown"
@@ -60,6 +62,9 @@ def kind_of(data) -> str:
         return "chain"
     if keys & set(CLOCK_KEYS):  # the clocks loader then names any stray key
         return "clocks"
+    if all(isinstance(v, str) for v in data.values()) and set(data.values()) <= set(
+            RELA_MODES):
+        return "alert mapping"
     return "unknown"
 
 
@@ -157,6 +162,10 @@ def _one(raw, findings: list, kinds: dict, loaded: dict) -> None:
             loaded["policy"].append(load_policy(path))
         elif kind == "chain":
             loaded["chain"].append(load_chain(path))
+        elif kind == "alert mapping":
+            from relakit.control.import_rules import read_mapping
+
+            read_mapping(path)
         elif kind == "rules":
             from relakit.control.rules import load_rules
 

@@ -204,5 +204,5 @@ def test_relakit_check_knows_every_file_the_project_ships_and_finds_nothing(caps
     finally:
         os.chdir(here)
     assert {"scenario", "policy", "chain", "clocks", "sweep", "search", "rules", "trace",
-            "rate trace", "audit", "requests", "papermill parameters",
+            "rate trace", "audit", "requests", "papermill parameters", "alert mapping",
             "documentation"} <= kinds, kinds
