@@ -66,7 +66,8 @@ run: setup
 	mkdir -p out figures
 	$(BIN)/papermill notebooks/04_policy.ipynb out/04_policy.ipynb --kernel python3 --cwd notebooks \
 		-p out_dir ../out/04_policy -p figures_dir ../figures -p static_figures True
-	@echo "executed notebook: out/04_policy.ipynb; figures: figures/04_*"
+	cp figures/04_rela_ramp.png docs/dashboard.png  # the README's picture is what this draws
+	@echo "executed notebook: out/04_policy.ipynb; figures: figures/04_*; docs/dashboard.png"
 
 test: setup browser
 	$(BIN)/ruff check .

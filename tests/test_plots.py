@@ -4,6 +4,7 @@ the `relakit figures` command, and the Makefile's `figures` target."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -237,3 +238,25 @@ def test_a_no_requests_dashboard_counts_on_the_sample_grid():
     # the panel says the bin it drew
     spec = plots.run_dashboard(flat).to_dict()
     assert "15 s bins" in json.dumps(spec)
+
+
+def test_the_latency_panel_draws_the_range_its_data_has():
+    """vega-lite's own log domain ended at the decade the p99 reached, so the line ran
+    into the frame's edge; the axis now spans the data with room above it."""
+    r = simulate(load_scenario(LAB_STEP))
+    chart = plots.latency_over_time(r.requests, 5.0, domain=(0.0, 25.0))
+    lo, hi = chart.to_dict()["encoding"]["y"]["scale"]["domain"]
+    data = plots.latency_frame(r.requests, 5.0, (0.5, 0.99), 25.0)["latency_ms"].drop_nulls()
+    assert lo <= data.min() and hi == pytest.approx(1.5 * data.max())  # room above the top
+    assert math.log10(lo) == int(math.log10(lo)) and lo > data.min() / 10
+    assert r.info["in_flight_at_end"] == 0
+    assert "leaves out" not in json.dumps(plots.run_dashboard(r).to_dict())
+    # an overloaded run ends with requests in flight: the load panel's last bin says so
+    over = simulate(load_scenario({
+        "name": "over", "duration_s": 5, "seed": 2,
+        "workload": {"arrival": {"kind": "poisson", "rate_rps": 600}, "deadline_ms": 1000},
+        "fleet": {"nodes": 1, "servers": 4, "service": {"kind": "exponential",
+                                                        "mean_ms": 10}}}))
+    left = over.info["in_flight_at_end"]
+    assert left > 50
+    assert f"leaves out the {left:,} requests" in json.dumps(plots.run_dashboard(over).to_dict())
