@@ -190,6 +190,8 @@ class ReplicatedResult:
             table = getattr(self, name)
             if table is not None:
                 written.append(write_parquet(table, out / f"{name}.parquet"))
+            else:  # an earlier run's table in the folder must not pass for this one's
+                (out / f"{name}.parquet").unlink(missing_ok=True)
         written.append(write_json({"info": self.info, "tiers": self.summary.to_dicts()},
                                   out / "summary.json"))
         return written

@@ -323,3 +323,14 @@ def test_the_command_line_prints_mean_and_half_width_and_lists_the_seeds(tmp_pat
         (pl.col("replication") == 1) & (pl.col("tier") == "all"))
     one = next(t for t in tiers if t["tier"] == "all")
     assert code == 0 and one["mean_ms"] == runs["mean_ms"][0]
+
+
+def test_a_replicated_run_written_over_another_leaves_none_of_its_tables(tmp_path):
+    """A folder rewritten by a run without per-request records kept the earlier run's
+    requests.parquet, which then passed for the new run's."""
+    sc = load_scenario(make_scenario(rate=200, duration=3, nodes=1, servers=4))
+    relakit.simulate(sc, replications=2, workers=1, record_requests=True).write(tmp_path)
+    assert (tmp_path / "requests.parquet").is_file()
+    relakit.simulate(sc, replications=2, workers=1, record_requests=False).write(tmp_path)
+    assert not (tmp_path / "requests.parquet").exists()
+    assert (tmp_path / "runs.parquet").is_file() and (tmp_path / "summary.json").is_file()
