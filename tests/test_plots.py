@@ -260,3 +260,21 @@ def test_the_latency_panel_draws_the_range_its_data_has():
     left = over.info["in_flight_at_end"]
     assert left > 50
     assert f"leaves out the {left:,} requests" in json.dumps(plots.run_dashboard(over).to_dict())
+
+
+def test_the_hedging_title_says_what_its_data_shows():
+    """The title once said "near saturation only if the loser is cancelled" beside a
+    cancelled-while-queued p99 of 4,840 ms against 272 ms without hedging."""
+    h = pl.DataFrame({"load": [0.3] * 4 + [0.9] * 4,
+                      "hedging": ["off", "never", "queued", "started"] * 2,
+                      "p99_ms": [101.0, 20, 20, 20, 272, 26363, 4840, 22],
+                      "p99_ms_ci": [0.0, 0, 0, 0, 60, 357, 341, 1]})
+    assert plots.hedging_verdict(h) == ("Hedging helps at low load; at 90% load only with "
+                                        "the loser cancelled even in service")
+    assert plots.hedging_collapse(h).to_dict()["title"]["text"] == plots.hedging_verdict(h)
+    # a difference inside the intervals is no win
+    close = h.with_columns(pl.when((pl.col("hedging") == "started") & (pl.col("load") == 0.9))
+                           .then(250.0).otherwise(pl.col("p99_ms")).alias("p99_ms"))
+    assert plots.hedging_verdict(close).endswith("at 90% load no hedging policy does")
+    assert plots.hedging_verdict(h.with_columns(pl.lit(500.0).alias("p99_ms"))).startswith(
+        "Hedging does not help at low load")
