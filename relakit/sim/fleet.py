@@ -373,18 +373,14 @@ class Fleet:
                          heap_k=_grow_rows(st.heap_k, 2 * heap))
             isv[K.IS_JOB_FREE_N] += jobs
             self._sizes = (2 * v_users, 2 * v_calls, 2 * v_ring)
-        if short[0]:
-            grown.update(usr_i=_grow_rows(st.usr_i, 2 * users),
-                         usr_f=_grow_rows(st.usr_f, 2 * users),
-                         usr_free=_grown_pool(st.usr_free, isv[K.IS_USR_FREE_N], users,
-                                              2 * users))
-            isv[K.IS_USR_FREE_N] += users
-        if short[1]:
-            grown.update(call_i=_grow_rows(st.call_i, 2 * calls),
-                         call_f=_grow_rows(st.call_f, 2 * calls),
-                         call_free=_grown_pool(st.call_free, isv[K.IS_CALL_FREE_N], calls,
-                                               2 * calls))
-            isv[K.IS_CALL_FREE_N] += calls
+        for ran_short, pool, free_n, n in ((short[0], "usr", K.IS_USR_FREE_N, users),
+                                           (short[1], "call", K.IS_CALL_FREE_N, calls)):
+            if ran_short:  # a pool's int and float rows and its free list, doubled
+                grown.update({f"{pool}_i": _grow_rows(getattr(st, f"{pool}_i"), 2 * n),
+                              f"{pool}_f": _grow_rows(getattr(st, f"{pool}_f"), 2 * n),
+                              f"{pool}_free": _grown_pool(getattr(st, f"{pool}_free"),
+                                                          isv[free_n], n, 2 * n)})
+                isv[free_n] += n
         if short[2]:
             grown.update(_grown_rings(st.tq_t, st.tq_k, st.tq_n))
         return st._replace(**grown)
