@@ -228,3 +228,61 @@ def test_a_second_search_on_a_running_journal_is_refused(tmp_path):
         with pytest.raises(ScenarioError, match=r"study\.journal: another search \(pid \d+\)"):
             relakit.search(spec, out, workers=1, notice=lambda line: None)
     assert not (out / "study.journal").exists()  # the refused search wrote nothing
+
+
+def test_a_searched_key_reads_as_words_with_its_unit():
+    from relakit.search.report import SETTINGS, setting_text
+
+    policy = yaml.safe_load((ROOT / "params" / "policies" / "rela.yaml").read_text())
+    assert setting_text("policy.conditions.overloaded.threshold", 87.31, policy) == \
+        "overloaded threshold on p99_ms 87.3 ms"
+    assert setting_text("policy.conditions.failing.threshold", 0.05, policy) == \
+        "failing threshold on error_ratio 5 %"
+    assert setting_text("policy.modes.0.enter_after", 2, policy) == \
+        "survival entered after 2 evaluations"
+    assert setting_text("policy.modes.1.min_dwell_s", 10, policy) == \
+        "performance minimum dwell 10 s"
+    assert setting_text("clocks.eval_s", 5, policy) == "evaluation interval 5 s"
+    # a key the table lacks is shown as given, not renamed by a guess
+    assert setting_text("fleet.servers", 4, policy) == "fleet.servers = 4"
+    # every clock a scenario has its words (the clocks reader's keys)
+    from relakit.control import Clocks
+    clock_keys = {f"clocks.{f}" for f in Clocks.__dataclass_fields__} - {"clocks.source"}
+    import re
+    assert all(any(re.fullmatch(p, k) for p, _, _ in SETTINGS) for k in clock_keys), clock_keys
+
+
+def test_the_sentence_tells_gains_costs_and_no_difference_apart():
+    """Objectives significantly better are gains, significantly worse costs, the rest
+    'no significant difference' (a gain was once called 'no significant cost')."""
+    from types import SimpleNamespace
+
+    from relakit.search.spec import Objective
+
+    diffs = {"gold.success_ratio": (0.9, 0.6, True, True),
+             "dropped_share": (0.02, 0.05, True, True),      # lower is better: a gain
+             "seconds_over_slo": (30.0, 10.0, True, False),  # a cost
+             "mode_changes": (2.0, 2.2, False, False)}       # no significant difference
+
+    def difference(trial, number):
+        v, i, sig, better = diffs[number]
+        return {"value": v, "value_ci": 0.01, "incumbent": i, "incumbent_ci": 0.01,
+                "difference": v - i, "difference_ci": 0.01, "significant": sig,
+                "better": better}
+
+    spec = SimpleNamespace(scenario=str(ROOT / "params" / "scenarios" / "metastable.yaml"),
+                           base={"policy": str(ROOT / "params" / "policies" / "rela.yaml")},
+                           replications=3,
+                           objectives=[Objective(n, "max") for n in diffs])
+    front = pl.DataFrame({"trial": [4], "param.policy.conditions.overloaded.threshold": [120.0],
+                          "param.clocks.window_s": [10]})
+    res = SimpleNamespace(incumbent=pl.DataFrame(), spec=spec, front=front,
+                          difference=difference)
+    text = sentence(res, "gold.success_ratio", trial=4)
+    assert text.startswith(
+        "With overloaded threshold on p99_ms 120 ms, query window 10 s (trial 4)")
+    assert "better too in dropped share 2.0 ± 1.0 % instead of 5.0 ± 1.0 %" in text
+    assert ("at the cost of seconds over the latency SLO 30.0 ± 0.0 s instead of 10.0 ± 0.0 s"
+            in text)
+    assert text.endswith("no significant difference in mode changes.")
+    assert "no significant cost" not in text
