@@ -537,16 +537,23 @@ def control_summary(decisions: pl.DataFrame, timeline: pl.DataFrame, controller,
 
 
 # ---- replications ------------------------------------------------------------------------------
-def replicate_zoned(sc: Scenario, n: int, seed: int | None = None, inside=(0,)) -> pl.DataFrame:
+def replicate_zoned(sc: Scenario, n: int, seed: int | None = None, inside=(0,),
+                    keep: list | None = None) -> pl.DataFrame:
     """``n`` runs of a zoned scenario on :func:`relakit.replications.replication_seeds`:
     one row per replication with :meth:`~relakit.zones.ZonedResult.blast_radius`'s
-    numbers. Two scopes run on the same seeds are paired (common random numbers)."""
+    numbers. Two scopes run on the same seeds are paired (common random numbers).
+    ``keep``, a list, receives each run's ZonedResult in replication order (for figures
+    drawn over the same runs, instead of running them again)."""
     from relakit.replications import replication_seeds
 
     base = sc.seed if seed is None else int(seed)
-    return pl.DataFrame([{"replication": i, "seed": int(s),
-                          **run_once(sc, int(s)).blast_radius(inside)}
-                         for i, s in enumerate(replication_seeds(base, n))])
+    rows = []
+    for i, s in enumerate(replication_seeds(base, n)):
+        result = run_once(sc, int(s))
+        rows.append({"replication": i, "seed": int(s), **result.blast_radius(inside)})
+        if keep is not None:
+            keep.append(result)
+    return pl.DataFrame(rows)
 
 
 def replicate_rollout(sc: Scenario, n: int, seed: int | None = None,

@@ -28,17 +28,46 @@ from relakit.io import atomic_write
 THEME = "relakit"
 FORMATS = ("png", "svg", "pdf")
 
-# ---- palettes: defined once, one meaning per colour -----------------------------------------
-OUTCOME_COLORS = {"ok": "#59a14f", "error": "#e15759", "timeout": "#f28e2b",
-                  "dropped": "#bab0ac"}
-TIER_COLORS = {"gold": "#c9a227", "silver": "#6b7b8c", "bronze": "#8c564b"}
-# the policy's modes (RelA's) and the chain's stress levels; "normal" means the same in both
-MODE_COLORS = {"normal": "#dce6f0", "performance": "#4e79a7", "survival": "#7b3294",
-               "elevated": "#f1b6da", "critical": "#de77ae", "catastrophic": "#8e0152"}
-# modes a custom policy names: still none of the colours above
-MODE_EXTRA = ("#9ecae1", "#3f007d", "#c2a5cf", "#08519c", "#6baed6")
-# generic series (curves, runs, decision actions): the theme's category range
-CATEGORY = ("#263c5a", "#17becf", "#bcbd22", "#76b7b2", "#000000", "#9467bd", "#637939")
+# ---- colours: ONE table, meaning -> colour ----------------------------------------------------
+#: every colour a chart of relakit's draws, by what it means; the names below are views of
+#: it and no builder writes a colour of its own (tests/test_plot_colours.py reads every
+#: builder's spec against this table). Red is for errors only: the error outcome and a
+#: closed form outside a simulation's interval (a result in error).
+PALETTE = {
+    "outcome": {"ok": "#59a14f", "error": "#e15759", "timeout": "#f28e2b", "dropped": "#bab0ac"},
+    "tier": {"gold": "#c9a227", "silver": "#6b7b8c", "bronze": "#8c564b"},
+    # the policy's modes (RelA's) and the chain's stress levels; "normal" means the same in both
+    "mode": {"normal": "#dce6f0", "performance": "#4e79a7", "survival": "#7b3294",
+             "elevated": "#f1b6da", "critical": "#de77ae", "catastrophic": "#8e0152"},
+    # modes a custom policy names: still none of the colours above
+    "mode_extra": ("#9ecae1", "#3f007d", "#c2a5cf", "#08519c", "#6baed6"),
+    # generic series (curves, runs compared, zones, decision actions): the theme's category range
+    "series": ("#263c5a", "#17becf", "#bcbd22", "#76b7b2", "#000000", "#9467bd", "#637939"),
+    # a closed form against a simulation; the ring on a closed form outside its interval
+    "source": {"closed form": "#333333", "simulation": "#1b6ca8", "mismatch": "#ff1f1f"},
+    # a simulation's quantiles (p50, p99, p99.9) and the sources a run is compared with
+    "quantile": ("#1b6ca8", "#edae49", "#2a9d8f"),
+    "compared": ("#1b6ca8", "#b15928", "#66a182"),
+    # notebook 02's hedging policies: no hedging first (black: the reference)
+    "hedging": ("#333333", "#b15928", "#edae49", "#66a182"),
+    "alert": {"pending": "#fdd0a2", "firing": "#d94801"},
+    "lease": {"leader": "#2c7fb8", "down": "#fdae6b"},
+    "search": {"trial": "#bab0ac", "Pareto front": "#263c5a", "incumbent": "#000000"},
+    "slice": {"canary": "#17becf", "rest": "#263c5a"},
+    # what is not data: a reference (baseline, zero line), notes and their rules, shading
+    "neutral": {"reference": "#000000", "note": "#555555", "grid": "#e6e6e6",
+                "outage": "#e0e0e0", "shade": "#bdbdbd", "not significant": "#8c8c8c",
+                "legend fill": "#d9d9d9", "veil": "#ffffff", "text dark": "#000000",
+                "text light": "#ffffff"},
+}
+#: the colours that mean an error (every other colour of PALETTE is not red)
+ERROR_COLORS = (PALETTE["outcome"]["error"], PALETTE["source"]["mismatch"])
+OUTCOME_COLORS = PALETTE["outcome"]
+TIER_COLORS = PALETTE["tier"]
+MODE_COLORS = PALETTE["mode"]
+MODE_EXTRA = PALETTE["mode_extra"]
+CATEGORY = PALETTE["series"]
+NEUTRAL = PALETTE["neutral"]
 
 
 @alt.theme.register(THEME, enable=True)
@@ -48,10 +77,10 @@ def _theme() -> alt.theme.ThemeConfig:
             "view": {"continuousWidth": 420, "continuousHeight": 280, "stroke": None},
             "font": "DejaVu Sans",
             "axis": {"labelFontSize": 11, "titleFontSize": 12, "grid": True,
-                     "gridColor": "#e6e6e6"},
+                     "gridColor": NEUTRAL["grid"]},
             "legend": {"labelFontSize": 11, "titleFontSize": 12, "orient": "right"},
             "title": {"fontSize": 14, "anchor": "start", "subtitleFontSize": 11,
-                      "subtitleColor": "#555555"},
+                      "subtitleColor": NEUTRAL["note"]},
             "range": {"category": list(CATEGORY)},
         }
     }
@@ -512,7 +541,7 @@ def outcome_shares_by_run(runs: dict[str, pl.DataFrame], bin_s: float = 10.0, do
         if band is not None:
             shade = pl.DataFrame({"start_s": [band[0]], "end_s": [band[1]],
                                   "label": [band_label]})
-            layers.append(alt.Chart(shade).mark_rect(fill="none", stroke="#000000",
+            layers.append(alt.Chart(shade).mark_rect(fill="none", stroke=NEUTRAL["reference"],
                                                      strokeDash=[4, 3], strokeWidth=1.2)
                           .encode(x="start_s:Q", x2="end_s:Q",
                                   tooltip=[alt.Tooltip("label:N", title="interval")]))
@@ -548,10 +577,10 @@ def compare_series(frame: pl.DataFrame, x: str, y: str, series: str, *, title: s
     layers = [base]
     if rules:
         r = pl.DataFrame({"at": list(rules.values()), "label": list(rules)})
-        layers.append(alt.Chart(r).mark_rule(color="#555555", strokeDash=[2, 2]).encode(
+        layers.append(alt.Chart(r).mark_rule(color=NEUTRAL["note"], strokeDash=[2, 2]).encode(
             x="at:Q", tooltip=["label:N", alt.Tooltip("at:Q", title=x_title)]))
         layers.append(alt.Chart(r).mark_text(align="left", dx=3, dy=4, baseline="top",
-                                             fontSize=10, color="#555555")
+                                             fontSize=10, color=NEUTRAL["note"])
                       .encode(x="at:Q", y=alt.value(0), text="label:N"))
     return alt.layer(*layers, title=alt.Title(title, subtitle=subtitle or alt.Undefined)
                      ).properties(width=PANEL_WIDTH, height=height)
@@ -559,7 +588,7 @@ def compare_series(frame: pl.DataFrame, x: str, y: str, series: str, *, title: s
 
 NOT_SIGNIFICANT = "n.s.: no significant difference from the baseline (paired 95 % interval)"
 BASELINE = "baseline: the cell the others are compared with"
-SIGNIFICANCE_COLORS = {BASELINE: "#000000", NOT_SIGNIFICANT: "#8c8c8c"}
+SIGNIFICANCE_COLORS = {BASELINE: NEUTRAL["reference"], NOT_SIGNIFICANT: NEUTRAL["not significant"]}
 
 
 def heatmap(table: pl.DataFrame, x: str, y: str, color: str, title: str | None = None, *,
@@ -633,7 +662,8 @@ def heatmap(table: pl.DataFrame, x: str, y: str, color: str, title: str | None =
     mid = float(agg[color].fill_nan(None).mean() or 0.0)
     text = cells.mark_text(fontSize=11 if ci is None else 10, lineBreak="\n").encode(
         text=alt.Text("label:N"),
-        color=alt.condition(alt.datum[color] < mid, alt.value("white"), alt.value("black")))
+        color=alt.condition(alt.datum[color] < mid, alt.value(NEUTRAL["text light"]),
+                            alt.value(NEUTRAL["text dark"])))
     layers = [rect]
     if sig is not None:
         kind = (pl.when(pl.col("is_baseline") if "is_baseline" in agg.columns else pl.lit(False))
@@ -646,9 +676,9 @@ def heatmap(table: pl.DataFrame, x: str, y: str, color: str, title: str | None =
             outline = alt.Stroke("mark:N", title=None, scale=_scale(SIGNIFICANCE_COLORS, present),
                                  legend=alt.Legend(orient="bottom", direction="vertical",
                                                    labelLimit=0, symbolType="square",
-                                                   symbolFillColor="#d9d9d9"))
+                                                   symbolFillColor=NEUTRAL["legend fill"]))
             mcells = cells.properties(data=marked)
-            grey = mcells.mark_rect(fill="#ffffff", fillOpacity=0.55, strokeWidth=2.5).encode(
+            grey = mcells.mark_rect(fill=NEUTRAL["veil"], fillOpacity=0.55, strokeWidth=2.5).encode(
                 stroke=outline,
                 strokeDash=alt.condition(alt.datum.mark == NOT_SIGNIFICANT,
                                          alt.value([4, 3]), alt.value([1, 0])))
@@ -657,11 +687,11 @@ def heatmap(table: pl.DataFrame, x: str, y: str, color: str, title: str | None =
                                                          alt.value(0.55), alt.value(0.0)))
             tag = mcells.transform_filter(alt.datum.mark == NOT_SIGNIFICANT).mark_text(
                 fontSize=9, dy=-14 if ci is None else -17, fontWeight="bold",
-                color="#333333").encode(text=alt.value("n.s."))
+                color=PALETTE["source"]["closed form"]).encode(text=alt.value("n.s."))
             layers += [grey, tag]
             text = text.encode(color=alt.condition(
                 (alt.datum[color] < mid) & (alt.datum[sig] != False),  # noqa: E712
-                alt.value("white"), alt.value("black")))
+                alt.value(NEUTRAL["text light"]), alt.value(NEUTRAL["text dark"])))
             text = text.properties(data=agg.with_columns(pl.col(sig).fill_null(True)))
     layers.insert(1, text) if len(layers) == 1 else layers.insert(2, text)
     width = 48 if ci is None else 62
@@ -762,10 +792,10 @@ def offline_widget_js() -> Path | None:
 # One builder per notebook figure, so the notebooks stay thin and every chart carries
 # its titles, units and legend here, where a test can check them.
 
-CLOSED_FORM_COLOR = "#333333"
-SIMULATION_COLOR = "#1b6ca8"
+CLOSED_FORM_COLOR = PALETTE["source"]["closed form"]
+SIMULATION_COLOR = PALETTE["source"]["simulation"]
 # a simulated value whose 95 % interval misses the closed form: a ring in this colour
-FLAG_COLOR = "#ff1f1f"
+FLAG_COLOR = PALETTE["source"]["mismatch"]
 FLAG_LABEL = "closed form outside 95 % interval"
 FLAGS_KEY = "closed_form_outside"  # where a figure lists its flagged points (usermeta)
 
@@ -938,7 +968,7 @@ def queueing_tails(tails: pl.DataFrame, servers: int) -> alt.LayerChart:
     lo, hi = both.min(), both.max()
     order = list(QUANTILE_LABELS.values())
     color = alt.Color("quantile:N", title="quantile", sort=order,
-                      scale=alt.Scale(domain=order, range=["#1b6ca8", "#edae49", "#d1495b"]))
+                      scale=alt.Scale(domain=order, range=list(PALETTE["quantile"][:len(order)])))
     layers, flags = _source_layers(
         t.select("utilisation", "quantile", pl.col("erlang_c_ms").alias("ms")),
         t.select("utilisation", "quantile", pl.col("simulated_ms").alias("ms"),
@@ -1010,8 +1040,8 @@ def hedging_collapse(hedging: pl.DataFrame, subtitle: str | None = None) -> alt.
                 scale=alt.Scale(domain=[0, 1])),
         y=alt.Y("p99_ms:Q", scale=alt.Scale(type="log"), title="p99 response time (ms, log scale)"),
         color=alt.Color("policy:N", title="hedging", sort=labels,
-                        scale=alt.Scale(domain=labels, range=["#333333", "#d1495b",
-                                                               "#edae49", "#66a182"][:len(labels)]),
+                        scale=alt.Scale(domain=labels,
+                                        range=list(PALETTE["hedging"][:len(labels)])),
                         # below the plot: labels right of the points (26,134 ± 264) need the room
                         legend=alt.Legend(direction="vertical", labelLimit=0, orient="bottom")),
         tooltip=["policy:N", alt.Tooltip("load:Q", format=".0%"),
@@ -1050,25 +1080,34 @@ def step_delay_cdf(closed: pl.DataFrame, replayed: pl.DataFrame, title: str) -> 
     """Notebook 03: the delay from a step to its actuation, closed form beside replays.
 
     ``closed`` holds ``delay_s`` and ``cdf`` on a grid; ``replayed`` the sorted delays
-    of the replays and their empirical CDF. The replays' 95 % band (DKW, simultaneous
-    over the whole curve) is shaded; closed-form grid points outside it get a red ring
-    (:func:`flagged` lists them).
-    """
+    of the replays and their empirical CDF (:func:`delay_cdf_against_closed_form`)."""
     n = replayed.height
+    return delay_cdf_against_closed_form(
+        closed, replayed, n, title=title, x_title="delay from the step to actuation (s)",
+        y_title="share of trials acted on by then", closed_label="closed form (sum of uniforms)",
+        sample_label=f"controller replayed ({n} random phases)", what="replays")
+
+
+def delay_cdf_against_closed_form(closed: pl.DataFrame, sample: pl.DataFrame, n: int, *,
+                                  title: str, x_title: str, y_title: str, closed_label: str,
+                                  sample_label: str, what: str) -> alt.LayerChart:
+    """A closed form's CDF (``closed``: ``delay_s``, ``cdf`` on a grid) as a line beside
+    the empirical CDF of ``n`` simulated delays (``sample``, a step line), with the
+    sample's 95 % band (DKW, simultaneous over the whole curve) shaded; closed-form grid
+    points outside it get a red ring (:func:`flagged` lists them). Notebooks 03 (the
+    clock bound) and 09 (a silent failure's detection delay) draw it."""
     eps = dkw_half_width(n)
     # the empirical CDF at each closed-form grid point, to test the closed form against
-    xs = np.sort(replayed["delay_s"].to_numpy())
+    xs = np.sort(sample["delay_s"].to_numpy())[-n:] if n else np.array([])
     grid = closed["delay_s"].to_numpy()
     ecdf = np.searchsorted(xs, grid, side="right") / max(n, 1)
     test = closed.with_columns(pl.Series("closed", closed["cdf"]), pl.Series("ecdf", ecdf))
     outside = test.filter((pl.col("closed") - pl.col("ecdf")).abs() > eps)
     layers, _ = _source_layers(
-        closed, replayed,
-        alt.X("delay_s:Q", title="delay from the step to actuation (s)"),
-        alt.Y("cdf:Q", title="share of trials acted on by then", axis=alt.Axis(format="%")),
-        "closed form (sum of uniforms)", f"controller replayed ({n} random phases)",
-        None, sim_mark="step")
-    band_label = f"95 % band of the replays (DKW, ±{eps:.1%})"
+        closed, sample, alt.X("delay_s:Q", title=x_title),
+        alt.Y("cdf:Q", title=y_title, axis=alt.Axis(format="%")),
+        closed_label, sample_label, None, sim_mark="step")
+    band_label = f"95 % band of the {what} (DKW, ±{eps:.1%})"
     band = alt.Chart(pl.DataFrame({"delay_s": grid, "low": np.clip(ecdf - eps, 0, 1),
                                    "high": np.clip(ecdf + eps, 0, 1),
                                    "band": [band_label] * grid.size})).mark_area(
@@ -1083,9 +1122,11 @@ def step_delay_cdf(closed: pl.DataFrame, replayed: pl.DataFrame, title: str) -> 
                      .mark_point(size=300, filled=False, strokeWidth=2.5).encode(
             x="delay_s:Q", y="cdf:Q", stroke=alt.Stroke("flag:N", title=None, scale=alt.Scale(
                 domain=[FLAG_LABEL], range=[FLAG_COLOR]), legend=alt.Legend(labelLimit=0))))
+    subtitle = (f"line: closed form; steps: {n} simulated {what}; shaded: their 95 % band "
+                "(DKW), cut off at 0 % and 100 %")
     return alt.layer(*parts).resolve_scale(strokeDash="independent", stroke="independent"
                                            ).properties(
-        title=title, width=420, height=260,
+        title=alt.Title(title, subtitle=subtitle), width=420, height=260,
         usermeta={FLAGS_KEY: outside.select("delay_s", "closed", "ecdf").to_dicts()})
 
 
@@ -1108,7 +1149,7 @@ def ok_share_over_time(shares: pl.DataFrame, bin_s: float = 1.0, title: str | No
     dashes = [[1, 0], [6, 3], [2, 2]][:len(sources)]
     legend = alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5)
     color = alt.Color("source:N", title=None, legend=legend, scale=alt.Scale(
-        domain=sources, range=[SIMULATION_COLOR, "#d1495b", "#66a182"][:len(sources)]))
+        domain=sources, range=list(PALETTE["compared"][:len(sources)])))
     x = alt.X("t:Q", title=f"time since the start of the run (s, {bin_s:g} s bins)")
     line = alt.Chart(full).mark_line(strokeWidth=2, invalid="break-paths-show-domains").encode(
         x=x,
@@ -1127,7 +1168,7 @@ def ok_share_over_time(shares: pl.DataFrame, bin_s: float = 1.0, title: str | No
         band = full.with_columns(
             (pl.col("ok_share") - pl.col("ok_share_ci")).clip(0, 1).alias("low"),
             (pl.col("ok_share") + pl.col("ok_share_ci")).clip(0, 1).alias("high"))
-        palette = dict(zip(sources, [SIMULATION_COLOR, "#d1495b", "#66a182"], strict=False))
+        palette = dict(zip(sources, PALETTE["compared"], strict=False))
         for src in sources:  # one layer per source, its colour as a value: no second legend
             part = band.filter((pl.col("source") == src) & pl.col("ok_share_ci").is_not_null())
             if part.height:
@@ -1142,7 +1183,7 @@ def ok_share_over_time(shares: pl.DataFrame, bin_s: float = 1.0, title: str | No
 
 
 # ---- Prometheus rules ------------------------------------------------------------------------
-ALERT_STATE_COLORS = {"pending": "#fdd0a2", "firing": "#d94801"}  # none a mode or series colour
+ALERT_STATE_COLORS = PALETTE["alert"]  # none a mode or series colour
 
 
 def alert_episodes(alerts: pl.DataFrame, end_s: float) -> pl.DataFrame:
@@ -1226,9 +1267,9 @@ def twin_overlay(overlay: pl.DataFrame, window_s: float) -> alt.VConcatChart:
 # ---- the control plane's own faults and replicas (notebook 09) ---------------------------
 # the shaded window of a control-plane outage, and the lease states of agents: their own
 # colours, none a series, mode, tier or outcome colour
-OUTAGE_COLOR = "#e0e0e0"
-LEASE_COLORS = {"leader": "#2c7fb8", "down": "#fdae6b"}
-VARIANT_COLORS = ("#263c5a", "#17becf", "#bcbd22")  # CATEGORY's first three: runs compared
+OUTAGE_COLOR = NEUTRAL["outage"]
+LEASE_COLORS = PALETTE["lease"]
+VARIANT_COLORS = CATEGORY[:3]  # runs compared are series
 
 
 def flag_steps_frame(runs: dict, flags=("shed_bronze", "hedge_enabled")) -> pl.DataFrame:
@@ -1268,11 +1309,27 @@ def _outage_layer(window, domain, label: str, title: str = "time (s)") -> alt.Ch
         x=_time_x("start_s", domain, title), x2="end_s:Q", tooltip=["what:N"])
 
 
+def tier_success_bands(replicated: dict, tier: str = "gold", bin_s: float = 5.0) -> pl.DataFrame:
+    """:func:`tier_success_frame` over replications: per variant and bin, the mean share of
+    ``tier`` answered ok, its 95 % half-width (``ok_share_ci``, Student t) and
+    ``replications``. ``replicated``: variant label -> list of SimulationResult."""
+    from relakit.replications import summarise_replications
+
+    rows = pl.concat([tier_success_frame({v: r}, tier, bin_s).with_columns(
+        pl.lit(i).alias("replication")) for v, results in replicated.items()
+        for i, r in enumerate(results)])
+    return summarise_replications(rows.drop_nulls("ok_share"), by=["variant", "t"]).sort(
+        "variant", "t")
+
+
 def fail_static_vs_safe(runs: dict, window, bin_s: float = 5.0, tier: str = "gold",
-                        label: str = "control plane down") -> alt.VConcatChart:
+                        label: str = "control plane down",
+                        replicated: dict | None = None) -> alt.VConcatChart:
     """Notebook 09: the flags each run's data plane had in force and its ``tier``'s
     success over time, stacked on one time axis, the outage ``window`` (start_s,
-    end_s) shaded in every panel. ``runs``: variant label -> SimulationResult."""
+    end_s) shaded in every panel. ``runs``: variant label -> SimulationResult (the run
+    whose flags are drawn); ``replicated``: variant label -> its replications, whose
+    mean success is drawn with its 95 % band (without it: ``runs``' own, no band)."""
     domain = (0.0, max(float(r.info["duration_s"]) for r in runs.values()))
     variants = list(runs)
     color = alt.Color("variant:N", title="data plane on stale config",
@@ -1284,6 +1341,7 @@ def fail_static_vs_safe(runs: dict, window, bin_s: float = 5.0, tier: str = "gol
     steps = flag_steps_frame(runs)
     names = {"shed_bronze": "bronze shed", "hedge_enabled": "hedging on"}
     panels = []
+    one = " (one run each)" if replicated else ""
     for flag in ("shed_bronze", "hedge_enabled"):
         line = alt.Chart(steps.filter(pl.col("flag") == flag)).mark_line(
             interpolate="step-after", strokeWidth=2).encode(
@@ -1293,17 +1351,38 @@ def fail_static_vs_safe(runs: dict, window, bin_s: float = 5.0, tier: str = "gol
             color=color, strokeDash=dash, tooltip=["variant:N", "time_s:Q", "on:Q"])
         panels.append(alt.layer(_outage_layer(window, domain, label), line).properties(
             width=PANEL_WIDTH, height=90,
-            title=f"Flag in force in the data plane: {names[flag]}"))
-    ok = tier_success_frame(runs, tier, bin_s)
+            title=f"Flag in force in the data plane: {names[flag]}{one}"))
     x_title = f"time (s; {bin_s:g} s bins by arrival)"
+    y_title = f"{tier} answered ok (share)"
+    if replicated:
+        ok = tier_success_bands(replicated, tier, bin_s)
+        # the bins every replication has, on the full grid: a gap breaks line and band
+        grid = pl.DataFrame({"t": _bin_starts(domain[1], bin_s)})
+        ok = pl.concat([grid.with_columns(pl.lit(v).alias("variant")).join(
+            ok.filter(pl.col("variant") == v), on=["variant", "t"], how="left")
+            for v in variants]).select("variant", "t", "ok_share", "ok_share_ci", "replications")
+        panel = compare_series_bands(
+            ok, "t", "ok_share", "variant", title=f"{tier.capitalize()} success",
+            subtitle=f"shaded grey: {label}; lines: mean over replications on common seeds",
+            x_title=x_title, y_title=y_title, domain=domain, clip=(0.0, 1.0), height=200)
+        note = panel.title.subtitle + " (cut off at 0 % and 100 %)"
+        lines = [layer.encode(y=alt.Y("ok_share:Q", title=y_title, axis=alt.Axis(format="%")))
+                 if i == 1 else layer for i, layer in enumerate(panel.layer)]
+        # the band's legend is off: resolved apart, the lines' legend is this panel's own
+        panels.append(alt.layer(_outage_layer(window, domain, label, x_title), *lines).properties(
+            width=PANEL_WIDTH, height=200,
+            title=alt.Title(f"{tier.capitalize()} success", subtitle=note)).resolve_legend(
+            color="independent", strokeDash="independent"))
+        return alt.vconcat(*panels)
+    ok = tier_success_frame(runs, tier, bin_s)
     line = alt.Chart(ok).mark_line(strokeWidth=2, invalid="break-paths-show-domains").encode(
         x=_time_x("t", domain, x_title),
-        y=alt.Y("ok_share:Q", title=f"{tier} answered ok (share)", axis=alt.Axis(format="%")),
+        y=alt.Y("ok_share:Q", title=y_title, axis=alt.Axis(format="%")),
         color=color, strokeDash=dash,
         tooltip=["variant:N", "t:Q", alt.Tooltip("ok_share:Q", format=".1%")])
     panels.append(alt.layer(_outage_layer(window, domain, label, x_title), line).properties(
         width=PANEL_WIDTH, height=200, title=alt.Title(
-            f"{tier.capitalize()} success", subtitle=f"shaded: {label}")))
+            f"{tier.capitalize()} success", subtitle=f"shaded: {label}; one run each")))
     return alt.vconcat(*panels)
 
 
@@ -1346,7 +1425,7 @@ def handover_timeline(result, title: str = "Leader handover") -> alt.VConcatChar
         pl.col("decided_at_s"), pl.col("target").alias("agent"), "reason",
         pl.lit("write refused (stale epoch)").alias("event"))
     marks = alt.Chart(refused).mark_point(shape="cross", size=160, filled=True,
-                                          color="#000000").encode(
+                                          color=NEUTRAL["reference"]).encode(
         x=_time_x("decided_at_s", domain), y=alt.Y("agent:N", sort="ascending"),
         shape=alt.Shape("event:N", title=None, scale=alt.Scale(range=["cross"])),
         tooltip=["decided_at_s:Q", "agent:N", "reason:N"])
@@ -1360,7 +1439,7 @@ def handover_timeline(result, title: str = "Leader handover") -> alt.VConcatChar
 
 
 # ---- a search's Pareto front (relakit.search) ---------------------------------------------------
-SEARCH_SERIES = {"trial": "#bab0ac", "Pareto front": CATEGORY[0], "incumbent": "#d62728"}
+SEARCH_SERIES = PALETTE["search"]
 
 
 def search_points(result, x: str, y: str) -> pl.DataFrame:
@@ -1463,37 +1542,73 @@ def zone_series(runs: dict) -> pl.DataFrame:
         for scope, zr in runs.items() for z, r in enumerate(zr.zones)])
 
 
+def zone_series_bands(replicated: dict) -> pl.DataFrame:
+    """:func:`zone_series` over replications: ``replicated`` maps a scope to a list of
+    ZonedResult; per scope, zone and sample, the mean ``dropped_rps``, its 95 %
+    half-width (``dropped_rps_ci``) and ``replications``."""
+    from relakit.replications import summarise_replications
+
+    rows = pl.concat([zone_series({scope: zr}).with_columns(pl.lit(i).alias("replication"))
+                      for scope, results in replicated.items() for i, zr in enumerate(results)])
+    return summarise_replications(rows, by=["scope", "zone", "time_s"]).sort(
+        "scope", "zone", "time_s")
+
+
 def zone_series_chart(series: pl.DataFrame, fault=None):
     """Shed requests per zone over time, one panel per scope on a shared time axis;
-    ``fault`` (start_s, end_s) shades the overload."""
+    ``fault`` (start_s, end_s) shades the overload. A ``dropped_rps_ci`` column
+    (:func:`zone_series_bands`) is drawn as each line's 95 % band."""
     panels = []
+    domain = (0.0, float(series["time_s"].max()))
+    banded = "dropped_rps_ci" in series.columns
     for scope in series["scope"].unique(maintain_order=True).to_list():
-        line = alt.Chart(series.filter(pl.col("scope") == scope),
-                         title=f"policy scope: {scope}").mark_line().encode(
-            x=alt.X("time_s:Q", title="time (s)"),
-            y=alt.Y("dropped_rps:Q", title="requests shed (per s)"),
-            color=alt.Color("zone:N", title="zone"))
-        layers = [line]
+        part = series.filter(pl.col("scope") == scope)
+        if banded:
+            line = compare_series_bands(
+                part, "time_s", "dropped_rps", "zone", title=f"policy scope: {scope}",
+                x_title="time (s)", y_title="requests shed (per s)", domain=domain, height=140)
+            layers = list(line.layer)
+            title = line.title
+        else:
+            layers = [alt.Chart(part).mark_line().encode(
+                x=_time_x("time_s", domain),
+                y=alt.Y("dropped_rps:Q", title="requests shed (per s)"),
+                color=alt.Color("zone:N", title="zone"))]
+            title = alt.Title(f"policy scope: {scope}", subtitle="one run")
         if fault is not None:
             band = pl.DataFrame({"start_s": [fault[0]], "end_s": [fault[1]]})
-            layers.insert(0, alt.Chart(band).mark_rect(opacity=0.12, color="gray").encode(
+            layers.insert(0, alt.Chart(band).mark_rect(opacity=0.5, color=NEUTRAL["outage"]).encode(
                 x="start_s:Q", x2="end_s:Q"))
-        panels.append(alt.layer(*layers).properties(width=560, height=140))
-    return alt.vconcat(*panels).resolve_scale(x="shared", y="shared", color="shared")
+        panel = alt.layer(*layers, title=title).properties(width=560, height=140)
+        panels.append(panel.resolve_legend(color="independent", strokeDash="independent")
+                      if banded else panel)
+    return alt.vconcat(*panels).resolve_scale(x="shared", y="shared")
 
 
-def blast_radius_chart(table: pl.DataFrame):
+def blast_radius_chart(table: pl.DataFrame, replications: int | None = None):
     """Mean blast radius per scope with its 95 % interval (columns scope, mean, low,
-    high) as bars and error bars."""
-    df = table
-    base = alt.Chart(df).encode(y=alt.Y("scope:N", title="policy scope"))
-    bars = base.mark_bar().encode(
-        x=alt.X("mean:Q", title="requests shed, hedged or degraded outside zone 0"),
+    high) as bars and whiskers, each labelled with its value; the title says what the
+    number is, the subtitle what the whisker is (over ``replications`` runs)."""
+    x_title = "requests per run shed, hedged or degraded outside zone 0"
+    df = table.with_columns(pl.struct("mean", "low", "high").map_elements(
+        lambda r: f"{r['mean']:,.0f}" + (f" (95 %: {r['low']:,.0f} to {r['high']:,.0f})"
+                                         if r["high"] > r["low"] else ""),
+        return_dtype=pl.String).alias("text"))
+    base = alt.Chart(df).encode(y=alt.Y("scope:N", title=None, axis=alt.Axis(
+        labelExpr="'policy per ' + datum.label", labelLimit=200, labelPadding=6)))
+    bars = base.mark_bar(height=22).encode(
+        x=alt.X("mean:Q", title=x_title, axis=alt.Axis(format=",.0f", tickCount=5)),
         color=alt.Color("scope:N", title="policy scope", legend=None))
-    err = base.mark_errorbar(color="black").encode(
-        x=alt.X("low:Q", title="requests shed, hedged or degraded outside zone 0"),
-        x2="high:Q")
-    return alt.layer(bars, err).properties(width=560, height=90)
+    err = base.mark_errorbar(color=NEUTRAL["reference"], ticks=True).encode(
+        x=alt.X("low:Q", title=x_title), x2="high:Q")
+    text = base.mark_text(align="left", dx=6, color=NEUTRAL["note"]).encode(
+        x="high:Q", text="text:N")
+    over = f" over {replications} replications on common seeds" if replications else ""
+    return alt.layer(bars, err, text, title=alt.Title(
+        "Blast radius: requests outside the overloaded zone that control touched",
+        subtitle=f"means{over}; whisker: 95 % interval of the paired difference fleet - zone "
+                 "(per-zone control touched none in every replication)")
+    ).properties(width=560, height=110)
 
 
 def rollout_chart(result, metric: str = "success_ratio", tier: str = "all",
@@ -1516,8 +1631,7 @@ def rollout_chart(result, metric: str = "success_ratio", tier: str = "all",
     end = float(o["end_s"].max())
     x = alt.X("mid_s:Q", title="time (s; each point: one observation window, at its middle)",
               scale=alt.Scale(domain=[0, end]))
-    colour = alt.Color("slice:N", title="slice", scale=alt.Scale(
-        domain=["canary", "rest"], range=["#d62728", "#1f77b4"]))
+    colour = alt.Color("slice:N", title="slice", scale=_scale(PALETTE["slice"]))
     top = alt.Chart(levels)
     upper = [top.mark_line(point=True).encode(
                  x=x, y=alt.Y("value:Q", title=label, scale=alt.Scale(zero=False)),
@@ -1525,19 +1639,20 @@ def rollout_chart(result, metric: str = "success_ratio", tier: str = "all",
              top.mark_errorbar().encode(x=x, y=alt.Y("low:Q", title=label), y2="high:Q",
                                         color=colour)]
     diff = alt.Chart(o)
-    lower = [alt.Chart(pl.DataFrame({"y": [0.0]})).mark_rule(color="gray", strokeDash=[2, 2])
+    lower = [alt.Chart(pl.DataFrame({"y": [0.0]})).mark_rule(color=NEUTRAL["note"],
+                                                             strokeDash=[2, 2])
              .encode(y="y:Q"),
-             diff.mark_errorbar(color="black").encode(
+             diff.mark_errorbar(color=NEUTRAL["reference"]).encode(
                  x=x, y=alt.Y("low:Q", title="canary - rest, 95 % interval"), y2="high:Q"),
-             diff.mark_point(color="black", filled=True).encode(x=x, y="diff:Q")]
+             diff.mark_point(color=NEUTRAL["reference"], filled=True).encode(x=x, y="diff:Q")]
     marks = [(float(result.observations["start_s"].min()), "canary starts", [4, 3], 8)]
     if result.outcome.get("action"):
         marks.append((result.outcome["at_s"], f"{result.outcome['action']}", [], 24))
     for t, what, dash, y in marks:
         m = pl.DataFrame({"t": [t], "what": [f"{what} at {t:g} s"]})
-        rule = alt.Chart(m).mark_rule(color="#2ca02c", strokeWidth=2, strokeDash=dash).encode(
+        rule = alt.Chart(m).mark_rule(color=NEUTRAL["note"], strokeWidth=2, strokeDash=dash).encode(
             x="t:Q")
-        text = alt.Chart(m).mark_text(align="left", dx=4, color="#2ca02c").encode(
+        text = alt.Chart(m).mark_text(align="left", dx=4, color=NEUTRAL["note"]).encode(
             x="t:Q", y=alt.value(y), text="what:N")
         upper += [rule, text]
         lower.append(rule)

@@ -98,15 +98,13 @@ def delay_cdf_frames(detection, delays) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def delay_cdf_figure(detection, delays, title: str):
     """The detection delay of a silent failure: the closed form's CDF as a line, the
-    simulated replications' empirical CDF as a dashed step line."""
-    import altair as alt
-
-    from relakit.plots import _source_layers
+    simulated replications' empirical CDF as a step line in its 95 % band."""
+    from relakit.plots import delay_cdf_against_closed_form
 
     closed, sim = delay_cdf_frames(detection, delays)
-    layers, _ = _source_layers(
-        closed, sim, alt.X("delay_s:Q", title="delay from the onset to isolation (s)"),
-        alt.Y("cdf:Q", title="share of runs isolated by then", axis=alt.Axis(format="%")),
-        "closed form (Erlang + scrape + evaluation)",
-        f"simulated ({len(sim) - 1} replications, random onset)", None, sim_mark="step")
-    return layers.properties(title=title, width=420, height=260)
+    n = sim.height - 1
+    return delay_cdf_against_closed_form(
+        closed, sim, n, title=title, x_title="delay from the onset to isolation (s)",
+        y_title="share of runs isolated by then",
+        closed_label="closed form (Erlang + scrape + evaluation)",
+        sample_label=f"simulated ({n} replications, random onset)", what="replications")

@@ -352,3 +352,27 @@ def test_the_handover_timeline_shows_the_terms_the_freeze_and_the_refused_write(
     assert (frozen["agent"], frozen["start_s"], frozen["end_s"]) == ("agent 0", 100.0, 160.0)
     spec = plots.handover_timeline(res).to_dict()
     assert spec["vconcat"][0]["layer"][1]["encoding"]["shape"]["title"] is None
+
+
+def test_the_fail_static_figure_draws_the_replications_mean_in_its_band(outage):
+    from relakit import plots
+
+    runs = {"fail-static": outage["keep"], "fail-safe": outage["safe defaults"]}
+    # two 'replications' per variant that differ: the band's numbers can be checked by hand
+    replicated = {"fail-static": [outage["keep"], outage["safe defaults"]],
+                  "fail-safe": [outage["safe defaults"], outage["keep"]]}
+    bands = plots.tier_success_bands(replicated, "gold", 5.0)
+    one = plots.tier_success_frame({"a": outage["keep"]}, "gold", 5.0)
+    two = plots.tier_success_frame({"a": outage["safe defaults"]}, "gold", 5.0)
+    both = one.join(two, on="t", suffix="_2").drop_nulls()
+    row = bands.filter((pl.col("variant") == "fail-static") & (pl.col("t") == both["t"][20]))
+    assert row["ok_share"][0] == pytest.approx((both["ok_share"][20] + both["ok_share_2"][20]) / 2)
+    assert (bands["replications"] == 2).all() and bands["ok_share_ci"].max() > 0
+    spec = plots.fail_static_vs_safe(runs, (60, 180), replicated=replicated).to_dict()
+    panel = spec["vconcat"][2]
+    area = next(v for v in panel["layer"] if v.get("mark", {}).get("type") == "area")
+    rows = spec["datasets"][area["data"]["name"]] if "data" in area else []
+    assert rows and all(0 <= r["_low"] <= r["_high"] <= 1 for r in rows if r["_low"] is not None)
+    sub = panel["title"]["subtitle"]
+    assert "95 % intervals over 2 replications" in sub and "cut off at 0 % and 100 %" in sub
+    assert "one run each" in spec["vconcat"][0]["title"]  # the flags are one run's

@@ -310,3 +310,28 @@ def test_parameters_are_typed_and_commented(name):
     cells = json.loads(path.read_text())["cells"]
     tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1, f"{name}: one cell tagged 'parameters'"
+
+
+def test_the_blast_radius_figure_stands_alone():
+    ci = pl.DataFrame({"scope": ["fleet", "zone"], "mean": [61234.0, 0.0],
+                       "low": [58000.0, 0.0], "high": [64500.0, 0.0]})
+    spec = plots.blast_radius_chart(ci, 5).to_dict()
+    assert spec["title"]["text"].startswith("Blast radius")
+    assert "over 5 replications" in spec["title"]["subtitle"]
+    assert "whisker: 95 % interval" in spec["title"]["subtitle"]
+    texts = {r["scope"]: r["text"] for d in spec["datasets"].values() for r in d}
+    assert texts == {"fleet": "61,234 (95 %: 58,000 to 64,500)", "zone": "0"}
+    x = next(v["encoding"]["x"] for v in _layers(spec) if _mark(v) == "bar")
+    assert x["axis"]["format"] == ",.0f" and "per run" in x["title"]
+
+
+def test_the_zone_series_chart_draws_a_band_when_given_intervals():
+    series = pl.DataFrame({"scope": ["fleet"] * 4, "zone": ["zone 0", "zone 0", "zone 1", "zone 1"],
+                           "time_s": [0.0, 1.0, 0.0, 1.0], "dropped_rps": [1.0, 2.0, 0.0, 0.5],
+                           "dropped_rps_ci": [0.5, 0.5, 0.1, 0.1], "replications": [3] * 4})
+    spec = plots.zone_series_chart(series, (0.0, 1.0)).to_dict()
+    marks = [_mark(v) for v in _layers(spec)]
+    assert "area" in marks and "line" in marks and "rect" in marks
+    assert "95 % intervals over 3 replications" in json.dumps(spec)
+    one = plots.zone_series_chart(series.drop("dropped_rps_ci", "replications")).to_dict()
+    assert "area" not in [_mark(v) for v in _layers(one)] and "one run" in json.dumps(one)

@@ -149,8 +149,14 @@ def test_delay_cdf_figure_draws_the_closed_form_as_a_line_and_the_runs_as_steps(
     assert sim["cdf"].to_list() == pytest.approx([0, 1 / 3, 2 / 3, 1])
     assert closed["cdf"].is_sorted() and closed["cdf"][-1] > 0.99
     spec = delay_cdf_figure(d, [9.0, 11.0, 7.5], "t").to_dict()
-    views = spec["layer"]
+    band, *rest = spec["layer"]
+    views = [v for r in rest for v in r.get("layer", [r])]
     assert views[0]["encoding"]["x"]["title"] == "delay from the onset to isolation (s)"
     assert views[1]["mark"]["interpolate"] == "step-after"
     legends = [v["encoding"]["strokeDash"]["scale"]["domain"][0] for v in views]
     assert legends[0].startswith("closed form") and legends[1].startswith("simulated (3")
+    # the replications' band is drawn, and the figure says what it is and that it is cut off
+    assert band["mark"]["type"] == "area" and "y2" in band["encoding"]
+    rows = spec["datasets"][band["data"]["name"]]
+    assert min(r["low"] for r in rows) >= 0 and max(r["high"] for r in rows) <= 1
+    assert "95 % band" in spec["title"]["subtitle"] and "cut off" in spec["title"]["subtitle"]
