@@ -335,3 +335,19 @@ def test_the_zone_series_chart_draws_a_band_when_given_intervals():
     assert "95 % intervals over 3 replications" in json.dumps(spec)
     one = plots.zone_series_chart(series.drop("dropped_rps_ci", "replications")).to_dict()
     assert "area" not in [_mark(v) for v in _layers(one)] and "one run" in json.dumps(one)
+
+
+def test_notebooks_readme_names_every_notebook_and_parameter():
+    """notebooks/README.md lists each notebook in its table and each parameter (beyond the
+    three runner parameters) in its Parameters section, computed from the notebooks."""
+    import re
+
+    text = (ROOT / "notebooks" / "README.md").read_text()
+    section = re.search(r"^## Parameters\n(.*?)(?=^## )", text, re.S | re.M).group(1)
+    named = set(re.findall(r"`(\w+)`", section))
+    for nb in NOTEBOOKS:
+        assert f"| `{nb.stem}` |" in text, f"{nb.name} has no row in notebooks/README.md"
+        cell = next(c for c in json.loads(nb.read_text())["cells"]
+                    if "parameters" in c.get("metadata", {}).get("tags", []))
+        params = set(re.findall(r"^(\w+)\s*:", "".join(cell["source"]), re.M)) - RUNNER
+        assert params <= named, f"{nb.name}: {sorted(params - named)} not in notebooks/README.md"
