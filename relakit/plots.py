@@ -1176,6 +1176,8 @@ def ok_share_over_time(shares: pl.DataFrame, bin_s: float = 1.0, title: str | No
                     opacity=0.2, invalid="break-paths-show-domains", color=palette[src]).encode(
                     x=x, y=alt.Y("low:Q", title="requests answered ok (share)"), y2="high:Q"))
         note = _interval_note(shares, "bands") or "bands: 95 % intervals"
+        note += _clip_note(full["ok_share"], full["ok_share_ci"], (0.0, 1.0),
+                           lambda v: f"{100 * v:.0f} %")
         if subtitle:
             note = f"{subtitle}; {note}"
     return alt.layer(*layers, title=alt.Title(head, subtitle=note)).properties(
@@ -1233,7 +1235,7 @@ def alert_timeline(alerts: pl.DataFrame, domain, timeline: pl.DataFrame | None =
 # ---- calibration: the twin against the recording ---------------------------------------------
 TWIN_SERIES = {"recorded": CATEGORY[4], "twin": CATEGORY[1]}  # black: what happened
 TWIN_PANELS = {"request_rate_rps": "request rate (requests/s)",
-               "error_ratio": "error ratio (share of answered requests)",
+               "error_ratio": "errors (% of answered)",
                "p99_ms": "p99 latency (ms)"}
 
 
@@ -1248,13 +1250,16 @@ def twin_overlay(overlay: pl.DataFrame, window_s: float) -> alt.VConcatChart:
         long = part.unpivot(index="time_s", on=["recorded", "twin"], variable_name="series",
                             value_name="value")
         color = alt.Color("series:N", title=None, scale=_scale(TWIN_SERIES))
+        axis = alt.Axis(format="%") if signal.endswith("ratio") else alt.Axis(format=",.4~g")
         band = alt.Chart(part).mark_area(opacity=0.25, color=TWIN_SERIES["twin"]).encode(
             x=_time_x("time_s", domain, "time since the recording's start (s)"),
-            y=alt.Y("twin_lo:Q", title=y_title, scale=alt.Scale(domainMin=0)), y2="twin_hi:Q")
+            y=alt.Y("twin_lo:Q", title=y_title, scale=alt.Scale(domainMin=0), axis=axis),
+            y2="twin_hi:Q")
         lines = alt.Chart(long).mark_line(strokeWidth=2, invalid="break-paths-show-domains"
                                           ).encode(
             x=_time_x("time_s", domain, "time since the recording's start (s)"),
-            y=alt.Y("value:Q", title=y_title, scale=alt.Scale(domainMin=0)), color=color,
+            y=alt.Y("value:Q", title=y_title, scale=alt.Scale(domainMin=0), axis=axis),
+            color=color,
             strokeDash=alt.StrokeDash("series:N", title=None,
                                       scale=alt.Scale(domain=list(TWIN_SERIES),
                                                       range=[[1, 0], [6, 3]])))
@@ -1364,8 +1369,9 @@ def fail_static_vs_safe(runs: dict, window, bin_s: float = 5.0, tier: str = "gol
         panel = compare_series_bands(
             ok, "t", "ok_share", "variant", title=f"{tier.capitalize()} success",
             subtitle=f"shaded grey: {label}; lines: mean over replications on common seeds",
-            x_title=x_title, y_title=y_title, domain=domain, clip=(0.0, 1.0), height=200)
-        note = panel.title.subtitle + " (cut off at 0 % and 100 %)"
+            x_title=x_title, y_title=y_title, domain=domain, clip=(0.0, 1.0), height=200,
+            clip_format=lambda v: f"{100 * v:.0f} %")
+        note = panel.title.subtitle
         lines = [layer.encode(y=alt.Y("ok_share:Q", title=y_title, axis=alt.Axis(format="%")))
                  if i == 1 else layer for i, layer in enumerate(panel.layer)]
         # the band's legend is off: resolved apart, the lines' legend is this panel's own
@@ -1471,12 +1477,16 @@ def pareto_front(result, x: str, y: str, x_title: str, y_title: str,
     color = alt.Color("series:N", title=None, scale=_scale(SEARCH_SERIES))
     shape = alt.Shape("series:N", title=None, scale=alt.Scale(
         domain=list(SEARCH_SERIES), range=["circle", "diamond", "cross"]))
-    xe, ye = alt.X("x:Q", title=x_title, scale=alt.Scale(zero=False)), alt.Y(
-        "y:Q", title=y_title, scale=alt.Scale(zero=False))
+    def axis(number):  # a share or ratio reads as a percentage, other numbers as they are
+        share = number.endswith(("ratio", "share"))
+        return alt.Axis(format="%" if share else ",.4~g")
+
+    xe = alt.X("x:Q", title=x_title, scale=alt.Scale(zero=False), axis=axis(x))
+    ye = alt.Y("y:Q", title=y_title, scale=alt.Scale(zero=False), axis=axis(y))
     xbars = alt.Chart(pts).mark_rule(strokeWidth=1.5).encode(
-        x=alt.X("x_lo:Q", title=x_title), x2="x_hi:Q", y="y:Q", color=color)
+        x=alt.X("x_lo:Q", title=x_title, axis=axis(x)), x2="x_hi:Q", y="y:Q", color=color)
     ybars = alt.Chart(pts).mark_rule(strokeWidth=1.5).encode(
-        x="x:Q", y=alt.Y("y_lo:Q", title=y_title), y2="y_hi:Q", color=color)
+        x="x:Q", y=alt.Y("y_lo:Q", title=y_title, axis=axis(y)), y2="y_hi:Q", color=color)
     marks = alt.Chart(pts).mark_point(size=90, filled=True, opacity=0.9).encode(
         x=xe, y=ye, color=color, shape=shape,
         tooltip=["label:N", alt.Tooltip("x:Q", title=x_title, format=".4g"),
@@ -1488,11 +1498,23 @@ def pareto_front(result, x: str, y: str, x_title: str, y_title: str,
 
 
 # ---- series over time with their replications' bands (notebook 05) --------------------------
+def _clip_note(mean: pl.Series, ci: pl.Series, clip, fmt=lambda v: f"{v:g}") -> str:
+    """' (cut off at 0)' when a band reaches past what the quantity can be and is drawn
+    cut at that bound: the reader is told the interval was wider."""
+    if clip is None:
+        return ""
+    m, h = mean.cast(pl.Float64).fill_nan(None), ci.cast(pl.Float64).fill_nan(None)
+    cut = [fmt(b) for b, hit in ((clip[0], ((m - h) < clip[0]).any()),
+                                 (clip[1], ((m + h) > clip[1]).any())) if hit]
+    return f" (cut off at {' and '.join(cut)})" if cut else ""
+
+
 def compare_series_bands(frame: pl.DataFrame, x: str, y: str, series: str, *, title: str,
                          x_title: str, y_title: str, subtitle: str | None = None,
                          domain=None, interpolate: str = "linear",
                          rules: dict[str, float] | None = None, height: int = 200,
-                         clip: tuple[float, float] | None = (0.0, float("inf"))):
+                         clip: tuple[float, float] | None = (0.0, float("inf")),
+                         clip_format=lambda v: f"{v:g}"):
     """:func:`compare_series` of replicated series: each line is the mean over
     replications, shaded with its 95 % interval (``<y>_ci``, as
     :func:`relakit.replications.summarise_replications` names it) in the line's
@@ -1504,6 +1526,7 @@ def compare_series_bands(frame: pl.DataFrame, x: str, y: str, series: str, *, ti
     if ci not in frame.columns:
         raise ValueError(f"compare_series_bands: no column {ci!r} (the half-width of {y!r})")
     note = _interval_note(frame, "bands") or "bands: 95 % intervals"
+    note += _clip_note(frame[y], frame[ci], clip, clip_format)
     sub = f"{subtitle}; {note}" if subtitle else note
     chart = compare_series(frame, x, y, series, title=title, x_title=x_title,
                            y_title=y_title, subtitle=sub, domain=domain,

@@ -351,3 +351,38 @@ def test_notebooks_readme_names_every_notebook_and_parameter():
                     if "parameters" in c.get("metadata", {}).get("tags", []))
         params = set(re.findall(r"^(\w+)\s*:", "".join(cell["source"]), re.M)) - RUNNER
         assert params <= named, f"{nb.name}: {sorted(params - named)} not in notebooks/README.md"
+
+
+def test_shares_read_as_percentages_on_the_twin_and_the_front():
+    from types import SimpleNamespace
+
+    t = np.arange(25, 101, 25.0)
+    overlay = pl.concat([pl.DataFrame({"time_s": t, "signal": [s] * t.size, "recorded": t,
+                                       "twin": t, "twin_lo": t, "twin_hi": t})
+                         for s in ("request_rate_rps", "error_ratio", "p99_ms")])
+    spec = plots.twin_overlay(overlay, 25).to_dict()
+    formats = [p["layer"][0]["encoding"]["y"]["axis"]["format"] for p in spec["vconcat"]]
+    assert formats == [",.4~g", "%", ",.4~g"]
+    trials = pl.DataFrame({"trial": [0, 1], "dropped_share": [0.3, 0.4],
+                           "dropped_share_ci": [0.01] * 2, "seconds_over_slo": [30.0, 20.0],
+                           "seconds_over_slo_ci": [1.0] * 2})
+    res = SimpleNamespace(trials=trials, front=trials, info={},
+                          spec=SimpleNamespace(replications=3))
+    spec = plots.pareto_front(res, "dropped_share", "seconds_over_slo", "dropped (share)",
+                              "seconds over the SLO (s)").to_dict()
+    point = next(v for v in _layers(spec) if _mark(v) == "point")
+    assert point["encoding"]["x"]["axis"]["format"] == "%"
+    assert point["encoding"]["y"]["axis"]["format"] == ",.4~g"
+
+
+def test_a_band_cut_at_a_bound_says_so():
+    frame = pl.DataFrame({"t": [0.0, 1.0, 0.0, 1.0], "run": ["a", "a", "b", "b"],
+                          "rps": [1.0, 5.0, 2.0, 3.0], "rps_ci": [2.0, 1.0, 0.5, 0.5],
+                          "replications": [3] * 4})
+    spec = plots.compare_series_bands(frame, "t", "rps", "run", title="x", x_title="t (s)",
+                                      y_title="rps").to_dict()
+    assert spec["title"]["subtitle"].endswith("(cut off at 0)")
+    inside = frame.with_columns(pl.lit(0.5).alias("rps_ci"))
+    spec = plots.compare_series_bands(inside, "t", "rps", "run", title="x", x_title="t (s)",
+                                      y_title="rps").to_dict()
+    assert "cut off" not in spec["title"]["subtitle"]
