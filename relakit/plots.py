@@ -1655,18 +1655,22 @@ def rollout_chart(result, metric: str = "success_ratio", tier: str = "all",
     x = alt.X("mid_s:Q", title="time (s; each point: one observation window, at its middle)",
               scale=alt.Scale(domain=[0, end]))
     colour = alt.Color("slice:N", title="slice", scale=_scale(PALETTE["slice"]))
+    share = metric.endswith(("ratio", "share"))
+    level_axis = alt.Axis(format=".1%" if share else ",.4~g")
+    diff_axis = alt.Axis(format="+.1%" if share else "+,.4~g")
     top = alt.Chart(levels)
     upper = [top.mark_line(point=True).encode(
-                 x=x, y=alt.Y("value:Q", title=label, scale=alt.Scale(zero=False)),
+                 x=x, y=alt.Y("value:Q", title=label, scale=alt.Scale(zero=False), axis=level_axis),
                  color=colour),
-             top.mark_errorbar().encode(x=x, y=alt.Y("low:Q", title=label), y2="high:Q",
+             top.mark_errorbar().encode(x=x, y=alt.Y("low:Q", title=label, axis=level_axis),
+                                        y2="high:Q",
                                         color=colour)]
     diff = alt.Chart(o)
     lower = [alt.Chart(pl.DataFrame({"y": [0.0]})).mark_rule(color=NEUTRAL["note"],
                                                              strokeDash=[2, 2])
-             .encode(y="y:Q"),
+             .encode(y=alt.Y("y:Q", title="canary - rest", axis=diff_axis)),
              diff.mark_errorbar(color=NEUTRAL["reference"]).encode(
-                 x=x, y=alt.Y("low:Q", title="canary - rest, 95 % interval"), y2="high:Q"),
+                 x=x, y=alt.Y("low:Q", title="canary - rest", axis=diff_axis), y2="high:Q"),
              diff.mark_point(color=NEUTRAL["reference"], filled=True).encode(x=x, y="diff:Q")]
     marks = [(float(result.observations["start_s"].min()), "canary starts", [4, 3], 8)]
     if result.outcome.get("action"):
@@ -1679,6 +1683,10 @@ def rollout_chart(result, metric: str = "success_ratio", tier: str = "all",
             x="t:Q", y=alt.value(y), text="what:N")
         upper += [rule, text]
         lower.append(rule)
-    return alt.vconcat(alt.layer(*upper).properties(width=560, height=160, title=title),
+    return alt.vconcat(alt.layer(*upper).properties(width=560, height=160, title=alt.Title(
+        title, subtitle=["each point: one slice over one observation window; whiskers: 95 % "
+                         "intervals over the window's scrape slots;",
+                         "below: the paired difference canary - rest, what the rollout "
+                         "decides on"])),
                        alt.layer(*lower).properties(width=560, height=110)
                        ).resolve_scale(x="shared")

@@ -266,3 +266,15 @@ def test_per_tier_flags_specialised_equals_general(monkeypatch):
     assert ext[:, K.TX_DEGRADED].sum() == ext[bronze, K.TX_DEGRADED]
     assert fast.tier_flags() == {"hedge_enabled": ("gold",), "degraded_mode": ("bronze",),
                                  "shed": ()}
+
+
+def test_the_rollout_figure_says_what_its_whiskers_are_and_reads_shares_as_percent(promoted):
+    from relakit import plots
+
+    spec = plots.rollout_chart(promoted, "success_ratio", "all", title="t").to_dict()
+    top, bottom = spec["vconcat"]
+    assert "whiskers: 95 % intervals" in " ".join(top["title"]["subtitle"])
+    formats = {v["encoding"]["y"]["axis"]["format"] for p in (top, bottom) for v in p["layer"]
+               if isinstance(v.get("encoding", {}).get("y"), dict)
+               and "axis" in v["encoding"]["y"]}
+    assert formats == {".1%", "+.1%"}
