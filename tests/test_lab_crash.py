@@ -146,6 +146,10 @@ def test_down_stops_a_running_lab_and_its_agents_and_leaves_no_process(tmp_path)
                 log.read_text() if log.is_file() else ""):
             time.sleep(0.2)
         assert "agent1 follows" in log.read_text(), log.read_text()
+        # record's --out is a folder, by default the lab's own: recorded.json goes there
+        rec = _cli("lab", "record", "--dir", str(work), "--since", "5")
+        assert rec.returncode == 0 and f"wrote {work / 'recorded.json'}" in rec.stdout, rec
+        assert json.loads((work / "recorded.json").read_text())["status"] == "success"
         down = _cli("lab", "down", "--dir", str(work))
         assert down.returncode == 0, down.stderr
         assert f"stopped lab up (pid {up.pid})" in down.stdout
