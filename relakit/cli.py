@@ -111,6 +111,31 @@ def _writable_dir(path, option: str = "--out") -> Path:
     return path
 
 
+#: the one output convention: ``--out DIR`` is the folder a command writes into (made when
+#: missing, checked before any work); the files inside have fixed names, each written whole
+#: (temporary name, then rename: relakit.io) and printed as ``wrote PATH``
+OUT_HELP = "folder to write into: "
+#: the release that stops accepting ``--out FILE`` (the spelling before the convention)
+OUT_FILE_UNTIL = "0.2"
+
+
+def _out_file(out, name: str, suffixes: tuple[str, ...], option: str = "--out") -> Path:
+    """Where a command's one product goes: ``<out>/<name>``. ``--out FILE`` with the
+    product's suffix, as calibrate, import-rules and lab record were spelled before every
+    ``--out`` named a folder, still writes FILE, with a warning, until OUT_FILE_UNTIL."""
+    from relakit.checks import RelakitWarning
+
+    out = Path(out)
+    if out.suffix.lower() in suffixes:
+        parent = out.parent if str(out.parent) else Path(".")
+        warnings.warn(f"{option} {out}: naming the file is deprecated and ends with relakit "
+                      f"{OUT_FILE_UNTIL}: {option} is the folder to write into (the file is "
+                      f"then {name}); use {option} {parent}", RelakitWarning, stacklevel=2)
+        _writable_dir(parent, option)
+        return out
+    return _writable_dir(out, option) / name
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with its errors as one line in relakit's form (no usage dump)."""
 
@@ -134,7 +159,7 @@ examples:
   relakit replay data/traces/step-errors.csv --rules params/rules/slo.yml --out out/rules
   relakit sweep params/sweeps/rela-thresholds.yaml
   relakit search params/searches/metastable-policy.yaml --trials 12 --out out/search
-  relakit calibrate out/calibrate-roundtrip/metrics.parquet --out out/twin.yaml --report out/twin
+  relakit calibrate out/calibrate-roundtrip/metrics.parquet --out out/twin --report
   relakit <command> --help    options of one command, with their defaults"""
 
 
@@ -183,10 +208,8 @@ def _simulate(args) -> int:
                                 "SEED (the seeds are in summary.json) and --figure")
         if args.no_requests:
             raise ScenarioError("--figure needs per-request records; drop --no-requests")
-        if Path(args.figure).suffix.lower() not in (".png", ".svg", ".pdf"):
-            raise ScenarioError(f"--figure {args.figure}: unsupported figure type "
-                                f"{Path(args.figure).suffix!r}; use .png, .svg or .pdf")
     out = _writable_dir(args.out or Path("out") / folder_name(sc.name))
+    figure = _figure_path(args.figure, out) if args.figure else None
     if n > 1:
         with Progress(f"simulate {sc.name}", n, "replications") as progress:
             result = simulate(sc, seed=args.seed, record_requests=False if args.no_requests
@@ -226,8 +249,8 @@ def _simulate(args) -> int:
                                        or "none"))
     for p in written:
         print(f"wrote {p}")
-    if args.figure:
-        print(f"wrote {_figure(sc, result, args.figure)}")
+    if figure is not None:
+        print(f"wrote {_figure(sc, result, figure)}")
     return 0
 
 
@@ -246,6 +269,18 @@ def _compare(args) -> int:
         for p in result.write(out):
             print(f"wrote {p}")
     return 0
+
+
+def _figure_path(figure: str, out: Path) -> Path:
+    """``--figure png|svg|pdf``: ``<out>/latency.<format>``; a file name (``fig.png``, the
+    spelling before --out held every output) still works, with a warning, for one release."""
+    if figure.lower() in ("png", "svg", "pdf"):
+        return out / f"latency.{figure.lower()}"
+    if Path(figure).suffix.lower() in (".png", ".svg", ".pdf"):
+        return _out_file(figure, "latency" + Path(figure).suffix.lower(),
+                         (".png", ".svg", ".pdf"), "--figure")
+    raise ScenarioError(f"--figure {figure}: expected png, svg or pdf (the figure is written "
+                        "into --out as latency.<format>)")
 
 
 def _figure(sc, result, path) -> Path:
@@ -350,10 +385,15 @@ def _import_rules(args) -> int:
     from relakit.control.policy import load_policy
     from relakit.control.rules import load_rules
 
+    target = _out_file(args.out, "policy.yaml", (".yaml", ".yml"))
     mapping = read_mapping(args.mapping, args.map or ())
     policy, clocks = import_rules(args.rules, mapping)
     load_policy(policy)  # what is written loads: checked before anything is on disk
-    out, clocks_path = write_policy(policy, clocks, args.out, args.rules)
+    # in the --out folder: policy.yaml and clocks.yaml, as search's front/trial-N/ has them
+    # (the deprecated --out FILE keeps FILE's stem.clocks.yaml beside it)
+    in_folder = target.parent == Path(args.out)
+    out, clocks_path = write_policy(policy, clocks, target, args.rules,
+                                    target.with_name("clocks.yaml") if in_folder else None)
     for mode in policy["modes"]:
         cond = policy["conditions"][mode["name"]]
         print(f"{mode['name']}: {cond['signal']} {cond['op']} {cond['threshold']:g} for "
@@ -511,8 +551,10 @@ def _lab(args) -> int:
     if args.action == "load":
         return lifecycle.load(work, args.phases)
     if (work / "state.json").is_file():  # no lab is said first (by lifecycle), then --out
-        _writable_dir(Path(args.out).parent)
-    return lifecycle.record(work, Path(args.out), args.since)
+        out = _out_file(args.out or work, "recorded.json", (".json",))
+    else:
+        out = work / "recorded.json"  # never written: record says there is no lab
+    return lifecycle.record(work, out, args.since)
 
 
 def _check(args) -> int:
@@ -545,24 +587,29 @@ def _node_list(text: str) -> list[int]:
 
 
 def _calibrate(args) -> int:
-    """`relakit calibrate TRACE --out SCENARIO.yaml`: fit a twin; --report validates it."""
+    """`relakit calibrate TRACE --out DIR`: fit a twin (DIR/twin.yaml); --report validates
+    it, into the same folder."""
     from relakit.calibrate import calibrate, write_report
+    from relakit.checks import RelakitWarning
     from relakit.io import atomic_write
 
-    out = Path(args.out)
-    if out.suffix.lower() not in (".yaml", ".yml"):
-        raise ScenarioError(f"--out {out}: expected a .yaml file for the twin scenario")
-    _writable_dir(out.parent if str(out.parent) else ".", "--out")
-    if args.report is not None:
-        _writable_dir(args.report, "--report")
+    out = _out_file(args.out, "twin.yaml", (".yaml", ".yml"))
+    report = None
+    if isinstance(args.report, str):  # --report DIR: the spelling before one --out folder
+        warnings.warn(f"--report {args.report}: a folder for the report is deprecated and "
+                      f"ends with relakit {OUT_FILE_UNTIL}: --report writes it into --out",
+                      RelakitWarning, stacklevel=2)
+        report = _writable_dir(args.report, "--report")
+    elif args.report:
+        report = out.parent
     cal = calibrate(args.trace, args.nodes, replay_flags=args.replay_flags, bin_s=args.bin,
                     window_s=args.window, replications=args.replications, seed=args.seed)
     print(f"wrote {atomic_write(out, lambda tmp: Path(tmp).write_text(cal.yaml))}")
     for line in cal.cautions:
         print(f"caution: {line}")
-    if args.report is None:
+    if report is None:
         return 0
-    written = write_report(cal, args.report)
+    written = write_report(cal, report)
     print(cal.validation.format_table())
     print(cal.validation.verdict)
     for path in written:
@@ -628,12 +675,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", default=None,
                    help="Dask scheduler address for replications, e.g. "
                         "tcp://127.0.0.1:8786 (default: local processes)")
-    p.add_argument("--out", default=None, help="output folder (default: out/<scenario name>)")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help=OUT_HELP + "requests.parquet, metrics.parquet, summary.json, and "
+                        "decisions.parquet and timeline.parquet when a policy or chain ran "
+                        "(default: out/<scenario name>)")
     p.add_argument("--no-requests", action="store_true",
                    help="keep no per-request records, so memory stays flat")
-    p.add_argument("--figure", default=None,
-                   help="also write a response-time figure to this .png/.svg/.pdf "
-                        "(default: none)")
+    p.add_argument("--figure", default=None, metavar="FORMAT",
+                   help="also draw the response-time figure, png, svg or pdf, into --out "
+                        "as latency.<format> (default: none)")
     p.set_defaults(func=_simulate)
     cm = command("compare", "run two scenarios on common random numbers and compare them",
                  "Run scenarios A and B the same number of replications, replication i of "
@@ -647,7 +697,9 @@ def build_parser() -> argparse.ArgumentParser:
     cm.add_argument("--replications", type=_replications, default=None,
                     help="replications of each, 2 or more (default: the scenarios' "
                          "`replications`, or 10 when both say 1)")
-    cm.add_argument("--out", default=None, help="output folder (default: print only)")
+    cm.add_argument("--out", metavar="DIR", default=None,
+                    help=OUT_HELP + "compare.parquet and compare.json (default: none, "
+                         "print only)")
     cm.add_argument("--independent", action="store_true",
                     help="give B independent seeds instead of A's (the baseline CRN is "
                          "measured against)")
@@ -677,7 +729,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Prometheus rule file (groups of alert/record rules) to backtest "
                         "(default: none)")
     r.add_argument("--clocks", default=None, help="clocks YAML (default: RelA's clocks)")
-    r.add_argument("--out", required=True, help="output folder")
+    r.add_argument("--out", metavar="DIR", required=True,
+                   help=OUT_HELP + "decisions.parquet and timeline.parquet; alerts.parquet "
+                        "with --rules")
     r.add_argument("--start", type=_time, default=None,
                    help="first evaluation, seconds (default: the trace's first sample)")
     r.add_argument("--end", type=_time, default=None,
@@ -690,8 +744,8 @@ def build_parser() -> argparse.ArgumentParser:
                  "as the evaluation clock. --map ALERT=MODE (or a mapping file) says which of "
                  "RelA's modes, survival or performance, a firing alert asserts.")
     ir.add_argument("rules", help="Prometheus rule file")
-    ir.add_argument("--out", required=True, help="the policy YAML to write (its clocks go to "
-                                                 "<name>.clocks.yaml beside it)")
+    ir.add_argument("--out", metavar="DIR", required=True,
+                    help=OUT_HELP + "policy.yaml and its evaluation clock, clocks.yaml")
     ir.add_argument("--map", action="append", metavar="ALERT=MODE",
                     help="an alert and the mode it asserts (survival or performance); "
                          "repeat for each alert (default: none)")
@@ -703,7 +757,9 @@ def build_parser() -> argparse.ArgumentParser:
                 "skips finished points), each into its own folder, and combine them into "
                 "results.parquet.")
     w.add_argument("sweep", help="sweep YAML")
-    w.add_argument("--out", default=None, help="output folder (default: out/sweeps/<name>)")
+    w.add_argument("--out", metavar="DIR", default=None,
+                   help=OUT_HELP + "a folder per point, results.parquet, sweep.json "
+                        "(default: out/sweeps/<name>)")
     w.add_argument("--scheduler", default=None,
                    help="Dask scheduler address, e.g. tcp://127.0.0.1:8786 "
                         "(default: local processes)")
@@ -726,7 +782,10 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--scheduler", default=None,
                     help="Dask scheduler address, e.g. tcp://127.0.0.1:8786 "
                          "(default: local processes)")
-    se.add_argument("--out", default=None, help="output folder (default: out/searches/<name>)")
+    se.add_argument("--out", metavar="DIR", default=None,
+                    help=OUT_HELP + "trials.parquet, front.parquet, front/, "
+                         "incumbent.parquet, search.json, study.journal "
+                         "(default: out/searches/<name>)")
     se.set_defaults(func=_search)
     f = command("figures", "export a run folder's standard views (PNG, SVG, PDF)",
                 "Draw the dashboard of a folder written by `relakit simulate` (without "
@@ -736,7 +795,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the scenario RUN must be the run of: simulated into RUN first when "
                         "RUN is missing, was made from other inputs (content of the scenario "
                         "and the files it names) or has no per-request records")
-    f.add_argument("--out", default="figures", help="output folder")
+    f.add_argument("--out", metavar="DIR", default="figures",
+                   help=OUT_HELP + "<run>-dashboard.<format> and <run>-latency.<format>")
     f.add_argument("--formats", type=_formats, default="png,svg,pdf",
                    help="comma-separated, from png, svg and pdf")
     f.set_defaults(func=_figures)
@@ -783,7 +843,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec = action("record", "save what Prometheus scraped, for `relakit replay`")
     rec.add_argument("--since", type=_positive, default=120.0,
                      help="how far back to record, seconds")
-    rec.add_argument("--out", default="out/lab/recorded.json", help="output file")
+    rec.add_argument("--out", metavar="DIR", default=None,
+                     help=OUT_HELP + "recorded.json (default: the lab's --dir)")
     action("down", "stop the lab, whatever happened to the process that started it")
 
     c = command("check", "check input files without running anything (exit 0 clean, "
@@ -803,12 +864,15 @@ def build_parser() -> argparse.ArgumentParser:
                  "can be trusted (exit 1 when not).")
     cb.add_argument("trace", help="trace: Prometheus range-query JSON, long CSV, parquet (a "
                                   "simulation's metrics.parquet), or a folder of snapshots")
-    cb.add_argument("--out", required=True, help="the twin scenario YAML to write")
+    cb.add_argument("--out", metavar="DIR", required=True,
+                    help=OUT_HELP + "twin.yaml; with --report also validation.parquet, "
+                         "overlay.parquet, twin_overlay.png, calibration.json, flags.csv")
     cb.add_argument("--nodes", type=_node_list, default=None,
                     help="only these scrape targets, e.g. 0,2 (default: all)")
-    cb.add_argument("--report", default=None,
-                    help="folder for the validation: validation.parquet, overlay.parquet, "
-                         "twin_overlay.png, calibration.json, flags.csv (default: none)")
+    cb.add_argument("--report", nargs="?", const=True, default=False, metavar="DIR",
+                    help="also validate the twin against the recording and write the "
+                         "report into --out (default: off; a DIR after it is the "
+                         f"deprecated spelling, until relakit {OUT_FILE_UNTIL})")
     cb.add_argument("--replay-flags", nargs="?", const=True, default=False,
                     metavar="DECISIONS",
                     help="replay the recorded flags into the twin: from the trace's flag "

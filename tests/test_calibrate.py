@@ -223,16 +223,16 @@ def test_service_kind_rule_names_deterministic_and_lognormal():
 
 
 def test_cli_writes_twin_and_report(roundtrip, tmp_path, capsys):
-    out = tmp_path / "twin.yaml"
+    out = tmp_path / "twin"  # --out is the folder: the twin and its report go into it
     rc = main(["calibrate", str(roundtrip[1]), "--out", str(out), "--report",
-               str(tmp_path / "rep"), "--replications", "2"])
+               "--replications", "2"])
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "twin trusted" in text
-    assert load_scenario(out).fleet.servers == (4, 4, 6, 8)
-    for name in ("validation.parquet", "overlay.parquet", "twin_overlay.png",
-                 "calibration.json"):
-        assert (tmp_path / "rep" / name).is_file()
+    assert load_scenario(out / "twin.yaml").fleet.servers == (4, 4, 6, 8)
+    assert {p.name for p in out.iterdir()} == {"twin.yaml", "validation.parquet",
+                                               "overlay.parquet", "twin_overlay.png",
+                                               "calibration.json"}  # nothing half-written
 
 
 def test_no_request_counters_is_one_line_error(roundtrip, tmp_path, capsys):
@@ -241,11 +241,11 @@ def test_no_request_counters_is_one_line_error(roundtrip, tmp_path, capsys):
     frame.write_parquet(path)
     with pytest.raises(CalibrationError, match="no requests_total counter"):
         calibrate(path)
-    rc = main(["calibrate", str(path), "--out", str(tmp_path / "t.yaml")])
+    rc = main(["calibrate", str(path), "--out", str(tmp_path / "t")])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1
     assert err.startswith(f"relakit: error: {path}: ") and "requests_total" in err
-    assert not (tmp_path / "t.yaml").exists()
+    assert not (tmp_path / "t" / "twin.yaml").exists()
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -253,25 +253,25 @@ def test_no_request_counters_is_one_line_error(roundtrip, tmp_path, capsys):
     (["--nodes", "x"], "expected node numbers"),
 ])
 def test_bad_nodes_are_one_line_errors(argv, words, tmp_path, capsys):
-    rc = main(["calibrate", str(LAB / "recorded.json"), "--out", str(tmp_path / "t.yaml"),
+    rc = main(["calibrate", str(LAB / "recorded.json"), "--out", str(tmp_path / "t"),
                *argv])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and words in err, err
-    assert not (tmp_path / "t.yaml").exists()
+    assert not (tmp_path / "t" / "twin.yaml").exists()
 
 
 def test_unreadable_files_are_one_line_errors(tmp_path, capsys):
     junk = tmp_path / "junk.parquet"
     junk.write_bytes(b"\x00\x01not parquet at all")
     for path in (junk, tmp_path / "missing.json"):
-        rc = main(["calibrate", str(path), "--out", str(tmp_path / "t.yaml")])
+        rc = main(["calibrate", str(path), "--out", str(tmp_path / "t")])
         err = capsys.readouterr().err
         assert rc == 2 and err.count("\n") == 1 and str(path) in err, err
-    rc = main(["calibrate", str(LAB / "recorded.json"), "--out", str(tmp_path / "t.yaml"),
+    rc = main(["calibrate", str(LAB / "recorded.json"), "--out", str(tmp_path / "t"),
                "--replay-flags", str(junk)])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "decisions.parquet" in err, err
-    assert not (tmp_path / "t.yaml").exists()
+    assert not (tmp_path / "t" / "twin.yaml").exists()
 
 
 def test_relakit_calibrate_is_callable_whichever_was_imported_first():

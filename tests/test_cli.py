@@ -106,13 +106,22 @@ def test_no_requests_writes_no_request_table(scenario, tmp_path, capsys):
     assert flat_doc["tiers"] == full_doc["tiers"]
 
 
-def test_figure_option_writes_a_png(scenario, tmp_path, capsys):
-    fig = tmp_path / "figs" / "latency.png"
-    assert run(scenario, "--out", tmp_path / "out", "--figure", fig) == 0
+def test_figure_option_writes_a_png_into_out(scenario, tmp_path, capsys):
+    fig = tmp_path / "out" / "latency.png"
+    assert run(scenario, "--out", tmp_path / "out", "--figure", "png") == 0
     assert f"wrote {fig}" in capsys.readouterr().out
     data = fig.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n")
     assert len(data) > 1000
+    assert {p.name for p in (tmp_path / "out").iterdir()} == OUTPUTS | {"latency.png"}
+
+
+def test_figure_given_a_file_name_warns_and_still_writes_it(scenario, tmp_path, capsys):
+    fig = tmp_path / "figs" / "mine.svg"  # the spelling before --out held every output
+    assert run(scenario, "--out", tmp_path / "out", "--figure", fig) == 0
+    captured = capsys.readouterr()
+    assert f"wrote {fig}" in captured.out and fig.read_bytes().startswith(b"<svg")
+    assert "relakit: warning: --figure" in captured.err and "deprecated" in captured.err
 
 
 def test_bad_scenario_in_process_exits_2_and_writes_nothing(bad_scenario, tmp_path, capsys):

@@ -31,8 +31,8 @@ mode of its own (so a firing alert's name is the mode's name in the audit):
   ``last_over_time((expr)[1ms:I] offset ...)``, the sample written at that
   evaluation, which needs the shift on the group's evaluation grid (else refused).
 * **evaluation clock**: the group's ``interval`` is the policy's ``eval_s``, written
-  as a clocks file beside the policy (``POLICY.clocks.yaml``; a policy holds no
-  clocks). All imported alerts must share one interval.
+  as a clocks file beside the policy (``clocks.yaml`` in ``relakit import-rules``'s
+  ``--out`` folder; a policy holds no clocks). All imported alerts must share one interval.
 """
 
 from __future__ import annotations
@@ -241,12 +241,14 @@ def _signal(node, for_s: float, interval: float) -> tuple[str, str, float]:
     return f"count({promql.to_text(node)})", ">", 0.0
 
 
-def write_policy(policy: dict, clocks: dict, out, rules_path) -> tuple[Path, Path]:
-    """Write the policy and its clocks file (beside it) atomically; return both paths."""
+def write_policy(policy: dict, clocks: dict, out, rules_path,
+                 clocks_path=None) -> tuple[Path, Path]:
+    """Write the policy and its clocks file (default: ``<stem>.clocks.yaml`` beside it)
+    atomically; return both paths."""
     from relakit.io import atomic_write
 
     out = Path(out)
-    clocks_path = out.with_name(out.stem + ".clocks.yaml")
+    clocks_path = Path(clocks_path or out.with_name(out.stem + ".clocks.yaml"))
     head = (f"# Imported from {rules_path} by `relakit import-rules`: one mode per mapped "
             f"alert.\n# Evaluate it at the rule group's interval: --clocks {clocks_path}\n")
     text = head + yaml.safe_dump(policy, sort_keys=False, width=1000)

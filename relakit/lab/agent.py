@@ -19,11 +19,17 @@ lease moved on) is audited and the agent finds itself deposed at its next
 renewal. :meth:`Agent.pause` freezes the agent between its decision and its
 write (a process stopped mid-loop), to show that fencing, not the old leader's
 good behaviour, keeps its late write out.
+
+``relakit lab up`` runs each agent as a process of its own (:func:`main`, started by
+:meth:`relakit.lab.lab.Lab.start_agent`), so that killing the leader's process leaves
+the follower running to take over; the class also runs as a thread beside a
+:class:`Lab` (the tests and notebooks drive it so).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 
@@ -75,6 +81,8 @@ class Agent(threading.Thread):
         self.writes: list[tuple[float, int | None, int]] = []  # (time, epoch, HTTP status)
         self._pause = threading.Event()
         self.paused_at: float | None = None  # when a pause took hold (before a write)
+        self.log = None  # a callable given each lease change as a line (the process's log)
+        self._followed = False  # said once that it follows
 
     def pause(self) -> None:
         """Freeze before the next write (as SIGSTOP would between decide and write)."""
@@ -88,6 +96,7 @@ class Agent(threading.Thread):
         lookback = clk.lookback(policy_reach_s(self.controller.policy if self.controller
                                                else None))
         period = min(clk.eval_s, self.lab.spec.renew_s) if self.ha else clk.eval_s
+        self._warm_up(lookback)
         with httpx.Client(timeout=2.0) as client:
             while not self.stop_event.is_set():
                 t = time.time()
@@ -112,8 +121,26 @@ class Agent(threading.Thread):
                     for decision in decisions:
                         self._apply(client, decision)
                 except Exception as exc:  # the loop goes on; the error is kept
-                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                    msg = f"{type(exc).__name__}: {exc}"
+                    if self.log is not None and (not self.errors or self.errors[-1] != msg):
+                        self.log(f"error: {msg}")
+                    self.errors.append(msg)
                 self.stop_event.wait(max(0.0, period - (time.time() - t)))
+
+    def _warm_up(self, lookback: float) -> None:
+        """Evaluate once on copies of the deciders, writing nothing: a fresh process pays
+        its lazy imports and numba's cached kernels (seconds on a loaded machine; measured
+        to outlast a 3 s lease) before it campaigns, not while it holds the lease."""
+        import copy
+
+        try:
+            t = time.time()
+            tsdb = self.lab.tsdb(lookback, at=t)
+            for d in copy.deepcopy(self.deciders):
+                d.decide(tsdb, t)
+        except Exception as exc:  # the loop will meet it again and keep it
+            if self.log is not None:
+                self.log(f"warm-up: {type(exc).__name__}: {exc}")
 
     def _frozen(self) -> None:
         """Block here while paused: after deciding, before writing."""
@@ -143,8 +170,13 @@ class Agent(threading.Thread):
             if r.status_code == 200:
                 self.leading, self.epoch, self.renewed_at = True, r.json()["epoch"], t
                 self._row(t, "acquire", f"{self.name} acquired the lease: epoch {self.epoch}")
+            elif r.status_code == 409 and not self._followed and self.log is not None:
+                self._followed = True
+                self.log(f"{self.name} follows: {r.json()['detail']}")
 
     def _row(self, t: float, action: str, reason: str) -> None:
+        if self.log is not None:
+            self.log(reason)
         self.rows.append({**{k: None for k in DECISION_COLUMNS}, "decided_at_s": t,
                           "stage": "control_plane", "action": action, "target": self.name,
                           "reason": reason})
@@ -180,3 +212,50 @@ class Agent(threading.Thread):
     def stop(self) -> None:
         self.stop_event.set()
         self.join(timeout=10)
+
+
+def main(argv=None) -> int:
+    """One agent as a process: ``python -m relakit.lab.agent --dir WORK --name agent0
+    --parent PID [--policy P] [--chain C] [--ha]``. It attaches to the lab through
+    ``WORK/state.json`` (URLs, clocks, lease, token), dies with ``--parent`` and, on
+    SIGTERM, stops and writes its audit to ``WORK/decisions-<name>.parquet``."""
+    import argparse
+    import signal
+    from pathlib import Path
+
+    from relakit.io import write_parquet
+    from relakit.runner import die_with_parent
+
+    ap = argparse.ArgumentParser(prog="python -m relakit.lab.agent")
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--parent", type=int, required=True)
+    ap.add_argument("--policy", default=None)
+    ap.add_argument("--chain", default=None)
+    ap.add_argument("--source", choices=("samples", "promql"), default="samples")
+    ap.add_argument("--ha", action="store_true")
+    a = ap.parse_args(argv)
+    die_with_parent(a.parent)  # an agent outliving its lab would write to nothing
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())  # a Ctrl-C goes to its owner
+
+    def log(line: str) -> None:
+        print(f"{time.time():.3f} {line}", flush=True)
+
+    agent = Agent(Lab.attach(a.dir), a.policy, source=a.source, chain=a.chain,
+                  name=a.name, ha=a.ha)
+    agent.log = log
+    log(f"{a.name} started (pid {os.getpid()}{', high availability' if a.ha else ''})")
+    agent.start()
+    while not stop.wait(0.5):
+        if not agent.is_alive():
+            break
+    agent.stop()
+    path = write_parquet(agent.decisions(), Path(a.dir) / f"decisions-{a.name}.parquet")
+    log(f"{a.name} stopped; audit in {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

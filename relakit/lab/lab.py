@@ -7,6 +7,12 @@ command line, and the owner's: :func:`stop_lab` stops a lab whose owner was
 killed, signalling only processes that still match their record
 (:mod:`relakit.lab.procs`). The config server's token travels in its
 environment (``RELAKIT_LAB_TOKEN``), never on a command line.
+
+Agents run as processes of their own (:meth:`Lab.start_agent`, ``python -m
+relakit.lab.agent``): with ``--agents 2`` as threads of one process, one crash took
+both down and the lease's takeover could never happen. An agent process dies with
+the process that started it (``PR_SET_PDEATHSIG``: it holds no port and is
+pointless without its owner) and is recorded like every other child.
 """
 
 from __future__ import annotations
@@ -81,6 +87,7 @@ class Lab:
         self.token = secrets.token_hex(8)
         self.procs: list[subprocess.Popen] = []
         self.records: list[dict] = []  # pid, pgid, start time, command line of each child
+        self.named: dict[str, subprocess.Popen] = {}  # each child by its record's name
         self._wrote_state = False  # down() removes only a state.json this lab wrote
         self.ready = False  # every process started and answering
         self.config_url = ""
@@ -94,6 +101,7 @@ class Lab:
             p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                  start_new_session=True, env=env)
         self.procs.append(p)
+        self.named[name] = p
         ident = procs.identity_after_exec(p.pid, args)
         if ident is not None:
             self.records.append({"name": name, **ident})
@@ -146,6 +154,40 @@ class Lab:
         self.save_state()
         return self
 
+    def start_agent(self, name: str, policy=None, chain=None, ha: bool = False,
+                    source: str = "samples") -> subprocess.Popen:
+        """Start one agent as a process of its own (``python -m relakit.lab.agent``),
+        recorded in ``state.json`` as ``name``; it attaches to this lab through
+        ``state.json``, writes its log to ``<name>.log`` and, when stopped with SIGTERM,
+        its audit to ``decisions-<name>.parquet``. It dies with this process.
+        ``policy`` and ``chain`` are file paths."""
+        if not self.ready:
+            raise RuntimeError("start the lab (up) before its agents")
+        args = [sys.executable, "-m", "relakit.lab.agent", "--dir", str(self.workdir),
+                "--name", name, "--parent", str(os.getpid()), "--source", source]
+        if policy is not None:
+            args += ["--policy", str(Path(policy).resolve())]
+        if chain is not None:
+            args += ["--chain", str(Path(chain).resolve())]
+        if ha:
+            args.append("--ha")
+        return self._spawn(args, name)
+
+    def stop_agents(self, timeout_s: float = 10.0) -> list[str]:
+        """SIGTERM every agent process and wait for it (SIGKILL after ``timeout_s``), so
+        each writes its audit; returns the names of those that were still running."""
+        alive = {n: p for n, p in self.named.items()
+                 if n.startswith("agent") and p.poll() is None}
+        for p in alive.values():
+            p.send_signal(signal.SIGTERM)
+        for p in alive.values():
+            try:
+                p.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return list(alive)
+
     def save_state(self) -> Path:
         """Write ``state.json`` (0600, atomically): URLs, token, clocks, and the
         identity of the owner and of every child, for :func:`stop_lab`."""
@@ -156,13 +198,25 @@ class Lab:
         return write_json({"config_url": self.config_url, "prom_url": self.prom_url,
                            "instance_urls": self.instance_urls, "token": self.token,
                            "clocks": self.spec.clocks, "ready": self.ready, "owner": owner,
+                           "spec": {"instances": self.spec.instances,
+                                    "servers": self.spec.servers,
+                                    "lease_s": self.spec.lease_s,
+                                    "renew_s": self.spec.renew_s},
                            "processes": self.records}, self.workdir / STATE, mode=0o600)
 
     @classmethod
     def attach(cls, workdir) -> Lab:
         """A handle on a lab another process brought up (for load, record, down)."""
-        state = json.loads((Path(workdir) / STATE).read_text())
-        lab = cls(LabSpec(clocks=state["clocks"]), workdir=str(workdir))
+        state = _read_state(workdir)
+        need = ("config_url", "prom_url", "instance_urls", "token", "clocks")
+        lost = [k for k in need if k not in state]
+        if lost:
+            raise ValueError(f"{Path(workdir) / STATE}: key '{lost[0]}' is missing: this "
+                             "file was not written by `lab up` (stop the lab with "
+                             "`relakit lab down`)")
+        known = {k: v for k, v in (state.get("spec") or {}).items()
+                 if k in ("instances", "servers", "lease_s", "renew_s")}
+        lab = cls(LabSpec(clocks=state["clocks"], **known), workdir=str(workdir))
         lab.config_url, lab.prom_url = state["config_url"], state["prom_url"]
         lab.instance_urls, lab.token = state["instance_urls"], state["token"]
         return lab
@@ -185,6 +239,7 @@ class Lab:
                 p.wait()
         self.procs.clear()
         self.records.clear()
+        self.named.clear()
         if self._wrote_state:
             (self.workdir / STATE).unlink(missing_ok=True)
 

@@ -24,18 +24,16 @@ def up(work: Path, *, policy: str | None, chain: str | None, instances: int, age
     from relakit.checks import check_lab, enforce
     from relakit.control import load_clocks, load_policy
     from relakit.io import write_parquet
-    from relakit.lab.agent import Agent
     from relakit.lab.lab import Lab, LabSpec
 
     if policy is None and chain is None:
         raise ScenarioError("lab up: --no-policy needs --chain (the agent needs a "
                             "policy, a chain, or both)")
     pol = None if policy is None else load_policy(policy)
-    ch = None
     if chain is not None:
         from relakit.chain import load_chain
 
-        ch = load_chain(chain)
+        load_chain(chain)  # a bad chain is refused before anything starts
     if pol is not None:
         enforce(check_lab(pol, load_clocks({}, **clocks)))
     if lease_s <= renew_s:
@@ -44,28 +42,42 @@ def up(work: Path, *, policy: str | None, chain: str | None, instances: int, age
                             "before it expires)")
     work.mkdir(parents=True, exist_ok=True)
     spec = LabSpec(instances=instances, clocks=clocks, lease_s=lease_s, renew_s=renew_s)
+    names = [f"agent{i}" for i in range(agents)]
     with Lab(spec, workdir=str(work)) as lab:
-        lab.save_state()
-        running = [Agent(lab, pol, chain=ch, name=f"agent {i}", ha=agents > 1)
-                   for i in range(agents)]
-        for agent in running:
-            agent.start()
+        for name in names:  # each a process of its own: one crash takes one agent down
+            (work / f"decisions-{name}.parquet").unlink(missing_ok=True)
+            lab.start_agent(name, policy, chain, ha=agents > 1)
         ha = f"; {agents} agents, lease {lease_s:g} s" if agents > 1 else ""
         print(f"lab up: config {lab.config_url}, prometheus {lab.prom_url}, instances "
               f"{', '.join(lab.instance_urls)}{ha}; Ctrl-C or "
-              f"`relakit lab down --dir {work}`")
+              f"`relakit lab down --dir {work}`", flush=True)
         stop = []
         signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+        exited: set[str] = set()
         try:
             while not stop:
                 time.sleep(0.5)
+                for name in names:  # an agent that died is said once; the others go on
+                    code = lab.named[name].poll()
+                    if code is not None and name not in exited:
+                        exited.add(name)
+                        print(f"{name} exited (status {code}); see {work / name}.log",
+                              flush=True)
         except KeyboardInterrupt:
             pass
-        for agent in running:
-            agent.stop()
-        write_parquet(pl.concat([a.decisions() for a in running]).sort(
-            "decided_at_s", maintain_order=True), work / "decisions.parquet")
-    print(f"lab down; audit in {work / 'decisions.parquet'}")
+        lab.stop_agents()
+        audits = {n: work / f"decisions-{n}.parquet" for n in names}
+        missing = [n for n, p in audits.items() if not p.is_file()]
+        if missing:  # a killed agent writes nothing; the config server's history remains
+            print(f"no audit from {', '.join(missing)} (killed before it could write one)")
+        found = [pl.read_parquet(p) for p in audits.values() if p.is_file()]
+        final = work / "decisions.parquet"
+        final.unlink(missing_ok=True)  # never an earlier lab's audit beside this one's
+        if found:
+            write_parquet(pl.concat(found).sort("decided_at_s", maintain_order=True), final)
+        for p in audits.values():
+            p.unlink(missing_ok=True)
+    print(f"lab down; audit in {final}" if found else "lab down; no audit written")
     return 0
 
 
