@@ -52,11 +52,12 @@ for, returns it as a mask with the message (rule backtests report it per instant
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from relakit.control import promql_functions as fn
+from relakit.control.promql_store import Series, store_from_tsdb
 from relakit.control.tsdb import TSDB, Target, bucket_quantile, increase, window
 
 LOOKBACK_S = 300.0  # Prometheus' default lookback delta
@@ -833,61 +834,10 @@ def _matches(matcher, value: str) -> bool:
 
 
 @dataclass
-class Series:
-    """One stored series: its samples (a NaN value is a sample) and, for recorded
-    series, the times of their staleness markers."""
-
-    labels: tuple  # sorted (name, value) pairs, __name__ included
-    times: np.ndarray
-    values: np.ndarray
-    stale: np.ndarray | None = None  # times of staleness markers
-    _target: Target | None = field(default=None, repr=False)
-
-    def label(self, key: str) -> str:
-        return dict(self.labels).get(key, "")
-
-    def target(self) -> Target:
-        """The series as a one-column :class:`Target`, for the tsdb functions."""
-        if self._target is None:
-            self._target = Target(-1, self.times, self.values[:, None], [self.labels])
-        return self._target
-
-
-@dataclass
 class Vector:
     """An instant vector at T instants: per series, labels, values (T,) and presence (T,)."""
 
     series: list  # [(labels tuple, values, present)]
-
-
-def instance_label(node: int) -> str:
-    """The ``instance`` label of a TSDB target: the node number, or ``client``."""
-    return str(node) if node >= 0 else "client"
-
-
-def store_from_tsdb(tsdb: TSDB) -> list[Series]:
-    """Every series of the TSDB with Prometheus labels.
-
-    ``__name__`` is the series name; ``tier``, ``outcome`` and ``le`` keep their names
-    (an empty or missing value is an absent label, as in Prometheus); the scrape target
-    becomes ``instance="<node>"`` (``instance="client"`` for the fleet-wide series);
-    every other label a recording kept (the trace's ``labels`` column) is a label.
-    A sample whose value is NaN stays a sample (Prometheus stores NaN).
-    """
-    from relakit.traces import parse_label_text
-
-    store = []
-    for tgt in tsdb.targets:
-        for k, col in enumerate(tgt.columns):
-            labels = dict(parse_label_text(tgt.labels[k])) if tgt.labels is not None else {}
-            labels.update({"__name__": col[0], "instance": instance_label(tgt.node)})
-            for key, value in zip(("tier", "outcome", "le"), col[1:], strict=False):
-                if value is not None and value != "":
-                    labels[key] = str(value)
-            ok = tgt.has(k)
-            store.append(Series(tuple(sorted(labels.items())), tgt.times[ok],
-                                tgt.values[ok, k]))
-    return store
 
 
 @dataclass
@@ -899,6 +849,20 @@ class _Matrix:
     end: np.ndarray
     range_s: float
     cut: list  # per series: None, or (T,) exclusive upper bound on sample times
+
+
+def _subexpressions(root) -> list:
+    """The function calls and aggregations of an expression, ``root`` first if it is one."""
+    out, stack = [], [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Call | Aggregate):
+            out.append(node)
+        for a in ("expr", "lhs", "rhs", "param"):
+            if getattr(node, a, None) is not None:
+                stack.append(getattr(node, a))
+        stack.extend(getattr(node, "args", ()))
+    return out
 
 
 class Evaluator:
@@ -914,13 +878,36 @@ class Evaluator:
         self.late: frozenset = frozenset()
         self._by_name: dict = {}
         self._fails: list = []
+        self._uses: dict = {}  # text of a shared sub-expression -> evaluations still to come
+        self._memo: dict = {}  # text -> (instants' key, late names, result, failed, message)
         for s in store:
             self._by_name.setdefault(s.label("__name__"), []).append(s)
 
     def add(self, series: list[Series]):
+        names = set()
         for s in series:
             self.store.append(s)
+            names.add(s.label("__name__"))
             self._by_name.setdefault(s.label("__name__"), []).append(s)
+        for text in [k for k, m in self._memo.items() if m[1] & names or None in m[1]]:
+            del self._memo[text]  # it read a series that has grown
+
+    def share(self, roots):
+        """Remember the value of every function call and aggregation that these
+        expressions (a rule file's) compute more than once, until its last use.
+
+        Why: real rule files read the same window again and again (the same
+        ``rate(x[5m])`` under five thresholds, a recording rule's expression inside an
+        alert); the result depends only on the sub-expression's text, the instants and
+        the series it reads, so it is computed once. Entries are dropped after their
+        last use, so memory holds only what is still to be read."""
+        counts: dict = {}
+        for root in roots:
+            for node in _subexpressions(root):
+                text = to_text(node)
+                counts[text] = counts.get(text, 0) + 1
+        self._uses = {k: n for k, n in counts.items() if n > 1}
+        self._memo = {}
 
     def evaluate(self, node, t_eval, errors: str = "raise"):
         """A :class:`Vector`, or a (T,) array for a scalar expression.
@@ -957,6 +944,41 @@ class Evaluator:
 
     # -- dispatch
     def _eval(self, node, t):
+        if not self._uses or not isinstance(node, Call | Aggregate):
+            return self._compute(node, t)
+        text = to_text(node)
+        left = self._uses.get(text, 0)
+        if not left:
+            return self._compute(node, t)
+        names = frozenset(s.name for s in selectors(node))
+        key = (t.size, float(t[0]) if t.size else 0.0, hash(t.tobytes()), names & self.late)
+        hit = self._memo.get(text)
+        if hit is None or hit[0] != key:
+            self._fails.append([np.zeros(t.size, dtype=bool), None])
+            try:
+                res = self._compute(node, t)
+            finally:
+                failed, msg = self._fails.pop()
+            hit = (key, names, res, failed, msg)
+            self._memo[text] = hit
+        else:  # the sub-expressions inside were not evaluated: their uses are spent too
+            for inner in _subexpressions(node)[1:]:
+                self._spend(to_text(inner))
+        self._spend(text)
+        if hit[4] is not None:
+            self._error(hit[3], *hit[4])
+        return hit[2]
+
+    def _spend(self, text: str):
+        """One use of a shared value is over; after its last, it is forgotten."""
+        left = self._uses.get(text, 0)
+        if left == 1:
+            del self._uses[text]
+            self._memo.pop(text, None)
+        elif left:
+            self._uses[text] = left - 1
+
+    def _compute(self, node, t):
         if isinstance(node, Number):
             return np.full(t.size, node.value)
         if isinstance(node, String):
