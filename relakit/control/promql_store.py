@@ -8,7 +8,9 @@ time order, so the store keeps exactly that: per series two float64 arrays, view
 into one flat buffer each.
 
 :func:`read_store` builds it from a trace file in two streaming passes over the
-rows, in batches (``pl.LazyFrame.collect_batches``): the first numbers each row's
+rows, in batches pulled one at a time (``pyarrow``'s ``iter_batches``: polars'
+``collect_batches`` reads ahead of a slow consumer and held 650 MB for a 140 MB
+store): the first numbers each row's
 series (its key columns: node, name, tier, outcome, le, labels), the second reads only
 ``time_s`` and ``value`` and writes each sample at its series' next free place. Peak
 memory is the two buffers plus a 4-byte series number per sample, whatever the
@@ -27,7 +29,7 @@ from relakit.control.tsdb import TSDB, Target
 from relakit.jit import njit
 
 KEY = ("node", "name", "tier", "outcome", "le")
-_BATCH_ROWS = 500_000
+_BATCH_ROWS = 131_072
 
 
 @dataclass
@@ -122,8 +124,19 @@ def _build(lf: pl.LazyFrame, source: str, path: Path | None = None) -> list[Seri
     key = list(KEY) + ([LABELS] if has_labels else [])
     casts = [pl.col(c).cast(SCHEMA[c]) for c in KEY] + \
         ([pl.col(LABELS).cast(pl.String)] if has_labels else [])
+
+    def batches(exprs, names):
+        """The trace's rows in batches, one at a time, as ``exprs`` of ``names``."""
+        if path is None:
+            yield from lf.select(exprs).collect().iter_slices(_BATCH_ROWS)
+            return
+        import pyarrow.parquet as pq
+
+        for rb in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS, columns=names):
+            yield pl.from_arrow(rb).select(exprs)
+
     for seed in range(4):  # another seed if two series' keys ever share a hash
-        found = _number_series(lf.select(casts), key, seed, full_check)
+        found = _number_series(batches(casts, key), key, seed, full_check)
         if found is not None:
             break
     else:
@@ -133,8 +146,8 @@ def _build(lf: pl.LazyFrame, source: str, path: Path | None = None) -> list[Seri
     start = np.concatenate([[0], np.cumsum(counts)])
     times, values = np.empty(sid.size), np.empty(sid.size)
     cursor, row = start[:-1].copy(), 0
-    for b in lf.select(pl.col("time_s").cast(pl.Float64), pl.col("value").cast(pl.Float64)
-                       ).collect_batches(chunk_size=_BATCH_ROWS):
+    for b in batches([pl.col("time_s").cast(pl.Float64), pl.col("value").cast(pl.Float64)],
+                     ["time_s", "value"]):
         t, v = b["time_s"].to_numpy(), b["value"].to_numpy()
         if b["time_s"].null_count() or b["value"].null_count() or not np.isfinite(t).all():
             full_check()
@@ -146,7 +159,7 @@ def _build(lf: pl.LazyFrame, source: str, path: Path | None = None) -> list[Seri
     return _series(known, key, times, values, start)
 
 
-def _number_series(lf: pl.LazyFrame, key: list, seed: int, full_check):
+def _number_series(batches, key: list, seed: int, full_check):
     """(per row its series number, the key of each series numbered in order of first
     appearance), or None if two keys hash alike. A row's series is found by a 64-bit
     hash of its key columns (a fraction of the cost of comparing the strings); a
@@ -155,7 +168,7 @@ def _number_series(lf: pl.LazyFrame, key: list, seed: int, full_check):
     index = pl.DataFrame(schema={"h": pl.UInt64, "sid": pl.Int32, "want": pl.UInt64})
     keys: list = []
     sids = []
-    for b in lf.collect_batches(chunk_size=_BATCH_ROWS):
+    for b in batches:
         if b["node"].null_count() or b["name"].null_count() or (b["node"] < -1).any():
             full_check()
         hh = b.select(pl.struct(key).hash(2 * seed).alias("h"),
@@ -173,7 +186,7 @@ def _number_series(lf: pl.LazyFrame, key: list, seed: int, full_check):
             return None
         sids.append(m["sid"].to_numpy())
     sid = np.concatenate(sids) if sids else np.zeros(0, dtype=np.int32)
-    table = pl.concat(keys) if keys else pl.DataFrame(schema=lf.collect_schema())
+    table = pl.concat(keys) if keys else pl.DataFrame(schema=dict.fromkeys(key, pl.String))
     return sid, table.with_columns(sid=pl.int_range(table.height, dtype=pl.Int32))
 
 
