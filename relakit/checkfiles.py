@@ -293,11 +293,14 @@ def _cross_checks(loaded: dict) -> list[C.Finding]:
     """Policies, chains and clocks on their own, or against each trace given with them."""
     out = []
     clocks = loaded["clocks"][0] if loaded["clocks"] else None
+    from relakit.control.promql_store import store_from_frame
+
     policies, chains, traces = loaded["policy"], loaded["chain"], loaded["trace"]
     for groups, rules_file in loaded["rules"]:
         for frame, source in traces:
             out += C.check_rules(groups, rules_file, frame["name"].unique().to_list(),
                                  missing=C.WARNING, what=f"the trace {source}")
+            out += C.check_rule_labels(groups, rules_file, store_from_frame(frame, source))
         if not traces:
             names = [s[1] for s in C.simulator_series(_default_buckets())]
             out += C.check_rules(groups, rules_file, names, missing=C.WARNING,

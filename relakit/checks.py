@@ -170,6 +170,15 @@ def check_rules(groups, file: str, series_names, *, missing: str, what: str) -> 
             for r, asked in unknown]
 
 
+def check_rule_labels(groups, file: str, store) -> list[Finding]:
+    """Labels and label values a rule reads that no series of the store has (a selector
+    that selects nothing, a by/on/without/ignoring list naming a label nobody has): a
+    warning each, naming the rule and the label (:func:`relakit.control.rules.label_warnings`)."""
+    from relakit.control.rules import label_warnings
+
+    return [Finding(WARNING, *w) for w in label_warnings(groups, store, file)]
+
+
 def _promql_reads(policy, series) -> bool:
     """Whether a promql signal of the policy names a series the trace holds."""
     from relakit.control.promql import selectors

@@ -342,22 +342,17 @@ def _replay(args) -> int:
 def _replay_rules(args, groups, out: Path):
     """Backtest a Prometheus rule file over the trace: print the alerts, write
     alerts.parquet (relakit.control.rules.backtest_rules' table)."""
-    import warnings
-
-    from relakit.checks import RelakitWarning, check_rules, enforce
-    from relakit.control.promql import store_from_tsdb
-    from relakit.control.rules import backtest_rules, label_warnings
-    from relakit.control.tsdb import TSDB
+    from relakit.checks import check_rule_labels, check_rules, enforce
+    from relakit.control.promql_store import read_store
+    from relakit.control.rules import backtest_rules
     from relakit.io import write_parquet
-    from relakit.traces import read_trace
 
-    frame = read_trace(args.trace)
-    enforce(check_rules(groups, str(args.rules), frame["name"].unique().to_list(),
-                        missing="warning", what=f"the trace {args.trace}"))
-    tsdb = TSDB.from_long(frame)
-    for text in label_warnings(groups, store_from_tsdb(tsdb), str(args.rules)):
-        warnings.warn(text, RelakitWarning, stacklevel=2)
-    alerts = backtest_rules(tsdb, groups, args.start, args.end)
+    store = read_store(args.trace)  # streamed: no per-sample objects, no dense matrix
+    names = sorted({s.label("__name__") for s in store})
+    enforce(check_rules(groups, str(args.rules), names, missing="warning",
+                        what=f"the trace {args.trace}")
+            + check_rule_labels(groups, str(args.rules), store))
+    alerts = backtest_rules(store, groups, args.start, args.end)
     print(_alerts_table(alerts))
     print(f"wrote {write_parquet(alerts, out / 'alerts.parquet')}")
 

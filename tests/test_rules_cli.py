@@ -261,7 +261,11 @@ def test_replay_rules_warns_about_labels_no_series_has(tmp_path, capsys):
         "      - alert: Platinum\n        expr: 'requests_total{tier=\"platinum\"} > 0'\n"
         "      - alert: ByJob\n        expr: 'sum by (job) (rate(requests_total[1m])) > 0'\n"
         "      - alert: Fine\n        expr: 'label_replace(requests_total, \"job\", \"x\", \"\","
-        " \"\") > 1e12'\n        labels: {team: core}\n")
+        " \"\") > 1e12'\n        labels: {team: core}\n"
+        "      - alert: Without\n        expr: 'sum without (nod) (rate(requests_total[1m])) > 0'\n"
+        "      - alert: Ignoring\n        expr: 'rate(requests_total[1m]) / ignoring (outcom) "
+        "rate(requests_total[1m]) > 2'\n"
+        "      - alert: FineToo\n        expr: 'sum without (instance) (requests_total) > 0'\n")
     assert main(["replay", str(TRACE), "--rules", str(spec), "--out", str(tmp_path / "o")]) == 0
     texts = capsys.readouterr().err.splitlines()
     mine = [t for t in texts if t.startswith(f"relakit: warning: {spec}: key 'groups[0].rules[")]
@@ -270,7 +274,14 @@ def test_replay_rules_warns_about_labels_no_series_has(tmp_path, capsys):
     assert any("alert 'Platinum'" in t and 'tier="platinum"' in t and "gold" in t
                for t in mine), texts
     assert any("alert 'ByJob'" in t and "label 'job'" in t for t in mine), texts
-    assert not any("'Fine'" in t for t in mine), texts  # a label the file makes itself
+    assert any("alert 'Without'" in t and "label 'nod'" in t and "leaves out nothing" in t
+               for t in mine), texts
+    assert any("alert 'Ignoring'" in t and "label 'outcom'" in t for t in mine), texts
+    assert not any("'Fine'" in t or "'FineToo'" in t for t in mine), texts
+    # relakit check RULES TRACE says the same, without running anything (exit 1: warnings)
+    assert main(["check", str(spec), str(TRACE)]) == 1
+    checked = [t for t in capsys.readouterr().err.splitlines() if "groups[0].rules[" in t]
+    assert sorted(checked) == sorted(mine), checked
     from relakit.control import promql, rules
     from relakit.control.tsdb import TSDB
     from relakit.traces import read_trace

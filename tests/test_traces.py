@@ -395,6 +395,29 @@ def test_openmetrics_details(tmp_path):
                                                  ("rpc_sum", 4.0)]
 
 
+def test_openmetrics_keeps_every_label(tmp_path):
+    """Issue 32: the text importer keeps job and every other label, as the JSON one
+    does, so up{job="api"} selects the api target's series only (and is not added to
+    db's); a rule reading it fires."""
+    from relakit.control.rules import backtest_rules
+    from relakit.traces import LABELS
+
+    for k, v in enumerate([1, 1, 0, 0, 0, 1, 1]):  # scrapes at 100..190 s
+        write(tmp_path, f"h:1@{100 + 15 * k}.prom",
+              f'up{{job="api",env="prod"}} {v}\nup{{job="db",env="prod"}} 1\n')
+    df = read_openmetrics(tmp_path)
+    assert df.schema[LABELS] == pl.Categorical
+    assert sorted(df[LABELS].cast(pl.String).unique().to_list()) == [
+        'env="prod",job="api"', 'env="prod",job="db"']
+    assert df.filter(pl.col("time_s") == 130)["value"].to_list() == [0.0, 1.0]  # not summed
+    rules = write(tmp_path.parent, "up.yml", "groups:\n  - name: g\n    interval: 15s\n"
+                  "    rules:\n      - alert: ApiDown\n        expr: 'up{job=\"api\"} == 0'\n"
+                  "        for: 15s\n")
+    alerts = backtest_rules(df, rules)  # evaluated at 105, 120, ..., 180 s
+    assert alerts.select("labels", "pending_at", "firing_at", "resolved_at").rows() == [
+        ('{env="prod", instance="0", job="api"}', 135.0, 150.0, 180.0)]
+
+
 @pytest.mark.parametrize("text, message", [
     ("# TYPE up gauge\nup one\n", r"h@1\.prom: line 2: value 'one' of up is not a number"),
     ('up{tier="a" 1\n', r"h@1\.prom: line 1: unexpected '1' at column 13; expected ','"),

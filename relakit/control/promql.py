@@ -1,31 +1,11 @@
-"""PromQL, parsed by hand and evaluated on relakit's TSDB at many instants at once.
+"""PromQL evaluated on relakit's series at many instants at once.
 
-Why hand-written: the maintained parser on PyPI (``promql-parser``, Rust-backed)
-covers the language but keeps no positions in its AST and reports syntax errors
-without one ("invalid promql query"); a rule file's author needs to be told *where*
-the unsupported construct is. The grammar, by precedence (lowest first, as
-Prometheus'; keywords and aggregation names are case-insensitive, as its lexer's):
-
-.. code-block:: text
-
-    expr       := or
-    or         := andu ('or' [matching] andu)*
-    andu       := cmp  (('and' | 'unless') [matching] cmp)*
-    cmp        := add  (('==' | '!=' | '>' | '<' | '>=' | '<=') ['bool'] [matching] add)*
-    add        := mul  (('+' | '-') [matching] mul)*
-    mul        := unary (('*' | '/' | '%' | 'atan2') [matching] unary)*
-    unary      := ('+' | '-') unary | pow
-    pow        := postfix ['^' [matching] unary]            (right associative)
-    postfix    := primary ['[' DURATION [':' [DURATION]] ']'] [at] ['offset' ['-'] DURATION] [at]
-    at         := '@' (NUMBER | 'start()' | 'end()')
-    primary    := NUMBER | STRING | '(' expr ')' | agg | call | selector
-    agg        := AGG [grouping] '(' [param ','] expr ')' [grouping]
-    grouping   := ('by' | 'without') '(' [LABEL (',' LABEL)*] ')'
-    matching   := ('on' | 'ignoring') '(' [LABEL (',' LABEL)*] ')'
-                  [('group_left' | 'group_right') ['(' [LABEL (',' LABEL)*] ')']]
-    call       := FUNCTION '(' [expr (',' expr)*] ')'
-    selector   := METRIC ['{' [matcher (',' matcher)*] '}'] | '{' matcher (',' matcher)* '}'
-    matcher    := LABEL ('=' | '!=' | '=~' | '!~') STRING
+The expression is parsed by :mod:`relakit.control.promql_parse` (its grammar is
+there); values and what operators do to them are :mod:`relakit.control.promql_values`;
+the window functions' arithmetic is :mod:`relakit.control.promql_functions` (arrays
+only); ``rate``/``increase``/``delta`` are :mod:`relakit.control.tsdb`'s kernel; the
+series come from :mod:`relakit.control.promql_store`. This module is the evaluator
+that walks the tree, and the one name space the rest of relakit imports PromQL from.
 
 Evaluation follows Prometheus 2.42 (the version ``promtool`` runs): an instant
 selector takes the newest sample in ``[t - 5m, t]`` (lookback delta 5 min); a range
@@ -38,9 +18,6 @@ sample is not. Staleness markers are not modelled for scraped series (relakit's 
 stores none); the series a recording rule writes get them, as Prometheus writes
 them (see :mod:`relakit.control.rules`).
 
-The window functions' arithmetic is :mod:`relakit.control.promql_functions` (arrays
-only); ``rate``/``increase``/``delta`` are :mod:`relakit.control.tsdb`'s kernel.
-
 A value is evaluated at a whole vector of instants ``T`` at once: an instant vector
 is a list of series, each with its labels, a value per instant and a mask saying at
 which instants it exists. An evaluation error that Prometheus raises at one instant
@@ -51,843 +28,68 @@ for, returns it as a mask with the message (rule backtests report it per instant
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from relakit.control import promql_functions as fn
-from relakit.control.tsdb import TSDB, Target, bucket_quantile, increase, window
+from relakit.control.promql_parse import (  # noqa: F401  (re-exported: promql.X is the API)
+    _DATE,
+    AGGREGATIONS,
+    ARITHMETIC,
+    COMPARISON,
+    FUNCTIONS,
+    KEYWORDS,
+    LOOKBACK_S,
+    MAX_DEPTH,
+    MAX_NESTING,
+    RANGE_FUNCTIONS,
+    SET_OPERATORS,
+    SIGNATURES,
+    UNSUPPORTED_AGGREGATIONS,
+    UNSUPPORTED_FUNCTIONS,
+    Aggregate,
+    Binary,
+    Call,
+    Number,
+    PromQLError,
+    Selector,
+    String,
+    Subquery,
+    Unary,
+    _is_range,
+    _is_scalar,
+    _matches,
+    format_duration,
+    kind_of,
+    parse,
+    reach_s,
+    selectors,
+    to_text,
+    tree_depth,
+    where,
+)
+from relakit.control.promql_store import Series, store_from_tsdb
+from relakit.control.promql_values import (  # noqa: F401  (re-exported as above)
+    Vector,
+    _absent_labels,
+    _aggregate,
+    _date,
+    _drop_name,
+    _fmt,
+    _histogram_quantile,
+    _label_join,
+    _label_replace,
+    _op,
+    _result_labels,
+    _set_operation,
+    _signature,
+    _vector_scalar,
+    format_labels,
+)
+from relakit.control.tsdb import TSDB, Target, increase, window
 
-LOOKBACK_S = 300.0  # Prometheus' default lookback delta
 DEFAULT_SUBQUERY_STEP_S = 60.0  # a step-less subquery's step: the global evaluation_interval
-
-# function -> (argument types, how many may be left out at the end, result type);
-# types: s scalar, v instant vector, m range vector, str string; "str*" repeats
-_MATH = ("abs", "ceil", "floor", "sqrt", "exp", "ln", "log2", "log10", "sgn", "acos", "acosh",
-         "asin", "asinh", "atan", "atanh", "cos", "cosh", "sin", "sinh", "tan", "tanh", "deg",
-         "rad")
-_DATE = ("minute", "hour", "day_of_week", "day_of_month", "day_of_year", "days_in_month",
-         "month", "year")
-_OVER_TIME = ("avg_over_time", "min_over_time", "max_over_time", "sum_over_time",
-              "count_over_time", "last_over_time", "stddev_over_time", "stdvar_over_time",
-              "present_over_time")
-RANGE_FUNCTIONS = ("rate", "irate", "increase", "delta", "idelta", "changes", "resets",
-                   "deriv", "absent_over_time", *_OVER_TIME)
-SIGNATURES = {
-    **{f: (("m",), 0, "v") for f in RANGE_FUNCTIONS},
-    **{f: (("v",), 0, "v") for f in _MATH + ("sort", "sort_desc", "timestamp", "absent")},
-    **{f: (("v",), 1, "v") for f in _DATE},
-    "quantile_over_time": (("s", "m"), 0, "v"),
-    "predict_linear": (("m", "s"), 0, "v"),
-    "holt_winters": (("m", "s", "s"), 0, "v"),
-    "histogram_quantile": (("s", "v"), 0, "v"),
-    "clamp": (("v", "s", "s"), 0, "v"),
-    "clamp_min": (("v", "s"), 0, "v"),
-    "clamp_max": (("v", "s"), 0, "v"),
-    "round": (("v", "s"), 1, "v"),
-    "label_replace": (("v", "str", "str", "str", "str"), 0, "v"),
-    "label_join": (("v", "str", "str", "str*"), 0, "v"),
-    "vector": (("s",), 0, "v"),
-    "scalar": (("v",), 0, "s"),
-    "time": ((), 0, "s"),
-    "pi": ((), 0, "s"),
-}
-FUNCTIONS = tuple(SIGNATURES)
-UNSUPPORTED_FUNCTIONS = ("histogram_count", "histogram_sum", "histogram_fraction",
-                         "histogram_stddev", "histogram_stdvar")  # native histograms
-AGGREGATIONS = ("sum", "avg", "min", "max", "count", "group", "stddev", "stdvar", "topk",
-                "bottomk", "quantile", "count_values")
-_AGG_PARAM = {"topk": "s", "bottomk": "s", "quantile": "s", "count_values": "str"}
-UNSUPPORTED_AGGREGATIONS = ("limitk", "limit_ratio")  # Prometheus 3 only
-ARITHMETIC = ("+", "-", "*", "/", "%", "^", "atan2")
-COMPARISON = ("==", "!=", ">", "<", ">=", "<=")
-SET_OPERATORS = ("and", "or", "unless")
-# words Prometheus' lexer reads as keywords whatever their case
-KEYWORDS = SET_OPERATORS + ("atan2", "offset", "by", "without", "on", "ignoring",
-                            "group_left", "group_right", "bool") + AGGREGATIONS
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0,
-          "y": 31536000.0}
-
-
-class PromQLError(ValueError):
-    """An expression relakit cannot parse or does not support; says what and where."""
-
-    def __init__(self, problem: str, expr: str, pos: int):
-        self.problem, self.expr, self.pos = problem, expr, pos
-        super().__init__(f"{problem} at {where(expr, pos)}")
-
-
-def where(expr: str, pos: int) -> str:
-    """``column C`` (1-based), or ``line L column C`` in a multi-line expression."""
-    if "\n" not in expr:
-        return f"column {pos + 1}"
-    line = expr.count("\n", 0, pos) + 1
-    return f"line {line} column {pos - (expr.rfind(chr(10), 0, pos) + 1) + 1}"
-
-
-# ---- the tree ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Number:
-    value: float
-    pos: int = 0
-
-
-@dataclass(frozen=True)
-class String:
-    value: str
-    pos: int = 0
-
-
-@dataclass(frozen=True)
-class Selector:
-    """``name{matchers}``, optionally ``[range]``, ``offset`` and ``@``; matchers are
-    (label, op, value) with op one of = != =~ !~ (the name is a ``__name__`` matcher).
-    ``at`` is a time in seconds, ``"start"``/``"end"`` (a rule's instant) or None."""
-
-    matchers: tuple
-    range_s: float | None = None
-    offset_s: float = 0.0
-    pos: int = 0
-    at: float | str | None = None
-
-    @property
-    def name(self) -> str | None:
-        return next((v for k, op, v in self.matchers if k == "__name__" and op == "="), None)
-
-
-@dataclass(frozen=True)
-class Subquery:
-    """``expr[range:step]`` (step None: the default step), with ``offset``/``@``."""
-
-    expr: object
-    range_s: float
-    step_s: float | None = None
-    offset_s: float = 0.0
-    pos: int = 0
-    at: float | str | None = None
-
-
-@dataclass(frozen=True)
-class Call:
-    func: str
-    args: tuple
-    pos: int = 0
-
-
-@dataclass(frozen=True)
-class Aggregate:
-    op: str
-    expr: object
-    labels: tuple = ()
-    without: bool = False
-    pos: int = 0
-    param: object = None  # topk/bottomk/quantile's number, count_values' label
-
-
-@dataclass(frozen=True)
-class Unary:
-    op: str
-    expr: object
-    pos: int = 0
-
-
-@dataclass(frozen=True)
-class Binary:
-    op: str
-    lhs: object
-    rhs: object
-    bool_: bool = False
-    on: tuple | None = None  # on(labels); None with ignoring below
-    ignoring: tuple = ()
-    pos: int = 0
-    card: str = "one-to-one"  # many-to-one (group_left), one-to-many (group_right)
-    include: tuple = ()  # the labels group_left/group_right copy from the "one" side
-
-
-# ---- lexer ------------------------------------------------------------------------------
-_TOKEN = re.compile(r"""
-    (?P<ws>\s+|\#[^\n]*)
-  | (?P<duration>(?:\d+(?:ms|[smhdwy]))+(?![\w.]))
-  | (?P<number>0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
-  | (?P<ident>[a-zA-Z_][a-zA-Z0-9_:]*|:[a-zA-Z_:][a-zA-Z0-9_:]*)
-  | (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)
-  | (?P<op>=~|!~|==|!=|>=|<=|[-+*/%^<>=(){}\[\],:@])
-""", re.VERBOSE)
-
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "a": "\a",
-            "b": "\b", "f": "\f", "v": "\v"}
-
-
-@dataclass
-class Token:
-    kind: str
-    text: str
-    pos: int
-
-    @property
-    def word(self) -> str:
-        """A keyword in lower case (Prometheus' lexer ignores their case); else the text."""
-        low = self.text.lower()
-        return low if self.kind == "ident" and low in KEYWORDS else self.text
-
-
-def _lex(expr: str) -> list[Token]:
-    out, i = [], 0
-    while i < len(expr):
-        m = _TOKEN.match(expr, i)
-        if not m:
-            if expr[i] in "\"'`":
-                raise PromQLError("unterminated string", expr, i)
-            raise PromQLError(f"unexpected character {expr[i]!r}", expr, i)
-        if m.lastgroup != "ws":
-            out.append(Token(m.lastgroup, m.group(), i))
-        i = m.end()
-    out.append(Token("eof", "", len(expr)))
-    return out
-
-
-def _duration(tok: Token, expr: str) -> float:
-    total = 0.0
-    for n, unit in re.findall(r"(\d+)(ms|[smhdwy])", tok.text):
-        total += int(n) * _UNITS[unit]
-    if total <= 0:
-        raise PromQLError(f"duration {tok.text!r} must be positive", expr, tok.pos)
-    return total
-
-
-def _string(tok: Token) -> str:
-    body = tok.text[1:-1]
-    if tok.text[0] == "`":
-        return body
-    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), body)
-
-
-def kind_of(node) -> str:
-    """The type of a node's value: ``scalar``, ``vector``, ``matrix`` or ``string``."""
-    if isinstance(node, Number):
-        return "scalar"
-    if isinstance(node, String):
-        return "string"
-    if isinstance(node, Selector):
-        return "vector" if node.range_s is None else "matrix"
-    if isinstance(node, Subquery):
-        return "matrix"
-    if isinstance(node, Unary):
-        return kind_of(node.expr)
-    if isinstance(node, Binary):
-        return "scalar" if kind_of(node.lhs) == kind_of(node.rhs) == "scalar" else "vector"
-    if isinstance(node, Call):
-        return {"s": "scalar", "v": "vector"}[SIGNATURES[node.func][2]]
-    return "vector"  # Aggregate
-
-
-def _is_scalar(node) -> bool:
-    return kind_of(node) == "scalar"
-
-
-def _is_range(node) -> bool:
-    return kind_of(node) == "matrix"
-
-
-_KIND_NAMES = {"s": "scalar", "v": "vector", "m": "matrix", "str": "string"}
-_KIND_EXAMPLES = {"scalar": "a number", "vector": "an instant vector",
-                  "matrix": "a range vector such as x[5m]", "string": "a string"}
-
-
-# ---- parser -----------------------------------------------------------------------------
-#: nesting (parentheses, arguments, subqueries) and tree depth relakit parses and evaluates;
-#: each level costs ~10 Python frames to parse and 3 to evaluate, and real rules nest a
-#: handful deep (a 200-deep expression once ended a backtest in RecursionError, exit 3)
-MAX_NESTING = 48
-MAX_DEPTH = 200
-
-
-class _Parser:
-    def __init__(self, expr: str):
-        self.expr = expr
-        self.toks = _lex(expr)
-        self.i = 0
-        self.nesting = 0
-        self.operations = 0
-
-    @property
-    def tok(self) -> Token:
-        return self.toks[self.i]
-
-    def fail(self, problem: str, tok: Token | None = None):
-        tok = tok or self.tok
-        raise PromQLError(problem, self.expr, tok.pos)
-
-    def _found(self, t: Token | None = None) -> str:
-        t = t or self.tok
-        return "the end of the expression" if t.kind == "eof" else repr(t.text)
-
-    def take(self, text: str | None = None, kind: str | None = None, what: str = "") -> Token:
-        t = self.tok
-        if (text is not None and t.word != text) or (kind is not None and t.kind != kind):
-            want = repr(text) if text else kind
-            self.fail(f"expected {want}{what}, found {self._found()}")
-        self.i += 1
-        return t
-
-    def at(self, *words) -> bool:
-        return self.tok.kind in ("op", "ident") and self.tok.word in words
-
-    def parse(self):
-        node = self.expr_()
-        if self.tok.kind != "eof":
-            self.fail(f"unexpected {self.tok.text!r} after a complete expression")
-        if kind_of(node) == "string":
-            self.fail("unsupported string literal (a string is a function's argument only)",
-                      self.toks[0])
-        return node
-
-    def expr_(self):
-        if self.nesting >= MAX_NESTING:
-            self.fail(f"an expression nested more than {MAX_NESTING} levels deep "
-                      "(parentheses, arguments, subqueries); relakit parses at most that")
-        self.nesting += 1
-        node = self.or_()
-        self.nesting -= 1
-        return node
-
-    def _matching(self, op: Token):
-        """``on(...)``/``ignoring(...)``, then ``group_left``/``group_right``."""
-        on, ignoring, card, include = None, (), "one-to-one", ()
-        if self.at("on", "ignoring"):
-            kw = self.take().word
-            labels = self._label_list()
-            on, ignoring = (labels, ()) if kw == "on" else (None, labels)
-            if self.at("group_left", "group_right"):
-                g = self.take()
-                if op.word in SET_OPERATORS:
-                    self.fail(f"no grouping ({g.word}) allowed for '{op.word}' operation", g)
-                card = "many-to-one" if g.word == "group_left" else "one-to-many"
-                if self.tok.text == "(":
-                    include = self._label_list()
-        elif self.at("group_left", "group_right"):
-            self.fail(f"'{self.tok.word}' must follow on(...) or ignoring(...)")
-        return on, ignoring, card, include
-
-    def or_(self):
-        node = self.andu()
-        while self.at("or"):
-            op = self.take()
-            m = self._matching(op)
-            node = self._binary(op, node, self.andu(), False, *m)
-        return node
-
-    def andu(self):
-        node = self.cmp()
-        while self.at("and", "unless"):
-            op = self.take()
-            m = self._matching(op)
-            node = self._binary(op, node, self.cmp(), False, *m)
-        return node
-
-    def cmp(self):
-        node = self.add()
-        while self.tok.kind == "op" and self.tok.text in COMPARISON:
-            op = self.take()
-            is_bool = bool(self.at("bool")) and self.take() is not None
-            m = self._matching(op)
-            node = self._binary(op, node, self.add(), is_bool, *m)
-        return node
-
-    def add(self):
-        node = self.mul()
-        while self.tok.kind == "op" and self.tok.text in ("+", "-"):
-            op = self.take()
-            m = self._matching(op)
-            node = self._binary(op, node, self.mul(), False, *m)
-        return node
-
-    def mul(self):
-        node = self.unary()
-        while (self.tok.kind == "op" and self.tok.text in ("*", "/", "%")) or self.at("atan2"):
-            op = self.take()
-            m = self._matching(op)
-            node = self._binary(op, node, self.unary(), False, *m)
-        return node
-
-    def unary(self):
-        if self.tok.kind == "op" and self.tok.text in ("+", "-"):
-            op = self.take()
-            inner = self.unary()
-            if kind_of(inner) not in ("scalar", "vector"):
-                self.fail(f"unary '{op.text}' expects a scalar or an instant vector", op)
-            if op.text == "+":
-                return inner
-            if isinstance(inner, Number):
-                return Number(-inner.value, op.pos)
-            return Unary("-", inner, op.pos)
-        return self.pow()
-
-    def pow(self):
-        node = self.postfix()
-        if self.tok.text == "^" and self.tok.kind == "op":
-            op = self.take()
-            m = self._matching(op)
-            node = self._binary(op, node, self.unary(), False, *m)
-        return node
-
-    def _binary(self, op: Token, lhs, rhs, is_bool, on, ignoring, card="one-to-one",
-                include=()):
-        name = op.word
-        self.operations += 1  # kind_of below walks the tree: bound it before it does
-        if self.operations > 2 * MAX_DEPTH:
-            self.fail(f"more than {2 * MAX_DEPTH} operations in one expression; relakit "
-                      f"evaluates at most {MAX_DEPTH} deep (split it with recording rules)",
-                      op)
-        kl, kr = kind_of(lhs), kind_of(rhs)
-        for k in (kl, kr):
-            if k == "matrix":
-                self.fail("a range vector cannot be an operand; apply a function such as "
-                          "rate() to it", op)
-            if k == "string":
-                self.fail(f"a string cannot be an operand of '{name}'", op)
-        scalar = kl == kr == "scalar"
-        if name in SET_OPERATORS and "scalar" in (kl, kr):
-            self.fail(f"set operator '{name}' not allowed with a scalar operand: both sides "
-                      "must be instant vectors", op)
-        if name in COMPARISON and scalar and not is_bool:
-            self.fail("comparisons between scalars must use the 'bool' modifier", op)
-        if is_bool and name not in COMPARISON:
-            self.fail("'bool' applies to comparison operators only", op)
-        if (on is not None or ignoring) and "scalar" in (kl, kr):
-            self.fail("vector matching (on/ignoring) only applies between two vectors", op)
-        return Binary(name, lhs, rhs, is_bool, on, ignoring, op.pos, card, include)
-
-    def _at(self, node):
-        at_tok = self.take("@")
-        if not isinstance(node, Selector | Subquery):
-            self.fail("'@' must follow a selector or a subquery", at_tok)
-        if node.at is not None:
-            self.fail("'@' given twice", at_tok)
-        sign = 1.0
-        if self.tok.text in ("+", "-"):
-            sign = -1.0 if self.take().text == "-" else 1.0
-        if self.tok.kind == "number":
-            value = sign * float(self.take().text)
-        elif self.at("start", "end") and self.toks[self.i + 1].text == "(":
-            value = self.take().text
-            self.take("(")
-            self.take(")")
-        else:
-            self.fail(f"expected a time (seconds), start() or end() after '@', found "
-                      f"{self._found()}")
-        return _replace(node, at=value)
-
-    def postfix(self):
-        node = self.primary()
-        if self.tok.text == "[":
-            open_ = self.take()
-            if self.tok.kind != "duration":
-                self.fail("expected a duration such as 5m inside [ ]")
-            rng = _duration(self.take(), self.expr)
-            if self.tok.text == ":":
-                self.take(":")
-                step = _duration(self.take(), self.expr) if self.tok.kind == "duration" else None
-                self.take("]")
-                if kind_of(node) != "vector":
-                    self.fail("a subquery needs an instant vector expression before "
-                              "[range:step]", open_)
-                node = Subquery(node, rng, step, 0.0, open_.pos)
-            else:
-                self.take("]", what=" or ':' (a subquery)")
-                if not isinstance(node, Selector) or node.range_s is not None:
-                    self.fail("a range [..] needs a selector before it; use a subquery "
-                              "[range:step] for an expression", open_)
-                node = _replace(node, range_s=rng)
-        if self.tok.text == "@":
-            node = self._at(node)
-        if self.at("offset"):
-            kw = self.take()
-            if not isinstance(node, Selector | Subquery):
-                self.fail("'offset' must follow a selector such as x or x[5m], or a "
-                          "subquery", kw)
-            sign = 1.0
-            if self.tok.text in ("-", "+"):
-                sign = -1.0 if self.take().text == "-" else 1.0
-            if self.tok.kind != "duration":
-                self.fail("expected a duration such as 5m after 'offset'")
-            node = _replace(node, offset_s=sign * _duration(self.take(), self.expr))
-            if self.tok.text == "@":
-                node = self._at(node)
-        if self.tok.text == "[":
-            self.fail("a range or subquery [..] must come before 'offset' and '@'")
-        if self.at("offset"):
-            self.fail("'offset' given twice")
-        return node
-
-    def primary(self):
-        t = self.tok
-        if t.kind == "number":
-            self.i += 1
-            return Number(float(int(t.text, 16)) if t.text[:2].lower() == "0x"
-                          else float(t.text), t.pos)
-        if t.kind == "duration":
-            self.fail(f"unexpected duration {t.text!r}")
-        if t.kind == "string":
-            self.i += 1
-            return String(_string(t), t.pos)
-        if t.text == "(":
-            self.take()
-            node = self.expr_()
-            self.take(")", what=" closing the '(' at " + where(self.expr, t.pos))
-            return node
-        if t.text == "{":
-            return self.selector(None, t)
-        if t.kind != "ident":
-            self.fail(f"expected an expression, found {self._found()}")
-        low = t.text.lower()
-        if low in ("inf", "nan"):
-            self.i += 1
-            return Number(float(low), t.pos)
-        nxt = self.toks[self.i + 1]
-        if t.word in AGGREGATIONS and (nxt.text == "(" or nxt.word in ("by", "without")):
-            return self.aggregate()
-        if t.text in UNSUPPORTED_AGGREGATIONS and nxt.text in ("(", "by", "without"):
-            self.fail(f"unsupported aggregation '{t.text}'")
-        if t.word in KEYWORDS:
-            self.fail(f"expected an expression, found the keyword '{t.word}'")
-        if nxt.text == "(":
-            return self.call()
-        self.i += 1
-        return self.selector(t.text, t)
-
-    def _label_list(self) -> tuple:
-        self.take("(")
-        labels = []
-        while self.tok.text != ")":
-            t = self.tok
-            if t.kind == "string":  # Prometheus 3 quoted label names
-                self.fail("unsupported quoted label name")
-            labels.append(self.take(kind="ident", what=" (a label name)").text)
-            if self.tok.text != ")":
-                self.take(",", what=" or ')' in a label list")
-        self.take(")")
-        return tuple(labels)
-
-    def aggregate(self):
-        op = self.take()
-        name = op.word
-        labels, without = (), False
-        if self.at("by", "without"):
-            without = self.take().word == "without"
-            labels = self._label_list()
-        self.take("(", what=f" after {name}")
-        param = None
-        if name in _AGG_PARAM:
-            param = self.expr_()
-            self.take(",", what=f": {name} takes a parameter and an expression")
-            want = _AGG_PARAM[name]
-            if kind_of(param) != _KIND_NAMES[want]:
-                self.fail(f"'{name}' expects {_KIND_EXAMPLES[_KIND_NAMES[want]]} as its "
-                          "first argument", op)
-        inner = self.expr_()
-        if self.tok.text == ",":
-            self.fail(f"'{name}' takes {'two arguments' if param is not None else 'one argument'}")
-        self.take(")", what=f" closing {name}(")
-        if self.at("by", "without"):
-            if labels or without:
-                self.fail("grouping given twice")
-            without = self.take().word == "without"
-            labels = self._label_list()
-        if kind_of(inner) != "vector":
-            self.fail(f"'{name}' expects an instant vector", op)
-        if name == "count_values" and not _LABEL.match(param.value):
-            self.fail(f"invalid label name {param.value!r} for count_values", op)
-        return Aggregate(name, inner, labels, without, op.pos, param)
-
-    def call(self):
-        name = self.take()
-        f = name.text
-        if f not in SIGNATURES:
-            self.fail(f"unsupported function '{f}'", name)
-        self.take("(")
-        args = []
-        while self.tok.text != ")":
-            args.append(self.expr_())
-            if self.tok.text not in (")", ","):
-                self.fail(f"expected ',' or ')' in the arguments of {f}(), found "
-                          f"{self._found()}")
-            if self.tok.text == ",":
-                self.take(",")
-        self.take(")")
-        self._check_args(name, args)
-        return Call(f, tuple(args), name.pos)
-
-    def _check_args(self, name: Token, args: list):
-        f = name.text
-        kinds, optional, _ = SIGNATURES[f]
-        variadic = bool(kinds) and kinds[-1].endswith("*")
-        lo = len(kinds) - optional - (1 if variadic else 0)
-        if len(args) < lo or (not variadic and len(args) > len(kinds)):
-            want = f"{lo}" if optional == 0 else f"{lo} to {len(kinds)}"
-            more = " or more" if variadic else ""
-            self.fail(f"{f}() expects {want}{more} argument(s), got {len(args)}", name)
-        for k, a in enumerate(args):
-            want = _KIND_NAMES[kinds[min(k, len(kinds) - 1)].rstrip("*")]
-            got = kind_of(a)
-            if got != want:
-                self.fail(f"{f}() expects {_KIND_EXAMPLES[want]} as argument {k + 1}, got "
-                          f"{_KIND_EXAMPLES[got]}", name)
-        if f == "label_replace":
-            if not _LABEL.match(args[1].value):
-                self.fail(f"invalid destination label name {args[1].value!r} in "
-                          "label_replace()", name)
-            try:
-                _regex(args[4].value)
-            except re.error as exc:
-                self.fail(f"invalid regular expression {args[4].value!r} in label_replace(): "
-                          f"{exc}", name)
-        if f == "label_join":
-            for a in args[1:2] + args[3:]:
-                if not _LABEL.match(a.value):
-                    self.fail(f"invalid label name {a.value!r} in label_join()", name)
-
-    def selector(self, name: str | None, start: Token) -> Selector:
-        matchers = [("__name__", "=", name)] if name else []
-        if self.tok.text == "{":
-            self.take("{")
-            while self.tok.text != "}":
-                if self.tok.kind == "string":
-                    self.fail("unsupported quoted metric or label name inside { }")
-                label = self.take(kind="ident", what=" (a label name)")
-                op = self.tok
-                if op.text not in ("=", "!=", "=~", "!~"):
-                    self.fail(f"expected a matcher operator (=, !=, =~, !~) after "
-                              f"'{label.text}'")
-                self.i += 1
-                value = self.take(kind="string")
-                text = _string(value)
-                if op.text in ("=~", "!~"):
-                    try:
-                        _regex(text)
-                    except re.error as exc:
-                        self.fail(f"invalid regular expression {text!r}: {exc}", value)
-                if label.text == "__name__" and name:
-                    self.fail("metric name given twice (before { } and as __name__)", label)
-                matchers.append((label.text, op.text, text))
-                if self.tok.text != "}":
-                    self.take(",", what=" or '}' between matchers")
-            self.take("}")
-        if not any(_matches(m, "") is False for m in matchers):
-            self.fail("a selector must have at least one matcher that does not match the "
-                      "empty string", start)
-        return Selector(tuple(matchers), None, 0.0, start.pos)
-
-
-_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-
-
-def _replace(node, **changes):
-    from dataclasses import replace
-
-    return replace(node, **changes)
-
-
-def parse(expr: str):
-    """The syntax tree of ``expr``; :class:`PromQLError` (what and where) otherwise."""
-    if not isinstance(expr, str) or not expr.strip():
-        raise PromQLError("empty expression", str(expr), 0)
-    parser = _Parser(expr)
-    node = parser.parse()
-    depth = tree_depth(node)
-    if depth > MAX_DEPTH:  # a long chain of operators is a deep tree, however flat its text
-        raise PromQLError(f"an expression {depth} operations deep; relakit evaluates at "
-                          f"most {MAX_DEPTH} (split it with recording rules)", expr, 0)
-    return node
-
-
-def tree_depth(node) -> int:
-    """The tree's depth, without recursion (the check must not fail the way it guards)."""
-    deepest, stack = 0, [(node, 1)]
-    while stack:
-        n, d = stack.pop()
-        deepest = max(deepest, d)
-        kids = [getattr(n, a, None) for a in ("expr", "lhs", "rhs", "param")]
-        stack += [(k, d + 1) for k in [*kids, *getattr(n, "args", ())] if k is not None]
-    return deepest
-
-
-def selectors(node) -> list[Selector]:
-    """Every selector in the tree (rules use it to see which series an expression reads)."""
-    if isinstance(node, Selector):
-        return [node]
-    out = []
-    for child in (getattr(node, a, None) for a in ("expr", "lhs", "rhs", "param")):
-        if child is not None:
-            out += selectors(child)
-    for a in getattr(node, "args", ()):
-        out += selectors(a)
-    return out
-
-
-def format_duration(seconds: float) -> str:
-    """Seconds as a PromQL duration (``90`` -> ``1m30s``, ``0.5`` -> ``500ms``)."""
-    ms = round(abs(seconds) * 1000)
-    out = ""
-    for unit, size in (("d", 86400000), ("h", 3600000), ("m", 60000), ("s", 1000),
-                       ("ms", 1)):
-        if ms >= size:
-            out += f"{ms // size}{unit}"
-            ms %= size
-    return ("-" if seconds < 0 else "") + (out or "0s")
-
-
-def _quote(v: str) -> str:
-    return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def to_text(node) -> str:
-    """PromQL text for a tree, parsed back to the same tree (comments are gone; every
-    operand of a binary operator is parenthesised, so precedence never changes)."""
-    if isinstance(node, Number):
-        v = node.value
-        if np.isnan(v):
-            return "NaN"
-        if np.isinf(v):
-            return "Inf" if v > 0 else "-Inf"
-        return repr(v)
-    if isinstance(node, String):
-        return _quote(node.value)
-    if isinstance(node, Selector | Subquery):
-        if isinstance(node, Selector):
-            name = node.name
-            rest = [m for m in node.matchers if not (m[0] == "__name__" and m[1] == "="
-                                                      and m[2] == name)]
-            text = (name or "") + ("{" + ", ".join(f"{k}{op}{_quote(v)}" for k, op, v in rest)
-                                   + "}" if rest or not name else "")
-            if node.range_s is not None:
-                text += f"[{format_duration(node.range_s)}]"
-        else:
-            step = format_duration(node.step_s) if node.step_s else ""
-            text = f"({to_text(node.expr)})[{format_duration(node.range_s)}:{step}]"
-        if node.at is not None:
-            text += f" @ {node.at}()" if isinstance(node.at, str) else f" @ {node.at!r}"
-        if node.offset_s:
-            text += f" offset {format_duration(node.offset_s)}"
-        return text
-    if isinstance(node, Call):
-        return f"{node.func}({', '.join(to_text(a) for a in node.args)})"
-    if isinstance(node, Aggregate):
-        grouping = ""
-        if node.labels or node.without:
-            grouping = f" {'without' if node.without else 'by'} ({', '.join(node.labels)})"
-        param = f"{to_text(node.param)}, " if node.param is not None else ""
-        return f"{node.op}{grouping} ({param}{to_text(node.expr)})"
-    if isinstance(node, Unary):
-        return f"-({to_text(node.expr)})"
-    if isinstance(node, Binary):
-        text = node.op + (" bool" if node.bool_ else "")
-        if node.on is not None:
-            text += f" on({', '.join(node.on)})"
-        elif node.ignoring:
-            text += f" ignoring({', '.join(node.ignoring)})"
-        if node.card != "one-to-one":
-            side = "group_left" if node.card == "many-to-one" else "group_right"
-            text += f" {side}({', '.join(node.include)})"
-        return f"({to_text(node.lhs)}) {text} ({to_text(node.rhs)})"
-    raise TypeError(node)
-
-
-def reach_s(node) -> float:
-    """How far back (seconds) an expression reads, subqueries and offsets included."""
-    if isinstance(node, Selector):
-        return (node.range_s if node.range_s is not None else LOOKBACK_S) + max(node.offset_s, 0)
-    if isinstance(node, Subquery):
-        return node.range_s + max(node.offset_s, 0) + reach_s(node.expr)
-    kids = [getattr(node, a, None) for a in ("expr", "lhs", "rhs", "param")]
-    kids = [k for k in kids if k is not None] + list(getattr(node, "args", ()))
-    return max((reach_s(k) for k in kids), default=0.0)
-
-
-# ---- values -----------------------------------------------------------------------------
-_REGEX: dict = {}
-
-
-def _regex(pattern: str):
-    """A Prometheus (RE2) regex compiled for Python's ``re``, for ``fullmatch``: Go
-    accepts flags such as ``(?i)`` anywhere, Python only at the start, so a leading
-    ``(?flags)`` becomes a scoped ``(?flags:...)``. Raises ``re.error`` if invalid."""
-    r = _REGEX.get(pattern)
-    if r is None:
-        m = re.match(r"\(\?([imsU]+)\)", pattern)
-        body = f"(?{m.group(1).replace('U', '')}:{pattern[m.end():]})" if m else \
-            f"(?:{pattern})"
-        r = _REGEX[pattern] = re.compile(body)
-    return r
-
-
-def _matches(matcher, value: str) -> bool:
-    _, op, want = matcher
-    if op == "=":
-        return value == want
-    if op == "!=":
-        return value != want
-    hit = _regex(want).fullmatch(value) is not None  # Prometheus anchors regexes
-    return hit if op == "=~" else not hit
-
-
-@dataclass
-class Series:
-    """One stored series: its samples (a NaN value is a sample) and, for recorded
-    series, the times of their staleness markers."""
-
-    labels: tuple  # sorted (name, value) pairs, __name__ included
-    times: np.ndarray
-    values: np.ndarray
-    stale: np.ndarray | None = None  # times of staleness markers
-    _target: Target | None = field(default=None, repr=False)
-
-    def label(self, key: str) -> str:
-        return dict(self.labels).get(key, "")
-
-    def target(self) -> Target:
-        """The series as a one-column :class:`Target`, for the tsdb functions."""
-        if self._target is None:
-            self._target = Target(-1, self.times, self.values[:, None], [self.labels])
-        return self._target
-
-
-@dataclass
-class Vector:
-    """An instant vector at T instants: per series, labels, values (T,) and presence (T,)."""
-
-    series: list  # [(labels tuple, values, present)]
-
-
-def instance_label(node: int) -> str:
-    """The ``instance`` label of a TSDB target: the node number, or ``client``."""
-    return str(node) if node >= 0 else "client"
-
-
-def store_from_tsdb(tsdb: TSDB) -> list[Series]:
-    """Every series of the TSDB with Prometheus labels.
-
-    ``__name__`` is the series name; ``tier``, ``outcome`` and ``le`` keep their names
-    (an empty or missing value is an absent label, as in Prometheus); the scrape target
-    becomes ``instance="<node>"`` (``instance="client"`` for the fleet-wide series);
-    every other label a recording kept (the trace's ``labels`` column) is a label.
-    A sample whose value is NaN stays a sample (Prometheus stores NaN).
-    """
-    from relakit.traces import parse_label_text
-
-    store = []
-    for tgt in tsdb.targets:
-        for k, col in enumerate(tgt.columns):
-            labels = dict(parse_label_text(tgt.labels[k])) if tgt.labels is not None else {}
-            labels.update({"__name__": col[0], "instance": instance_label(tgt.node)})
-            for key, value in zip(("tier", "outcome", "le"), col[1:], strict=False):
-                if value is not None and value != "":
-                    labels[key] = str(value)
-            ok = tgt.has(k)
-            store.append(Series(tuple(sorted(labels.items())), tgt.times[ok],
-                                tgt.values[ok, k]))
-    return store
 
 
 @dataclass
@@ -899,6 +101,22 @@ class _Matrix:
     end: np.ndarray
     range_s: float
     cut: list  # per series: None, or (T,) exclusive upper bound on sample times
+
+
+
+
+def _subexpressions(root) -> list:
+    """The function calls and aggregations of an expression, ``root`` first if it is one."""
+    out, stack = [], [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Call | Aggregate):
+            out.append(node)
+        for a in ("expr", "lhs", "rhs", "param"):
+            if getattr(node, a, None) is not None:
+                stack.append(getattr(node, a))
+        stack.extend(getattr(node, "args", ()))
+    return out
 
 
 class Evaluator:
@@ -914,13 +132,36 @@ class Evaluator:
         self.late: frozenset = frozenset()
         self._by_name: dict = {}
         self._fails: list = []
+        self._uses: dict = {}  # text of a shared sub-expression -> evaluations still to come
+        self._memo: dict = {}  # text -> (instants' key, late names, result, failed, message)
         for s in store:
             self._by_name.setdefault(s.label("__name__"), []).append(s)
 
     def add(self, series: list[Series]):
+        names = set()
         for s in series:
             self.store.append(s)
+            names.add(s.label("__name__"))
             self._by_name.setdefault(s.label("__name__"), []).append(s)
+        for text in [k for k, m in self._memo.items() if m[1] & names or None in m[1]]:
+            del self._memo[text]  # it read a series that has grown
+
+    def share(self, roots):
+        """Remember the value of every function call and aggregation that these
+        expressions (a rule file's) compute more than once, until its last use.
+
+        Why: real rule files read the same window again and again (the same
+        ``rate(x[5m])`` under five thresholds, a recording rule's expression inside an
+        alert); the result depends only on the sub-expression's text, the instants and
+        the series it reads, so it is computed once. Entries are dropped after their
+        last use, so memory holds only what is still to be read."""
+        counts: dict = {}
+        for root in roots:
+            for node in _subexpressions(root):
+                text = to_text(node)
+                counts[text] = counts.get(text, 0) + 1
+        self._uses = {k: n for k, n in counts.items() if n > 1}
+        self._memo = {}
 
     def evaluate(self, node, t_eval, errors: str = "raise"):
         """A :class:`Vector`, or a (T,) array for a scalar expression.
@@ -957,6 +198,41 @@ class Evaluator:
 
     # -- dispatch
     def _eval(self, node, t):
+        if not self._uses or not isinstance(node, Call | Aggregate):
+            return self._compute(node, t)
+        text = to_text(node)
+        left = self._uses.get(text, 0)
+        if not left:
+            return self._compute(node, t)
+        names = frozenset(s.name for s in selectors(node))
+        key = (t.size, float(t[0]) if t.size else 0.0, hash(t.tobytes()), names & self.late)
+        hit = self._memo.get(text)
+        if hit is None or hit[0] != key:
+            self._fails.append([np.zeros(t.size, dtype=bool), None])
+            try:
+                res = self._compute(node, t)
+            finally:
+                failed, msg = self._fails.pop()
+            hit = (key, names, res, failed, msg)
+            self._memo[text] = hit
+        else:  # the sub-expressions inside were not evaluated: their uses are spent too
+            for inner in _subexpressions(node)[1:]:
+                self._spend(to_text(inner))
+        self._spend(text)
+        if hit[4] is not None:
+            self._error(hit[3], *hit[4])
+        return hit[2]
+
+    def _spend(self, text: str):
+        """One use of a shared value is over; after its last, it is forgotten."""
+        left = self._uses.get(text, 0)
+        if left == 1:
+            del self._uses[text]
+            self._memo.pop(text, None)
+        elif left:
+            self._uses[text] = left - 1
+
+    def _compute(self, node, t):
         if isinstance(node, Number):
             return np.full(t.size, node.value)
         if isinstance(node, String):
@@ -976,7 +252,7 @@ class Evaluator:
             return self._binary(node, t)
         if isinstance(node, Aggregate):
             param = self._eval(node.param, t) if node.param is not None else None
-            return _aggregate(self, node, self._eval(node.expr, t), param, t.size)
+            return _aggregate(node, self._eval(node.expr, t), param, t.size)
         if isinstance(node, Call):
             return self._unique(self._call(node, t), node.pos)
         raise TypeError(node)
@@ -1231,290 +507,6 @@ class Evaluator:
         return Vector(out)
 
 
-def _date(f: str, v: Vector) -> Vector:
-    return Vector([(_drop_name(lab), fn.date_field(f, val), ok) for lab, val, ok in v.series])
-
-
-def _go_expand(template: str, m: re.Match) -> str:
-    """Go's Regexp.ExpandString: ``$1``, ``${1}``, ``$name``, ``${name}``, ``$$``; an
-    unknown group is empty."""
-    def group(name: str) -> str:
-        try:
-            g = m.group(int(name)) if name.isdigit() else m.group(name)
-        except IndexError:  # no such group
-            return ""
-        return g or ""
-
-    def sub(x: re.Match) -> str:
-        if x.group(0) == "$$":
-            return "$"
-        return group(x.group(1) or x.group(2))
-
-    return re.sub(r"\$\$|\$\{(\w+)\}|\$(\w+)", sub, template)
-
-
-def _set_label(labels: tuple, key: str, value: str) -> tuple:
-    d = dict(labels)
-    if value:
-        d[key] = value
-    else:
-        d.pop(key, None)
-    return tuple(sorted(d.items()))
-
-
-def _label_replace(v: Vector, dst: str, repl: str, src: str, regex: str) -> Vector:
-    pattern = _regex(regex)
-    out = []
-    for lab, val, ok in v.series:
-        m = pattern.fullmatch(dict(lab).get(src, ""))
-        out.append((lab if m is None else _set_label(lab, dst, _go_expand(repl, m)), val, ok))
-    return Vector(out)
-
-
-def _label_join(v: Vector, dst: str, sep: str, srcs) -> Vector:
-    out = []
-    for lab, val, ok in v.series:
-        d = dict(lab)
-        out.append((_set_label(lab, dst, sep.join(d.get(s, "") for s in srcs)), val, ok))
-    return Vector(out)
-
-
-def _absent_labels(sel: Selector) -> tuple:
-    """The labels ``absent`` gives: the selector's equality matchers, except a label
-    matched twice or otherwise (Prometheus' createLabelsForAbsentFunction)."""
-    d, drop = {}, set()
-    for k, op, v in sel.matchers:
-        if k == "__name__":
-            continue
-        if op == "=" and k not in d:
-            d[k] = v
-        else:
-            drop.add(k)
-    return tuple(sorted((k, v) for k, v in d.items() if k not in drop))
-
-
-def _histogram_quantile(q: np.ndarray, v: Vector) -> Vector:
-    """Per group of series equal but for ``le``: Prometheus' bucketQuantile at each instant."""
-    groups: dict = {}
-    for lab, val, ok in v.series:
-        d = dict(lab)
-        try:
-            le = float(d.pop("le")) if "le" in d else None
-        except ValueError:
-            le = None
-        if le is None:
-            continue  # Prometheus ignores series without a usable le
-        d.pop("__name__", None)
-        groups.setdefault(tuple(sorted(d.items())), []).append((le, val, ok))
-    out = []
-    for key, buckets in groups.items():
-        les = np.array([b[0] for b in buckets])
-        vals = np.column_stack([b[1] for b in buckets])
-        oks = np.column_stack([b[2] for b in buckets])
-        present = oks.any(axis=1)
-        res = np.full(q.size, np.nan)
-        patterns = {tuple(r) for r in oks[present]}
-        for pat in patterns:  # usually one: every bucket present together
-            cols = np.flatnonzero(pat)
-            rows = present & (oks == np.array(pat)).all(axis=1)
-            bounds = np.unique(les[cols])
-            # buckets with the same bound add up (coalesceBuckets)
-            onehot = (les[cols][:, None] == bounds[None, :]).astype(float)
-            counts = vals[np.ix_(rows, cols)] @ onehot
-            for qv in np.unique(q[rows]):
-                sub = rows & (q == qv)
-                if np.isnan(qv):
-                    res[sub] = np.nan
-                elif qv < 0 or qv > 1:
-                    res[sub] = -np.inf if qv < 0 else np.inf
-                else:
-                    res[sub] = bucket_quantile(qv, bounds, counts[(q[rows] == qv)])
-        out.append((key, res, present))
-    return Vector(out)
-
-
-# ---- operators ----------------------------------------------------------------------------
-def _op(op: str, a, b):
-    """(value, keep): the arithmetic result, or the comparison's truth with a's value."""
-    with np.errstate(all="ignore"):
-        if op == "+":
-            return a + b, None
-        if op == "-":
-            return a - b, None
-        if op == "*":
-            return a * b, None
-        if op == "/":
-            return a / b, None
-        if op == "%":
-            return np.fmod(a, b), None
-        if op == "^":
-            return np.power(a, b), None
-        if op == "atan2":
-            return np.arctan2(a, b), None
-        keep = {"==": np.equal, "!=": np.not_equal, ">": np.greater, "<": np.less,
-                ">=": np.greater_equal, "<=": np.less_equal}[op](a, b)
-        return a, keep
-
-
-def _drop_name(labels: tuple) -> tuple:
-    return tuple(kv for kv in labels if kv[0] != "__name__")
-
-
-def _fmt(labels: tuple) -> str:
-    return format_labels(labels) if labels else "{}"
-
-
-def _vector_scalar(node: Binary, lhs, rhs) -> Vector:
-    swap = isinstance(lhs, np.ndarray)
-    vec, scalar = (rhs, lhs) if swap else (lhs, rhs)
-    out = []
-    for lab, val, ok in vec.series:
-        a, b = (scalar, val) if swap else (val, scalar)
-        value, keep = _op(node.op, a, b)
-        if node.op in COMPARISON:
-            value = val  # a filter keeps the vector's own value, whichever side it is on
-            if node.bool_:
-                value, keep = np.where(keep, 1.0, 0.0), np.ones_like(keep)
-            present = ok & keep
-            lab = _drop_name(lab) if node.bool_ else lab
-        else:
-            present, lab = ok, _drop_name(lab)
-        out.append((lab, np.where(present, value, np.nan), present))
-    return Vector(out)
-
-
-def _signature(labels: tuple, node: Binary) -> tuple:
-    if node.on is not None:
-        return tuple(kv for kv in labels if kv[0] in node.on)
-    return tuple(kv for kv in labels if kv[0] != "__name__" and kv[0] not in node.ignoring)
-
-
-def _result_labels(many: tuple, one: tuple, node: Binary) -> tuple:
-    """Prometheus' resultMetric: the "many" side's labels, name dropped by arithmetic
-    and ``bool``, reduced to the matching labels one-to-one, ``group_x`` labels copied."""
-    res = many
-    if node.op in ARITHMETIC or node.bool_:
-        res = _drop_name(res)
-    if node.card == "one-to-one":
-        if node.on is not None:
-            res = tuple(kv for kv in res if kv[0] in node.on)
-        else:
-            res = tuple(kv for kv in res if kv[0] not in node.ignoring)
-    for key in node.include:
-        res = _set_label(res, key, dict(one).get(key, ""))
-    return res
-
-
-def _set_operation(node: Binary, lhs: Vector, rhs: Vector) -> Vector:
-    """``and``/``or``/``unless`` per instant, on the matching signature (``or`` without
-    on/ignoring: every label but the name), as VectorAnd/VectorOr/VectorUnless."""
-    def presence(v: Vector) -> dict:
-        seen: dict = {}
-        for lab, _, ok in v.series:
-            sig = _signature(lab, node)
-            seen[sig] = seen[sig] | ok if sig in seen else ok
-        return seen
-
-    if node.op in ("and", "unless"):
-        right = presence(rhs)
-        out = []
-        for lab, val, ok in lhs.series:
-            there = right.get(_signature(lab, node), np.zeros_like(ok))
-            keep = ok & there if node.op == "and" else ok & ~there
-            out.append((lab, np.where(keep, val, np.nan), keep))
-        return Vector(out)
-    left = presence(lhs)
-    out = list(lhs.series)
-    for lab, val, ok in rhs.series:
-        keep = ok & ~left.get(_signature(lab, node), np.zeros_like(ok))
-        out.append((lab, np.where(keep, val, np.nan), keep))
-    return Vector(out)
-
-
-def _format_value(v: float) -> str:
-    """A float as Go's strconv.FormatFloat(v, 'f', -1, 64) writes it (count_values)."""
-    if np.isnan(v):
-        return "NaN"
-    if np.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    return np.format_float_positional(v, trim="-")
-
-
-def _aggregate(ev: Evaluator, node: Aggregate, v: Vector, param, n_t: int) -> Vector:
-    groups: dict = {}
-    for lab, val, ok in v.series:
-        if node.without:
-            key = tuple(kv for kv in lab if kv[0] != "__name__" and kv[0] not in node.labels)
-        else:
-            key = tuple(kv for kv in lab if kv[0] in node.labels)
-        groups.setdefault(key, []).append((lab, val, ok))
-    out = []
-    for key, items in groups.items():
-        items.sort(key=lambda i: i[0])  # Prometheus adds in its series order: sorted labels
-        vals = np.vstack([i[1] for i in items])
-        oks = np.vstack([i[2] for i in items])
-        n = oks.sum(axis=0)
-        present = n > 0
-        op = node.op
-        if op in ("topk", "bottomk"):
-            out += _topk(items, vals, oks, param, op == "topk")
-            continue
-        if op == "count_values":
-            out += _count_values(key, vals, oks, param)
-            continue
-        with np.errstate(all="ignore"):
-            if op == "count":
-                value = n.astype(float)
-            elif op == "group":
-                value = np.ones(n_t)
-            elif op in ("sum", "avg"):
-                value = fn.sequential(vals, oks, op == "avg")
-            elif op in ("stddev", "stdvar"):
-                value = fn.welford(vals, oks)
-                value = np.sqrt(value) if op == "stddev" else value
-            elif op == "quantile":
-                order = np.argsort(~oks, axis=0, kind="stable")  # present values first
-                rows = np.take_along_axis(vals, order, axis=0).T
-                value = fn.go_quantile(rows, n, param)
-            else:
-                masked = np.where(oks, vals, np.nan)
-                reduce = np.fmin if op == "min" else np.fmax  # NaN only if all are NaN
-                value = reduce.reduce(masked, axis=0)
-        out.append((key, np.where(present, value, np.nan), present))
-    return Vector(out)
-
-
-def _topk(items, vals, oks, param, top: bool) -> list:
-    """The k largest (smallest) present values of the group per instant; NaN ranks last
-    for both, as Prometheus' heaps do."""
-    k = np.nan_to_num(np.asarray(param, dtype=float), nan=0.0)
-    k = np.trunc(np.clip(k, -1e18, 1e18))
-    key = np.where(np.isnan(vals), np.inf, -vals if top else vals)
-    key = np.where(oks, key, np.nan)  # absent: after everything
-    rank = np.argsort(np.argsort(key, axis=0, kind="stable"), axis=0, kind="stable")
-    keep = oks & (rank < k[None, :]) & (k[None, :] >= 1)
-    return [(lab, np.where(kp, val, np.nan), kp)
-            for (lab, val, _), kp in zip(items, keep, strict=True) if kp.any()]
-
-
-def _count_values(key: tuple, vals, oks, label: str) -> list:
-    """One series per distinct value: the group's labels plus ``label`` = the value."""
-    out = []
-    present_vals = vals[oks]
-    if present_vals.size == 0:
-        return out
-    texts = {}
-    for x in np.unique(present_vals):  # NaN once (np.unique keeps NaNs apart: merge)
-        texts.setdefault(_format_value(float(x)), []).append(x)
-    for text, xs in texts.items():
-        hit = np.zeros_like(oks)
-        for x in xs:
-            hit |= oks & ((vals == x) | (np.isnan(vals) & np.isnan(x)))
-        n = hit.sum(axis=0)
-        out.append((_set_label(key, label, text), n.astype(float), n > 0))
-    return out
-
-
 def evaluate(expr, tsdb: TSDB, t_eval) -> Vector | np.ndarray:
     """Parse (if text) and evaluate over a TSDB at the instants ``t_eval``."""
     node = parse(expr) if isinstance(expr, str) else expr
@@ -1536,15 +528,3 @@ def to_frame(result, t_eval):
         rows["value"] += val[idx].tolist()
     return pl.DataFrame(rows, schema={"time_s": pl.Float64, "labels": pl.String,
                                       "value": pl.Float64}).sort("time_s", "labels")
-
-
-def format_labels(labels) -> str:
-    """``{a="x", b="y"}`` with ``__name__`` first written as the metric name, as Prometheus."""
-    d = dict(labels)
-    name = d.pop("__name__", "")
-    body = ", ".join(f'{k}="{_escape(v)}"' for k, v in sorted(d.items()))
-    return f"{name}{{{body}}}"
-
-
-def _escape(v: str) -> str:
-    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -49,6 +49,7 @@ import numpy as np
 import polars as pl
 
 from relakit.control import promql
+from relakit.control.promql_store import read_store, store_from_frame
 from relakit.control.tsdb import TSDB
 from relakit.validate import ScenarioError, load_yaml
 
@@ -248,14 +249,6 @@ def _eval_times(interval: float, lo: float, hi: float) -> np.ndarray:
     return first + interval * np.arange(max(n, 0))
 
 
-def _as_tsdb(trace) -> TSDB:
-    if isinstance(trace, TSDB):
-        return trace
-    if isinstance(trace, pl.DataFrame):
-        return TSDB.from_long(trace)
-    from relakit.traces import read_trace
-
-    return TSDB.from_long(read_trace(trace))
 
 
 def _result_vector(result, t) -> promql.Vector:
@@ -296,17 +289,21 @@ def evaluate_rules(trace_or_tsdb, rules, start_s=None, end_s=None):
     """(alerts table, evaluator holding the recorded series) for a rule file, over a
     trace (path or long table), a TSDB, or a list of :class:`promql.Series` (whose
     labels may be any)."""
-    if isinstance(trace_or_tsdb, list):  # a promql series store: any labels
+    if isinstance(trace_or_tsdb, TSDB):
+        store = promql.store_from_tsdb(trace_or_tsdb)
+    elif isinstance(trace_or_tsdb, pl.DataFrame):
+        store = store_from_frame(trace_or_tsdb)
+    elif isinstance(trace_or_tsdb, list):  # a promql series store: any labels
         store = list(trace_or_tsdb)
-        times = [s.times for s in store if s.times.size]
-        span = (min(t[0] for t in times), max(t[-1] for t in times)) if times else (0.0, 0.0)
     else:
-        tsdb = _as_tsdb(trace_or_tsdb)
-        store, span = promql.store_from_tsdb(tsdb), tsdb.span
+        store = read_store(trace_or_tsdb)
+    times = [s.times for s in store if s.times.size]
+    span = (min(t[0] for t in times), max(t[-1] for t in times)) if times else (0.0, 0.0)
     groups = rules if isinstance(rules, list) else load_rules(rules)
     lo = span[0] if start_s is None else float(start_s)
     hi = span[1] if end_s is None else float(end_s)
     ev = promql.Evaluator(store)
+    ev.share([r.node for g in groups for r in g.rules])
     rows = []
     for g, rule, late in evaluation_order(groups):
         t = _eval_times(g.interval_s, lo, hi)
@@ -389,10 +386,14 @@ def _episodes(rule: Rule, labels: tuple, ok: np.ndarray, t: np.ndarray) -> list:
     return rows
 
 
-def label_warnings(groups: list[Group], store: list, source: str = "<rules>") -> list[str]:
+def label_warnings(groups: list[Group], store: list, source: str = "<rules>") -> list:
     """Label names and values the rules read that no series has: a selector matching
-    them selects nothing, a ``by``/``on`` list naming them groups nothing, and an alert
-    built on them silently never fires. One line per (rule, label), naming both.
+    them selects nothing, a ``by``/``on`` list naming them groups nothing, a
+    ``without``/``ignoring`` list naming them drops nothing (a misspelt label there
+    changes what is matched or summed, silently), and an alert built on them silently
+    never fires. One (file, key, message) per (rule, label), naming both
+    (:func:`relakit.checks.check_rule_labels` makes them warnings, which ``replay
+    --rules`` and ``relakit check RULES TRACE`` print).
 
     Labels the file makes itself (rule labels, ``label_replace``/``label_join``
     destinations, ``count_values`` labels) are not reported; nor are series recorded
@@ -428,7 +429,7 @@ def label_warnings(groups: list[Group], store: list, source: str = "<rules>") ->
             def warn(label, text, r=r, seen=seen):
                 if label not in seen and label not in made:
                     seen.add(label)
-                    found.append(f"{source}: key '{r.key}.expr': {r.kind} {r.name!r} {text}")
+                    found.append((source, f"{r.key}.expr", f"{r.kind} {r.name!r} {text}"))
 
             for node in nodes:
                 if isinstance(node, promql.Selector) and node.name and \
@@ -445,14 +446,18 @@ def label_warnings(groups: list[Group], store: list, source: str = "<rules>") ->
                             warn(k, f"reads {k}{op}\"{v}\", which no series named "
                                     f"{node.name!r} has (its {k} values: "
                                     f"{', '.join(sorted(have[k])[:5])}): it selects nothing")
-                names = []
-                if isinstance(node, promql.Aggregate) and not node.without:
-                    names = node.labels
+                names, dropped = (), ()
+                if isinstance(node, promql.Aggregate):
+                    names, dropped = ((), node.labels) if node.without else (node.labels, ())
                 if isinstance(node, promql.Binary):
-                    names = (node.on or ()) + node.include
+                    names, dropped = (node.on or ()) + node.include, node.ignoring
                 for k in names:
                     if k not in everywhere:
                         warn(k, f"groups or matches on label '{k}', which no series has")
+                for k in dropped:
+                    if k not in everywhere and k != "__name__":
+                        warn(k, f"leaves out label '{k}' (without/ignoring), which no series "
+                                "has: it leaves out nothing")
     return found
 
 

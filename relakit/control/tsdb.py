@@ -191,14 +191,28 @@ def _increase_kernel(times, values, cols, t_eval, range_s, as_rate, counter, nan
     result equals its to the last bit on the same samples (tests/test_control.py; and
     promtool's, tests/test_promql.py).
     """
+    # with every row a sample, a window's samples are lo..hi-1 and its counter resets
+    # are counted by prefix sums, so the sample-by-sample walk (Prometheus' order of
+    # additions) runs only over windows that hold a reset
+    prefix = nan_samples and counter
+    drops = np.zeros((times.size + 1 if prefix else 1, cols.size), dtype=np.int64)
+    if prefix:
+        for k in range(cols.size):
+            for j in range(1, times.size):
+                drops[j + 1, k] = drops[j, k] + (values[j, cols[k]] < values[j - 1, cols[k]])
     for i in range(t_eval.size):
         te = t_eval[i]
         start = te - range_s
         lo = _bisect(times, start, False)  # the window's first sample
         hi = min(_bisect(times, te, True), _bisect(times, cut[i], False))  # one past its last
         for k in range(cols.size):
-            out[i, k] = _window_increase(times, values, cols[k], lo, hi, start, te,
-                                         range_s, as_rate, counter, nan_samples)
+            if nan_samples and hi - lo >= 2 and (not counter or drops[hi, k] == drops[lo + 1, k]):
+                out[i, k] = _extrapolate(times, values, cols[k], lo, hi - 1, hi - lo,
+                                         values[hi - 1, cols[k]] - values[lo, cols[k]], start,
+                                         te, range_s, as_rate, counter)
+            else:
+                out[i, k] = _window_increase(times, values, cols[k], lo, hi, start, te,
+                                             range_s, as_rate, counter, nan_samples)
 
 
 @register_jitable(error_model="numpy")
@@ -240,6 +254,16 @@ def _window_increase(times, values, c, lo, hi, start, te, range_s, as_rate, coun
                 if x < prev:
                     result += prev
                 prev = x
+    return _extrapolate(times, values, c, first_j, last_j, count, result, start, te, range_s,
+                        as_rate, counter)
+
+
+@register_jitable(error_model="numpy")
+def _extrapolate(times, values, c, first_j, last_j, count, result, start, te, range_s,
+                 as_rate, counter):
+    """extrapolatedRate's tail: the increase ``result`` over samples first_j..last_j
+    (``count`` of them) stretched towards the window's edges."""
+    first = values[first_j, c]
     t_first, t_last = times[first_j], times[last_j]
     sampled = t_last - t_first
     to_start = t_first - start

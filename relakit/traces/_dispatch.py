@@ -52,6 +52,23 @@ def read_trace(path, instances: list[str] | None = None) -> pl.DataFrame:
     return validate_trace(df, source=str(p))
 
 
+def is_parquet(path) -> bool:
+    """Whether :func:`read_trace` would read ``path`` as a Parquet long table (a file
+    that cannot be read is not: :func:`read_trace` says why)."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    suffix = p.suffix.lower()
+    if suffix in (".json", ".csv") or suffix in SUFFIXES:
+        return False
+    if suffix == ".parquet":
+        return True
+    try:
+        return _sniff(p) == "parquet"
+    except ValueError:
+        return False
+
+
 def _sniff(p: Path) -> str:
     try:
         with open(p, "rb") as fh:

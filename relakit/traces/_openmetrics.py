@@ -13,6 +13,7 @@ import polars as pl
 from relakit.traces._schema import (
     NUMBER_HINT,
     Rows,
+    label_text,
     natural_key,
     parse_number,
     read_text,
@@ -54,8 +55,9 @@ def read_openmetrics(paths_or_dir, instances: list[str] | None = None) -> pl.Dat
     ``+Inf``, ``-Inf``; OpenMetrics exemplars are ignored. Series named
     ``*_created`` and summary quantiles (a ``quantile`` label) are skipped.
     ``tier``, ``outcome`` and ``le`` keep their columns (``le`` normalised,
-    ``"1.0"`` -> ``"1"``), ``job`` is read but not kept, and every other label
-    is dropped; series that then coincide are added up.
+    ``"1.0"`` -> ``"1"``); ``job`` and every other label are kept in the ``labels``
+    column (dictionary-encoded), as the JSON importer keeps them, so rules that
+    select or group on them work as over Prometheus itself.
 
     Raises :class:`TraceError` naming the file and line: a malformed sample,
     label or value, a bad timestamp, or a sample with no time at all.
@@ -125,9 +127,12 @@ def _read_file(rows: Rows, path: Path) -> None:
             if node is None or node < -1:
                 raise trace_error(src, where, f"label node={labels['node']!r}; expected an "
                                               f"integer node index >= -1")
+        other = {k: v for k, v in labels.items() if k not in ("instance", "tier", "outcome", "le")
+                 and not (k == "node" and instance is None)}
         rows.add(t, value, name=name, instance=instance, node=node, tier=labels.get("tier"),
                  outcome=labels.get("outcome"), le=rows.le_label(labels.get("le"), where, src),
-                 where=where, source=src, key=(name, instance, tuple(sorted(labels.items()))))
+                 where=where, source=src, key=(name, instance, tuple(sorted(labels.items()))),
+                 labels=label_text(other))
 
 
 def _read_comment(src: str, where: str, line: str, is_eof_line: bool) -> None:

@@ -1,0 +1,104 @@
+"""The rule backtest's series store (issue 32, part 4): streamed from a trace file, the
+same series as the TSDB route gives, and sub-expressions shared between rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from relakit.control import promql, rules
+from relakit.control.promql_store import read_store, store_from_frame, store_from_tsdb
+from relakit.control.tsdb import TSDB
+from relakit.traces import TraceError, read_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "data" / "traces" / "step-errors.csv"
+RULES = ROOT / "params" / "rules" / "slo.yml"
+
+
+def _same(a, b, any_order=False):
+    if any_order:  # series tied on node and first sample keep the file's order
+        a, b = sorted(a, key=lambda s: s.labels), sorted(b, key=lambda s: s.labels)
+    assert [s.labels for s in a] == [s.labels for s in b]
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x.times, y.times)
+        np.testing.assert_array_equal(x.values, y.values)  # NaN samples equal NaN samples
+
+
+def _export(tmp_path) -> Path:
+    """A Prometheus export with extra labels, a NaN sample and a series that starts late."""
+    def series(metric, vals, t0=0):
+        return {"metric": metric, "values": [[t0 + 15 * k, v] for k, v in enumerate(vals)]}
+
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": [
+        series({"__name__": "up", "job": "api", "instance": "a:1"}, ["1", "0", "NaN", "1"]),
+        series({"__name__": "up", "job": "db", "instance": "a:1"}, ["1", "1"], t0=30),
+        series({"__name__": "req_total", "code": "500", "instance": "b:1"}, ["3", "5", "1"])]}}
+    p = tmp_path / "export.json"
+    p.write_text(json.dumps(doc))
+    return p
+
+
+@pytest.mark.parametrize("source", ["csv", "json"])
+def test_store_equals_the_tsdb_route(tmp_path, source):
+    path = TRACE if source == "csv" else _export(tmp_path)
+    want = store_from_tsdb(TSDB.from_long(read_trace(path)))
+    _same(read_store(path), want)
+    frame = read_trace(path)
+    frame.write_parquet(tmp_path / "t.parquet")
+    _same(read_store(tmp_path / "t.parquet"), want)  # the streamed route
+    # rows in any order, across many batches: the same series, each in time order
+    shuffled = frame.sample(fraction=1.0, shuffle=True, seed=3)
+    shuffled.write_parquet(tmp_path / "s.parquet", row_group_size=7)
+    _same(read_store(tmp_path / "s.parquet"), want, any_order=True)
+    _same(store_from_frame(shuffled), want, any_order=True)
+
+
+def test_a_bad_parquet_trace_is_refused_as_read_trace_refuses_it(tmp_path):
+    frame = read_trace(TRACE).with_columns(
+        value=pl.when(pl.int_range(pl.len()) == 5).then(None).otherwise(pl.col("value")))
+    frame.write_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(TraceError) as want:
+        read_trace(tmp_path / "bad.parquet")
+    with pytest.raises(TraceError) as got:
+        read_store(tmp_path / "bad.parquet")
+    assert str(got.value) == str(want.value) and "column value" in str(got.value)
+    frame.drop("value").write_parquet(tmp_path / "cols.parquet")
+    with pytest.raises(TraceError, match="missing column"):
+        read_store(tmp_path / "cols.parquet")
+
+
+def test_shared_sub_expressions_give_the_answers_computed_alone(tmp_path, monkeypatch):
+    """Rules reading the same window under other thresholds, a recording rule read by
+    an alert, and a failing many-to-many match: shared or not, the same table."""
+    spec = tmp_path / "r.yml"
+    spec.write_text("""groups:
+  - name: g
+    interval: 10s
+    rules:
+      - record: job:rate1m
+        expr: sum by (tier) (rate(requests_total[1m]))
+      - alert: A
+        expr: sum by (tier) (rate(requests_total[1m])) > 5
+        for: 30s
+      - alert: B
+        expr: sum by (tier) (rate(requests_total[1m])) > 50
+      - alert: C
+        expr: job:rate1m > 10 and sum by (tier) (rate(requests_total[1m])) > 1
+      - alert: Clash
+        expr: rate(requests_total[1m]) <= on (tier) sum by (tier) (rate(requests_total[1m]))
+      - alert: Clash2
+        expr: rate(requests_total[1m]) <= on (tier) sum by (tier) (rate(requests_total[1m]))
+""")
+    shared, ev = rules.evaluate_rules(TRACE, spec)
+    assert not ev._uses and not ev._memo  # every shared value dropped after its last use
+    monkeypatch.setattr(promql.Evaluator, "share", lambda self, roots: None)
+    alone, _ = rules.evaluate_rules(TRACE, spec)
+    assert shared.equals(alone)
+    assert shared.filter(pl.col("error").is_not_null())["alert"].unique().sort().to_list() == [
+        "Clash", "Clash2"]  # the failed evaluations are rows, shared or not
+    assert shared.filter(pl.col("alert") == "A")["firing_at"].drop_nulls().len() > 0
