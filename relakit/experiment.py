@@ -293,7 +293,7 @@ class Domain:
         gaps = sc.control_plane.prometheus
         self.views = [FleetView(c.fleet, lookback_s, gaps, c.offset) for c in cells]
         self.starts = np.cumsum([0] + [c.fleet.scenario.fleet.nodes for c in cells])
-        self.defaults = [(c.fleet.flags(), node_defaults(c.fleet)) for c in cells]
+        self.defaults = [(c.fleet.flag_state(), node_defaults(c.fleet)) for c in cells]
         self.applied: list = []  # (time, flags in force, what put them there), at each change
 
     def tsdb(self, t: float) -> TSDB:
@@ -318,9 +318,10 @@ class Domain:
                 self.on_poll(c, t, flags, self.plane.in_force(t, "tier_flags"))
                 continue
             f, n = self.defaults[i] if status == "defaults" else (
-                flags, None if nodes is None else _node_slice(nodes, lo, hi))
+                None if flags is None else c.fleet.flag_state().with_policy(flags),
+                None if nodes is None else _node_slice(nodes, lo, hi))
             if f is not None:
-                c.fleet.set_flags(**f)
+                c.fleet.set_flags(f)
             if n is not None:
                 apply_node_controls(c.fleet, n)
         now = self.cells[0].fleet.flags()
@@ -432,7 +433,7 @@ def apply_node_controls(fleet: Fleet, want: dict) -> None:
         if (-1 if limit is None else limit) != have["intake_limit"][i]:
             fleet.set_node_controls(i, intake_limit=limit)
     if want["breaker"] != fleet.flags()["breaker"]:
-        fleet.set_flags(breaker=want["breaker"])
+        fleet.set_flags(fleet.flag_state().updated(breaker=want["breaker"]))
 
 
 def chain_summary(chain, faulty: np.ndarray) -> dict:

@@ -73,8 +73,16 @@ class Flags:
         """From a mapping of flag names (a policy's desired state, a config server's JSON)."""
         return cls().updated(**dict(data))
 
-    def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+    def with_policy(self, wanted: Flags) -> Flags:
+        """These flags with a policy's wishes applied: ``wanted``'s :data:`POLICY_FLAGS`
+        only. A policy asserts those three; the other tiers shed and the breaker are
+        the data plane's own (its scenario's, or a chain's), so a policy leaves them."""
+        return self.updated(**{k: getattr(wanted, k) for k in POLICY_FLAGS})
+
+    def as_dict(self, names: tuple[str, ...] | None = None) -> dict:
+        """The flags by name (``names``: only those, e.g. :data:`POLICY_FLAGS` for the
+        lab's config server, which serves a policy's flags)."""
+        return {n: getattr(self, n) for n in (names or [f.name for f in fields(self)])}
 
 
 FLAG_NAMES = tuple(f.name for f in fields(Flags))

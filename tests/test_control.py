@@ -356,7 +356,7 @@ def test_controller_is_level_triggered():
     times = np.arange(0, 300, 15.0)
     tsdb = TSDB([Target(0, times, (12 * times)[:, None], [("x", None, None, None)])])
     desired = [ctl.evaluate(tsdb, t) for t in np.arange(60, 80, 2.0)]
-    assert all(d["shed_bronze"] for d in desired[2:])  # asserted at every evaluation
+    assert all(d.shed_bronze for d in desired[2:])  # asserted at every evaluation
     holds = ctl.decisions().filter(pl.col("action") == "hold")
     assert holds.height == len(desired) - 3
 

@@ -47,7 +47,7 @@ def test_flags_keep_shed_bronze_and_shed_tiers_in_agreement():
         Flags(hedge_enabled="yes")
 
 
-def test_the_fleet_takes_typed_flags_and_names_alike():
+def test_the_fleet_takes_typed_flags_only():
     from relakit.scenario import load_scenario
     from relakit.sim import Fleet
 
@@ -57,9 +57,35 @@ def test_the_fleet_takes_typed_flags_and_names_alike():
                         "controls": {"shed_tiers": ["silver"]}})
     fleet = Fleet(sc, record_requests=False)
     assert fleet.flag_state() == Flags(shed_tiers=("silver",))
-    fleet.set_flags(shed_bronze=True, hedge_enabled=True)  # partial: silver stays shed
+    # partial: silver stays shed
+    fleet.set_flags(fleet.flag_state().updated(shed_bronze=True, hedge_enabled=True))
     assert fleet.flags()["shed_tiers"] == ("silver", "bronze") and fleet.flags()["hedge_enabled"]
     fleet.set_flags(Flags(breaker="open"))  # whole: everything else back to its default
     assert fleet.flag_state() == Flags(breaker="open")
+    with pytest.raises(TypeError, match="set_flags takes a relakit.vocab.Flags, got a dict"):
+        fleet.set_flags({"hedge_enabled": True})
     fleet.advance(2.0)
     assert fleet.now == 2.0
+
+
+def test_a_policy_sets_its_own_flags_and_leaves_the_data_planes():
+    # the scenario sheds silver and a chain opened the breaker: a policy's wish (from its
+    # three flags) changes hedging and bronze only
+    plane = Flags(shed_tiers=("silver",), breaker="open")
+    wanted = Flags.from_mapping({"hedge_enabled": True, "shed_bronze": True,
+                                 "degraded_mode": False})
+    assert plane.with_policy(wanted) == Flags(hedge_enabled=True, breaker="open",
+                                              shed_tiers=("silver", "bronze"))
+    assert plane.with_policy(Flags()) == plane  # a calm policy: nothing of the plane's goes
+    assert wanted.as_dict(vocab.POLICY_FLAGS) == {"hedge_enabled": True, "shed_bronze": True,
+                                                  "degraded_mode": False}
+
+
+def test_a_decision_carries_typed_flags():
+    from relakit.control.decider import Decision
+
+    assert Decision(flags=Flags(hedge_enabled=True)).flags.hedge_enabled
+    with pytest.raises(TypeError, match="Decision.flags must be a relakit.vocab.Flags"):
+        Decision(flags={"hedge_enabled": True})
+    with pytest.raises(TypeError, match="Decision.tier_flags must be"):
+        Decision(tier_flags={"shed_bronze": True})
