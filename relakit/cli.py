@@ -19,6 +19,7 @@ from relakit.io import folder_name
 from relakit.progress import Progress
 from relakit.scenario import ScenarioError, load_scenario
 from relakit.validate import SEED_MAX
+from relakit.vocab import TIERS
 
 MAX_WORKERS = 1024
 MAX_LAB_RATE_RPS = 10_000.0  # the lab's load generator keeps at most 400 connections
@@ -653,7 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "measured against)")
     cm.add_argument("--seed", type=_seed, default=None,
                     help="the seed both sides' seeds are spawned from (default: A's `seed`)")
-    cm.add_argument("--tier", choices=("gold", "silver", "bronze", "all"), default="all",
+    cm.add_argument("--tier", choices=(*TIERS, "all"), default="all",
                     help="the tier printed (the files hold every tier)")
     cm.add_argument("--workers", type=_workers, default=None,
                     help="local processes, 1 or more (default: one per core)")

@@ -22,6 +22,7 @@ import polars as pl
 from relakit.control.tsdb import TSDB, Target
 from relakit.scenario import Scenario, load_scenario, uses_rollout
 from relakit.sim import Fleet, SimulationResult
+from relakit.vocab import TIERS
 
 PROGRESS_STEPS = 200  # open loop, with progress: the run is advanced in this many steps
 
@@ -661,7 +662,7 @@ def window_outcomes(result: SimulationResult, start_s: float, end_s: float) -> d
         raise ValueError("window_outcomes needs per-request records (record_requests=True)")
     w = result.requests.filter(pl.col("arrival_s").is_between(start_s, end_s, closed="left"))
     out = {f"{tier}_ok": float((w.filter(pl.col("tier") == tier)["outcome"] == "ok").mean())
-           for tier in ("gold", "silver", "bronze")}
+           for tier in TIERS}
     out["dropped_share"] = float((w["outcome"] == "dropped").mean())
     out["requests"] = w.height
     return out

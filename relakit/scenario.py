@@ -23,7 +23,7 @@ from relakit.control.faults import (
 from relakit.sim.spec import (  # noqa: F401 - the data plane's names, as scenarios know them
     ARRIVAL_PARAMS,
     BREAKER_STATES,
-    CANCEL_POLICIES,
+    CANCELS,
     MAX_NODES,
     MAX_SERVERS,
     PROMETHEUS_BUCKETS_S,

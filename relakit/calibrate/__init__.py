@@ -39,6 +39,7 @@ from relakit.calibrate.recording import CalibrationError, Recording, increments,
 from relakit.calibrate.service import ServiceFit, busy_rate, fit_service
 from relakit.calibrate.validation import Validation, validate
 from relakit.calibrate.yamlout import twin_yaml
+from relakit.vocab import ANSWERED
 
 CAPACITY_MARGIN = 1.10   # a recorded throughput this far above the fitted capacity: a caution
 MIN_WINDOWS = 10         # fewer validation windows than this: a caution
@@ -258,7 +259,7 @@ def cautions(cal: Calibration) -> list[str]:
     # the clients as the twin runs them now (the engineer may have set them by hand)
     wl, tries = cal.scenario.workload, cal.scenario.mitigations.retries
     timeouts = sum(n.outcome_increments(("timeout",)).sum() for n in rec.nodes)
-    answered = sum(n.outcome_increments(("ok", "error", "timeout")).sum() for n in rec.nodes)
+    answered = sum(n.outcome_increments(ANSWERED).sum() for n in rec.nodes)
     fit = cal.deadline
     if answered and timeouts / answered > 0.01 and wl.deadline_ms is None:
         why = ("" if fit is None else
