@@ -400,9 +400,9 @@ def _sweep(args) -> int:
 
 def _search(args) -> int:
     """`relakit search SEARCH.yaml`: run or resume a search; print its front vs the incumbent."""
+    from relakit.counterfactual import load_search, search
+    from relakit.counterfactual.report import front_rows
     from relakit.display import text_rows
-    from relakit.search import load_search, search
-    from relakit.search.report import front_rows
 
     spec = load_search(args.search)
     out = _writable_dir(args.out or Path("out") / "searches" / folder_name(spec.name))
@@ -547,7 +547,7 @@ def _node_list(text: str) -> list[int]:
 
 def _calibrate(args) -> int:
     """`relakit calibrate TRACE --out SCENARIO.yaml`: fit a twin; --report validates it."""
-    from relakit.calibrate import calibrate, write_report
+    from relakit.calibration import calibrate, write_report
     from relakit.io import atomic_write
 
     out = Path(args.out)

@@ -83,30 +83,3 @@ def detection_runs(scenario, replications: int = 10, onset_jitter_s: float = 10.
         sc = dataclasses.replace(base, faults=tuple(faults))
         rows.append({"replication": i, "seed": seed, **probe_report(sc, simulate(sc, seed=seed))})
     return pl.DataFrame(rows)
-
-
-def delay_cdf_frames(detection, delays) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(closed form on a grid, simulated empirical CDF): ``delay_s`` and ``cdf`` each."""
-    delays = np.sort(np.asarray(delays, dtype=float))
-    top = max(float(delays.max()) if delays.size else 0.0, detection.mean + 4 * detection.sd)
-    grid = np.linspace(0.0, top, 200)
-    closed = pl.DataFrame({"delay_s": grid, "cdf": detection.cdf(grid)})
-    sim = pl.DataFrame({"delay_s": np.concatenate([[0.0], delays]),
-                        "cdf": np.arange(delays.size + 1) / max(delays.size, 1)})
-    return closed, sim
-
-
-def delay_cdf_figure(detection, delays, title: str):
-    """The detection delay of a silent failure: the closed form's CDF as a line, the
-    simulated replications' empirical CDF as a dashed step line."""
-    import altair as alt
-
-    from relakit.plots import _source_layers
-
-    closed, sim = delay_cdf_frames(detection, delays)
-    layers, _ = _source_layers(
-        closed, sim, alt.X("delay_s:Q", title="delay from the onset to isolation (s)"),
-        alt.Y("cdf:Q", title="share of runs isolated by then", axis=alt.Axis(format="%")),
-        "closed form (Erlang + scrape + evaluation)",
-        f"simulated ({len(sim) - 1} replications, random onset)", None, sim_mark="step")
-    return layers.properties(title=title, width=420, height=260)

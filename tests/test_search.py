@@ -9,8 +9,8 @@ import yaml
 from conftest import ROOT
 
 import relakit
-import relakit.search.run as search_run
-from relakit.search import load_search, sentence
+import relakit.counterfactual.run as search_run
+from relakit.counterfactual import load_search, sentence
 from relakit.validate import ScenarioError
 
 METASTABLE = ROOT / "params" / "scenarios" / "metastable.yaml"
@@ -152,9 +152,9 @@ def test_seconds_over_slo_counts_intervals_above_the_threshold():
     the metastable fleet is within 100 ms before its spike (0-15 s) and stays failed
     after it (the story its scenario file tells), so 100 ms is breached from about
     15 s to the end; a higher SLO never counts more seconds than a lower one."""
+    from relakit.counterfactual.objectives import seconds_over_slo
     from relakit.experiment import run_once
     from relakit.scenario import load_scenario
-    from relakit.search.objectives import seconds_over_slo
 
     sc = load_scenario(METASTABLE, overrides={"duration_s": 60, "workload.arrival.start_s": 15})
     r = run_once(sc, 3, record_requests=False)

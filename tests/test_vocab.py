@@ -20,7 +20,7 @@ def test_the_kernel_codes_are_positions_in_the_vocabulary():
 
 def test_routings_cancels_and_service_kinds_are_written_once():
     from relakit.analytic.queueing import SERVICE_PARAMS as CLOSED_FORMS
-    from relakit.calibrate.service import N_PARAMS
+    from relakit.calibration.service import N_PARAMS
     from relakit.sim import kernel as K
     from relakit.sim import spec
 

@@ -67,7 +67,7 @@ class Condition:
     threshold: float
 
     def describe(self, value: float) -> str:
-        holds = _compare(value, self.op, self.threshold)
+        holds = compare_value(value, self.op, self.threshold)
         shown = self.op if holds else {">": "<=", ">=": "<", "<": ">=", "<=": ">"}[self.op]
         return f"{self.signal} {_fmt(value)} {shown} {_fmt(self.threshold)}"
 
@@ -293,7 +293,9 @@ def sweep(times, signals, cond_sig, cond_op, thresholds, when, exit_when, mode_i
     return time_in, changes, first
 
 
-def _compare(value, op, threshold) -> bool:
+def compare_value(value, op, threshold) -> bool:
+    """Whether ``value op threshold`` holds (no value never does): the audit's reading of
+    what the kernel's ``_holds`` decided."""
     if value != value:
         return False
     return {">": value > threshold, ">=": value >= threshold, "<": value < threshold,

@@ -282,11 +282,13 @@ def kind_of(node) -> str:
     return "vector"  # Aggregate
 
 
-def _is_scalar(node) -> bool:
+def is_scalar(node) -> bool:
+    """Whether an expression gives a scalar (the rule importer and checks ask)."""
     return kind_of(node) == "scalar"
 
 
-def _is_range(node) -> bool:
+def is_range(node) -> bool:
+    """Whether an expression gives a range vector (``x[5m]``)."""
     return kind_of(node) == "matrix"
 
 
@@ -674,7 +676,7 @@ class _Parser:
                 if self.tok.text != "}":
                     self.take(",", what=" or '}' between matchers")
             self.take("}")
-        if not any(_matches(m, "") is False for m in matchers):
+        if not any(matcher_matches(m, "") is False for m in matchers):
             self.fail("a selector must have at least one matcher that does not match the "
                       "empty string", start)
         return Selector(tuple(matchers), None, 0.0, start.pos)
@@ -822,7 +824,8 @@ def _regex(pattern: str):
     return r
 
 
-def _matches(matcher, value: str) -> bool:
+def matcher_matches(matcher, value: str) -> bool:
+    """Whether a label value satisfies one ``(label, op, value)`` matcher (=, !=, =~, !~)."""
     _, op, want = matcher
     if op == "=":
         return value == want
@@ -971,7 +974,7 @@ class Evaluator:
             v = self._eval(node.expr, t)
             if isinstance(v, np.ndarray):
                 return -v
-            return Vector([(_drop_name(lab), -val, ok) for lab, val, ok in v.series])
+            return Vector([(drop_name(lab), -val, ok) for lab, val, ok in v.series])
         if isinstance(node, Binary):
             return self._binary(node, t)
         if isinstance(node, Aggregate):
@@ -983,7 +986,7 @@ class Evaluator:
 
     def select(self, sel: Selector) -> list[Series]:
         pool = self._by_name.get(sel.name, []) if sel.name else self.store
-        return [s for s in pool if all(_matches(m, s.label(m[0])) for m in sel.matchers)]
+        return [s for s in pool if all(matcher_matches(m, s.label(m[0])) for m in sel.matchers)]
 
     def _when(self, node, t):
         """The instants a selector or subquery reads at: ``@`` then ``offset``."""
@@ -1138,10 +1141,10 @@ class Evaluator:
         if f == "timestamp":
             if isinstance(args[0], Selector):
                 v, stamps = self._instant(args[0], t)
-                return Vector([(_drop_name(lab), ts, ok)
+                return Vector([(drop_name(lab), ts, ok)
                                for (lab, _, ok), ts in zip(v.series, stamps, strict=True)])
             v = self._eval(args[0], t)
-            return Vector([(_drop_name(lab), t.copy(), ok) for lab, _, ok in v.series])
+            return Vector([(drop_name(lab), t.copy(), ok) for lab, _, ok in v.series])
         if f == "histogram_quantile":
             return _histogram_quantile(self._eval(args[0], t), self._eval(args[1], t))
         v = self._eval(args[0], t)
@@ -1166,7 +1169,7 @@ class Evaluator:
             return _label_join(v, rest[0], rest[1], rest[2:])
         if f in _DATE:
             return _date(f, v)
-        return Vector([(_drop_name(lab), *fn.instant_function(f, val, ok, rest))
+        return Vector([(drop_name(lab), *fn.instant_function(f, val, ok, rest))
                        for lab, val, ok in v.series])
 
     def _range_function(self, node: Call, m: _Matrix, scalars: list, t):
@@ -1226,13 +1229,13 @@ class Evaluator:
                 v, ok = fn.holt_winters(values, lo, n, sf, tf), n >= 2
             else:
                 raise AssertionError(f)
-            labels = labels if f == "last_over_time" else _drop_name(labels)
+            labels = labels if f == "last_over_time" else drop_name(labels)
             out.append((labels, np.where(ok, v, np.nan), ok))
         return Vector(out)
 
 
 def _date(f: str, v: Vector) -> Vector:
-    return Vector([(_drop_name(lab), fn.date_field(f, val), ok) for lab, val, ok in v.series])
+    return Vector([(drop_name(lab), fn.date_field(f, val), ok) for lab, val, ok in v.series])
 
 
 def _go_expand(template: str, m: re.Match) -> str:
@@ -1356,7 +1359,8 @@ def _op(op: str, a, b):
         return a, keep
 
 
-def _drop_name(labels: tuple) -> tuple:
+def drop_name(labels: tuple) -> tuple:
+    """A series' labels without ``__name__`` (what a function's result keeps)."""
     return tuple(kv for kv in labels if kv[0] != "__name__")
 
 
@@ -1376,9 +1380,9 @@ def _vector_scalar(node: Binary, lhs, rhs) -> Vector:
             if node.bool_:
                 value, keep = np.where(keep, 1.0, 0.0), np.ones_like(keep)
             present = ok & keep
-            lab = _drop_name(lab) if node.bool_ else lab
+            lab = drop_name(lab) if node.bool_ else lab
         else:
-            present, lab = ok, _drop_name(lab)
+            present, lab = ok, drop_name(lab)
         out.append((lab, np.where(present, value, np.nan), present))
     return Vector(out)
 
@@ -1394,7 +1398,7 @@ def _result_labels(many: tuple, one: tuple, node: Binary) -> tuple:
     and ``bool``, reduced to the matching labels one-to-one, ``group_x`` labels copied."""
     res = many
     if node.op in ARITHMETIC or node.bool_:
-        res = _drop_name(res)
+        res = drop_name(res)
     if node.card == "one-to-one":
         if node.on is not None:
             res = tuple(kv for kv in res if kv[0] in node.on)

@@ -628,7 +628,7 @@ def _trace_points(r: Reader, base_dir: Path):
         if not isinstance(raw, list):
             r.fail("expected a list of [time_s, rate_rps] pairs", "points")
     else:
-        path = _resolve(r, r.data["path"], base_dir)
+        path = resolve_path(r, r.data["path"], base_dir)
         where = str(path)
         with open(path, newline="") as fh:
             rows = list(csv.DictReader(fh))
@@ -655,7 +655,9 @@ def _trace_points(r: Reader, base_dir: Path):
     return pts
 
 
-def _resolve(r: Reader, value, base_dir: Path, key: str = "path") -> Path:
+def resolve_path(r: Reader, value, base_dir: Path, key: str = "path") -> Path:
+    """A file a scenario names at ``key``: beside the scenario, else from the working
+    directory; a missing one fails naming the key and both places looked in."""
     if not isinstance(value, str):
         r.fail(f"expected a file path, got {value!r}", key)
     tried = [base_dir / value, Path.cwd() / value]

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import ndtr
 
-from relakit.calibrate.recording import CalibrationError, NodeData, increments
+from relakit.calibration.recording import CalibrationError, NodeData, increments
 from relakit.vocab import SERVICE_PARAMS
 
 LOW_LOAD = 0.5          # utilisation under which latency is taken as service time

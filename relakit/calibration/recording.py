@@ -1,6 +1,6 @@
 """A recording as the estimators read it: per scrape target, counters as increments.
 
-Every estimator of :mod:`relakit.calibrate` works on the same few arrays, built
+Every estimator of :mod:`relakit.calibration` works on the same few arrays, built
 here once from the long metrics table (:data:`relakit.traces.SCHEMA`), whatever
 importer produced it: per node its scrape times, its request counters by tier
 and outcome, its busy and in-flight gauges, its busy-seconds counter and its

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from relakit.calibrate.recording import CalibrationError, Recording
+from relakit.calibration.recording import CalibrationError, Recording
 from relakit.vocab import BREAKER_STATES, FLAG_NAMES, TIERS, Flags
 
 

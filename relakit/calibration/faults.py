@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import xlogy
 
-from relakit.calibrate.recording import NodeData
+from relakit.calibration.recording import NodeData
 from relakit.vocab import ANSWERED
 
 MIN_RATE = 0.01

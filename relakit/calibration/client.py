@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.interpolate import PchipInterpolator
 
-from relakit.calibrate.recording import Recording, increments
+from relakit.calibration.recording import Recording, increments
 from relakit.vocab import FAILED, OUTCOMES
 
 MIN_TIMEOUTS = 20   # fewer timed-out requests than this: too few to place the deadline

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relakit.calibrate.recording import CalibrationError, Recording, increments
+from relakit.calibration.recording import CalibrationError, Recording, increments
 from relakit.vocab import OUTCOMES, TIER_MIX, TIERS
 
 
