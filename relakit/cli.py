@@ -22,8 +22,6 @@ from relakit.validate import SEED_MAX
 from relakit.vocab import TIERS
 
 MAX_WORKERS = 1024
-MAX_LAB_RATE_RPS = 10_000.0  # the lab's load generator keeps at most 400 connections
-MAX_LAB_PHASE_S = 86_400.0
 
 
 # ---- command-line values, checked with the same ranges as the YAML ------------------------
@@ -71,6 +69,8 @@ def _instances(text: str) -> int:
 
 def _phases(text: str) -> list[tuple[float, float]]:
     """``seconds:rate`` pairs, comma-separated: 10:50,20:200 (seconds > 0, rate >= 0)."""
+    from relakit.lab.load import MAX_PHASE_S, MAX_RATE_RPS
+
     phases = []
     for i, part in enumerate(text.split(",")):
         fields = part.strip().split(":")
@@ -78,8 +78,8 @@ def _phases(text: str) -> list[tuple[float, float]]:
             raise argparse.ArgumentTypeError(
                 f"phase {i + 1} {part!r}: expected seconds:rate, e.g. 10:50,20:200")
         try:
-            seconds = _number(fields[0], lo=0, lo_open=True, hi=MAX_LAB_PHASE_S)
-            rate = _number(fields[1], lo=0, hi=MAX_LAB_RATE_RPS)
+            seconds = _number(fields[0], lo=0, lo_open=True, hi=MAX_PHASE_S)
+            rate = _number(fields[1], lo=0, hi=MAX_RATE_RPS)
         except argparse.ArgumentTypeError as exc:
             raise argparse.ArgumentTypeError(f"phase {i + 1} {part!r}: {exc}") from None
         phases.append((seconds, rate))
