@@ -89,12 +89,13 @@ def _phases(text: str) -> list[tuple[float, float]]:
 
 
 def _formats(text: str) -> tuple[str, ...]:
-    chosen = tuple(f.strip().lower() for f in text.split(","))
-    bad = [f for f in chosen if f not in ("png", "svg", "pdf")]
-    if bad or not chosen:
-        raise argparse.ArgumentTypeError(f"{bad[0] if bad else text!r} is not one of png, svg, "
-                                         "pdf")
-    return chosen
+    """``png,svg``: the figure formats, checked by :func:`relakit.plots.check_formats`."""
+    from relakit import plots  # only `relakit figures` has --formats, and draws anyway
+
+    try:
+        return plots.check_formats(text.split(","))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _writable_dir(path, option: str = "--out") -> Path:
