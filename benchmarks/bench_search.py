@@ -38,8 +38,8 @@ def main() -> None:
     import yaml
 
     import relakit
+    from relakit.counterfactual.run import run_replication
     from relakit.scenario import load_scenario
-    from relakit.search.run import run_replication
 
     spec = yaml.safe_load((ROOT / "params" / "searches" / "metastable-policy.yaml").read_text())
     spec["scenario"] = str(ROOT / "params" / "scenarios" / "metastable.yaml")

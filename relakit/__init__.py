@@ -14,7 +14,7 @@ from importlib import import_module
 _LAZY = {  # public name -> the module that defines it
     "Fleet": "relakit.sim",
     "Scenario": "relakit.scenario",
-    "calibrate": "relakit.calibrate",
+    "calibrate": "relakit.calibration",
     "ScenarioError": "relakit.scenario",
     "SimulationResult": "relakit.sim",
     "compare": "relakit.comparison",
@@ -22,7 +22,7 @@ _LAZY = {  # public name -> the module that defines it
     "load_sweep": "relakit.sweep",
     "replay": "relakit.openloop",
     "run_sweep": "relakit.sweep",
-    "search": "relakit.search",
+    "search": "relakit.counterfactual",
     "simulate": "relakit.experiment",  # any layout: it imports the zones' and the
     # rollout's parts, and the control plane, only for a run that has them
 }

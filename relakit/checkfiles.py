@@ -155,7 +155,7 @@ def _one(raw, findings: list, kinds: dict, loaded: dict) -> None:
         elif kind == "sweep":
             findings += C.check_sweep(load_sweep(path))
         elif kind == "search":
-            from relakit.search.spec import load_search
+            from relakit.counterfactual.spec import load_search
 
             load_search(path)
         elif kind == "policy":
@@ -321,7 +321,7 @@ def _cross_checks(loaded: dict) -> list[C.Finding]:
         for ch in chains:
             out += C.check_chain(ch, None)
     for clk in loaded["clocks"]:
-        needs = not policies or any(C._policy_needs_rates(p) for p in policies) or bool(chains)
+        needs = not policies or any(C.policy_needs_rates(p) for p in policies) or bool(chains)
         out += C.check_clocks(clk, needs_rates=needs)
     return out
 

@@ -334,7 +334,8 @@ def check_clocks(clocks, parent: str | None = None, needs_rates: bool = True
     return out
 
 
-def _policy_needs_rates(policy) -> bool:
+def policy_needs_rates(policy) -> bool:
+    """Whether a policy reads a rate (so its window must hold two scrapes)."""
     return policy is not None and any(s.kind in RATE_KINDS for s in policy.signals.values())
 
 
@@ -399,7 +400,7 @@ def check_scenario(sc) -> list[Finding]:
     if sc.chain is not None:
         out += check_chain(sc.chain, sc.fleet.nodes, src)
     if sc.clocks is not None and (sc.policy is not None or sc.chain is not None):
-        out += check_clocks(sc.clocks, src, _policy_needs_rates(sc.policy)
+        out += check_clocks(sc.clocks, src, policy_needs_rates(sc.policy)
                             or sc.chain is not None)
         if sc.chain is not None:
             out += check_chain_clocks(sc.chain, sc.clocks, src)
@@ -610,7 +611,7 @@ def check_lab(policy, clocks) -> list[Finding]:
             + check_signals(policy, series, missing=ERROR, what="the lab's data plane",
                             labels=False)
             + [Finding(f.severity, "lab", "--" + f.key.replace("_", "-"), f.message)
-               for f in check_clocks(clocks, needs_rates=_policy_needs_rates(policy))])
+               for f in check_clocks(clocks, needs_rates=policy_needs_rates(policy))])
 
 
 # ---- a trace, before a replay ------------------------------------------------------------------
@@ -688,7 +689,7 @@ def check_replay(frame, source: str, policy=None, chain=None, clocks=None, start
     if chain is not None:
         out += check_chain(chain, max(tsdb.nodes) + 1 if tsdb.nodes else 0,
                            what="the trace")
-    needs_rates = _policy_needs_rates(policy) or chain is not None
+    needs_rates = policy_needs_rates(policy) or chain is not None
     gap = scrape_interval(tsdb)
     if gap is None and needs_rates:
         out.append(Finding(ERROR, source, "time_s",

@@ -19,10 +19,9 @@ from relakit.io import folder_name
 from relakit.progress import Progress
 from relakit.scenario import ScenarioError, load_scenario
 from relakit.validate import SEED_MAX
+from relakit.vocab import TIERS
 
 MAX_WORKERS = 1024
-MAX_LAB_RATE_RPS = 10_000.0  # the lab's load generator keeps at most 400 connections
-MAX_LAB_PHASE_S = 86_400.0
 
 
 # ---- command-line values, checked with the same ranges as the YAML ------------------------
@@ -70,6 +69,8 @@ def _instances(text: str) -> int:
 
 def _phases(text: str) -> list[tuple[float, float]]:
     """``seconds:rate`` pairs, comma-separated: 10:50,20:200 (seconds > 0, rate >= 0)."""
+    from relakit.lab.load import MAX_PHASE_S, MAX_RATE_RPS
+
     phases = []
     for i, part in enumerate(text.split(",")):
         fields = part.strip().split(":")
@@ -77,8 +78,8 @@ def _phases(text: str) -> list[tuple[float, float]]:
             raise argparse.ArgumentTypeError(
                 f"phase {i + 1} {part!r}: expected seconds:rate, e.g. 10:50,20:200")
         try:
-            seconds = _number(fields[0], lo=0, lo_open=True, hi=MAX_LAB_PHASE_S)
-            rate = _number(fields[1], lo=0, hi=MAX_LAB_RATE_RPS)
+            seconds = _number(fields[0], lo=0, lo_open=True, hi=MAX_PHASE_S)
+            rate = _number(fields[1], lo=0, hi=MAX_RATE_RPS)
         except argparse.ArgumentTypeError as exc:
             raise argparse.ArgumentTypeError(f"phase {i + 1} {part!r}: {exc}") from None
         phases.append((seconds, rate))
@@ -88,12 +89,13 @@ def _phases(text: str) -> list[tuple[float, float]]:
 
 
 def _formats(text: str) -> tuple[str, ...]:
-    chosen = tuple(f.strip().lower() for f in text.split(","))
-    bad = [f for f in chosen if f not in ("png", "svg", "pdf")]
-    if bad or not chosen:
-        raise argparse.ArgumentTypeError(f"{bad[0] if bad else text!r} is not one of png, svg, "
-                                         "pdf")
-    return chosen
+    """``png,svg``: the figure formats, checked by :func:`relakit.plots.check_formats`."""
+    from relakit import plots  # only `relakit figures` has --formats, and draws anyway
+
+    try:
+        return plots.check_formats(text.split(","))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _writable_dir(path, option: str = "--out") -> Path:
@@ -434,9 +436,9 @@ def _sweep(args) -> int:
 
 def _search(args) -> int:
     """`relakit search SEARCH.yaml`: run or resume a search; print its front vs the incumbent."""
+    from relakit.counterfactual import load_search, search
+    from relakit.counterfactual.report import front_rows
     from relakit.display import text_rows
-    from relakit.search import load_search, search
-    from relakit.search.report import front_rows
 
     spec = load_search(args.search)
     out = _writable_dir(args.out or Path("out") / "searches" / folder_name(spec.name))
@@ -584,7 +586,7 @@ def _node_list(text: str) -> list[int]:
 def _calibrate(args) -> int:
     """`relakit calibrate TRACE --out DIR`: fit a twin (DIR/twin.yaml); --report validates
     it, into the same folder."""
-    from relakit.calibrate import calibrate, write_report
+    from relakit.calibration import calibrate, write_report
     from relakit.checks import RelakitWarning
     from relakit.io import atomic_write
 
@@ -700,7 +702,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "measured against)")
     cm.add_argument("--seed", type=_seed, default=None,
                     help="the seed both sides' seeds are spawned from (default: A's `seed`)")
-    cm.add_argument("--tier", choices=("gold", "silver", "bronze", "all"), default="all",
+    cm.add_argument("--tier", choices=(*TIERS, "all"), default="all",
                     help="the tier printed (the files hold every tier)")
     cm.add_argument("--workers", type=_workers, default=None,
                     help="local processes, 1 or more (default: one per core)")

@@ -31,6 +31,7 @@ import polars as pl
 
 from relakit.replications import CI_SUFFIX, ReplicatedResult, replication_seeds
 from relakit.stats import paired_difference
+from relakit.vocab import NOT_OK
 
 __all__ = ["COLUMNS", "DEFAULT_REPLICATIONS", "Comparison", "compare"]
 
@@ -40,7 +41,7 @@ COLUMNS = ("tier", "number", "a", "a_ci", "b", "b_ci", "difference", "difference
            "difference_low", "difference_high", "significant", "variance_ratio", "pairs")
 #: the numbers the console shows (the table has every summary number)
 CONSOLE_NUMBERS = ("success_ratio", "mean_ms", "p50_ms", "p99_ms", "p999_ms", "amplification",
-                   "error", "timeout", "dropped")
+                   *NOT_OK)
 
 
 class Comparison:

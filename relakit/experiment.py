@@ -22,6 +22,7 @@ import polars as pl
 from relakit.control.tsdb import TSDB, Target
 from relakit.scenario import Scenario, load_scenario, uses_rollout
 from relakit.sim import Fleet, SimulationResult
+from relakit.vocab import TIERS
 
 PROGRESS_STEPS = 200  # open loop, with progress: the run is advanced in this many steps
 
@@ -293,7 +294,7 @@ class Domain:
         gaps = sc.control_plane.prometheus
         self.views = [FleetView(c.fleet, lookback_s, gaps, c.offset) for c in cells]
         self.starts = np.cumsum([0] + [c.fleet.scenario.fleet.nodes for c in cells])
-        self.defaults = [(c.fleet.flags(), node_defaults(c.fleet)) for c in cells]
+        self.defaults = [(c.fleet.flag_state(), node_defaults(c.fleet)) for c in cells]
         self.applied: list = []  # (time, flags in force, what put them there), at each change
 
     def tsdb(self, t: float) -> TSDB:
@@ -318,9 +319,10 @@ class Domain:
                 self.on_poll(c, t, flags, self.plane.in_force(t, "tier_flags"))
                 continue
             f, n = self.defaults[i] if status == "defaults" else (
-                flags, None if nodes is None else _node_slice(nodes, lo, hi))
+                None if flags is None else c.fleet.flag_state().with_policy(flags),
+                None if nodes is None else _node_slice(nodes, lo, hi))
             if f is not None:
-                c.fleet.set_flags(**f)
+                c.fleet.set_flags(f)
             if n is not None:
                 apply_node_controls(c.fleet, n)
         now = self.cells[0].fleet.flags()
@@ -432,7 +434,7 @@ def apply_node_controls(fleet: Fleet, want: dict) -> None:
         if (-1 if limit is None else limit) != have["intake_limit"][i]:
             fleet.set_node_controls(i, intake_limit=limit)
     if want["breaker"] != fleet.flags()["breaker"]:
-        fleet.set_flags(breaker=want["breaker"])
+        fleet.set_flags(fleet.flag_state().updated(breaker=want["breaker"]))
 
 
 def chain_summary(chain, faulty: np.ndarray) -> dict:
@@ -667,7 +669,7 @@ def window_outcomes(result: SimulationResult, start_s: float, end_s: float) -> d
         raise ValueError("window_outcomes needs per-request records (record_requests=True)")
     w = result.requests.filter(pl.col("arrival_s").is_between(start_s, end_s, closed="left"))
     out = {f"{tier}_ok": float((w.filter(pl.col("tier") == tier)["outcome"] == "ok").mean())
-           for tier in ("gold", "silver", "bronze")}
+           for tier in TIERS}
     out["dropped_share"] = float((w["outcome"] == "dropped").mean())
     out["requests"] = w.height
     return out

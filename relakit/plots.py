@@ -1553,6 +1553,89 @@ def compare_series_bands(frame: pl.DataFrame, x: str, y: str, series: str, *, ti
                           ).resolve_legend(color="independent", strokeDash="independent")
 
 
+# ---- silent failures: detection delay and thresholds that fit the node (notebook 09) --------
+# drawn from what relakit.probes (a detection's closed form and its runs' delays) and
+# relakit.thresholds (compare_thresholds' table) give; those two modules draw nothing
+def delay_cdf_frames(detection, delays) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(closed form on a grid, simulated empirical CDF): ``delay_s`` and ``cdf`` each."""
+    delays = np.sort(np.asarray(delays, dtype=float))
+    top = max(float(delays.max()) if delays.size else 0.0, detection.mean + 4 * detection.sd)
+    grid = np.linspace(0.0, top, 200)
+    closed = pl.DataFrame({"delay_s": grid, "cdf": detection.cdf(grid)})
+    sim = pl.DataFrame({"delay_s": np.concatenate([[0.0], delays]),
+                        "cdf": np.arange(delays.size + 1) / max(delays.size, 1)})
+    return closed, sim
+
+
+def delay_cdf_figure(detection, delays, title: str):
+    """The detection delay of a silent failure: the closed form's CDF as a line, the
+    simulated replications' empirical CDF as a step line in its 95 % band."""
+    closed, sim = delay_cdf_frames(detection, delays)
+    n = sim.height - 1
+    return delay_cdf_against_closed_form(
+        closed, sim, n, title=title, x_title="delay from the onset to isolation (s)",
+        y_title="share of runs isolated by then",
+        closed_label="closed form (Erlang + scrape + evaluation)",
+        sample_label=f"simulated ({n} replications, random onset)", what="replications")
+
+
+def scores_frame(table: pl.DataFrame, faults: dict[int, str]) -> pl.DataFrame:
+    """The compared table in long form for :func:`threshold_figure`: one row per variant
+    and score (``measure``, ``value``, ``low``, ``high``: the 95 % interval, clipped to
+    what the score can be; a missed fault has a null value and ``missed`` = its share
+    of runs that missed it)."""
+    rows = []
+
+    def add(r, measure, col, missed=0.0, hi=np.inf):
+        v, ci = r[col], r[col + "_ci"]
+        ok = v == v
+        ci = ci if ci == ci else 0.0
+        rows.append({"variant": r["variant"], "measure": measure,
+                     "value": v if ok else None,
+                     "low": max(0.0, v - ci) if ok else None,  # counts, delays, shares >= 0
+                     "high": min(hi, v + ci) if ok else None,
+                     "missed": missed})
+
+    for r in table.iter_rows(named=True):
+        add(r, "false isolations (per run)", "false_isolations")
+        for k, name in faults.items():
+            add(r, f"detection delay, {name} (s)", f"fault{k}_delay_s",
+                1.0 - r[f"fault{k}_detected"])
+        add(r, "gold success (share ok)", "gold_success", hi=1.0)
+    return pl.DataFrame(rows, schema={"variant": pl.String, "measure": pl.String,
+                                      "value": pl.Float64, "low": pl.Float64,
+                                      "high": pl.Float64, "missed": pl.Float64})
+
+
+def threshold_figure(table: pl.DataFrame, faults: dict[int, str], title: str):
+    """One panel per score: each variant's mean as a point with its 95 % interval as a bar;
+    a fault a variant missed in every run is written "missed" instead of a point."""
+    frame = scores_frame(table, faults)
+    variants = list(dict.fromkeys(frame["variant"].to_list()))
+    color = alt.Color("variant:N", title="thresholds", sort=variants,
+                      scale=alt.Scale(domain=variants,
+                                      range=[CATEGORY[i] for i in (0, 1, 2, 5, 6, 3, 4)]
+                                      [:len(variants)]))
+    panels = []
+    for measure in dict.fromkeys(frame["measure"].to_list()):
+        part = frame.filter(pl.col("measure") == measure)
+        y = alt.Y("variant:N", title=None, sort=variants)
+        # shares are read near 1; counts and delays from 0
+        x = alt.X("value:Q", title=measure, scale=alt.Scale(zero="share" not in measure))
+        bars = alt.Chart(part).mark_rule(strokeWidth=2).encode(
+            y=y, x=alt.X("low:Q", title=measure), x2="high:Q", color=color)
+        points = alt.Chart(part).mark_point(filled=True, size=80).encode(
+            y=y, x=x, color=color, tooltip=["variant:N", alt.Tooltip("value:Q", format=".3g"),
+                                            alt.Tooltip("low:Q", format=".3g"),
+                                            alt.Tooltip("high:Q", format=".3g")])
+        missed = alt.Chart(part.filter(pl.col("value").is_null())).mark_text(
+            align="left", color="#555555", fontSize=11).encode(
+            y=y, x=alt.value(4), text=alt.value("missed in every run"))
+        panels.append(alt.layer(bars, points, missed).properties(width=230, height=120))
+    return alt.concat(*panels, columns=2, title=alt.Title(
+        title, subtitle="mean over replications on common seeds, with 95 % intervals"))
+
+
 # ---- zones and rollouts (notebook 09) ---------------------------------------------------------
 # The charts of zoned and rollout runs (relakit.zones, relakit.rollout), and the frame
 # behind the zones' chart.

@@ -83,28 +83,3 @@ def detection_runs(scenario, replications: int = 10, onset_jitter_s: float = 10.
         sc = dataclasses.replace(base, faults=tuple(faults))
         rows.append({"replication": i, "seed": seed, **probe_report(sc, simulate(sc, seed=seed))})
     return pl.DataFrame(rows)
-
-
-def delay_cdf_frames(detection, delays) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(closed form on a grid, simulated empirical CDF): ``delay_s`` and ``cdf`` each."""
-    delays = np.sort(np.asarray(delays, dtype=float))
-    top = max(float(delays.max()) if delays.size else 0.0, detection.mean + 4 * detection.sd)
-    grid = np.linspace(0.0, top, 200)
-    closed = pl.DataFrame({"delay_s": grid, "cdf": detection.cdf(grid)})
-    sim = pl.DataFrame({"delay_s": np.concatenate([[0.0], delays]),
-                        "cdf": np.arange(delays.size + 1) / max(delays.size, 1)})
-    return closed, sim
-
-
-def delay_cdf_figure(detection, delays, title: str):
-    """The detection delay of a silent failure: the closed form's CDF as a line, the
-    simulated replications' empirical CDF as a step line in its 95 % band."""
-    from relakit.plots import delay_cdf_against_closed_form
-
-    closed, sim = delay_cdf_frames(detection, delays)
-    n = sim.height - 1
-    return delay_cdf_against_closed_form(
-        closed, sim, n, title=title, x_title="delay from the onset to isolation (s)",
-        y_title="share of runs isolated by then",
-        closed_label="closed form (Erlang + scrape + evaluation)",
-        sample_label=f"simulated ({n} replications, random onset)", what="replications")

@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from relakit.stats import t_interval
+from relakit.vocab import NOT_OK
 
 __all__ = ["CI_SUFFIX", "ReplicatedResult", "format_table", "replication_seeds",
            "summarise_replications"]
@@ -77,7 +78,7 @@ def summarise_replications(runs: pl.DataFrame, by: str | list[str] = "tier",
 
 # ---- what simulate(..., replications=N) returns --------------------------------------------
 #: the summary's columns on the console, as :meth:`SimulationResult.format_summary` has them
-CONSOLE_COLUMNS = ("requests", "success_ratio", "error", "timeout", "dropped", "mean_ms",
+CONSOLE_COLUMNS = ("requests", "success_ratio", *NOT_OK, "mean_ms",
                    "p50_ms", "p99_ms", "p999_ms", "amplification")
 #: decimals per column on the console; latency columns get the same decimals
 _DECIMALS = {"requests": 0, "error": 0, "timeout": 0, "dropped": 0, "wrong": 0,

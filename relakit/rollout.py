@@ -68,7 +68,7 @@ from relakit.control.audit import DECISION_COLUMNS
 from relakit.control.controller import Controller
 from relakit.control.decider import Decision
 from relakit.control.rollout import METRICS, canary_nodes, paired_batches, window_metric
-from relakit.vocab import OUTCOMES, POLICY_FLAGS, TIERS, Flags
+from relakit.vocab import OUTCOMES, TIERS, Flags
 from relakit.zones import ZonedResult, zone_offsets, zone_scenario
 
 EPS = 1e-9
@@ -373,7 +373,7 @@ class Rollout:
         return counts, inc
 
     # ---- the data plane's poll, with overrides --------------------------------------------
-    def on_poll(self, cell, t: float, asked: dict | None, tier_asked: dict | None) -> None:
+    def on_poll(self, cell, t: float, asked: Flags | None, tier_asked: Flags | None) -> None:
         """At a successful poll: per flag, the tiers the cell's policy asks it for (its
         latest decision in force, ``asked``; before any, the data plane's own flags), a
         tier canary's tier taking the new policy's (``tier_asked``), then the overrides
@@ -381,9 +381,7 @@ class Rollout:
         index = self.index[id(cell)]
         pins = self.pinning.setdefault(index, {})
         label, policy = self.policy_of[index]
-        now = cell.fleet.flags()
-        state = _tier_state(asked if asked is not None else
-                            {k: now[k] for k in POLICY_FLAGS})
+        state = _tier_state(asked if asked is not None else cell.fleet.flag_state())
         if tier_asked is not None:
             mine, theirs = frozenset({self.tier}), _tier_state(tier_asked)
             state = {k: (v - mine) | (theirs[k] & mine) for k, v in state.items()}
@@ -419,9 +417,10 @@ class Rollout:
         if asked is None and tier_asked is None and all(
                 state[k] == frozenset(have[k]) for k in state):
             return
-        cell.fleet.set_flags(hedge_enabled=bool(state["hedge_enabled"]),
-                             degraded_mode=bool(state["degraded_mode"]),
-                             shed_tiers=tuple(x for x in TIERS if x in state["shed"]))
+        cell.fleet.set_flags(cell.fleet.flag_state().updated(
+            hedge_enabled=bool(state["hedge_enabled"]),
+            degraded_mode=bool(state["degraded_mode"]),
+            shed_tiers=tuple(x for x in TIERS if x in state["shed"])))
         if any(v and v != ALL for k, v in state.items() if k != "shed"):
             cell.fleet.set_tier_flags(hedge_tiers=sorted(state["hedge_enabled"]),
                                       degraded_tiers=sorted(state["degraded_mode"]))
@@ -467,12 +466,11 @@ class Rollout:
 ALL = frozenset(TIERS)
 
 
-def _tier_state(flags: dict) -> dict:
-    """A policy's flags as the tiers each is on for: hedge_enabled and degraded_mode
-    for every tier or none, shed for the tiers it sheds."""
-    f = Flags().updated(**{k: v for k, v in flags.items()
-                           if k in ("hedge_enabled", "degraded_mode", "shed_bronze",
-                                    "shed_tiers")})
+def _tier_state(flags: Flags) -> dict:
+    """A policy's flags (``flags``' :data:`~relakit.vocab.POLICY_FLAGS`) as the tiers
+    each is on for: hedge_enabled and degraded_mode for every tier or none, shed for
+    the tiers it sheds."""
+    f = Flags().with_policy(flags)
     return {"hedge_enabled": ALL if f.hedge_enabled else frozenset(),
             "degraded_mode": ALL if f.degraded_mode else frozenset(),
             "shed": frozenset(f.shed_tiers)}

@@ -23,7 +23,7 @@ from relakit.control.faults import (
 from relakit.sim.spec import (  # noqa: F401 - the data plane's names, as scenarios know them
     ARRIVAL_PARAMS,
     BREAKER_STATES,
-    CANCEL_POLICIES,
+    CANCELS,
     MAX_NODES,
     MAX_SERVERS,
     PROMETHEUS_BUCKETS_S,
@@ -43,8 +43,8 @@ from relakit.sim.spec import (  # noqa: F401 - the data plane's names, as scenar
     Retries,
     Service,
     Workload,
-    _resolve,
     read_data_plane,
+    resolve_path,
 )
 from relakit.validate import Reader, ScenarioError, load_yaml
 from relakit.vocab import ROLLOUT_KEYS
@@ -154,15 +154,28 @@ def load_scenario(source, *, overrides: dict | None = None) -> Scenario:
         name = "<dict>"
     if not isinstance(data, dict):
         Reader(data, name)  # reports "expected a mapping"
+    apply_overrides(data, overrides, name, base_dir)
+    return _build(Reader(data, name), base_dir)
+
+
+REFERENCED = ("policy", "chain", "clocks")  # keys whose value may name a file of its own
+
+
+def inline_reference(data: dict, head: str, name: str, base_dir: Path) -> None:
+    """Read the file a scenario's ``head`` (policy, chain, clocks) names into its place."""
+    if isinstance(data.get(head), str):
+        path = resolve_path(Reader(data, name), data[head], base_dir, head)
+        data[head], _, _ = load_yaml(path, head)
+
+
+def apply_overrides(data: dict, overrides: dict | None, name: str, base_dir: Path) -> None:
+    """Set a scenario mapping's dotted keys in place (:func:`set_dotted`); a key reaching
+    into a referenced policy, chain or clocks file reads that file in first."""
     for dotted, value in (overrides or {}).items():
         head = dotted.split(".", 1)[0]
-        if "." in dotted and head in ("policy", "chain", "clocks") and isinstance(
-                data.get(head), str):
-            # reach into a referenced policy/chain/clocks file: inline it first
-            path = _resolve(Reader(data, name), data[head], base_dir, head)
-            data[head], _, _ = load_yaml(path, head)
-        _set_dotted(data, dotted, value, name)
-    return _build(Reader(data, name), base_dir)
+        if "." in dotted and head in REFERENCED:
+            inline_reference(data, head, name, base_dir)
+        set_dotted(data, dotted, value, name)
 
 
 def _build(r: Reader, base_dir: Path) -> Scenario:
@@ -191,7 +204,7 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
         from relakit.control.rollout import read_rollout  # only a rollout's scenario loads it
 
         sc = dataclasses.replace(sc, **read_rollout(
-            r, lambda rr, value, key: _resolve(rr, value, base_dir, key), sc))
+            r, lambda rr, value, key: resolve_path(rr, value, base_dir, key), sc))
     return sc
 
 
@@ -269,7 +282,7 @@ def _control(r: Reader, base_dir: Path):
         if spec is None:
             return None
         if isinstance(spec, str):
-            return loader(_resolve(r, spec, base_dir, key))
+            return loader(resolve_path(r, spec, base_dir, key))
         if isinstance(spec, dict):
             return loader(spec)
         r.fail(f"expected a path to a {key} YAML or a mapping, got {spec!r}", key)
@@ -307,7 +320,7 @@ class OverrideError(ScenarioError):
         self.key, self.problem = key, problem
 
 
-def _set_dotted(data: dict, dotted: str, value, source: str = "<scenario>"):
+def set_dotted(data: dict, dotted: str, value, source: str = "<scenario>"):
     """Set a dotted key; a number indexes a list (``policy.modes.0.exit_after``).
 
     The value is stored as a copy: an override that is a mapping (``clocks: {...}``)

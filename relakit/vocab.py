@@ -1,5 +1,6 @@
 """The words every layer shares, written once: tiers, outcomes, breaker states, stress
-levels, and the flags a control plane sets on a data plane.
+levels, service kinds, routings, hedge cancel policies, and the flags a control plane
+sets on a data plane.
 
 The kernel's integer codes are positions in these tuples (``relakit.sim.kernel``
 derives them, never counts them by hand); the scenario reader, the policy, the
@@ -14,12 +15,32 @@ from dataclasses import dataclass, fields, replace
 
 TIERS = ("gold", "silver", "bronze")  # priority order: gold is never shed
 OUTCOMES = ("ok", "error", "timeout", "dropped")
+FAILED = ("error", "timeout")  # answered, not ok: an error ratio's part, retried by default
+ANSWERED = ("ok", *FAILED)  # what a node answered (dropped: refused before service)
+NOT_OK = tuple(o for o in OUTCOMES if o != "ok")  # what a retry may be for
+SHEDDABLE = tuple(t for t in TIERS if t != "gold")  # shedding and a breaker never refuse gold
+TIER_MIX = dict(zip(TIERS, (0.1, 0.3, 0.6), strict=True))  # a scenario's default share of each tier
 BREAKER_STATES = ("closed", "half_open", "open")
 STRESS_LEVELS = ("normal", "elevated", "critical", "catastrophic")  # Serpentine's, rising
 # the booleans a policy mode asserts and the lab's config server serves (RelA's flags)
 POLICY_FLAGS = ("hedge_enabled", "shed_bronze", "degraded_mode")
 # a scenario's keys that make its run a rollout (relakit.control.rollout reads them)
 ROLLOUT_KEYS = ("rollout", "overrides")
+# the data plane's mechanisms a scenario names (the kernel's codes are positions here):
+# service time distributions, each with the parameters a scenario gives it (in ms);
+# how a copy picks its node; which hedge loser is cancelled (while queued, even in
+# service, never). relakit.analytic keeps its own SERVICE_PARAMS (it stands alone);
+# tests/test_vocab.py pins the two, and the kernel's tuples, equal to these.
+SERVICE_PARAMS = {
+    "exponential": ("mean_ms",),
+    "deterministic": ("mean_ms",),
+    "lognormal": ("mean_ms", "cv"),
+    "pareto": ("mean_ms", "alpha"),
+    "bimodal": ("fast_ms", "slow_ms", "slow_fraction"),
+}
+SERVICE_KINDS = tuple(SERVICE_PARAMS)
+ROUTINGS = ("random", "round_robin", "jsq", "p2c")
+CANCELS = ("queued", "started", "never")
 
 
 @dataclass(frozen=True)
@@ -73,11 +94,20 @@ class Flags:
         """From a mapping of flag names (a policy's desired state, a config server's JSON)."""
         return cls().updated(**dict(data))
 
-    def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+    def with_policy(self, wanted: Flags) -> Flags:
+        """These flags with a policy's wishes applied: ``wanted``'s :data:`POLICY_FLAGS`
+        only. A policy asserts those three; the other tiers shed and the breaker are
+        the data plane's own (its scenario's, or a chain's), so a policy leaves them."""
+        return self.updated(**{k: getattr(wanted, k) for k in POLICY_FLAGS})
+
+    def as_dict(self, names: tuple[str, ...] | None = None) -> dict:
+        """The flags by name (``names``: only those, e.g. :data:`POLICY_FLAGS` for the
+        lab's config server, which serves a policy's flags)."""
+        return {n: getattr(self, n) for n in (names or [f.name for f in fields(self)])}
 
 
 FLAG_NAMES = tuple(f.name for f in fields(Flags))
 
-__all__ = ["BREAKER_STATES", "FLAG_NAMES", "OUTCOMES", "POLICY_FLAGS", "STRESS_LEVELS", "TIERS",
-           "Flags"]
+__all__ = ["ANSWERED", "BREAKER_STATES", "CANCELS", "FAILED", "FLAG_NAMES", "Flags", "NOT_OK",
+           "OUTCOMES", "POLICY_FLAGS", "ROLLOUT_KEYS", "ROUTINGS", "SERVICE_KINDS",
+           "SERVICE_PARAMS", "SHEDDABLE", "STRESS_LEVELS", "TIERS", "TIER_MIX"]

@@ -40,6 +40,7 @@ import numpy as np
 import polars as pl
 
 from relakit.sim import SimulationResult
+from relakit.vocab import OUTCOMES
 
 
 def zone_offsets(sc) -> np.ndarray:
@@ -122,7 +123,7 @@ class ZonedResult:
     def summary(self) -> pl.DataFrame:
         """Per tier, the counts summed over zones and the success ratio (latency
         quantiles do not add up over zones: read them per zone, :meth:`by_zone`)."""
-        counts = ["requests", "ok", "error", "timeout", "dropped", "hedges", "degraded", "wrong"]
+        counts = ["requests", *OUTCOMES, "hedges", "degraded", "wrong"]
         t = self.by_zone().group_by("tier", maintain_order=True).agg(pl.col(counts).sum())
         return t.with_columns((pl.col("ok") / pl.col("requests")).alias("success_ratio"))
 

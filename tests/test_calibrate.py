@@ -19,9 +19,9 @@ from conftest import ROOT
 
 import relakit
 from relakit import plots
-from relakit.calibrate import CalibrationError, calibrate
-from relakit.calibrate.faults import pelt
-from relakit.calibrate.service import score_kinds
+from relakit.calibration import CalibrationError, calibrate
+from relakit.calibration.faults import pelt
+from relakit.calibration.service import score_kinds
 from relakit.checks import RelakitWarning
 from relakit.cli import main
 from relakit.scenario import load_scenario
@@ -274,24 +274,11 @@ def test_unreadable_files_are_one_line_errors(tmp_path, capsys):
     assert not (tmp_path / "t" / "twin.yaml").exists()
 
 
-def test_relakit_calibrate_is_callable_whichever_was_imported_first():
-    import subprocess
-    import sys
-
-    for code in ("import relakit; f = relakit.calibrate",
-                 "import relakit.calibrate; import relakit; f = relakit.calibrate"):
-        code += ("; import sys; m = sys.modules['relakit.calibrate']; "
-                 "assert callable(f) and callable(m) and m.calibrate.__module__ == m.__name__; "
-                 "print('ok')")
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-        assert out.stdout.strip() == "ok", out.stderr
-
-
 def test_twin_wrong_in_the_tail_windows_is_not_trusted(roundtrip):
     """The median alone would pass a twin whose load is right in most windows and three
     times too high in the last few (issue 14): the 90th percentile must catch it, and the
     verdict name the signal and the statistic."""
-    from relakit.calibrate.validation import TOLERANCE, TOLERANCE_P90, validate
+    from relakit.calibration.validation import TOLERANCE, TOLERANCE_P90, validate
     frame = pl.read_parquet(roundtrip[1])
     t0 = 750.0  # the last 150 s of 900: five 30 s windows of thirty
 

@@ -83,7 +83,7 @@ def test_every_default_output_folder_is_a_folder():
 
 def _fake_calibrate(monkeypatch):
     """calibrate's fit replaced by a fixed twin: this test is about where files go."""
-    import relakit.calibrate as cal_mod
+    import relakit.calibration as cal_mod
 
     class Cal:
         yaml = "name: twin\n"

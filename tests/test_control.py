@@ -280,6 +280,37 @@ def test_escalation_and_explicit_exit_condition():
     assert modes[7] == -1
 
 
+def test_the_state_machine_names_its_events_and_columns():
+    import ast
+    import inspect
+
+    pol = json.loads(json.dumps(TWO_MODES))
+    pol["modes"][1].update(max_duration_s=4, escalate_to="survival", cooldown_s=3)
+    policy = load_policy(pol)
+    *_, mode_i, mode_f = policy.compiled()
+    md = policy.modes[1]
+    assert (mode_i[1, P.MI_ENTER_AFTER], mode_i[1, P.MI_EXIT_AFTER], mode_i[1, P.MI_ESCALATE]) \
+        == (md.enter_after, md.exit_after, 0)
+    assert (mode_f[1, P.MF_MAX_DURATION], mode_f[1, P.MF_COOLDOWN]) == (4.0, 3.0)
+    assert mode_i.shape[1] == P.N_MI and mode_f.shape[1] == P.N_MF
+    assert P.EVENT_NAMES[P.EV_ESCALATE] == "escalate" and len(P.EVENT_NAMES) == P.N_EVENTS
+    # no bare integer picks a column (an array's shape aside) or names an event returned
+    tree = ast.parse(inspect.getsource(P.step.py_func))
+
+    def is_int(node):
+        return isinstance(node, ast.Constant) and isinstance(node.value, int)
+
+    bare = [ast.unparse(n) for n in ast.walk(tree)
+            if isinstance(n, ast.Subscript) and not (
+                isinstance(n.value, ast.Attribute) and n.value.attr == "shape")
+            and any(is_int(c) for c in ast.walk(n.slice))]
+    bare += [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Return)
+             and isinstance(n.value, ast.Tuple)
+             and any(is_int(c) or (isinstance(c, ast.IfExp) and (is_int(c.body) or is_int(
+                 c.orelse))) for c in n.value.elts)]
+    assert not bare, bare
+
+
 def test_no_data_never_breaches():
     modes, _ = _run(TWO_MODES, [np.nan] * 6)
     assert modes == [-1] * 6
@@ -356,7 +387,7 @@ def test_controller_is_level_triggered():
     times = np.arange(0, 300, 15.0)
     tsdb = TSDB([Target(0, times, (12 * times)[:, None], [("x", None, None, None)])])
     desired = [ctl.evaluate(tsdb, t) for t in np.arange(60, 80, 2.0)]
-    assert all(d["shed_bronze"] for d in desired[2:])  # asserted at every evaluation
+    assert all(d.shed_bronze for d in desired[2:])  # asserted at every evaluation
     holds = ctl.decisions().filter(pl.col("action") == "hold")
     assert holds.height == len(desired) - 3
 

@@ -29,6 +29,7 @@ from relakit.control.plane import ControlPlane
 from relakit.control.tsdb import TSDB, Target
 from relakit.experiment import simulate
 from relakit.scenario import load_scenario
+from relakit.vocab import Flags
 
 OUTAGE = ROOT / "params" / "scenarios" / "control-plane-outage.yaml"
 HANDOVER = ROOT / "params" / "scenarios" / "control-plane-handover.yaml"
@@ -36,14 +37,15 @@ CLOCKS = load_clocks({"scrape_s": 5, "window_s": 20, "eval_s": 2, "poll_s": 2})
 
 
 class Recorder:
-    """A decider that wants flags naming the instant it decided at."""
+    """A decider that wants hedging on, and node controls naming the instant it decided at
+    (what the data plane holds is read from those)."""
 
     def __init__(self):
         self.times: list[float] = []
 
     def decide(self, tsdb, t):
         self.times.append(t)
-        return Decision(flags={"hedge_enabled": True, "decided_at": t})
+        return Decision(flags=Flags(hedge_enabled=True), nodes={"decided_at": t})
 
     def decisions(self):
         return pl.DataFrame()
@@ -67,11 +69,12 @@ def _run(faults=NO_FAULTS, agents=ONE_AGENT, data_plane=KEEP, end_s=120.0):
         if t in set(evals.tolist()) | set(renews.tolist()):
             plane.step(t, t in set(evals.tolist()), lambda _t: None)
         if t in set(polls.tolist()):
-            status, flags, _ = plane.poll(t)
+            status, flags, nodes = plane.poll(t)
             if status == "defaults":
                 holding = "defaults"
-            elif flags is not None:
-                holding = flags["decided_at"]
+            elif nodes is not None:
+                assert flags == Flags(hedge_enabled=True)
+                holding = nodes["decided_at"]
             seen.append((t, status, holding))
     return plane, seen
 

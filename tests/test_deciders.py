@@ -12,6 +12,7 @@ from relakit.chain import Chain, ChainRun, load_chain
 from relakit.control import Clocks, Controller
 from relakit.control.decider import Decision, latest_in_force
 from relakit.traces import synthetic
+from relakit.vocab import Flags
 
 CHAIN = ROOT / "params" / "chains" / "aegis.yaml"
 RELA = ROOT / "params" / "policies" / "rela.yaml"
@@ -25,9 +26,10 @@ def test_the_clock_rules_live_on_clocks():
     assert polls.tolist() == [1.5, 6.5, 11.5, 16.5]
     # a decision is in force from the first poll at or after decided + propagation
     assert float(clk.effective_at(5.5)) == 6.5 and float(clk.effective_at(5.6)) == 11.5
-    pending = [(float(clk.effective_at(t)), Decision(flags={"t": t})) for t in (4.0, 6.0, 10.0)]
-    assert latest_in_force(pending, 6.5, "flags") == {"t": 4.0}
-    assert latest_in_force(pending, 11.5, "flags") == {"t": 10.0}
+    wants = {t: Flags(breaker=b) for t, b in ((4.0, "open"), (6.0, "half_open"), (10.0, "closed"))}
+    pending = [(float(clk.effective_at(t)), Decision(flags=wants[t])) for t in (4.0, 6.0, 10.0)]
+    assert latest_in_force(pending, 6.5, "flags") == wants[4.0]
+    assert latest_in_force(pending, 11.5, "flags") == wants[10.0]
     assert latest_in_force(pending, 1.5, "flags") is None
     assert latest_in_force(pending, 11.5, "nodes") is None
 

@@ -65,8 +65,8 @@ def test_a_calibration_is_one_line_not_its_yaml(outputs):
 
 def test_a_search_and_a_comparison_show_their_settings_and_differences(tmp_path):
     import relakit
+    from relakit.counterfactual.report import front_rows
     from relakit.display import text_rows
-    from relakit.search.report import front_rows
 
     res = relakit.search(ROOT / "tests" / "bad_inputs" / "searches" / "ok.yaml", tmp_path,
                          trials=2, workers=1, notice=lambda line: None)

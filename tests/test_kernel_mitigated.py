@@ -192,15 +192,15 @@ def test_kernels_hand_over_mid_run(monkeypatch):
 
     def flip(fleet, t):
         if t == 5.0:
-            fleet.set_flags(hedge_enabled=True)
+            fleet.set_flags(fleet.flag_state().updated(hedge_enabled=True))
         elif t == 10.0:
             fleet.set_node_controls(1, intake_limit=3)
         elif t == 15.0:
             fleet.set_node_controls(1, intake_limit=None)
         elif t == 25.0:
-            fleet.set_flags(hedge_enabled=False)
+            fleet.set_flags(fleet.flag_state().updated(hedge_enabled=False))
         elif t == 30.0:
-            fleet.set_flags(hedge_enabled=True)
+            fleet.set_flags(fleet.flag_state().updated(hedge_enabled=True))
             fleet.set_node_controls(2, routable=False)
 
     steps = (5.0, 10.0, 15.0, 15.5, 20.0, 25.0, 25.5, 30.0, 35.0, 40.0)
@@ -227,9 +227,9 @@ def test_requests_admitted_in_degraded_mode_are_the_general_kernels_to_finish(mo
 
     def flip(fleet, t):
         if t == 5.0:
-            fleet.set_flags(degraded_mode=True)
+            fleet.set_flags(fleet.flag_state().updated(degraded_mode=True))
         elif t == 10.0:
-            fleet.set_flags(degraded_mode=False)
+            fleet.set_flags(fleet.flag_state().updated(degraded_mode=False))
             refused.append(not M.mitigated_ok(fleet.cfg, fleet.st))
 
     steps = (5.0, 10.0, 10.2, 15.0, 20.0)
@@ -305,10 +305,10 @@ def test_mitigated_ok_says_no_to_what_only_the_general_kernel_runs():
     fleet.set_node_controls([0, 1, 2, 3], routable=False)
     assert not M.mitigated_ok(fleet.cfg, fleet.st)  # no node to send to
     fleet = Fleet(load_scenario(_m_fleet()))
-    fleet.set_flags(shed_bronze=True)
+    fleet.set_flags(fleet.flag_state().updated(shed_bronze=True))
     assert not M.mitigated_ok(fleet.cfg, fleet.st)
     fleet = Fleet(load_scenario(_m_fleet()))
-    fleet.set_flags(degraded_mode=True)
+    fleet.set_flags(fleet.flag_state().updated(degraded_mode=True))
     assert not M.mitigated_ok(fleet.cfg, fleet.st)
 
 

@@ -241,7 +241,7 @@ def test_kernels_hand_over_mid_run(monkeypatch):
     sc["mitigations"] = {"hedge": {"delay_ms": 15, "cancel": "queued"}}
 
     def flip(fleet, t):
-        fleet.set_flags(hedge_enabled=(t == 10.0))
+        fleet.set_flags(fleet.flag_state().updated(hedge_enabled=(t == 10.0)))
 
     steps = (10.0, 20.0, 20.5, 25.0, 30.0)
     fast, used = _run(sc, True, steps=steps, between=flip, monkeypatch=monkeypatch)
@@ -319,7 +319,8 @@ def test_plain_ok_says_no_while_a_mechanism_or_its_leftovers_are_about():
     hedged = Fleet(load_scenario(sc))
     hedged.advance(2.0)
     assert not P.plain_ok(hedged.cfg, hedged.st)
-    hedged.set_flags(hedge_enabled=False)  # hedge timers still pending in their ring
+    # hedge timers still pending in their ring
+    hedged.set_flags(hedged.flag_state().updated(hedge_enabled=False))
     assert not K.features_of(hedged.cfg, hedged.st)
     assert not P.plain_ok(hedged.cfg, hedged.st)
 
@@ -559,7 +560,8 @@ def test_the_loop_is_chosen_once_while_nothing_changes(make, chooser, monkeypatc
         fleet.set_flags(flags)  # unchanged
         fleet.set_node_controls(0, weight=1.0)  # unchanged
     assert len(asked) == 1
-    fleet.set_flags(breaker="half_open")  # a change: chosen again (once)
+    # a change: chosen again (once)
+    fleet.set_flags(fleet.flag_state().updated(breaker="half_open"))
     fleet.advance(20.0)
     fleet.advance(20.0)
     assert len(asked) == 2
@@ -578,7 +580,7 @@ def test_kept_choices_equal_the_general_kernel_through_flag_changes(monkeypatch)
             22.0: {"hedge_enabled": True}}
 
     def poll(fleet, t):
-        fleet.set_flags(**plan.get(t, {}))
+        fleet.set_flags(fleet.flag_state().updated(**plan.get(t, {})))
 
     steps = tuple(float(t) for t in np.arange(1.0, 30.01, 1.0))
     fast, used = _run(sc, True, steps=steps, between=poll, monkeypatch=monkeypatch)

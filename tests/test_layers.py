@@ -143,3 +143,85 @@ def test_importing_the_closed_forms_defers_scipy_and_package_metadata():
 
     assert 0.0 < quorum_success(0.9, 5, 3) < 1.0
     assert MMc(0.9 * 8, 1.0, 8).response_quantile(0.99) > 0
+
+
+def _imports(name: str):
+    """(line, module imported from, name) for every ``from ... import`` of relakit in a
+    module, relative imports made absolute."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            if base.split(".")[0] == "relakit":
+                for alias in node.names:
+                    yield node.lineno, base, alias.name
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+def test_no_private_name_crosses_a_module():
+    """A ``_name`` is its module's own: imported (or read as ``module._name``) from another
+    module it is a public name in hiding. A private module (``traces/_schema.py``) is its
+    package's own: only modules of that package import it."""
+    found = []
+    for name, path in MODULES.items():
+        for line, base, imported in _imports(name):
+            owner = base.rsplit(".", 1)[0] if _private(base.rsplit(".", 1)[-1]) else None
+            if _private(imported) and base != name:
+                found.append(f"{name}:{line} imports {imported} from {base}")
+            elif owner is not None and not (name + ".").startswith(owner + "."):
+                found.append(f"{name}:{line} imports the private module {base}")
+        modules = {}  # names bound to a relakit module: `from relakit.control import promql`
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("relakit"):
+                for a in node.names:
+                    if f"{node.module}.{a.name}" in MODULES:
+                        modules[a.asname or a.name] = f"{node.module}.{a.name}"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in MODULES and a.asname:
+                        modules[a.asname] = a.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and _private(node.attr)
+                    and isinstance(node.value, ast.Name) and node.value.id in modules
+                    and modules[node.value.id] != name):
+                found.append(f"{name}:{node.lineno} reads {modules[node.value.id]}."
+                             f"{node.attr}")
+    assert not found, "\n".join(found)
+
+
+def test_only_plots_draws():
+    """Every chart is built in relakit/plots.py (one theme, one palette); no other module
+    of the package imports altair (notebooks may, to compose what plots gives)."""
+    found = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.split(".")[0] == "altair" for n in names) and name != "relakit.plots":
+                found.append(f"{name}:{node.lineno}")
+    assert not found, found
+
+
+def test_the_flat_api_verbs_are_functions_whichever_was_imported_first():
+    """``relakit.calibrate``, ``relakit.search`` and ``relakit.replay`` are functions whose
+    packages have other names (calibration, counterfactual, openloop): importing a package
+    first cannot put a module in the function's place, and no module swaps its class."""
+    for verb, package in (("calibrate", "calibration"), ("search", "counterfactual"),
+                          ("replay", "openloop")):
+        for first in ("import relakit", f"import relakit.{package}; import relakit"):
+            code = (f"{first}; import types; f = relakit.{verb}; "
+                    f"m = __import__('relakit.{package}', fromlist=['x']); "
+                    f"assert isinstance(f, types.FunctionType), type(f); "
+                    f"assert f is getattr(m, '{verb}') and type(m) is types.ModuleType; "
+                    "print('ok')")
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 cwd=ROOT)
+            assert out.stdout.strip() == "ok", (first, out.stderr[-500:])

@@ -64,7 +64,8 @@ def _busy_fleet(duration=40.0, until=None) -> Fleet:
     sc["controls"] = {"hedge_enabled": True}
     fleet = Fleet(load_scenario(sc), record_requests=False)
     fleet.advance(duration / 2)
-    fleet.set_flags(shed_tiers=["bronze"])  # from now on bronze is dropped at the door
+    # from now on bronze is dropped at the door
+    fleet.set_flags(fleet.flag_state().updated(shed_tiers=["bronze"]))
     fleet.advance(duration if until is None else until)
     return fleet
 

@@ -68,7 +68,7 @@ def test_hedges_go_to_another_node_and_none_is_sent_while_the_flag_is_off():
     fleet = Fleet(sc)
     fleet.advance(20.0)
     assert fleet.result().info["hedges"] == 0
-    fleet.set_flags(hedge_enabled=True)
+    fleet.set_flags(fleet.flag_state().updated(hedge_enabled=True))
     fleet.advance(40.0)
     r = fleet.result()
     assert r.info["hedges"] > 100
@@ -139,10 +139,11 @@ def test_shedding_until_the_backlog_drains_gets_out_of_it():
     sc = load_scenario(METASTABLE)
     fleet = Fleet(sc)
     fleet.advance(90.0)  # ten seconds after the spike, still failed, 150k jobs queued
-    fleet.set_flags(shed_tiers=["silver", "bronze"])  # offered load falls to 0.2 of capacity
+    # offered load falls to 0.2 of capacity
+    fleet.set_flags(fleet.flag_state().updated(shed_tiers=["silver", "bronze"]))
     fleet.advance(180.0)  # the backlog drains at about 2,500 jobs/s
     assert fleet.st.node_i[:, 2].sum() == 0
-    fleet.set_flags(shed_tiers=[])
+    fleet.set_flags(fleet.flag_state().updated(shed_tiers=[]))
     fleet.advance(sc.duration_s)
     r = fleet.result()
     assert _goodput(r, 85, 90) < 300
@@ -288,7 +289,7 @@ def test_each_target_is_sampled_on_its_own_phase():
 def test_client_counters_match_the_records_and_flags_are_exported():
     sc = make_scenario(rate=500, duration=20, nodes=2, servers=4)
     fleet = Fleet(load_scenario(sc))
-    fleet.set_flags(shed_tiers=["bronze"], hedge_enabled=True)
+    fleet.set_flags(fleet.flag_state().updated(shed_tiers=["bronze"], hedge_enabled=True))
     fleet.advance(20.0)
     r = fleet.result()
     c = r.metrics.filter((pl.col("name") == "client_requests_total")

@@ -142,7 +142,7 @@ def test_detection_delay_closed_form_limits():
 
 
 def test_delay_cdf_figure_draws_the_closed_form_as_a_line_and_the_runs_as_steps():
-    from relakit.probes import delay_cdf_figure, delay_cdf_frames
+    from relakit.plots import delay_cdf_figure, delay_cdf_frames
 
     d = probe_detection(2, 0.3, 0.1, window_s=20, scrape_s=5, eval_s=2, min_volume=10)
     closed, sim = delay_cdf_frames(d, [9.0, 11.0, 7.5])

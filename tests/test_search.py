@@ -9,8 +9,8 @@ import yaml
 from conftest import ROOT
 
 import relakit
-import relakit.search.run as search_run
-from relakit.search import load_search, sentence
+import relakit.counterfactual.run as search_run
+from relakit.counterfactual import load_search, sentence
 from relakit.validate import ScenarioError
 
 METASTABLE = ROOT / "params" / "scenarios" / "metastable.yaml"
@@ -152,9 +152,9 @@ def test_seconds_over_slo_counts_intervals_above_the_threshold():
     the metastable fleet is within 100 ms before its spike (0-15 s) and stays failed
     after it (the story its scenario file tells), so 100 ms is breached from about
     15 s to the end; a higher SLO never counts more seconds than a lower one."""
+    from relakit.counterfactual.objectives import seconds_over_slo
     from relakit.experiment import run_once
     from relakit.scenario import load_scenario
-    from relakit.search.objectives import seconds_over_slo
 
     sc = load_scenario(METASTABLE, overrides={"duration_s": 60, "workload.arrival.start_s": 15})
     r = run_once(sc, 3, record_requests=False)
@@ -231,7 +231,7 @@ def test_a_second_search_on_a_running_journal_is_refused(tmp_path):
 
 
 def test_a_searched_key_reads_as_words_with_its_unit():
-    from relakit.search.report import SETTINGS, setting_text
+    from relakit.counterfactual.report import SETTINGS, setting_text
 
     policy = yaml.safe_load((ROOT / "params" / "policies" / "rela.yaml").read_text())
     assert setting_text("policy.conditions.overloaded.threshold", 87.31, policy) == \
@@ -257,7 +257,7 @@ def test_the_sentence_tells_gains_costs_and_no_difference_apart():
     'no significant difference' (a gain was once called 'no significant cost')."""
     from types import SimpleNamespace
 
-    from relakit.search.spec import Objective
+    from relakit.counterfactual.spec import Objective
 
     diffs = {"gold.success_ratio": (0.9, 0.6, True, True),
              "dropped_share": (0.02, 0.05, True, True),      # lower is better: a gain

@@ -112,14 +112,14 @@ def test_intake_limit_caps_in_flight_and_drops_the_excess():
 def test_shedding_drops_bronze_and_never_gold():
     sc = load_scenario(make_scenario(rate=600, duration=20, servers=8))
     fleet = Fleet(sc)
-    fleet.set_flags(shed_tiers=["bronze", "gold"])
+    fleet.set_flags(fleet.flag_state().updated(shed_tiers=["bronze", "gold"]))
     fleet.advance(20.0)
     by = {row["tier"]: row for row in fleet.result().summary.iter_rows(named=True)}
     assert by["bronze"]["dropped"] == by["bronze"]["requests"] > 1000
     assert by["gold"]["dropped"] == 0 and by["silver"]["dropped"] == 0
     assert by["all"]["error"] == 0  # drops are not errors
     with pytest.raises(ValueError, match="unknown tier"):
-        fleet.set_flags(shed_tiers=["copper"])
+        fleet.set_flags(fleet.flag_state().updated(shed_tiers=["copper"]))
 
 
 def test_crash_fails_the_node_for_its_window_only():

@@ -143,7 +143,7 @@ def test_a_baseline_error_rate_is_not_a_fault_and_survives_a_repair():
 
 
 def test_threshold_figure_titles_intervals_and_missed_faults():
-    from relakit.thresholds import scores_frame, threshold_figure
+    from relakit.plots import scores_frame, threshold_figure
 
     table = pl.DataFrame({
         "variant": ["fixed", "adaptive"], "false_isolations": [3.0, 0.0],

@@ -292,7 +292,9 @@ def kingman_wait(
     return erlang_c(c, lam * es) / (c * mu - lam) * variability
 
 
-_SERVICE_PARAMS: dict[str, tuple[str, ...]] = {
+# the simulator's service kinds and their parameters: relakit.vocab.SERVICE_PARAMS, kept
+# here too so the closed forms stand alone (tests/test_vocab.py pins the two equal)
+SERVICE_PARAMS: dict[str, tuple[str, ...]] = {
     "exponential": ("mean_ms",),
     "deterministic": ("mean_ms",),
     "lognormal": ("mean_ms", "cv"),
@@ -311,9 +313,9 @@ def service_moments(kind: str, **params: float) -> tuple[float, float]:
     bimodal(fast_ms, slow_ms, slow_fraction): two point masses; moments are the mixture's.
     Feed the result to :func:`mg1_mean_wait` to check the simulator against P-K.
     """
-    if kind not in _SERVICE_PARAMS:
-        raise ValueError(f"unknown service kind {kind!r}; expected one of {list(_SERVICE_PARAMS)}")
-    expected = _SERVICE_PARAMS[kind]
+    if kind not in SERVICE_PARAMS:
+        raise ValueError(f"unknown service kind {kind!r}; expected one of {list(SERVICE_PARAMS)}")
+    expected = SERVICE_PARAMS[kind]
     if set(params) != set(expected):
         raise ValueError(f"{kind} service takes parameters {list(expected)}, got {sorted(params)}")
     if kind == "bimodal":

@@ -17,15 +17,14 @@ import numpy as np
 
 from relakit.chain.state import Context
 from relakit.control.signals import Selector, Signal
-
-ANSWERED = ("ok", "error", "timeout")
+from relakit.vocab import ANSWERED, FAILED
 
 
 def _per_node(kind, **kw) -> Signal:
     return Signal(kw.pop("name", kind), kind, by_node=True, **kw)
 
 
-ERRORS = _per_node("ratio", selector=Selector("requests_total", {"outcome": ("error", "timeout")}),
+ERRORS = _per_node("ratio", selector=Selector("requests_total", {"outcome": FAILED}),
                    den=Selector("requests_total", {"outcome": ANSWERED}))
 VOLUME = _per_node("rate", selector=Selector("requests_total", {"outcome": ANSWERED}))
 BUSY = _per_node("rate", selector=Selector("busy_seconds_total"))

@@ -86,7 +86,7 @@ def _reporting_condition(md: P.Mode, conds, row, sig_index, leaving: bool) -> P.
     names = md.exit_when if (leaving and md.exit_when) else md.when
     for n in names:  # the first condition that holds (or, when leaving, that cleared)
         c = conds[n]
-        holds = P._compare(row[sig_index[c.signal]], c.op, c.threshold)
+        holds = P.compare_value(row[sig_index[c.signal]], c.op, c.threshold)
         if holds != (leaving and not md.exit_when):
             return c
     return conds[names[0]]
@@ -124,7 +124,7 @@ def _reason(action, policy, mode, prev, cond, value, breaches, clears, dwell, ro
 
 
 def _matches(md: P.Mode, conds, row, sig_index) -> bool:
-    hits = [P._compare(row[sig_index[conds[n].signal]], conds[n].op, conds[n].threshold)
+    hits = [P.compare_value(row[sig_index[conds[n].signal]], conds[n].op, conds[n].threshold)
             for n in md.when]
     return all(hits) if md.when_all else any(hits)
 

@@ -18,6 +18,7 @@ from relakit.control.audit import DECISION_COLUMNS, audit_table, empty_decisions
 from relakit.control.clocks import Clocks
 from relakit.control.decider import Decision
 from relakit.control.tsdb import TSDB
+from relakit.vocab import Flags
 
 __all__ = ["DECISION_COLUMNS", "Controller", "empty_decisions", "format_audit", "hold_times",
            "sample_age", "signal_matrix", "time_in_mode"]
@@ -69,12 +70,12 @@ class Controller:
         """Decide at time t from what the TSDB holds: the desired flag state."""
         return Decision(flags=self.evaluate(tsdb, t))
 
-    def evaluate(self, tsdb: TSDB, t: float) -> dict:
+    def evaluate(self, tsdb: TSDB, t: float) -> Flags:
         """Decide at time t from what the TSDB holds; return the desired flag state."""
         row = signal_matrix(self.policy, tsdb, [t], self.clocks.window_s)[0]
         return self.decide_row(t, row, float(sample_age(tsdb, [t])[0]))
 
-    def decide_row(self, t: float, row, age_s: float = float("nan")) -> dict:
+    def decide_row(self, t: float, row, age_s: float = float("nan")) -> Flags:
         """Decide at time t from signal values computed elsewhere (e.g. by Prometheus
         itself, from the signals' PromQL), in the policy's signal order. An absent value
         (NaN) counts as its signal's ``on_missing`` rule says."""
@@ -91,7 +92,7 @@ class Controller:
         self.runs.append(self._state[0][: 2 * m].copy())
         self.values.append(row)
         self.ages.append(age_s)
-        return self.policy.desired(int(mode))
+        return Flags.from_mapping(self.policy.desired(int(mode)))
 
     def run(self, tsdb: TSDB, times, progress=None) -> None:
         """Every evaluation of a trace at once (a fresh controller): the signals as one

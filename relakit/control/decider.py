@@ -16,12 +16,15 @@ from typing import Protocol
 
 import polars as pl
 
+from relakit.vocab import Flags
+
 
 @dataclass(frozen=True)
 class Decision:
     """What one decider wants after one evaluation.
 
-    ``flags``: the global flag state desired (a policy's, as a mapping of flag names);
+    ``flags``: the global flag state desired (a policy's, a :class:`~relakit.vocab.Flags`,
+    of which the data plane takes the policy flags: ``Flags.with_policy``);
     ``nodes``: per-node controls desired (a chain's: ``routable``, ``weight``,
     ``intake_limit`` per node, and ``breaker``); ``repairs``: nodes to mend now —
     work on the node, not configuration, so it is done at once, not at a config poll;
@@ -29,10 +32,17 @@ class Decision:
     wishes, which the data plane applies to the canary tier's requests).
     """
 
-    flags: dict | None = None
+    flags: Flags | None = None
     nodes: dict | None = None
     repairs: tuple[int, ...] = ()
-    tier_flags: dict | None = None
+    tier_flags: Flags | None = None
+
+    def __post_init__(self):
+        for name in ("flags", "tier_flags"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Flags):
+                raise TypeError(f"Decision.{name} must be a relakit.vocab.Flags or None, "
+                                f"got a {type(value).__name__}: {value!r}")
 
 
 class Decider(Protocol):

@@ -200,7 +200,7 @@ def _read_recorded(sel, rule, rec, name: str, late: bool):
                                     "second __name__ matcher; cannot be inlined")
             continue
         if k in fixed:  # the rule sets it: the matcher holds always or never
-            if not promql._matches((k, op, v), fixed[k]):
+            if not promql.matcher_matches((k, op, v), fixed[k]):
                 node = promql.Binary("unless", node, node)  # nothing, ever
             continue
         node = _label_filter(node, k, op, v)
@@ -225,7 +225,7 @@ def _read_recorded(sel, rule, rec, name: str, late: bool):
 def _signal(node, for_s: float, interval: float) -> tuple[str, str, float]:
     """(signal expression, op, threshold) that is over its threshold exactly when the
     alert fires (see the module's docstring)."""
-    if promql._is_scalar(node):
+    if promql.is_scalar(node):
         raise ScenarioError(f"alert expression {promql.to_text(node)!r} is a constant: it "
                             "never changes")
     if for_s > 0:
@@ -235,7 +235,7 @@ def _signal(node, for_s: float, interval: float) -> tuple[str, str, float]:
                              promql.Number(float(n + 1)))
         return f"count({promql.to_text(held)})", ">", 0.0
     if (isinstance(node, promql.Binary) and node.op in _THRESHOLD_OPS and not node.bool_
-            and promql._is_scalar(node.rhs)):
+            and promql.is_scalar(node.rhs)):
         k = float(np.asarray(promql.Evaluator([]).evaluate(node.rhs, [0.0]))[0])
         return f"{_THRESHOLD_OPS[node.op]}({promql.to_text(node.lhs)})", node.op, k
     return f"count({promql.to_text(node)})", ">", 0.0

@@ -42,9 +42,20 @@ MISSING = ("clear", "hold", "breach")
 # reading its zone's nodes and setting its zone's flags (relakit.zones)
 SCOPES = ("fleet", "zone")
 FLAGS = POLICY_FLAGS  # relakit.vocab's: the flags a mode asserts
-# events of one evaluation
-EV_NONE, EV_HOLD, EV_ENTER, EV_EXIT, EV_MAX_DURATION, EV_PREEMPT, EV_ESCALATE = range(7)
+# Index constants, as relakit.sim.kernel writes them: each group is unpacked from 0, 1,
+# 2, ...; the name after a group's last member is its count, nothing counted by hand
+_COUNT = range(64)
+# events of one evaluation (what step returns beside the mode; EVENT_NAMES[event])
+EV_NONE, EV_HOLD, EV_ENTER, EV_EXIT, EV_MAX_DURATION, EV_PREEMPT, EV_ESCALATE, N_EVENTS, *_ = (
+    _COUNT)
 EVENT_NAMES = ("none", "hold", "enter", "exit", "max_duration", "preempt", "escalate")
+assert len(EVENT_NAMES) == N_EVENTS
+# columns of Policy.compiled()'s mode_i (per mode: integers) and mode_f (seconds)
+MI_WHEN_ALL, MI_HAS_EXIT, MI_EXIT_ALL, MI_ENTER_AFTER, MI_EXIT_AFTER, MI_ESCALATE, N_MI, *_ = (
+    _COUNT)
+MF_MIN_DWELL, MF_MAX_DURATION, MF_COOLDOWN, N_MF, *_ = _COUNT
+# a condition's operator: its position in OPS
+OP_GT, OP_GE, OP_LT, OP_LE = (OPS.index(o) for o in (">", ">=", "<", "<="))
 NORMAL = -1
 
 
@@ -56,7 +67,7 @@ class Condition:
     threshold: float
 
     def describe(self, value: float) -> str:
-        holds = _compare(value, self.op, self.threshold)
+        holds = compare_value(value, self.op, self.threshold)
         shown = self.op if holds else {">": "<=", ">=": "<", "<": ">=", "<=": ">"}[self.op]
         return f"{self.signal} {_fmt(value)} {shown} {_fmt(self.threshold)}"
 
@@ -115,8 +126,8 @@ class Policy:
         m, c = len(self.modes), len(self.conditions)
         when = np.zeros((m, c), np.int64)
         exit_when = np.zeros((m, c), np.int64)
-        mode_i = np.zeros((m, 6), np.int64)  # when_all, has_exit, exit_all, enter, exit, escalate
-        mode_f = np.zeros((m, 3))  # min_dwell, max_duration, cooldown
+        mode_i = np.zeros((m, N_MI), np.int64)  # columns MI_*
+        mode_f = np.zeros((m, N_MF))  # columns MF_*
         for i, md in enumerate(self.modes):
             for w in md.when:
                 when[i, names.index(w)] = 1
@@ -124,9 +135,12 @@ class Policy:
                 exit_when[i, names.index(w)] = 1
             esc = -1 if md.escalate_to is None else [x.name for x in self.modes].index(
                 md.escalate_to)
-            mode_i[i] = (md.when_all, bool(md.exit_when), md.exit_all, md.enter_after,
-                         md.exit_after, esc)
-            mode_f[i] = (md.min_dwell_s, md.max_duration_s, md.cooldown_s)
+            mode_i[i, MI_WHEN_ALL], mode_i[i, MI_HAS_EXIT] = md.when_all, bool(md.exit_when)
+            mode_i[i, MI_EXIT_ALL], mode_i[i, MI_ESCALATE] = md.exit_all, esc
+            mode_i[i, MI_ENTER_AFTER], mode_i[i, MI_EXIT_AFTER] = md.enter_after, md.exit_after
+            mode_f[i, MF_MIN_DWELL] = md.min_dwell_s
+            mode_f[i, MF_MAX_DURATION] = md.max_duration_s
+            mode_f[i, MF_COOLDOWN] = md.cooldown_s
         cond_sig = np.array([sig_names.index(x.signal) for x in self.conditions], np.int64)
         cond_op = np.array([OPS.index(x.op) for x in self.conditions], np.int64)
         cond_thr = np.array([x.threshold for x in self.conditions], np.float64)
@@ -147,13 +161,13 @@ def new_state(policy: Policy):
 def _holds(value, op, threshold):
     if value != value:  # no data: nothing breaches
         return False
-    if op == 0:
+    if op == OP_GT:
         return value > threshold
-    if op == 1:
+    if op == OP_GE:
         return value >= threshold
-    if op == 2:
+    if op == OP_LT:
         return value < threshold
-    return value <= threshold
+    return value <= threshold  # OP_LE
 
 
 @njit(cache=True)
@@ -176,49 +190,56 @@ def _match(flags, mask, need_all):
 @njit(cache=True)
 def step(state_i, state_f, t, sig_row, cond_sig, cond_op, cond_thr, when, exit_when, mode_i,
          mode_f, breach_buf):
-    """One evaluation at time t: update the counters, pick the mode. Returns (mode, event)."""
+    """One evaluation at time t: update the counters, pick the mode. Returns (mode, event).
+
+    The state (``new_state``): ``state_i[k]`` is mode k's breach run and
+    ``state_i[m + k]`` its clear run (evaluations in a row), ``state_i[2m]`` the
+    current mode; ``state_f[k]`` is when mode k was last left, ``state_f[m]`` when
+    the current mode was entered."""
     m = when.shape[0]
+    clear_run, current, entered_at = m, 2 * m, m  # offsets into the state (above)
     for c in range(cond_sig.shape[0]):
         breach_buf[c] = _holds(sig_row[cond_sig[c]], cond_op[c], cond_thr[c])
     for k in range(m):
-        matched = _match(breach_buf, when[k], mode_i[k, 0] != 0)
+        matched = _match(breach_buf, when[k], mode_i[k, MI_WHEN_ALL] != 0)
         state_i[k] = state_i[k] + 1 if matched else 0
-        if mode_i[k, 1] != 0:
-            clear = _match(breach_buf, exit_when[k], mode_i[k, 2] != 0)
+        if mode_i[k, MI_HAS_EXIT] != 0:
+            clear = _match(breach_buf, exit_when[k], mode_i[k, MI_EXIT_ALL] != 0)
         else:
             clear = not matched
-        state_i[m + k] = state_i[m + k] + 1 if clear else 0
-    cur = state_i[2 * m]
+        state_i[clear_run + k] = state_i[clear_run + k] + 1 if clear else 0
+    cur = state_i[current]
     stay = False
-    event = 0
+    event = EV_NONE
     if cur >= 0:
-        dwell = t - state_f[m]
-        if mode_f[cur, 1] > 0.0 and dwell >= mode_f[cur, 1]:
+        dwell = t - state_f[entered_at]
+        if mode_f[cur, MF_MAX_DURATION] > 0.0 and dwell >= mode_f[cur, MF_MAX_DURATION]:
             state_f[cur] = t
-            esc = mode_i[cur, 5]
+            esc = mode_i[cur, MI_ESCALATE]
             if esc >= 0:
-                state_i[2 * m] = esc
-                state_f[m] = t
-                return esc, 6  # escalated
-            state_i[2 * m] = -1
-            cur = -1
-            event = 4  # left at its maximum duration
-        elif state_i[m + cur] >= mode_i[cur, 4] and dwell >= mode_f[cur, 0]:
+                state_i[current] = esc
+                state_f[entered_at] = t
+                return esc, EV_ESCALATE
+            state_i[current] = NORMAL
+            cur = NORMAL
+            event = EV_MAX_DURATION
+        elif (state_i[clear_run + cur] >= mode_i[cur, MI_EXIT_AFTER]
+              and dwell >= mode_f[cur, MF_MIN_DWELL]):
             state_f[cur] = t
-            state_i[2 * m] = -1
-            cur = -1
-            event = 3  # recovered
+            state_i[current] = NORMAL
+            cur = NORMAL
+            event = EV_EXIT  # recovered
         else:
             stay = True
     for k in range(m):  # priority order: the first match wins
         if stay and k == cur:
-            return cur, 1  # holds
-        if state_i[k] >= mode_i[k, 3] and t - state_f[k] >= mode_f[k, 2]:
-            prev = state_i[2 * m]
-            state_i[2 * m] = k
-            state_f[m] = t
-            return k, 5 if (stay and prev >= 0) else 2  # preempts, or enters
-    return -1, event
+            return cur, EV_HOLD
+        if state_i[k] >= mode_i[k, MI_ENTER_AFTER] and t - state_f[k] >= mode_f[k, MF_COOLDOWN]:
+            prev = state_i[current]
+            state_i[current] = k
+            state_f[entered_at] = t
+            return k, EV_PREEMPT if (stay and prev >= 0) else EV_ENTER
+    return NORMAL, event
 
 
 @njit(cache=True)
@@ -226,7 +247,7 @@ def run(times, signals, cond_sig, cond_op, cond_thr, when, exit_when, mode_i, mo
     """The state machine over a whole trace: the mode and event at each evaluation."""
     m = when.shape[0]
     state_i = np.zeros(2 * m + 1, np.int64)
-    state_i[2 * m] = -1
+    state_i[2 * m] = NORMAL  # the current mode (step's state layout)
     state_f = np.full(m + 1, -np.inf)
     buf = np.zeros(cond_sig.shape[0], np.bool_)
     modes = np.empty(times.shape[0], np.int64)
@@ -257,9 +278,9 @@ def sweep(times, signals, cond_sig, cond_op, thresholds, when, exit_when, mode_i
     buf = np.zeros(cond_sig.shape[0], np.bool_)
     for s in range(n):
         state_i = np.zeros(2 * m + 1, np.int64)
-        state_i[2 * m] = -1
+        state_i[2 * m] = NORMAL
         state_f = np.full(m + 1, -np.inf)
-        prev = -1
+        prev = NORMAL
         for i in range(times.shape[0]):
             mode, _ = step(state_i, state_f, times[i], signals[i], cond_sig, cond_op,
                            thresholds[s], when, exit_when, mode_i, mode_f, buf)
@@ -272,7 +293,9 @@ def sweep(times, signals, cond_sig, cond_op, thresholds, when, exit_when, mode_i
     return time_in, changes, first
 
 
-def _compare(value, op, threshold) -> bool:
+def compare_value(value, op, threshold) -> bool:
+    """Whether ``value op threshold`` holds (no value never does): the audit's reading of
+    what the kernel's ``_holds`` decided."""
     if value != value:
         return False
     return {">": value > threshold, ">=": value >= threshold, "<": value < threshold,

@@ -34,10 +34,10 @@ import numpy as np
 
 from relakit.control import promql_functions as fn
 from relakit.control.promql_parse import (  # noqa: F401  (re-exported: promql.X is the API)
-    _DATE,
     AGGREGATIONS,
     ARITHMETIC,
     COMPARISON,
+    DATE_FUNCTIONS,
     FUNCTIONS,
     KEYWORDS,
     LOOKBACK_S,
@@ -57,11 +57,11 @@ from relakit.control.promql_parse import (  # noqa: F401  (re-exported: promql.X
     String,
     Subquery,
     Unary,
-    _is_range,
-    _is_scalar,
-    _matches,
     format_duration,
+    is_range,
+    is_scalar,
     kind_of,
+    matcher_matches,
     parse,
     reach_s,
     selectors,
@@ -72,20 +72,20 @@ from relakit.control.promql_parse import (  # noqa: F401  (re-exported: promql.X
 from relakit.control.promql_store import Series, store_from_tsdb
 from relakit.control.promql_values import (  # noqa: F401  (re-exported as above)
     Vector,
-    _absent_labels,
-    _aggregate,
-    _date,
-    _drop_name,
-    _fmt,
-    _histogram_quantile,
-    _label_join,
-    _label_replace,
-    _op,
-    _result_labels,
-    _set_operation,
-    _signature,
-    _vector_scalar,
+    absent_labels,
+    aggregate,
+    apply_op,
+    date_function,
+    drop_name,
     format_labels,
+    histogram_quantile,
+    label_join,
+    label_replace,
+    label_set_text,
+    match_signature,
+    result_labels,
+    set_operation,
+    vector_scalar,
 )
 from relakit.control.tsdb import TSDB, Target, increase, window
 
@@ -247,19 +247,19 @@ class Evaluator:
             v = self._eval(node.expr, t)
             if isinstance(v, np.ndarray):
                 return -v
-            return Vector([(_drop_name(lab), -val, ok) for lab, val, ok in v.series])
+            return Vector([(drop_name(lab), -val, ok) for lab, val, ok in v.series])
         if isinstance(node, Binary):
             return self._binary(node, t)
         if isinstance(node, Aggregate):
             param = self._eval(node.param, t) if node.param is not None else None
-            return _aggregate(node, self._eval(node.expr, t), param, t.size)
+            return aggregate(node, self._eval(node.expr, t), param, t.size)
         if isinstance(node, Call):
             return self._unique(self._call(node, t), node.pos)
         raise TypeError(node)
 
     def select(self, sel: Selector) -> list[Series]:
         pool = self._by_name.get(sel.name, []) if sel.name else self.store
-        return [s for s in pool if all(_matches(m, s.label(m[0])) for m in sel.matchers)]
+        return [s for s in pool if all(matcher_matches(m, s.label(m[0])) for m in sel.matchers)]
 
     def _when(self, node, t):
         """The instants a selector or subquery reads at: ``@`` then ``offset``."""
@@ -324,12 +324,12 @@ class Evaluator:
         lhs, rhs = self._eval(node.lhs, t), self._eval(node.rhs, t)
         op = node.op
         if isinstance(lhs, np.ndarray) and isinstance(rhs, np.ndarray):
-            value, keep = _op(op, lhs, rhs)
+            value, keep = apply_op(op, lhs, rhs)
             return np.where(keep, 1.0, 0.0) if op in COMPARISON else value
         if isinstance(rhs, np.ndarray) or isinstance(lhs, np.ndarray):
-            return self._unique(_vector_scalar(node, lhs, rhs), node.pos)
+            return self._unique(vector_scalar(node, lhs, rhs), node.pos)
         if op in SET_OPERATORS:
-            return self._unique(_set_operation(node, lhs, rhs), node.pos)
+            return self._unique(set_operation(node, lhs, rhs), node.pos)
         return self._unique(self._vector_vector(node, lhs, rhs), node.pos)
 
     def _unique(self, v, pos: int):
@@ -359,22 +359,23 @@ class Evaluator:
         side = "left" if swap else "right"
         ones: dict = {}
         for lab, val, ok in one.series:
-            ones.setdefault(_signature(lab, node), []).append((lab, val, ok))
+            ones.setdefault(match_signature(lab, node), []).append((lab, val, ok))
         for sig, items in ones.items():
             if len(items) > 1:
                 dup = np.sum([o for _, _, o in items], axis=0) > 1
-                self._error(dup, f"found duplicate series for the match group {_fmt(sig)} on "
-                            f"the {side} hand-side of the operation: many-to-many matching "
-                            "not allowed: matching labels must be unique on one side", node.pos)
+                self._error(dup, "found duplicate series for the match group "
+                            f"{label_set_text(sig)} on the {side} hand-side of the operation: "
+                            "many-to-many matching not allowed: matching labels must be "
+                            "unique on one side", node.pos)
         out, count = [], {}
         for lab, val, ok in many.series:
-            sig = _signature(lab, node)
+            sig = match_signature(lab, node)
             for olab, oval, ook in ones.get(sig, ()):
                 both = ok & ook
                 if not both.any():
                     continue
                 vl, vr = (oval, val) if swap else (val, oval)
-                value, keep = _op(node.op, vl, vr)
+                value, keep = apply_op(node.op, vl, vr)
                 if node.op in COMPARISON:
                     if node.bool_:
                         value, present = np.where(keep, 1.0, 0.0), both
@@ -382,17 +383,19 @@ class Evaluator:
                         present = both & keep
                 else:
                     present = both
-                res = _result_labels(lab, olab, node)
+                res = result_labels(lab, olab, node)
                 key = sig if node.card == "one-to-one" else (sig, res)
                 count[key] = count.get(key, 0) + present.astype(np.int64)
                 out.append((res, np.where(present, value, np.nan), present))
         for key, n in count.items():
             if node.card == "one-to-one":
-                self._error(n > 1, f"multiple matches for labels {_fmt(key)}: many-to-one "
-                            "matching must be explicit (group_left/group_right)", node.pos)
+                self._error(n > 1, f"multiple matches for labels {label_set_text(key)}: "
+                            "many-to-one matching must be explicit (group_left/group_right)",
+                            node.pos)
             else:
-                self._error(n > 1, f"multiple matches for labels {_fmt(key[0])}: grouping "
-                            "labels must ensure unique matches", node.pos)
+                self._error(n > 1, "multiple matches for labels "
+                            f"{label_set_text(key[0])}: grouping labels must ensure unique "
+                            "matches", node.pos)
         return Vector(out)
 
     # -- functions
@@ -409,17 +412,17 @@ class Evaluator:
             return np.full(t.size, np.pi)
         if f == "vector":
             return Vector([((), self._eval(args[0], t), np.ones(t.size, dtype=bool))])
-        if f in _DATE and not args:
-            return _date(f, Vector([((), t.copy(), np.ones(t.size, dtype=bool))]))
+        if f in DATE_FUNCTIONS and not args:
+            return date_function(f, Vector([((), t.copy(), np.ones(t.size, dtype=bool))]))
         if f == "timestamp":
             if isinstance(args[0], Selector):
                 v, stamps = self._instant(args[0], t)
-                return Vector([(_drop_name(lab), ts, ok)
+                return Vector([(drop_name(lab), ts, ok)
                                for (lab, _, ok), ts in zip(v.series, stamps, strict=True)])
             v = self._eval(args[0], t)
-            return Vector([(_drop_name(lab), t.copy(), ok) for lab, _, ok in v.series])
+            return Vector([(drop_name(lab), t.copy(), ok) for lab, _, ok in v.series])
         if f == "histogram_quantile":
-            return _histogram_quantile(self._eval(args[0], t), self._eval(args[1], t))
+            return histogram_quantile(self._eval(args[0], t), self._eval(args[1], t))
         v = self._eval(args[0], t)
         rest = [self._eval(a, t) for a in args[1:]]
         if f == "scalar":
@@ -432,17 +435,17 @@ class Evaluator:
             seen = np.zeros(t.size, dtype=bool)
             for _, _, ok in v.series:
                 seen |= ok
-            lab = _absent_labels(args[0]) if isinstance(args[0], Selector) else ()
+            lab = absent_labels(args[0]) if isinstance(args[0], Selector) else ()
             return Vector([(lab, np.ones(t.size), ~seen)])
         if f in ("sort", "sort_desc"):
             return v  # an instant vector's order does not matter to rules
         if f == "label_replace":
-            return _label_replace(v, *rest)
+            return label_replace(v, *rest)
         if f == "label_join":
-            return _label_join(v, rest[0], rest[1], rest[2:])
-        if f in _DATE:
-            return _date(f, v)
-        return Vector([(_drop_name(lab), *fn.instant_function(f, val, ok, rest))
+            return label_join(v, rest[0], rest[1], rest[2:])
+        if f in DATE_FUNCTIONS:
+            return date_function(f, v)
+        return Vector([(drop_name(lab), *fn.instant_function(f, val, ok, rest))
                        for lab, val, ok in v.series])
 
     def _range_function(self, node: Call, m: _Matrix, scalars: list, t):
@@ -455,7 +458,7 @@ class Evaluator:
                 lo, hi = fn.window_bounds(times, te, rng, cut)
                 seen |= hi >= lo
             arg = node.args[0]
-            lab = _absent_labels(arg) if isinstance(arg, Selector) else ()
+            lab = absent_labels(arg) if isinstance(arg, Selector) else ()
             return Vector([(lab, np.ones(te.size), ~seen)])
         for (labels, times, values), cut in zip(m.series, m.cut, strict=True):
             lo, hi = fn.window_bounds(times, te, rng, cut)
@@ -502,7 +505,7 @@ class Evaluator:
                 v, ok = fn.holt_winters(values, lo, n, sf, tf), n >= 2
             else:
                 raise AssertionError(f)
-            labels = labels if f == "last_over_time" else _drop_name(labels)
+            labels = labels if f == "last_over_time" else drop_name(labels)
             out.append((labels, np.where(ok, v, np.nan), ok))
         return Vector(out)
 

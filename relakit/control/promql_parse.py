@@ -43,7 +43,7 @@ LOOKBACK_S = 300.0  # Prometheus' default lookback delta: how far an instant sel
 _MATH = ("abs", "ceil", "floor", "sqrt", "exp", "ln", "log2", "log10", "sgn", "acos", "acosh",
          "asin", "asinh", "atan", "atanh", "cos", "cosh", "sin", "sinh", "tan", "tanh", "deg",
          "rad")
-_DATE = ("minute", "hour", "day_of_week", "day_of_month", "day_of_year", "days_in_month",
+DATE_FUNCTIONS = ("minute", "hour", "day_of_week", "day_of_month", "day_of_year", "days_in_month",
          "month", "year")
 _OVER_TIME = ("avg_over_time", "min_over_time", "max_over_time", "sum_over_time",
               "count_over_time", "last_over_time", "stddev_over_time", "stdvar_over_time",
@@ -53,7 +53,7 @@ RANGE_FUNCTIONS = ("rate", "irate", "increase", "delta", "idelta", "changes", "r
 SIGNATURES = {
     **{f: (("m",), 0, "v") for f in RANGE_FUNCTIONS},
     **{f: (("v",), 0, "v") for f in _MATH + ("sort", "sort_desc", "timestamp", "absent")},
-    **{f: (("v",), 1, "v") for f in _DATE},
+    **{f: (("v",), 1, "v") for f in DATE_FUNCTIONS},
     "quantile_over_time": (("s", "m"), 0, "v"),
     "predict_linear": (("m", "s"), 0, "v"),
     "holt_winters": (("m", "s", "s"), 0, "v"),
@@ -120,7 +120,7 @@ def _regex(pattern: str):
     return r
 
 
-def _matches(matcher, value: str) -> bool:
+def matcher_matches(matcher, value: str) -> bool:
     _, op, want = matcher
     if op == "=":
         return value == want
@@ -286,11 +286,11 @@ def kind_of(node) -> str:
     return "vector"  # Aggregate
 
 
-def _is_scalar(node) -> bool:
+def is_scalar(node) -> bool:
     return kind_of(node) == "scalar"
 
 
-def _is_range(node) -> bool:
+def is_range(node) -> bool:
     return kind_of(node) == "matrix"
 
 
@@ -678,7 +678,7 @@ class _Parser:
                 if self.tok.text != "}":
                     self.take(",", what=" or '}' between matchers")
             self.take("}")
-        if not any(_matches(m, "") is False for m in matchers):
+        if not any(matcher_matches(m, "") is False for m in matchers):
             self.fail("a selector must have at least one matcher that does not match the "
                       "empty string", start)
         return Selector(tuple(matchers), None, 0.0, start.pos)

@@ -46,8 +46,8 @@ class _Matrix:
     cut: list  # per series: None, or (T,) exclusive upper bound on sample times
 
 
-def _date(f: str, v: Vector) -> Vector:
-    return Vector([(_drop_name(lab), fn.date_field(f, val), ok) for lab, val, ok in v.series])
+def date_function(f: str, v: Vector) -> Vector:
+    return Vector([(drop_name(lab), fn.date_field(f, val), ok) for lab, val, ok in v.series])
 
 
 def _go_expand(template: str, m: re.Match) -> str:
@@ -77,7 +77,7 @@ def _set_label(labels: tuple, key: str, value: str) -> tuple:
     return tuple(sorted(d.items()))
 
 
-def _label_replace(v: Vector, dst: str, repl: str, src: str, regex: str) -> Vector:
+def label_replace(v: Vector, dst: str, repl: str, src: str, regex: str) -> Vector:
     pattern = _regex(regex)
     out = []
     for lab, val, ok in v.series:
@@ -86,7 +86,7 @@ def _label_replace(v: Vector, dst: str, repl: str, src: str, regex: str) -> Vect
     return Vector(out)
 
 
-def _label_join(v: Vector, dst: str, sep: str, srcs) -> Vector:
+def label_join(v: Vector, dst: str, sep: str, srcs) -> Vector:
     out = []
     for lab, val, ok in v.series:
         d = dict(lab)
@@ -94,7 +94,7 @@ def _label_join(v: Vector, dst: str, sep: str, srcs) -> Vector:
     return Vector(out)
 
 
-def _absent_labels(sel: Selector) -> tuple:
+def absent_labels(sel: Selector) -> tuple:
     """The labels ``absent`` gives: the selector's equality matchers, except a label
     matched twice or otherwise (Prometheus' createLabelsForAbsentFunction)."""
     d, drop = {}, set()
@@ -108,7 +108,7 @@ def _absent_labels(sel: Selector) -> tuple:
     return tuple(sorted((k, v) for k, v in d.items() if k not in drop))
 
 
-def _histogram_quantile(q: np.ndarray, v: Vector) -> Vector:
+def histogram_quantile(q: np.ndarray, v: Vector) -> Vector:
     """Per group of series equal but for ``le``: Prometheus' bucketQuantile at each instant."""
     groups: dict = {}
     for lab, val, ok in v.series:
@@ -149,7 +149,7 @@ def _histogram_quantile(q: np.ndarray, v: Vector) -> Vector:
 
 
 # ---- operators ----------------------------------------------------------------------------
-def _op(op: str, a, b):
+def apply_op(op: str, a, b):
     """(value, keep): the arithmetic result, or the comparison's truth with a's value."""
     with np.errstate(all="ignore"):
         if op == "+":
@@ -171,45 +171,46 @@ def _op(op: str, a, b):
         return a, keep
 
 
-def _drop_name(labels: tuple) -> tuple:
+def drop_name(labels: tuple) -> tuple:
     return tuple(kv for kv in labels if kv[0] != "__name__")
 
 
-def _fmt(labels: tuple) -> str:
+def label_set_text(labels: tuple) -> str:
+    """A label set as Prometheus prints it in a match error (``{}`` when empty)."""
     return format_labels(labels) if labels else "{}"
 
 
-def _vector_scalar(node: Binary, lhs, rhs) -> Vector:
+def vector_scalar(node: Binary, lhs, rhs) -> Vector:
     swap = isinstance(lhs, np.ndarray)
     vec, scalar = (rhs, lhs) if swap else (lhs, rhs)
     out = []
     for lab, val, ok in vec.series:
         a, b = (scalar, val) if swap else (val, scalar)
-        value, keep = _op(node.op, a, b)
+        value, keep = apply_op(node.op, a, b)
         if node.op in COMPARISON:
             value = val  # a filter keeps the vector's own value, whichever side it is on
             if node.bool_:
                 value, keep = np.where(keep, 1.0, 0.0), np.ones_like(keep)
             present = ok & keep
-            lab = _drop_name(lab) if node.bool_ else lab
+            lab = drop_name(lab) if node.bool_ else lab
         else:
-            present, lab = ok, _drop_name(lab)
+            present, lab = ok, drop_name(lab)
         out.append((lab, np.where(present, value, np.nan), present))
     return Vector(out)
 
 
-def _signature(labels: tuple, node: Binary) -> tuple:
+def match_signature(labels: tuple, node: Binary) -> tuple:
     if node.on is not None:
         return tuple(kv for kv in labels if kv[0] in node.on)
     return tuple(kv for kv in labels if kv[0] != "__name__" and kv[0] not in node.ignoring)
 
 
-def _result_labels(many: tuple, one: tuple, node: Binary) -> tuple:
+def result_labels(many: tuple, one: tuple, node: Binary) -> tuple:
     """Prometheus' resultMetric: the "many" side's labels, name dropped by arithmetic
     and ``bool``, reduced to the matching labels one-to-one, ``group_x`` labels copied."""
     res = many
     if node.op in ARITHMETIC or node.bool_:
-        res = _drop_name(res)
+        res = drop_name(res)
     if node.card == "one-to-one":
         if node.on is not None:
             res = tuple(kv for kv in res if kv[0] in node.on)
@@ -220,13 +221,13 @@ def _result_labels(many: tuple, one: tuple, node: Binary) -> tuple:
     return res
 
 
-def _set_operation(node: Binary, lhs: Vector, rhs: Vector) -> Vector:
+def set_operation(node: Binary, lhs: Vector, rhs: Vector) -> Vector:
     """``and``/``or``/``unless`` per instant, on the matching signature (``or`` without
     on/ignoring: every label but the name), as VectorAnd/VectorOr/VectorUnless."""
     def presence(v: Vector) -> dict:
         seen: dict = {}
         for lab, _, ok in v.series:
-            sig = _signature(lab, node)
+            sig = match_signature(lab, node)
             seen[sig] = seen[sig] | ok if sig in seen else ok
         return seen
 
@@ -234,14 +235,14 @@ def _set_operation(node: Binary, lhs: Vector, rhs: Vector) -> Vector:
         right = presence(rhs)
         out = []
         for lab, val, ok in lhs.series:
-            there = right.get(_signature(lab, node), np.zeros_like(ok))
+            there = right.get(match_signature(lab, node), np.zeros_like(ok))
             keep = ok & there if node.op == "and" else ok & ~there
             out.append((lab, np.where(keep, val, np.nan), keep))
         return Vector(out)
     left = presence(lhs)
     out = list(lhs.series)
     for lab, val, ok in rhs.series:
-        keep = ok & ~left.get(_signature(lab, node), np.zeros_like(ok))
+        keep = ok & ~left.get(match_signature(lab, node), np.zeros_like(ok))
         out.append((lab, np.where(keep, val, np.nan), keep))
     return Vector(out)
 
@@ -255,7 +256,7 @@ def _format_value(v: float) -> str:
     return np.format_float_positional(v, trim="-")
 
 
-def _aggregate(node: Aggregate, v: Vector, param, n_t: int) -> Vector:
+def aggregate(node: Aggregate, v: Vector, param, n_t: int) -> Vector:
     groups: dict = {}
     for lab, val, ok in v.series:
         if node.without:

@@ -173,7 +173,7 @@ def _rule(r, key: str, failer) -> Rule:
         failer(f"{key}.expr")(str(exc))
     if promql.kind_of(node) not in ("vector", "scalar"):
         failer(f"{key}.expr")(f"a rule's expression gives an instant vector or a scalar, not "
-                              f"a {'range vector' if promql._is_range(node) else 'string'}")
+                              f"a {'range vector' if promql.is_range(node) else 'string'}")
     for_s = parse_duration(r["for"], failer(f"{key}.for")) if "for" in r else 0.0
     keep_s = (parse_duration(r["keep_firing_for"], failer(f"{key}.keep_firing_for"))
               if "keep_firing_for" in r else 0.0)
@@ -320,7 +320,7 @@ def evaluate_rules(trace_or_tsdb, rules, start_s=None, end_s=None):
                                             v, ok) for lab, v, ok in res.series], t, failed,
                                           "rule")
         else:
-            merged, failed, msg2 = _merge([(_with_labels(promql._drop_name(lab), rule.labels),
+            merged, failed, msg2 = _merge([(_with_labels(promql.drop_name(lab), rule.labels),
                                             v, ok) for lab, v, ok in res.series], t, failed,
                                           "alert")
         msg = msg or msg2
@@ -436,13 +436,13 @@ def label_warnings(groups: list[Group], store: list, source: str = "<rules>") ->
                         node.name not in recorded and node.name in by_name:
                     have = by_name[node.name]
                     for k, op, v in node.matchers:
-                        if k == "__name__" or promql._matches((k, op, v), ""):
+                        if k == "__name__" or promql.matcher_matches((k, op, v), ""):
                             continue  # a matcher an absent label satisfies
                         if k not in have:
                             warn(k, f"reads label '{k}', which no series named "
                                     f"{node.name!r} has: {node.name}{{{k}{op}\"{v}\"}} "
                                     "selects nothing")
-                        elif not any(promql._matches((k, op, v), x) for x in have[k]):
+                        elif not any(promql.matcher_matches((k, op, v), x) for x in have[k]):
                             warn(k, f"reads {k}{op}\"{v}\", which no series named "
                                     f"{node.name!r} has (its {k} values: "
                                     f"{', '.join(sorted(have[k])[:5])}): it selects nothing")

@@ -286,7 +286,7 @@ def _promql_signal(r: Reader, name: str) -> Signal:
         node = promql.parse(expr)
     except promql.PromQLError as exc:
         r.fail(str(exc), "promql")
-    if promql._is_range(node):
+    if promql.is_range(node):
         r.fail("a range vector is not a signal: apply a function to it, e.g. rate(...)",
                "promql")
     return Signal(name, "promql", expr=expr, node=node)

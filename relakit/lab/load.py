@@ -12,6 +12,12 @@ import httpx
 from relakit.lab.lab import Lab
 from relakit.vocab import OUTCOMES, TIERS
 
+# what one load phase may ask (``relakit lab load --phases`` refuses more): the
+# generator keeps at most MAX_CONNECTIONS open, so a higher rate only queues here
+MAX_CONNECTIONS = 400
+MAX_RATE_RPS = 10_000.0
+MAX_PHASE_S = 86_400.0
+
 
 def run_load(lab: Lab, phases: list[tuple[float, float]], tiers=(0.1, 0.3, 0.6),
              hedge_delay_s: float = 0.1, timeout_s: float = 2.0, seed: int = 0,
@@ -34,7 +40,7 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
     records: list[dict] = []
     flags = {"hedge_enabled": False}
     routable = {"set": set(range(len(lab.instance_urls)))}
-    limits = httpx.Limits(max_connections=400, max_keepalive_connections=100)
+    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=100)
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
         async def poll_flags():
             while True:

@@ -458,15 +458,18 @@ class Fleet:
         return (nf[:, K.NF_ERR_RATE] > base + 1e-12) | (nf[:, K.NF_WRONG_RATE] > 0) | (
             nf[:, K.NF_SLOWDOWN] != scale) | (ni[:, K.NI_CRASHED] != 0)
 
-    def set_flags(self, flags: Flags | None = None, **changes) -> None:
+    def set_flags(self, flags: Flags) -> None:
         """Global flags from now on (RelA's flags, generalised): a whole
-        :class:`~relakit.vocab.Flags`, or some of its fields by name (None: left as is).
+        :class:`~relakit.vocab.Flags` (to change some, ``flag_state().updated(...)``).
 
         ``shed_tiers``: tiers dropped at admission (gold never is); ``shed_bronze``
         is RelA's flag for the bronze tier alone. ``breaker``: closed, half_open or
         open (rejecting the scenario's ``mitigations.breaker.reject_tiers``).
         """
-        new = (flags if flags is not None else self.flag_state()).updated(**changes)
+        if not isinstance(flags, Flags):
+            raise TypeError(f"Fleet.set_flags takes a relakit.vocab.Flags, got a "
+                            f"{type(flags).__name__}: {flags!r}")
+        new = flags
         isv = self.st.is_
         before = isv[list(_FLAG_SLOTS)].copy()
         isv[K.IS_HEDGE_ON] = K.ALL_TIERS if new.hedge_enabled else 0

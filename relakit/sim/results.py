@@ -19,7 +19,7 @@ from relakit.display import html_view, text_rows
 from relakit.io import write_json, write_parquet, write_parquet_chunks
 from relakit.sim import kernel as K
 from relakit.sim.longtable import MetricsGrid, fleet_columns
-from relakit.vocab import OUTCOMES
+from relakit.vocab import NOT_OK, OUTCOMES
 
 QUANTILES = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
 
@@ -238,7 +238,7 @@ class SimulationResult:
         if wrong is None:
             wrong = bool(self.info.get("wrong_possible")) or (
                 "wrong" in self.summary.columns and int(self.summary["wrong"].sum()) > 0)
-        cols = ["tier", "requests", "success_ratio", "error", "timeout", "dropped",
+        cols = ["tier", "requests", "success_ratio", *NOT_OK,
                 *(["wrong"] if wrong else []), "mean_ms", "p50_ms", "p99_ms", "p999_ms",
                 "amplification"]
         ms = [c for c in cols if c.endswith("_ms")]

@@ -18,16 +18,20 @@ from typing import Protocol
 import numpy as np
 
 from relakit.validate import SEED_MAX, Reader, ScenarioError, display_path
-from relakit.vocab import BREAKER_STATES, TIERS, Flags  # noqa: F401 - re-exported
+from relakit.vocab import (  # noqa: F401 - re-exported
+    BREAKER_STATES,
+    CANCELS,
+    FAILED,
+    NOT_OK,
+    ROUTINGS,
+    SERVICE_PARAMS,
+    SHEDDABLE,
+    TIER_MIX,
+    TIERS,
+    Flags,
+)
 
 TIER_NAMES = TIERS  # the name scenarios have always used
-SERVICE_PARAMS = {
-    "exponential": ("mean_ms",),
-    "deterministic": ("mean_ms",),
-    "lognormal": ("mean_ms", "cv"),
-    "pareto": ("mean_ms", "alpha"),
-    "bimodal": ("fast_ms", "slow_ms", "slow_fraction"),
-}
 ARRIVAL_PARAMS = {
     "poisson": ("rate_rps",),
     "step": ("rate_rps", "to_rps", "at_s"),
@@ -36,9 +40,7 @@ ARRIVAL_PARAMS = {
     "diurnal": ("mean_rps", "amplitude", "period_s", "phase_s"),
     "trace": ("path", "points", "interpolation"),
 }
-ROUTINGS = ("random", "round_robin", "jsq", "p2c")
-CANCEL_POLICIES = ("queued", "started", "never")
-RETRYABLE = ("error", "timeout", "dropped")
+RETRYABLE = NOT_OK
 MAX_NODES = 100_000  # the kernel keeps per-node arrays; past this the metrics grid alone is huge
 MAX_SERVERS = 1_000_000  # per node
 # Prometheus client libraries' default histogram buckets, in seconds
@@ -139,7 +141,7 @@ class Retries:
     jitter: bool = True  # full jitter: uniform in [0, backoff]
     budget_ratio: float | None = None  # retries / first attempts over the window; None: none
     budget_window_s: float = 10.0
-    retry_on: tuple[str, ...] = ("error", "timeout")
+    retry_on: tuple[str, ...] = FAILED
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,7 @@ class Degraded:
 
 @dataclass(frozen=True)
 class Breaker:
-    reject_tiers: tuple[str, ...] = ("silver", "bronze")
+    reject_tiers: tuple[str, ...] = SHEDDABLE
     half_open_admit: float = 0.1
 
 
@@ -316,13 +318,13 @@ def _mitigations(r: Reader, nodes: int, fanout: int) -> Mitigations:
         delay_ms=h.number("delay_ms", 20.0, lo=0),
         delay_quantile=h.number("delay_quantile", None, lo=0, hi=1, lo_open=True,
                                 nullable=True),
-        cancel=h.choice("cancel", CANCEL_POLICIES, "queued"),
+        cancel=h.choice("cancel", CANCELS, "queued"),
         max_hedges=h.number("max_hedges", 1, lo=1, hi=3, integer=True),
     )
     t = r.sub("retries")
     t.only({"max_attempts", "backoff_ms", "backoff_max_ms", "jitter", "budget_ratio",
             "budget_window_s", "retry_on"})
-    retry_on = t.data.get("retry_on", ["error", "timeout"])
+    retry_on = t.data.get("retry_on", list(FAILED))
     if not isinstance(retry_on, list) or any(v not in RETRYABLE for v in retry_on):
         t.fail(f"expected a list from {', '.join(RETRYABLE)}, got {retry_on!r}", "retry_on")
     retries = Retries(
@@ -346,7 +348,7 @@ def _mitigations(r: Reader, nodes: int, fanout: int) -> Mitigations:
                f"{fanout}", "fanout")
     b = r.sub("breaker")
     b.only({"reject_tiers", "half_open_admit"})
-    breaker = Breaker(reject_tiers=_tiers(b, "reject_tiers", ("silver", "bronze")),
+    breaker = Breaker(reject_tiers=_tiers(b, "reject_tiers", SHEDDABLE),
                       half_open_admit=b.number("half_open_admit", 0.1, lo=0, hi=1))
     return Mitigations(hedge=hedge, retries=retries, degraded=degraded, breaker=breaker)
 
@@ -551,7 +553,7 @@ def _service(r: Reader) -> Service:
 
 def _workload(r: Reader, duration: float, nodes: int, base_dir: Path) -> Workload:
     r.only({"arrival", "tiers", "fanout", "deadline_ms"})
-    tiers_r = r.sub("tiers", {"gold": 0.1, "silver": 0.3, "bronze": 0.6})
+    tiers_r = r.sub("tiers", dict(TIER_MIX))
     tiers_r.only(set(TIER_NAMES))
     tiers = {t: tiers_r.number(t, 0.0, lo=0, hi=1) for t in TIER_NAMES}
     if abs(sum(tiers.values()) - 1.0) > 1e-6:
@@ -626,7 +628,7 @@ def _trace_points(r: Reader, base_dir: Path):
         if not isinstance(raw, list):
             r.fail("expected a list of [time_s, rate_rps] pairs", "points")
     else:
-        path = _resolve(r, r.data["path"], base_dir)
+        path = resolve_path(r, r.data["path"], base_dir)
         where = str(path)
         with open(path, newline="") as fh:
             rows = list(csv.DictReader(fh))
@@ -653,7 +655,9 @@ def _trace_points(r: Reader, base_dir: Path):
     return pts
 
 
-def _resolve(r: Reader, value, base_dir: Path, key: str = "path") -> Path:
+def resolve_path(r: Reader, value, base_dir: Path, key: str = "path") -> Path:
+    """A file a scenario names at ``key``: beside the scenario, else from the working
+    directory; a missing one fails naming the key and both places looked in."""
     if not isinstance(value, str):
         r.fail(f"expected a file path, got {value!r}", key)
     tried = [base_dir / value, Path.cwd() / value]

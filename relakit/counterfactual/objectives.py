@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from relakit.vocab import TIERS
+from relakit.vocab import OUTCOMES, TIERS
 
-SUMMARY_NUMBERS = ("requests", "ok", "error", "timeout", "dropped", "success_ratio",
+SUMMARY_NUMBERS = ("requests", *OUTCOMES, "success_ratio",
                    "mean_ms", "p50_ms", "p99_ms", "p999_ms", "amplification", "hedges",
                    "degraded", "wrong")
 RUN_NUMBERS = ("dropped_share", "seconds_over_slo", "mode_changes", "goodput_rps")

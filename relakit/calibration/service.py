@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import ndtr
 
-from relakit.calibrate.recording import CalibrationError, NodeData, increments
+from relakit.calibration.recording import CalibrationError, NodeData, increments
+from relakit.vocab import SERVICE_PARAMS
 
 LOW_LOAD = 0.5          # utilisation under which latency is taken as service time
 MIN_OBSERVATIONS = 100  # latencies at low load needed to choose a kind
@@ -47,7 +48,8 @@ LOGNORMAL_CV = np.geomspace(0.05, 5.0, 240)
 PARETO_ALPHA = np.geomspace(1.05, 30.0, 240)
 BIMODAL_P = np.geomspace(0.002, 0.5, 48)
 BIMODAL_RATIO = np.geomspace(1.5, 60.0, 48)
-N_PARAMS = {"exponential": 0, "deterministic": 0, "lognormal": 1, "pareto": 1, "bimodal": 2}
+# the shape parameters fitted per kind: a kind's parameters beyond its scale
+N_PARAMS = {kind: len(params) - 1 for kind, params in SERVICE_PARAMS.items()}
 
 
 @dataclass

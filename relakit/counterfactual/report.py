@@ -65,7 +65,7 @@ UNITS = {"_ms": "ms", "_s": "s", "_rps": "req/s", "_ratio": "%", "_share": "%"}
 
 def _policy_of(spec) -> dict:
     """The policy a search's trials start from, as a mapping ({} when it has none)."""
-    from relakit.search.spec import raw_scenario
+    from relakit.counterfactual.spec import raw_scenario
 
     try:
         policy = raw_scenario(spec.scenario, spec.base).get("policy")

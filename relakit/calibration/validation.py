@@ -40,12 +40,13 @@ from relakit.control.signals import parse_signal
 from relakit.control.tsdb import TSDB
 from relakit.replications import replication_seeds, summarise_replications
 from relakit.validate import Reader
+from relakit.vocab import ANSWERED, FAILED
 
 SIGNALS = {
     "request_rate_rps": {"kind": "rate", "metric": "requests_total"},
     "error_ratio": {"kind": "ratio",
-                    "num": {"metric": "requests_total", "outcome": ["error", "timeout"]},
-                    "den": {"metric": "requests_total", "outcome": ["ok", "error", "timeout"]}},
+                    "num": {"metric": "requests_total", "outcome": list(FAILED)},
+                    "den": {"metric": "requests_total", "outcome": list(ANSWERED)}},
     "p99_ms": {"kind": "histogram_quantile", "metric": "latency_seconds", "q": 0.99,
                "scale": 1000},
 }
@@ -109,7 +110,7 @@ def evaluate(frame: pl.DataFrame, times: np.ndarray, window_s: float) -> dict:
     tsdb = TSDB.from_long(nodes)
     out = {k: s.evaluate(tsdb, times, window_s) for k, s in signals().items()}
     failed = nodes.filter((pl.col("name") == "requests_total")
-                          & pl.col("outcome").is_in(["error", "timeout"]))
+                          & pl.col("outcome").is_in(list(FAILED)))
     if failed.height == 0:
         out["error_ratio"] = np.where(np.isfinite(out["request_rate_rps"]), 0.0, np.nan)
     return out

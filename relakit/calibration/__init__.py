@@ -16,14 +16,13 @@ The result is a :class:`Calibration`: ``.scenario`` (loaded, checked),
 against the recording, :mod:`.validation`; run on first use, since it
 simulates). ``relakit calibrate`` is the command line for it.
 
-The package is also callable (``relakit.calibrate(...)``),
-so the README's spelling works whichever was imported first.
+The package is named ``calibration``, not ``calibrate``: ``relakit.calibrate`` is the
+function, and a package of that name would take its place as an attribute of
+``relakit`` as soon as any of its modules was imported.
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -31,14 +30,15 @@ import numpy as np
 import polars as pl
 import yaml
 
-from relakit.calibrate.arrivals import ArrivalFit, fit_arrivals, rounded_tiers
-from relakit.calibrate.client import DeadlineFit, RetryFit, fit_deadline, fit_retries
-from relakit.calibrate.faults import FaultWindow, fit_faults
-from relakit.calibrate.flags import FlagSchedule, from_decisions, from_gauges, run_twin
-from relakit.calibrate.recording import CalibrationError, Recording, increments, read_recording
-from relakit.calibrate.service import ServiceFit, busy_rate, fit_service
-from relakit.calibrate.validation import Validation, validate
-from relakit.calibrate.yamlout import twin_yaml
+from relakit.calibration.arrivals import ArrivalFit, fit_arrivals, rounded_tiers
+from relakit.calibration.client import DeadlineFit, RetryFit, fit_deadline, fit_retries
+from relakit.calibration.faults import FaultWindow, fit_faults
+from relakit.calibration.flags import FlagSchedule, from_decisions, from_gauges, run_twin
+from relakit.calibration.recording import CalibrationError, Recording, increments, read_recording
+from relakit.calibration.service import ServiceFit, busy_rate, fit_service
+from relakit.calibration.validation import Validation, validate
+from relakit.calibration.yamlout import twin_yaml
+from relakit.vocab import ANSWERED
 
 CAPACITY_MARGIN = 1.10   # a recorded throughput this far above the fitted capacity: a caution
 MIN_WINDOWS = 10         # fewer validation windows than this: a caution
@@ -258,7 +258,7 @@ def cautions(cal: Calibration) -> list[str]:
     # the clients as the twin runs them now (the engineer may have set them by hand)
     wl, tries = cal.scenario.workload, cal.scenario.mitigations.retries
     timeouts = sum(n.outcome_increments(("timeout",)).sum() for n in rec.nodes)
-    answered = sum(n.outcome_increments(("ok", "error", "timeout")).sum() for n in rec.nodes)
+    answered = sum(n.outcome_increments(ANSWERED).sum() for n in rec.nodes)
     fit = cal.deadline
     if answered and timeouts / answered > 0.01 and wl.deadline_ms is None:
         why = ("" if fit is None else
@@ -316,14 +316,5 @@ def write_report(cal: Calibration, out_dir) -> list[Path]:
         written.append(atomic_write(out / "flags.csv", lambda tmp: frame.write_csv(tmp)))
     return written
 
-
-class _CallableModule(types.ModuleType):
-    """``relakit.calibrate`` is both this package and, called, :func:`calibrate`."""
-
-    def __call__(self, *args, **kwargs) -> Calibration:
-        return calibrate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["Calibration", "CalibrationError", "calibrate", "write_report"]

@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from relakit.search.objectives import check_objective
+from relakit.counterfactual.objectives import check_objective
 from relakit.validate import Reader, ScenarioError, display_path, load_yaml
 
 SAMPLERS = ("tpe", "nsga2", "random")
@@ -80,7 +80,7 @@ class Param:
 
 @dataclass(frozen=True)
 class Objective:
-    number: str     # see relakit.search.objectives.NUMBERS
+    number: str     # see relakit.counterfactual.objectives.NUMBERS
     direction: str  # max | min
 
     @property
@@ -249,21 +249,12 @@ def raw_scenario(path, overrides: dict | None = None) -> dict:
     """The scenario's YAML as a mapping, with its policy, clocks and chain files read in
     place (as :func:`relakit.scenario.load_scenario` does for an override reaching into
     them) and ``overrides`` applied: what a trial's scenario is, written out."""
-    from relakit.scenario import _resolve, _set_dotted
+    from relakit.scenario import REFERENCED, apply_overrides, inline_reference
 
     data, name, base_dir = load_yaml(path, "scenario")
-    r = Reader(data, name)
-
-    def inline(head):
-        if isinstance(data.get(head), str):
-            data[head], _, _ = load_yaml(_resolve(r, data[head], base_dir, head), head)
-
-    for dotted, value in (overrides or {}).items():
-        if "." in dotted:
-            inline(dotted.split(".", 1)[0])
-        _set_dotted(data, dotted, value, name)
-    for head in ("policy", "clocks", "chain"):
-        inline(head)
+    apply_overrides(data, overrides, name, base_dir)
+    for head in REFERENCED:
+        inline_reference(data, head, name, base_dir)
     return data
 
 
@@ -343,7 +334,7 @@ def check_against_scenario(spec: SearchSpec) -> None:
     # what `relakit check` says of a trial's scenario, at the range's ends, said of the
     # search's own key: an error refuses the search, a warning is shown once
     enforce(dict.fromkeys(findings))
-    from relakit.search.objectives import needs_policy
+    from relakit.counterfactual.objectives import needs_policy
 
     for i, o in enumerate(spec.objectives):
         if needs_policy(o.number) and as_set.policy is None:

@@ -1,6 +1,6 @@
 """A recording as the estimators read it: per scrape target, counters as increments.
 
-Every estimator of :mod:`relakit.calibrate` works on the same few arrays, built
+Every estimator of :mod:`relakit.calibration` works on the same few arrays, built
 here once from the long metrics table (:data:`relakit.traces.SCHEMA`), whatever
 importer produced it: per node its scrape times, its request counters by tier
 and outcome, its busy and in-flight gauges, its busy-seconds counter and its
@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from relakit.control.tsdb import TSDB, Target
-from relakit.vocab import OUTCOMES, TIERS
+from relakit.vocab import ANSWERED, OUTCOMES, TIERS
 
 
 class CalibrationError(ValueError):
@@ -93,7 +93,7 @@ class NodeData:
             return increments(self.lat_count), "latency_seconds_count"
         if self.buckets is not None:
             return increments(self.buckets[:, -1]), 'latency_seconds_bucket{le="+Inf"}'
-        return (self.outcome_increments(("ok", "error", "timeout")),
+        return (self.outcome_increments(ANSWERED),
                 'requests_total{outcome=~"ok|error|timeout"}')
 
 

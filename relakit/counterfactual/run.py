@@ -37,11 +37,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from relakit.counterfactual.objectives import objective_values
+from relakit.counterfactual.report import fmt, label
+from relakit.counterfactual.spec import SearchSpec, load_search, raw_scenario
 from relakit.progress import Progress
 from relakit.replications import replication_seeds
-from relakit.search.objectives import objective_values
-from relakit.search.report import fmt, label
-from relakit.search.spec import SearchSpec, load_search, raw_scenario
 from relakit.stats import paired_difference, t_interval
 from relakit.validate import ScenarioError
 
@@ -79,8 +79,8 @@ class SearchResult:
                 f"front={self.front.height})")
 
     def _repr_html_(self) -> str:
+        from relakit.counterfactual.report import front_rows
         from relakit.display import html_view
-        from relakit.search.report import front_rows
 
         return html_view(
             f"SearchResult: {self.spec.name}",

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from relakit.calibrate.recording import CalibrationError, Recording
+from relakit.calibration.recording import CalibrationError, Recording
 from relakit.vocab import BREAKER_STATES, FLAG_NAMES, TIERS, Flags
 
 
@@ -138,6 +138,6 @@ def run_twin(scenario, schedule: FlagSchedule | None, seed: int) -> pl.DataFrame
         if t >= end:
             break
         fleet.advance(max(float(t), fleet.now))
-        fleet.set_flags(**flags)
+        fleet.set_flags(fleet.flag_state().updated(**flags))
     fleet.advance(end)
     return fleet.result().metrics

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import xlogy
 
-from relakit.calibrate.recording import NodeData
+from relakit.calibration.recording import NodeData
+from relakit.vocab import ANSWERED
 
 MIN_RATE = 0.01
 Z_MIN = 4.0
@@ -81,7 +82,7 @@ def pelt(e: np.ndarray, n: np.ndarray, penalty: float | None = None) -> list[tup
 def error_counts(nd: NodeData) -> tuple[np.ndarray, np.ndarray]:
     """Per interval: errors, and requests answered (ok + error + timeout)."""
     e = nd.outcome_increments(("error",))
-    n = nd.outcome_increments(("ok", "error", "timeout"))
+    n = nd.outcome_increments(ANSWERED)
     return e, np.maximum(n, e)
 
 

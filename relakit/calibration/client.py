@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.interpolate import PchipInterpolator
 
-from relakit.calibrate.recording import Recording, increments
-from relakit.vocab import OUTCOMES
+from relakit.calibration.recording import Recording, increments
+from relakit.vocab import FAILED, OUTCOMES
 
 MIN_TIMEOUTS = 20   # fewer timed-out requests than this: too few to place the deadline
 MAX_ATTEMPTS = 10   # the largest attempt count the retry match considers
@@ -136,8 +136,8 @@ def fit_retries(rec: Recording) -> RetryFit:
         return RetryFit(None, f"{retries:.0f} retries recorded but neither attempts_total nor "
                         "client_requests_total: the attempts per request cannot be matched",
                         retries)
-    failed = _outcomes(rec, ("error", "timeout"))
-    answered = _outcomes(rec, ("ok", "error", "timeout", "dropped"))
+    failed = _outcomes(rec, FAILED)
+    answered = _outcomes(rec, OUTCOMES)
     q = failed / answered if answered > 0 else 0.0
     ratio = retries / first if first > 0 else 0.0
     m = np.arange(2, MAX_ATTEMPTS + 1)
@@ -151,7 +151,7 @@ def fit_retries(rec: Recording) -> RetryFit:
         # requests: a bound that holds however correlated failures are (an overload
         # retried into itself), tight when retried failures fail again
         final = rec.client_requests[-1].sum(axis=0) - rec.client_requests[0].sum(axis=0)
-        lost = float(final[[OUTCOMES.index(o) for o in ("error", "timeout")]].sum())
+        lost = float(final[[OUTCOMES.index(o) for o in FAILED]].sum())
         if lost > 0:
             most = max(1, int(np.floor(1 + retries / lost + 1e-9)))
             if most < best:

@@ -35,10 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relakit.calibrate.recording import CalibrationError, Recording, increments
-from relakit.vocab import OUTCOMES, TIERS
-
-DEFAULT_TIERS = {"gold": 0.1, "silver": 0.3, "bronze": 0.6}
+from relakit.calibration.recording import CalibrationError, Recording, increments
+from relakit.vocab import OUTCOMES, TIER_MIX, TIERS
 
 
 @dataclass
@@ -128,7 +126,7 @@ def fit_arrivals(rec: Recording, bin_s: float | None = None) -> ArrivalFit:
         share = tiered / tiered.sum()
         tiers = {t: float(s) for t, s in zip(TIERS, share, strict=True)}
     else:
-        tiers, tier_source = dict(DEFAULT_TIERS), "no tier label recorded: relakit's default mix"
+        tiers, tier_source = dict(TIER_MIX), "no tier label recorded: relakit's default mix"
     return ArrivalFit(edges[:-1], rates, bin_s, float(edges[-1]), source, tiers, tier_source)
 
 
