@@ -1629,7 +1629,7 @@ def threshold_figure(table: pl.DataFrame, faults: dict[int, str], title: str):
                                             alt.Tooltip("low:Q", format=".3g"),
                                             alt.Tooltip("high:Q", format=".3g")])
         missed = alt.Chart(part.filter(pl.col("value").is_null())).mark_text(
-            align="left", color="#555555", fontSize=11).encode(
+            align="left", color=PALETTE["neutral"]["note"], fontSize=11).encode(
             y=y, x=alt.value(4), text=alt.value("missed in every run"))
         panels.append(alt.layer(bars, points, missed).properties(width=230, height=120))
     return alt.concat(*panels, columns=2, title=alt.Title(

@@ -107,7 +107,7 @@ def where(expr: str, pos: int) -> str:
 _REGEX: dict = {}
 
 
-def _regex(pattern: str):
+def compiled_regex(pattern: str):
     """A Prometheus (RE2) regex compiled for Python's ``re``, for ``fullmatch``: Go
     accepts flags such as ``(?i)`` anywhere, Python only at the start, so a leading
     ``(?flags)`` becomes a scoped ``(?flags:...)``. Raises ``re.error`` if invalid."""
@@ -126,7 +126,7 @@ def matcher_matches(matcher, value: str) -> bool:
         return value == want
     if op == "!=":
         return value != want
-    hit = _regex(want).fullmatch(value) is not None  # Prometheus anchors regexes
+    hit = compiled_regex(want).fullmatch(value) is not None  # Prometheus anchors regexes
     return hit if op == "=~" else not hit
 
 
@@ -643,7 +643,7 @@ class _Parser:
                 self.fail(f"invalid destination label name {args[1].value!r} in "
                           "label_replace()", name)
             try:
-                _regex(args[4].value)
+                compiled_regex(args[4].value)
             except re.error as exc:
                 self.fail(f"invalid regular expression {args[4].value!r} in label_replace(): "
                           f"{exc}", name)
@@ -669,7 +669,7 @@ class _Parser:
                 text = _string(value)
                 if op.text in ("=~", "!~"):
                     try:
-                        _regex(text)
+                        compiled_regex(text)
                     except re.error as exc:
                         self.fail(f"invalid regular expression {text!r}: {exc}", value)
                 if label.text == "__name__" and name:

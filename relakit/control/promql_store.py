@@ -96,8 +96,7 @@ def read_store(path) -> list[Series]:
     """The series of a trace file. A Parquet long table is streamed (two passes in
     batches, checked as :func:`relakit.traces.validate_trace` checks it); every other
     format is read by its importer (:func:`relakit.traces.read_trace`) first."""
-    from relakit.traces import read_trace
-    from relakit.traces._dispatch import is_parquet
+    from relakit.traces import is_parquet, read_trace
 
     p = Path(path)
     if is_parquet(p):
@@ -106,8 +105,7 @@ def read_store(path) -> list[Series]:
 
 
 def _build(lf: pl.LazyFrame, source: str, path: Path | None = None) -> list[Series]:
-    from relakit.traces import read_trace, validate_trace
-    from relakit.traces._schema import LABELS
+    from relakit.traces import LABELS, read_trace, validate_trace
 
     def full_check():  # the importer's one-line error for whatever is wrong
         if path is not None:
@@ -214,7 +212,7 @@ def _scatter(sid, t, v, cursor, times, values):
 
 
 def _check_le(les, full_check):
-    from relakit.traces._schema import parse_number
+    from relakit.traces import parse_number
 
     for le in les:
         try:

@@ -23,7 +23,7 @@ from relakit.control.promql_parse import (
     Aggregate,
     Binary,
     Selector,
-    _regex,
+    compiled_regex,
 )
 from relakit.control.tsdb import bucket_quantile
 
@@ -78,7 +78,7 @@ def _set_label(labels: tuple, key: str, value: str) -> tuple:
 
 
 def label_replace(v: Vector, dst: str, repl: str, src: str, regex: str) -> Vector:
-    pattern = _regex(regex)
+    pattern = compiled_regex(regex)
     out = []
     for lab, val, ok in v.series:
         m = pattern.fullmatch(dict(lab).get(src, ""))

@@ -35,7 +35,7 @@ names the file, the place in it (line, column, JSON path such as
 """
 
 from relakit.traces._csvlong import read_csv_long, write_csv_long
-from relakit.traces._dispatch import read_trace
+from relakit.traces._dispatch import is_parquet, read_trace
 from relakit.traces._openmetrics import read_openmetrics
 from relakit.traces._promjson import parse_prometheus_json, read_prometheus_json
 from relakit.traces._schema import (
@@ -45,6 +45,7 @@ from relakit.traces._schema import (
     label_text,
     natural_key,
     parse_label_text,
+    parse_number,
     validate_trace,
 )
 from relakit.traces.synthetic import SHAPES, shape_level, synthetic_trace  # noqa: E402
@@ -54,9 +55,11 @@ __all__ = [
     "SCHEMA",
     "SHAPES",
     "TraceError",
+    "is_parquet",
     "label_text",
     "natural_key",
     "parse_label_text",
+    "parse_number",
     "parse_prometheus_json",
     "read_csv_long",
     "read_openmetrics",
