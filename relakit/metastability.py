@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-__all__ = ["TRIGGERS", "BasinMap", "Recovery", "basin_map", "ctmc_recovery_map",
-           "first_passage_runs", "recovery_time", "with_trigger"]
+__all__ = ["TRIGGERS", "BasinMap", "Recovery", "base_scenario", "basin_map", "control_frontier",
+           "ctmc_recovery_map", "first_passage_runs", "recovery_time", "with_trigger"]
 
 TRIGGERS = ("spike", "slowdown")
 
@@ -52,6 +52,15 @@ class Recovery:
             if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0 \
                     or not math.isfinite(v):
                 raise ValueError(f"recovery: {name} must be a finite number >= 0, got {v!r}")
+
+
+def base_scenario(path) -> dict:
+    """A scenario file as the dict the functions here vary (checked once by loading it)."""
+    from relakit.scenario import load_scenario
+    from relakit.validate import load_yaml
+
+    load_scenario(path)
+    return load_yaml(path, "scenario")[0]
 
 
 def with_trigger(base: dict, kind: str, size: float, duration_s: float, start_s: float,
@@ -133,8 +142,9 @@ class BasinMap:
 
     * ``cells``: one row per (size, duration_s): ``recovered`` of ``replications``,
       ``p_recover`` with its Clopper-Pearson 95 % interval ``p_low``/``p_high``
-      (:func:`relakit.stats.binomial_interval`), and the recovery time's median and 90 %
-      quantile over the recovered replications (s; null if none recovered);
+      (:func:`relakit.stats.binomial_interval`), and the recovery time over the recovered
+      replications: mean with its Student t half-width (``recovery_mean_s_ci``), median
+      and 90 % quantile (s; null if none recovered);
     * ``runs``: one row per cell and replication: ``recovery_s`` (null: not within T);
     * ``info``: the trigger kind, the recovery definition, seeds, wall and CPU seconds.
     """
@@ -151,7 +161,7 @@ def basin_map(base: dict, kind: str, sizes, durations_s, recovery: Recovery,
     ``replications`` times each with the same seeds (module docstring)."""
     from relakit.replications import replication_seeds
     from relakit.runner import run_tasks
-    from relakit.stats import binomial_interval
+    from relakit.stats import binomial_interval, t_interval
 
     if not isinstance(recovery, Recovery):
         raise ValueError(f"recovery: expected a relakit.metastability.Recovery, got "
@@ -179,6 +189,8 @@ def basin_map(base: dict, kind: str, sizes, durations_s, recovery: Recovery,
         cells.append({"size": s, "duration_s": d, "recovered": int(ok.sum()),
                       "replications": int(rt.size), "p_recover": ci.mean, "p_low": ci.low,
                       "p_high": ci.high,
+                      "recovery_mean_s": float(got.mean()) if got.size else None,
+                      "recovery_mean_s_ci": t_interval(got).half_width if got.size > 1 else None,
                       "recovery_p50_s": float(np.median(got)) if got.size else None,
                       "recovery_p90_s": float(np.quantile(got, 0.9)) if got.size else None})
         for i, v in enumerate(rt):
@@ -189,6 +201,35 @@ def basin_map(base: dict, kind: str, sizes, durations_s, recovery: Recovery,
             "replications": int(replications), "seeds": seeds, "wall_s": round(wall, 3),
             "cpu_s_this_process": round(cpu, 3), "cells": len(grid)}
     return BasinMap(pl.DataFrame(cells), pl.DataFrame(rows), info)
+
+
+def control_frontier(base: dict, policy: dict, ladder: list[dict], sizes, duration_s: float,
+                     recovery: Recovery, replications: int = 10, seed: int | None = None,
+                     start_s: float = 60.0, workers: int | None = None) -> pl.DataFrame:
+    """How late may the control plane be: ``base`` under ``policy`` with each ``clocks``
+    of ``ladder`` (scrape, window, evaluation and poll periods), spiked to each of
+    ``sizes`` for ``duration_s``; per (clocks, size) the share that recovered with its
+    Clopper-Pearson interval (:func:`basin_map`'s cells, same seeds everywhere) and the
+    clock bound's mean delay from :func:`relakit.analytic.step_delay` (``enter_after`` of
+    the policy's first mode; the signal's lead taken as half a window) as ``delay_s``.
+    Metrics are sampled at the scrape interval, as the control loop requires."""
+    from relakit.analytic import step_delay
+
+    enter = int(policy["modes"][0].get("enter_after", 1))
+    frames = []
+    for clocks in ladder:
+        sc = copy.deepcopy(base)
+        sc["policy"], sc["clocks"] = copy.deepcopy(policy), dict(clocks)
+        sc["metrics"] = dict(sc.get("metrics") or {}, interval_s=clocks["scrape_s"])
+        cells = basin_map(sc, "spike", sizes, [duration_s], recovery, replications, seed,
+                          start_s, workers).cells
+        delay = step_delay(clocks["scrape_s"], clocks["eval_s"], clocks["poll_s"],
+                           clocks.get("propagation_s", 0.0), enter,
+                           lead_s=clocks["window_s"] / 2).mean
+        frames.append(cells.with_columns(pl.lit(delay).alias("delay_s"),
+                                         pl.lit(clocks["scrape_s"]).alias("scrape_s"),
+                                         pl.lit(clocks["window_s"]).alias("window_s")))
+    return pl.concat(frames)
 
 
 def first_passage_runs(base: dict, level: float, replications: int, seed: int | None = None,
