@@ -1636,10 +1636,10 @@ def control_frontier_chart(frontier: pl.DataFrame, *, title: str,
     x = alt.X("delay_s:Q", title="control-loop delay, clock-bound mean (s)")
     color = alt.Color("trigger:N", title="spike (x the base rate)")
     dash = alt.StrokeDash("trigger:N", title="spike (x the base rate)")
-    base = alt.Chart(frame).encode(x=x, color=color)
+    base = alt.Chart(frame).encode(x=x, color=color, strokeDash=dash)  # one legend, both
     y_title = "recovery time after the spike (s)"
     line = base.mark_line(point=True).encode(
-        y=alt.Y("recovery_mean_s:Q", title=y_title), strokeDash=dash,
+        y=alt.Y("recovery_mean_s:Q", title=y_title),
         tooltip=[alt.Tooltip("trigger:N"), alt.Tooltip("delay_s:Q", format=".1f"),
                  alt.Tooltip("scrape_s:Q"), alt.Tooltip("window_s:Q"),
                  alt.Tooltip("recovered:Q"), alt.Tooltip("replications:Q"),

@@ -95,3 +95,17 @@ def test_basin_map_ends_and_common_seeds():
         "spike", [1.0, 4.0], [5.0, 60.0], rec, start_s=60, collapsed_level=95)
     got = {(r["size"], r["duration_s"]): r["p_recover"] for r in boundary.to_dicts()}
     assert got[(1.0, 5.0)] > 0.99 and got[(4.0, 60.0)] < 0.01
+
+
+def test_a_slowdown_trigger_traps_the_node_in_both_simulation_and_ctmc():
+    base = node(rate=7.0, places=100, deadline_ms=5000, attempts=3, interval=1.0)
+    rec = Recovery(level=10, hold_s=10, within_s=200)
+    m = basin_map(base, "slowdown", [1.0, 3.0], [60.0], rec, replications=3, workers=1)
+    got = {r["size"]: r["recovered"] for r in m.cells.to_dicts()}
+    assert got == {1.0: 3, 3.0: 0}  # service at 10/3 per s against 7/s for a minute
+    ctmc = ctmc_recovery_map(
+        dict(arrival_rate=7.0, service_rate=10.0, servers=1, queue_limit=100,
+             timeout_s=5.0, max_attempts=3, retry_limit=60),
+        "slowdown", [1.0, 3.0], [60.0], rec, start_s=60, collapsed_level=95)
+    p = dict(zip(ctmc["size"], ctmc["p_recover"], strict=True))
+    assert p[1.0] > 0.99 and p[3.0] < 0.01
