@@ -4,8 +4,7 @@ Rates are per second and times in seconds. Use these as ground truth for the sim
 as quick back-of-envelope answers: fan-out success and tail amplification
 (:mod:`.fanout`), M/M/c, M/G/1 and G/G/c waiting times (:mod:`.queueing`), the clock bound
 (:mod:`.clocks`), the detection delay of correctness probes (:mod:`.probes`) and a CTMC of
-one node with timeouts and retries for metastability's long horizons (:mod:`.retry_ctmc`;
-its elimination compiles with numba when first called, not at import).
+one node with timeouts and retries for metastability's long horizons (:mod:`.retry_ctmc`).
 """
 
 from .clocks import DelayDistribution, min_detectable_spike, step_delay

@@ -318,7 +318,7 @@ def retry_ctmc(arrival_rate: float, service_rate: float, servers: int, queue_lim
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     band, bw = _as_band(q, order)
-    pi = _gth_stationary(band, bw)[rank]
+    pi = _gth_stationary(band, bw)[rank]  # the last state kept: the fullest, most likely
     boundary = float(pi[rets == rl].sum()) if rl > 0 else 0.0
     if boundary > BOUNDARY_WARN:
         warnings.warn(f"retry_limit: {boundary:.2g} of the stationary mass sits at the "
@@ -341,132 +341,91 @@ def _as_band(q, order: np.ndarray) -> tuple[np.ndarray, int]:
     return band, bw
 
 
-def _kernels():
-    """The two GTH eliminations, compiled by numba when first needed (``import
-    relakit.analytic`` stays numpy-only) and cached on disk."""
-    global _KERNELS
-    if _KERNELS is None:
-        import numba
+def _gth_forward(band: np.ndarray, bw: int, exit_: np.ndarray, rhs: np.ndarray | None,
+                 keep_cols: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Grassmann-Taksar-Heyman elimination of states 0, 1, ... in order, in place.
 
-        jit = numba.njit(cache=True, nogil=True)
-        _KERNELS = jit(_gth_hitting_py), jit(_gth_stationary_py)
-    return _KERNELS
+    ``band[i, bw + j - i]`` holds the rate i -> j among the states still in play;
+    ``exit_`` the rate from each state to outside them (the target, for hitting times).
+    Eliminating state k folds ``N_ik N_kj / d_k`` into ``N_ij`` and ``N_ik e_k / d_k``
+    into ``e_i`` (and into ``rhs``), where ``d_k`` is recomputed as the sum of what is
+    left of row k plus ``e_k``: only positive terms are ever added, so there is no
+    cancellation however stiff the chain. Per pivot the touched block is a band x band
+    square, a strided view of the band (rows shifted by one place each), so each step
+    is one numpy outer product, not a Python loop over entries. Returns each pivot's
+    ``d_k`` and, with ``keep_cols``, the column ``N_{k+a,k}`` it had when eliminated."""
+    from numpy.lib.stride_tricks import as_strided
+
+    n = band.shape[0] - bw  # the last bw rows are zero padding
+    width = band.shape[1]
+    item = band.itemsize
+    flat = band.reshape(-1)
+    d = np.zeros(n)
+    cols = np.zeros((n, bw)) if keep_cols else None
+    for k in range(n):
+        # v[a, b] = band[k + a, bw + b - a] = rate (k + a) -> (k + b)
+        v = as_strided(flat[k * width + bw:], shape=(bw + 1, bw + 1),
+                       strides=((width - 1) * item, item), writeable=True)
+        row = v[0, 1:]
+        dk = row.sum() + exit_[k]
+        d[k] = dk
+        col = v[1:, 0].copy()
+        if keep_cols:
+            cols[k] = col
+        if dk <= 0.0 or not col.any():
+            continue
+        f = col / dk
+        v[1:, 1:] += np.outer(f, row)  # the diagonal slot picks up self-loops: never read
+        v[1:, 0] = 0.0
+        exit_[k + 1:k + 1 + bw] += f * exit_[k]  # both padded by bw: always bw long
+        if rhs is not None:
+            rhs[k + 1:k + 1 + bw] += f * rhs[k]
+    return d, cols
 
 
-_KERNELS = None
+def _padded(band: np.ndarray, bw: int) -> np.ndarray:
+    return np.vstack([band, np.zeros((bw, band.shape[1]))])
 
 
 def _gth_hitting(band: np.ndarray, bw: int, target: np.ndarray) -> np.ndarray:
-    return _kernels()[0](band, bw, target)
-
-
-def _gth_stationary(band: np.ndarray, bw: int) -> np.ndarray:
-    return _kernels()[1](band, bw)
-
-
-def _gth_hitting_py(band, bw, target):  # pragma: no cover - run compiled
-    """Mean hitting times of ``target`` by Grassmann-Taksar-Heyman elimination, forward.
-
-    Unknowns h (0 on the target) satisfy d_i h_i - sum_j N_ij h_j = 1 with N the rates
-    between non-target states and d_i the total rate out of i. Eliminating state k
-    folds N_ik N_kj / d_k into N_ij and N_ik e_k / d_k into the exit rate e_i (rate to the
-    target), and d_k is always recomputed as the sum of what is left of row k plus e_k:
-    no subtraction anywhere, so no cancellation."""
+    """Mean hitting times of ``target`` (0 on it): d_i h_i - sum_j N_ij h_j = 1 outside the
+    target, by :func:`_gth_forward` and back-substitution (every term positive)."""
     n = band.shape[0]
-    exit_ = np.zeros(n)
-    rhs = np.ones(n)
-    for i in range(n):
-        for s in range(2 * bw + 1):
-            j = i + s - bw
-            if band[i, s] != 0.0 and (j < 0 or j >= n or target[j]):
-                exit_[i] += band[i, s]
-                band[i, s] = 0.0
-        if target[i]:
-            for s in range(2 * bw + 1):
-                band[i, s] = 0.0
-            exit_[i] = 1.0
-            rhs[i] = 0.0
-    d = np.zeros(n)
-    for k in range(n):
-        dk = exit_[k]
-        for s in range(bw + 1, 2 * bw + 1):
-            dk += band[k, s]
-        d[k] = dk
-        if dk <= 0.0:
-            continue
-        for a in range(1, bw + 1):
-            i = k + a
-            if i >= n:
-                break
-            nik = band[i, bw - a]
-            if nik == 0.0:
-                continue
-            f = nik / dk
-            band[i, bw - a] = 0.0
-            exit_[i] += f * exit_[k]
-            rhs[i] += f * rhs[k]
-            for b in range(1, bw + 1):
-                j = k + b
-                if j >= n:
-                    break
-                nkj = band[k, bw + b]
-                if nkj != 0.0 and j != i:
-                    band[i, bw + j - i] += f * nkj
-    h = np.zeros(n)
+    i, s = np.nonzero(band)
+    j = i + s - bw
+    into = target[j]
+    exit_ = np.bincount(i[into], weights=band[i[into], s[into]], minlength=n)
+    band = band.copy()
+    band[i[into], s[into]] = 0.0
+    band[target] = 0.0
+    exit_[target] = 1.0
+    rhs = np.where(target, 0.0, 1.0)
+    full = _padded(band, bw)
+    d, _ = _gth_forward(full, bw, np.concatenate([exit_, np.zeros(bw)]),
+                        rhs_full := np.concatenate([rhs, np.zeros(bw)]), False)
+    h = np.zeros(n + bw)
     for k in range(n - 1, -1, -1):
         if d[k] <= 0.0:
             h[k] = np.inf
             continue
-        acc = rhs[k]
-        for b in range(1, bw + 1):
-            j = k + b
-            if j >= n:
-                break
-            acc += band[k, bw + b] * h[j]
-        h[k] = acc / d[k]
-    return h
+        h[k] = (rhs_full[k] + full[k, bw + 1:] @ h[k + 1:k + 1 + bw]) / d[k]
+    return h[:n]
 
 
-def _gth_stationary_py(band, bw):  # pragma: no cover - run compiled
-    """The stationary distribution by GTH elimination, backward from the last state: the
-    rate of state k to the states below it, s_k, is a sum of positive terms, and
-    pi_k = sum_i pi_i N_ik / s_k once the states below are solved. States that cannot
-    reach lower ones (s_k = 0) get probability 0."""
+def _gth_stationary(band: np.ndarray, bw: int) -> np.ndarray:
+    """The stationary distribution by GTH: eliminate every state but the last (forward,
+    :func:`_gth_forward` with no exit), then pi_last = 1 and, backwards,
+    pi_k = sum_{i > k} pi_i N_ik / d_k with the columns kept at elimination. States that
+    reach no later state (d_k = 0) get probability 0."""
     n = band.shape[0]
-    s = np.zeros(n)
-    col = np.zeros((n, bw + 1))  # col[k, a] = N_{k-a, k} when k is eliminated
-    for k in range(n - 1, 0, -1):
-        sk = 0.0
-        for b in range(1, bw + 1):
-            if k - b < 0:
-                break
-            sk += band[k, bw - b]
-        s[k] = sk
-        for a in range(1, bw + 1):
-            i = k - a
-            if i < 0:
-                break
-            nik = band[i, bw + a]
-            col[k, a] = nik
-            if nik == 0.0 or sk <= 0.0:
-                continue
-            f = nik / sk
-            for b in range(1, bw + 1):
-                j = k - b
-                if j < 0:
-                    break
-                nkj = band[k, bw - b]
-                if nkj != 0.0 and j != i:
-                    band[i, bw + j - i] += f * nkj
-    pi = np.zeros(n)
-    pi[0] = 1.0
-    for k in range(1, n):
-        if s[k] <= 0.0:
-            continue
-        acc = 0.0
-        for a in range(1, bw + 1):
-            if k - a < 0:
-                break
-            acc += pi[k - a] * col[k, a]
-        pi[k] = acc / s[k]
+    full = _padded(band, bw)
+    d, cols = _gth_forward(full, bw, np.zeros(n + bw), None, True)
+    pi = np.zeros(n + bw)
+    pi[n - 1] = 1.0
+    for k in range(n - 2, -1, -1):
+        if d[k] > 0.0:
+            pi[k] = cols[k] @ pi[k + 1:k + 1 + bw] / d[k]
+            if pi[k] > 1e200:  # relative to an unlikely last state: rescale, never overflow
+                pi[k:] *= 1e-200
+    pi = pi[:n]
     return pi / pi.sum()
