@@ -130,3 +130,6 @@ def test_sets_are_checked():
         m.first_passage(lambda j, r: j == 0, lambda j, r: j > 99)
     with pytest.raises(ValueError, match="state"):
         m.state(7, 0)
+    with pytest.raises(ValueError, match="integer state indices"):
+        m.share(np.array([0.5, 1.5]))
+    assert m.share(np.array([0, 1])) == pytest.approx(m.stationary[:2].sum())

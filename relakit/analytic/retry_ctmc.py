@@ -135,6 +135,9 @@ class RetryCTMC:
             arr = np.asarray(states)
             if arr.dtype == bool:
                 out = arr
+            elif not np.issubdtype(arr.dtype, np.integer):
+                raise ValueError(f"states: expected a callable, a boolean mask or integer "
+                                 f"state indices, got {arr.dtype} values")
             else:
                 out = np.zeros(self.states, dtype=bool)
                 out[arr.astype(np.int64)] = True
@@ -159,7 +162,7 @@ class RetryCTMC:
         Solved by GTH elimination (:func:`_gth_hitting`), not a generic sparse LU: times of
         10^15 s against rates of 10/s put LU's cancellation of near-equal diagonal terms far
         past double precision (it returned negative times here); GTH only adds positive
-        numbers, so every time comes out to near machine precision."""
+        numbers, so each time keeps its relative precision however large it is."""
         target = self.mask(to_set)
         band, bw = self._band
         return _gth_hitting(band.copy(), bw, target[self._order])[self._rank]
