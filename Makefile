@@ -86,6 +86,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_replications.py
 	$(BIN)/python benchmarks/bench_search.py
 	$(BIN)/python benchmarks/bench_rules.py
+	$(BIN)/python benchmarks/bench_basin_map.py
 
 # JupyterLab on loopback with the relakit kernel, rooted at the project (notebooks/, out/ and
 # figures/ all reachable) and opening on notebooks/; installs nothing that setup has not.

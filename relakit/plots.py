@@ -1773,3 +1773,108 @@ def rollout_chart(result, metric: str = "success_ratio", tier: str = "all",
                          "decides on"])),
                        alt.layer(*lower).properties(width=560, height=110)
                        ).resolve_scale(x="shared")
+
+
+# ---- metastability (relakit.metastability) ------------------------------------------------
+
+def _edges(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cell edges halfway between neighbouring grid values (half a step beyond the ends)."""
+    v = np.unique(values)
+    if v.size == 1:
+        return {v[0]: v[0] * 0.9}, {v[0]: v[0] * 1.1}
+    mid = (v[1:] + v[:-1]) / 2
+    lo = np.concatenate([[v[0] - (mid[0] - v[0])], mid])
+    hi = np.concatenate([mid, [v[-1] + (v[-1] - mid[-1])]])
+    return dict(zip(v, lo, strict=True)), dict(zip(v, hi, strict=True))
+
+
+def ctmc_boundary(boundary: pl.DataFrame, level: float = 0.5) -> pl.DataFrame:
+    """Per trigger size, the duration at which the CTMC's recovery probability falls
+    through ``level`` (linear between grid durations). A size whose probability is below
+    ``level`` already at the shortest duration, or never falls below it, has its
+    crossing off the grid: no point (drawing it at the grid's edge would invent one)."""
+    rows = []
+    for (size,), g in boundary.sort("duration_s").group_by(["size"], maintain_order=True):
+        d, p = g["duration_s"].to_numpy(), g["p_recover"].to_numpy()
+        below = np.flatnonzero(p < level)
+        if not below.size or below[0] == 0:
+            continue
+        i = below[0]
+        at = d[i - 1] + (p[i - 1] - level) / (p[i - 1] - p[i]) * (d[i] - d[i - 1])
+        rows.append({"size": float(size), "duration_s": float(at)})
+    return pl.DataFrame(rows, schema={"size": pl.Float64, "duration_s": pl.Float64})
+
+
+def basin_chart(cells: pl.DataFrame, boundary: pl.DataFrame | None, *, size_title: str,
+                title: str, subtitle: str = "") -> alt.LayerChart:
+    """The recovery-probability map (:class:`relakit.metastability.BasinMap` ``cells``):
+    one rectangle per trigger, coloured by the simulated share of replications that
+    recovered (its Clopper-Pearson interval in the tooltip and written on the cell), and
+    the CTMC's 50 % boundary (:func:`ctmc_boundary` of
+    :func:`relakit.metastability.ctmc_recovery_map`) drawn over it."""
+    x_lo, x_hi = _edges(cells["size"].to_numpy())
+    y_lo, y_hi = _edges(cells["duration_s"].to_numpy())
+    frame = cells.with_columns(
+        pl.col("size").replace_strict(x_lo, return_dtype=pl.Float64).alias("x0"),
+        pl.col("size").replace_strict(x_hi, return_dtype=pl.Float64).alias("x1"),
+        pl.col("duration_s").replace_strict(y_lo, return_dtype=pl.Float64).alias("y0"),
+        pl.col("duration_s").replace_strict(y_hi, return_dtype=pl.Float64).alias("y1"),
+        pl.format("{}/{}", "recovered", "replications").alias("label"))
+    x = alt.X("x0:Q", title=size_title, scale=alt.Scale(nice=False, zero=False))
+    y = alt.Y("y0:Q", title="trigger duration (s)", scale=alt.Scale(nice=False, zero=False))
+    rect = alt.Chart(frame).mark_rect().encode(
+        x=x, x2="x1:Q", y=y, y2="y1:Q",
+        color=alt.Color("p_recover:Q", scale=alt.Scale(scheme="viridis", domain=[0, 1]),
+                        title="P(recovered) simulated",
+                        legend=alt.Legend(orient="bottom", direction="horizontal",
+                                          titleLimit=0, gradientLength=160)),
+        tooltip=[alt.Tooltip("size:Q", title=size_title),
+                 alt.Tooltip("duration_s:Q", title="duration (s)"),
+                 alt.Tooltip("label:N", title="recovered / replications"),
+                 alt.Tooltip("p_low:Q", title="95 % low (Clopper-Pearson)", format=".2f"),
+                 alt.Tooltip("p_high:Q", title="95 % high", format=".2f"),
+                 alt.Tooltip("recovery_p50_s:Q", title="median recovery (s)", format=".3g")])
+    layers = [rect]
+    if cells.height <= 100:  # the counts, where a cell is large enough to hold them
+        layers.append(alt.Chart(frame).mark_text(fontSize=9).encode(
+            x=alt.X("size:Q"), y=alt.Y("duration_s:Q"), text="label:N",
+            color=alt.condition(alt.datum.p_recover < 0.5, alt.value("white"),
+                                alt.value("black"))))
+    if boundary is not None and boundary.height:
+        line = ctmc_boundary(boundary).with_columns(
+            pl.lit("CTMC: P(recover) = 0.5").alias("model"))
+        enc = {"x": alt.X("size:Q"), "y": alt.Y("duration_s:Q"),
+               "strokeDash": alt.StrokeDash("model:N", title=None,
+                                            legend=alt.Legend(orient="bottom"))}
+        layers.append(alt.Chart(line).mark_line(color="#e15759", strokeWidth=3).encode(**enc))
+    head = alt.TitleParams(text=title, subtitle=subtitle or alt.Undefined)
+    return alt.layer(*layers, title=head).properties(width=420, height=320)
+
+
+def control_frontier_chart(frontier: pl.DataFrame, *, title: str,
+                           subtitle: str = "") -> alt.LayerChart:
+    """How long recovery takes against the control loop's mean delay
+    (:func:`relakit.metastability.control_frontier`), one line per spike size: the mean
+    time from the spike's end to recovery over the replications that recovered, with
+    Student t 95 % bars; each point's tooltip has the recovered count and its
+    Clopper-Pearson interval."""
+    frame = frontier.with_columns(
+        pl.format("{}x", "size").alias("trigger"),
+        (pl.col("recovery_mean_s") - pl.col("recovery_mean_s_ci")).alias("lo"),
+        (pl.col("recovery_mean_s") + pl.col("recovery_mean_s_ci")).alias("hi"))
+    x = alt.X("delay_s:Q", title="control-loop delay, clock-bound mean (s)")
+    color = alt.Color("trigger:N", title="spike (x the base rate)")
+    dash = alt.StrokeDash("trigger:N", title="spike (x the base rate)")
+    base = alt.Chart(frame).encode(x=x, color=color, strokeDash=dash)  # one legend, both
+    y_title = "recovery time after the spike (s)"
+    line = base.mark_line(point=True).encode(
+        y=alt.Y("recovery_mean_s:Q", title=y_title),
+        tooltip=[alt.Tooltip("trigger:N"), alt.Tooltip("delay_s:Q", format=".1f"),
+                 alt.Tooltip("scrape_s:Q"), alt.Tooltip("window_s:Q"),
+                 alt.Tooltip("recovered:Q"), alt.Tooltip("replications:Q"),
+                 alt.Tooltip("p_low:Q", title="P(recovered) 95 % low", format=".2f"),
+                 alt.Tooltip("recovery_mean_s:Q", format=".3g")])
+    bars = base.mark_errorbar(ticks=True).encode(y=alt.Y("lo:Q", title=y_title), y2="hi:Q")
+    sub = subtitle or "bars: Student t 95 % intervals over the runs that recovered"
+    return alt.layer(bars, line, title=alt.TitleParams(text=title, subtitle=sub)).properties(
+        width=420, height=260)

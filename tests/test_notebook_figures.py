@@ -386,3 +386,36 @@ def test_a_band_cut_at_a_bound_says_so():
     spec = plots.compare_series_bands(inside, "t", "rps", "run", title="x", x_title="t (s)",
                                       y_title="rps").to_dict()
     assert "cut off" not in spec["title"]["subtitle"]
+
+
+def test_ctmc_boundary_is_drawn_only_where_it_crosses_inside_the_grid():
+    b = pl.DataFrame({"size": [1.0] * 3 + [2.0] * 3 + [3.0] * 3,
+                      "duration_s": [10.0, 20.0, 30.0] * 3,
+                      "p_recover": [0.9, 0.8, 0.7, 0.9, 0.6, 0.2, 0.4, 0.1, 0.0]})
+    line = plots.ctmc_boundary(b)
+    # size 1 never falls below 1/2, size 3 is below it already at 10 s: neither is drawn
+    assert line["size"].to_list() == [2.0]
+    assert line["duration_s"][0] == pytest.approx(20.0 + (0.6 - 0.5) / (0.6 - 0.2) * 10.0)
+
+
+def test_basin_chart_layers_and_control_frontier_legend():
+    cells = pl.DataFrame({"size": [1.0, 2.0, 1.0, 2.0], "duration_s": [5.0, 5.0, 20.0, 20.0],
+                          "recovered": [6, 3, 6, 0], "replications": [6] * 4,
+                          "p_recover": [1.0, 0.5, 1.0, 0.0], "p_low": [0.54, 0.12, 0.54, 0.0],
+                          "p_high": [1.0, 0.88, 1.0, 0.46],
+                          "recovery_p50_s": [1.0, 3.0, 2.0, None]})
+    b = cells.select("size", "duration_s", pl.col("p_recover").alias("p_recover"))
+    chart = plots.basin_chart(cells, b.with_columns(pl.Series("p_recover", [0.9, 0.8, 0.9, 0.1])),
+                              size_title="spike size (x)", title="map")
+    views = _layers(chart.to_dict())
+    assert sorted(_mark(v) for v in views) == ["line", "rect", "text"]
+    rect = next(v for v in views if _mark(v) == "rect")
+    assert rect["encoding"]["color"]["scale"]["domain"] == [0, 1]
+    assert rect["encoding"]["y"]["title"] == "trigger duration (s)"
+    frontier = pl.DataFrame({"size": [2.5, 3.5], "delay_s": [6.0, 6.0], "scrape_s": [1, 1],
+                             "window_s": [5, 5], "recovered": [6, 6], "replications": [6, 6],
+                             "p_low": [0.54, 0.54], "recovery_mean_s": [0.0, 5.0],
+                             "recovery_mean_s_ci": [0.0, 12.8]})
+    spec = plots.control_frontier_chart(frontier, title="f").to_dict()
+    for view in _layers(spec):  # colour and dash on every layer: one legend, not two
+        assert view["encoding"]["color"]["field"] == view["encoding"]["strokeDash"]["field"]

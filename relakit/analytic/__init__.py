@@ -3,7 +3,8 @@
 Rates are per second and times in seconds. Use these as ground truth for the simulator and
 as quick back-of-envelope answers: fan-out success and tail amplification
 (:mod:`.fanout`), M/M/c, M/G/1 and G/G/c waiting times (:mod:`.queueing`), the clock bound
-(:mod:`.clocks`) and the detection delay of correctness probes (:mod:`.probes`).
+(:mod:`.clocks`), the detection delay of correctness probes (:mod:`.probes`) and a CTMC of
+one node with timeouts and retries for metastability's long horizons (:mod:`.retry_ctmc`).
 """
 
 from .clocks import DelayDistribution, min_detectable_spike, step_delay
@@ -20,12 +21,17 @@ from .queueing import (
     mmc,
     service_moments,
 )
+from .retry_ctmc import RetryCTMC, RetryCTMCWarning, retry_ctmc, retry_generator
 
 __all__ = [
     "DelayDistribution",
     "min_detectable_spike",
     "step_delay",
     "ProbeDetection",
+    "RetryCTMC",
+    "RetryCTMCWarning",
+    "retry_ctmc",
+    "retry_generator",
     "probe_cost",
     "probe_detection",
     "wrong_before_isolation",

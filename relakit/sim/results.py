@@ -122,6 +122,20 @@ class SimulationResult:
                                         *[f"{o}_rps" for o in OUTCOMES], "success_ratio")
         return out.with_columns(pl.col("success_ratio").fill_nan(None))
 
+    def jobs_in_system(self) -> tuple[np.ndarray, np.ndarray]:
+        """Jobs at all nodes together (queued and in service, abandoned copies included), at
+        each metrics sample: ``(time_s, jobs)``, straight from the kernel's samples (what a
+        metastability study reads per run: :mod:`relakit.metastability`). Nodes are
+        sampled on one grid; a run read back from disk sums the long table instead."""
+        grid = self._metrics
+        if isinstance(grid, MetricsGrid):
+            n = int(grid.n_samples.min()) if grid.n_samples.size else 0
+            t = np.asarray(grid.sample_t[:n, 0], dtype=float)
+            return t, grid.metrics[:n, :, K.M_IN_FLIGHT].sum(axis=1).astype(float)
+        wide = (self.metrics.filter(pl.col("name") == "in_flight").group_by("time_s")
+                .agg(pl.col("value").sum()).sort("time_s"))
+        return wide["time_s"].to_numpy(), wide["value"].to_numpy().astype(float)
+
     @classmethod
     def from_fleet(cls, fleet) -> SimulationResult:
         out, st, sc = fleet.out, fleet.st, fleet.scenario

@@ -1,0 +1,434 @@
+"""A CTMC of one node with client timeouts and retries: the long horizons simulation cannot reach.
+
+A metastable retry storm can last 10^9 s or more; no simulation waits that long, but a
+Markov chain over (jobs at the node, retries pending) gives the stationary share of time
+spent congested, expected first-passage times and the relaxation time by sparse linear
+algebra in seconds (:func:`retry_ctmc`).
+
+**Semantics (relakit's data plane, ``on_timeout="abandon"``).** One node, ``servers``
+exponential servers at ``service_rate`` each, FCFS, ``queue_limit`` waiting places (so at
+most ``K = servers + queue_limit`` jobs). Requests arrive as a Poisson stream. An attempt
+that finds ``K`` jobs is dropped and *not* retried (relakit's default ``retry_on: [error,
+timeout]``). The client's deadline runs per attempt from when it is sent; when it passes,
+the client gives up on the attempt but **the server goes on working on it** (the job stays
+in the queue and is served: wasted work), and, if the request has attempts left
+(``max_attempts`` counts all attempts: "4 retries" is ``max_attempts=5``), a retry is sent
+after the backoff. This is what ``relakit/sim/kernel.py`` does (EV_TIMEOUT marks the job
+timed out and leaves it queued; the retry timer is ``min(backoff * 2^(a-1), max)``,
+uniform in [0, that] with jitter).
+
+**Why the state is only (n, r).** Because abandoned jobs stay and the queue is FCFS with
+exponential service, whether an attempt times out is decided when it arrives: its sojourn is
+the service of the jobs ahead of it plus its own, whatever arrives later. So each attempt is
+"doomed" with probability ``P(S_n > T)`` for the ``n`` jobs it finds, where ``T`` is the
+timeout as an Erlang clock of ``phases`` stages (mean ``timeout_s``; deterministic as
+``phases`` grows, the convergence measured in docs/performance.md). A doomed attempt that
+may retry puts a token into the pool of pending retries at once; the token comes back as a
+retry after an exponential delay of mean ``timeout_s`` + the mean backoff (the one
+approximation of timing: the real delay is that constant). The attempt number of a retry is
+not in the state: a doomed retry is allowed another attempt with the probability it would
+have if every attempt of its request met the current doom probability ``p`` (exact in a
+stationary regime; in a full collapse, ``p = 1``, it gives ``max_attempts`` attempts per
+request, as the simulation does). The pool is truncated at ``retry_limit``: a token that
+would exceed it is lost, and the stationary mass on the boundary is reported (and warned
+about when not negligible).
+
+``on_timeout="keep_listening"`` (a late answer still answers the request) breaks the
+"decided at arrival" argument and needs a model of its own: it is refused by name until it
+has one (the simulation side waits for issue 34 part 1 as well).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._validate import as_int, as_nonnegative, as_positive
+
+__all__ = ["RetryCTMC", "RetryCTMCWarning", "doom_probability", "retry_ctmc", "retry_generator"]
+
+ON_TIMEOUT = ("abandon",)
+BOUNDARY_WARN = 1e-6  # stationary mass on the truncation boundary worth a warning
+
+
+class RetryCTMCWarning(UserWarning):
+    """The truncation of pending retries holds more than a negligible stationary mass."""
+
+
+def doom_probability(jobs_found, servers: int, service_rate: float, timeout_s: float,
+                     phases: int) -> np.ndarray:
+    """P(an attempt that finds ``n`` jobs is still unanswered when its Erlang-``phases``
+    timeout of mean ``timeout_s`` fires), for each ``n`` in ``jobs_found``.
+
+    Its sojourn is ``max(n - servers + 1, 0)`` stages at rate ``servers * service_rate``
+    (the jobs ahead leaving) and then its own service at ``service_rate``; the timeout wins
+    the race of the two phase-type clocks (a small dynamic programme over stages left)."""
+    n = np.asarray(jobs_found, dtype=np.int64)
+    c, mu, k = servers, service_rate, phases
+    beta = k / timeout_s
+    ahead = np.maximum(n - c + 1, 0)
+    m_max = int(ahead.max(initial=0))
+    # w[m, j]: P(timeout first | m queue stages + own service left, j timeout stages left)
+    w = np.empty((m_max + 1, k + 1))
+    w[:, 0] = 1.0
+    w[0, 1:] = (beta / (mu + beta)) ** np.arange(1, k + 1)
+    a, b = c * mu / (c * mu + beta), beta / (c * mu + beta)
+    for m in range(1, m_max + 1):
+        for j in range(1, k + 1):
+            w[m, j] = a * w[m - 1, j] + b * w[m, j - 1]
+    return w[ahead, k]
+
+
+def _retry_allowed(p: np.ndarray, levels: int) -> np.ndarray:
+    """Share of doomed attempts at ``levels`` consecutive levels (the first of which can
+    retry) that may still retry, when each attempt is doomed with probability ``p``:
+    sum_{i<levels} p^i / sum_{i<=levels} p^i; 1 level can never retry."""
+    if levels <= 1:
+        return np.zeros_like(p)
+    powers = p[:, None] ** np.arange(levels)[None, :]
+    return powers[:, :-1].sum(axis=1) / powers.sum(axis=1)
+
+
+@dataclass
+class RetryCTMC:
+    """The chain and its answers. States are ``(jobs, retries)``, flattened as
+    ``jobs * (retry_limit + 1) + retries``; ``jobs`` and ``retries`` hold each state's
+    coordinates. Times are in seconds."""
+
+    params: dict
+    generator: object  # scipy.sparse.csr_matrix, rows sum to zero
+    jobs: np.ndarray
+    retries: np.ndarray
+    stationary: np.ndarray
+    boundary_mass: float  # stationary mass with retries == retry_limit
+    doom: np.ndarray = field(repr=False)  # doom probability per jobs found
+    _order: np.ndarray = field(repr=False, default=None)  # elimination order (small band)
+    _rank: np.ndarray = field(repr=False, default=None)  # its inverse permutation
+    _band_cache: tuple | None = field(repr=False, default=None)
+
+    @property
+    def states(self) -> int:
+        return int(self.jobs.size)
+
+    @property
+    def mean_jobs(self) -> float:
+        """Mean jobs at the node (queued and in service, abandoned ones included)."""
+        return float(self.stationary @ self.jobs)
+
+    @property
+    def mean_retries_pending(self) -> float:
+        return float(self.stationary @ self.retries)
+
+    def share(self, states) -> float:
+        """Stationary probability of a set of states (see :meth:`mask`)."""
+        return float(self.stationary[self.mask(states)].sum())
+
+    def mask(self, states) -> np.ndarray:
+        """A set of states as a boolean mask: a callable ``f(jobs, retries) -> bool array``,
+        a boolean mask, or an array of state indices."""
+        if callable(states):
+            out = np.asarray(states(self.jobs, self.retries), dtype=bool)
+        else:
+            arr = np.asarray(states)
+            if arr.dtype == bool:
+                out = arr
+            elif not np.issubdtype(arr.dtype, np.integer):
+                raise ValueError(f"states: expected a callable, a boolean mask or integer "
+                                 f"state indices, got {arr.dtype} values")
+            else:
+                out = np.zeros(self.states, dtype=bool)
+                out[arr.astype(np.int64)] = True
+        if out.shape != (self.states,):
+            raise ValueError(f"states: expected a mask of {self.states} states, got shape "
+                             f"{out.shape}")
+        if not out.any():
+            raise ValueError("states: the set is empty")
+        return out
+
+    def state(self, jobs: int, retries: int = 0) -> int:
+        """The index of state (jobs, retries)."""
+        k, r = self.params["capacity"], self.params["retry_limit"]
+        if not (0 <= jobs <= k and 0 <= retries <= r):
+            raise ValueError(f"state: jobs must be in [0, {k}] and retries in [0, {r}], got "
+                             f"({jobs}, {retries})")
+        return int(jobs * (r + 1) + retries)
+
+    def hitting_times(self, to_set) -> np.ndarray:
+        """Expected time (s) from every state to first enter ``to_set`` (0 inside it).
+
+        Solved by GTH elimination (:func:`_gth_hitting`), not a generic sparse LU: times of
+        10^15 s against rates of 10/s put LU's cancellation of near-equal diagonal terms far
+        past double precision (it returned negative times here); GTH only adds positive
+        numbers, so each time keeps its relative precision however large it is."""
+        target = self.mask(to_set)
+        band, bw = self._band
+        return _gth_hitting(band.copy(), bw, target[self._order])[self._rank]
+
+    @property
+    def _band(self):
+        if self._band_cache is None:
+            self._band_cache = _as_band(self.generator, self._order)
+        return self._band_cache
+
+    def first_passage(self, from_set, to_set) -> float:
+        """Expected time (s) to reach ``to_set`` starting in ``from_set``, the start drawn
+        from the stationary distribution restricted to ``from_set`` (one state: that state)."""
+        start = self.mask(from_set)
+        h = self.hitting_times(to_set)
+        weights = self.stationary[start]
+        if weights.sum() <= 0:
+            weights = np.ones(weights.size)
+        return float(h[start] @ weights / weights.sum())
+
+    def spectral_gap(self) -> float:
+        """The smallest ``-Re`` of the generator's nonzero eigenvalues (1/s): scipy's
+        ``eigs`` on ``P (Q + eps I)^-1 P`` with ``P = I - 1 pi^T``. The projection removes
+        the zero eigenvalue (right vector 1, left vector pi) that would otherwise dwarf the
+        others by 1/eps and cost them their precision; the tiny shift ``eps`` only keeps
+        the sparse LU regular. Eight eigenvalues nearest zero: the smallest ``|Re|`` need
+        not be the nearest."""
+        from scipy.sparse import identity
+        from scipy.sparse.linalg import LinearOperator, eigs, splu
+
+        size = self.states
+        scale = float(np.abs(self.generator.diagonal()).max())
+        if size <= 10:
+            ev = np.sort(np.abs(np.linalg.eigvals(self.generator.toarray()).real))
+            return float(ev[1])
+        eps = 1e-12 * scale
+        lu = splu((self.generator + eps * identity(size, format="csr")).tocsc())
+        pi = self.stationary
+
+        def apply(v):
+            v = np.asarray(v).ravel()
+            x = lu.solve(v - np.sum(pi * v))
+            return x - np.sum(pi * x)
+
+        op = LinearOperator((size, size), matvec=apply, dtype=float)
+        mu = eigs(op, k=min(8, size - 2), which="LM", return_eigenvectors=False)
+        lam = 1.0 / mu - eps
+        return float(np.min(np.abs(lam.real)))
+
+    def mixing_time(self) -> float:
+        """The relaxation time ``1 / spectral_gap`` (s): the time scale on which the chain
+        forgets its start (the slowest transient decays as ``exp(-t gap)``)."""
+        gap = self.spectral_gap()
+        return math.inf if gap <= 0 else 1.0 / gap
+
+
+def retry_generator(arrival_rate: float, service_rate: float, servers: int, queue_limit: int,
+                    timeout_s: float, max_attempts: int, phases: int = 16,
+                    on_timeout: str = "abandon", backoff_s: float = 0.0,
+                    backoff_max_s: float = 1.0, jitter: bool = True,
+                    retry_limit: int | None = None):
+    """The generator alone, unsolved (same arguments as :func:`retry_ctmc`): ``(Q, jobs,
+    retries, doom, params)``. Two calls that differ only in rates share one state space,
+    which is what a transient (a spike, a slowdown) evolves over."""
+    from scipy.sparse import coo_matrix
+
+    lam = as_positive("arrival_rate", arrival_rate)
+    mu = as_positive("service_rate", service_rate)
+    c = as_int("servers", servers, 1)
+    ql = as_int("queue_limit", queue_limit, 0)
+    tau = as_positive("timeout_s", timeout_s, allow_inf=True)
+    m_att = as_int("max_attempts", max_attempts, 1)
+    k_ph = as_int("phases", phases, 1)
+    if on_timeout not in ON_TIMEOUT:
+        raise ValueError(f"on_timeout: expected one of {', '.join(ON_TIMEOUT)}, got "
+                         f"{on_timeout!r} (keep_listening needs its own model: issue 34)")
+    b0 = as_nonnegative("backoff_s", backoff_s)
+    bmax = as_nonnegative("backoff_max_s", backoff_max_s)
+    if not isinstance(jitter, bool):
+        raise ValueError(f"jitter: expected true or false, got {jitter!r}")
+    cap = c + ql
+    rl = cap if retry_limit is None else as_int("retry_limit", retry_limit, 0)
+    if math.isinf(tau) or m_att == 1:
+        rl = 0  # nothing is ever retried: no pool to truncate
+    if cap * (rl + 1) > 2_000_000:
+        raise ValueError(f"retry_limit: {cap + 1} x {rl + 1} states is past 2,000,000; "
+                         "lower retry_limit or queue_limit")
+
+    levels = np.arange(1, max(m_att, 2))  # retry a follows attempt a (a < max_attempts)
+    backoffs = np.minimum(b0 * 2.0 ** (levels - 1), bmax) * (0.5 if jitter else 1.0)
+    mean_backoff = float(backoffs.mean()) if m_att > 1 else 0.0
+    theta = 0.0 if math.isinf(tau) else 1.0 / (tau + mean_backoff)
+
+    n = np.arange(cap + 1)
+    doom = (np.zeros(cap + 1) if math.isinf(tau) or m_att == 1
+            else doom_probability(n, c, mu, tau, k_ph))
+    first_retry = doom * (1.0 if m_att > 1 else 0.0)  # a first attempt may retry if M > 1
+    again = doom * _retry_allowed(doom, m_att - 1)  # a retry may retry once more
+
+    jobs = np.repeat(n, rl + 1)
+    rets = np.tile(np.arange(rl + 1), cap + 1)
+    idx = np.arange(jobs.size)
+    rows, cols, vals = [], [], []
+
+    def add(mask, dj, dr, rate):
+        src = idx[mask]
+        rr = np.minimum(rets[mask] + dr, rl)  # a token past the limit is lost
+        dst = (jobs[mask] + dj) * (rl + 1) + rr
+        keep = (rate > 0) & (dst != src)
+        rows.append(src[keep])
+        cols.append(dst[keep])
+        vals.append(np.broadcast_to(rate, src.shape)[keep])
+
+    room = jobs < cap
+    d1, d2 = first_retry[jobs], again[jobs]
+    add(room, 1, 1, lam * d1[room])  # a fresh attempt, doomed, will retry
+    add(room, 1, 0, lam * (1 - d1[room]))  # answered in time, or doomed with no retry left
+    orbit = rets * theta
+    add(room & (rets > 0), 1, 0, (orbit * d2)[room & (rets > 0)])  # retry, doomed again
+    add(room & (rets > 0), 1, -1, (orbit * (1 - d2))[room & (rets > 0)])
+    add(~room & (rets > 0), 0, -1, orbit[~room & (rets > 0)])  # a retry dropped
+    add(jobs > 0, -1, 0, (np.minimum(jobs, c) * mu)[jobs > 0])  # a service completion
+
+    r_, c_, v_ = (np.concatenate(x) for x in (rows, cols, vals))
+    size = jobs.size
+    off = coo_matrix((v_, (r_, c_)), shape=(size, size)).tocsr()
+    out_rate = np.asarray(off.sum(axis=1)).ravel()
+    from scipy.sparse import diags
+
+    q = (off - diags(out_rate)).tocsr()
+    params = {"arrival_rate": lam, "service_rate": mu, "servers": c, "queue_limit": ql,
+              "capacity": cap, "timeout_s": tau, "max_attempts": m_att, "phases": k_ph,
+              "on_timeout": on_timeout, "backoff_s": b0, "backoff_max_s": bmax,
+              "jitter": jitter, "retry_limit": rl, "retry_return_rate": theta}
+    return q, jobs, rets, doom, params
+
+
+def retry_ctmc(arrival_rate: float, service_rate: float, servers: int, queue_limit: int,
+               timeout_s: float, max_attempts: int, phases: int = 16,
+               on_timeout: str = "abandon", backoff_s: float = 0.0,
+               backoff_max_s: float = 1.0, jitter: bool = True,
+               retry_limit: int | None = None) -> RetryCTMC:
+    """Build and solve the chain (module docstring). ``backoff_s``/``backoff_max_s``/
+    ``jitter`` are ``mitigations.retries.backoff_ms``/``backoff_max_ms``/``jitter`` in
+    seconds (the mean backoff over retry levels enters the return delay);
+    ``timeout_s = inf`` means no deadline (then it is M/M/c/K). ``retry_limit`` truncates
+    pending retries (default: the capacity, servers + queue_limit)."""
+    q, jobs, rets, doom, params = retry_generator(
+        arrival_rate, service_rate, servers, queue_limit, timeout_s, max_attempts,
+        phases=phases, on_timeout=on_timeout, backoff_s=backoff_s,
+        backoff_max_s=backoff_max_s, jitter=jitter, retry_limit=retry_limit)
+    rl = params["retry_limit"]
+    # retries-major order: every transition moves at most one level of retries and one
+    # job, so the band is capacity + 2 wide (jobs-major would be retry_limit + 2)
+    order = np.lexsort((jobs, rets))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    band, bw = _as_band(q, order)
+    pi = _gth_stationary(band, bw)[rank]  # the last state kept: the fullest, most likely
+    boundary = float(pi[rets == rl].sum()) if rl > 0 else 0.0
+    if boundary > BOUNDARY_WARN:
+        warnings.warn(f"retry_limit: {boundary:.2g} of the stationary mass sits at the "
+                      f"truncation ({rl} pending retries); raise retry_limit",
+                      RetryCTMCWarning, stacklevel=2)
+    return RetryCTMC(params, q, jobs, rets, pi, boundary, doom, order, rank)
+
+
+def _as_band(q, order: np.ndarray) -> tuple[np.ndarray, int]:
+    """The off-diagonal rates of ``q``, states permuted to ``order``, as a band array
+    ``B[i, bw + j - i] = q[i, j]`` (the diagonal slot left zero: GTH never reads it)."""
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    coo = q.tocoo()
+    off = coo.row != coo.col
+    i, j, v = rank[coo.row[off]], rank[coo.col[off]], coo.data[off]
+    bw = int(np.abs(i - j).max(initial=1))
+    band = np.zeros((order.size, 2 * bw + 1))
+    band[i, bw + j - i] = v
+    return band, bw
+
+
+def _gth_forward(band: np.ndarray, bw: int, exit_: np.ndarray, rhs: np.ndarray | None,
+                 keep_cols: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Grassmann-Taksar-Heyman elimination of states 0, 1, ... in order, in place.
+
+    ``band[i, bw + j - i]`` holds the rate i -> j among the states still in play;
+    ``exit_`` the rate from each state to outside them (the target, for hitting times).
+    Eliminating state k folds ``N_ik N_kj / d_k`` into ``N_ij`` and ``N_ik e_k / d_k``
+    into ``e_i`` (and into ``rhs``), where ``d_k`` is recomputed as the sum of what is
+    left of row k plus ``e_k``: only positive terms are ever added, so there is no
+    cancellation however stiff the chain. Per pivot the touched block is a band x band
+    square, a strided view of the band (rows shifted by one place each), so each step
+    is one numpy outer product, not a Python loop over entries. Returns each pivot's
+    ``d_k`` and, with ``keep_cols``, the column ``N_{k+a,k}`` it had when eliminated."""
+    from numpy.lib.stride_tricks import as_strided
+
+    n = band.shape[0] - bw  # the last bw rows are zero padding
+    width = band.shape[1]
+    item = band.itemsize
+    flat = band.reshape(-1)
+    d = np.zeros(n)
+    cols = np.zeros((n, bw)) if keep_cols else None
+    for k in range(n):
+        # v[a, b] = band[k + a, bw + b - a] = rate (k + a) -> (k + b)
+        v = as_strided(flat[k * width + bw:], shape=(bw + 1, bw + 1),
+                       strides=((width - 1) * item, item), writeable=True)
+        row = v[0, 1:]
+        dk = row.sum() + exit_[k]
+        d[k] = dk
+        col = v[1:, 0].copy()
+        if keep_cols:
+            cols[k] = col
+        if dk <= 0.0 or not col.any():
+            continue
+        f = col / dk
+        v[1:, 1:] += np.outer(f, row)  # the diagonal slot picks up self-loops: never read
+        v[1:, 0] = 0.0
+        exit_[k + 1:k + 1 + bw] += f * exit_[k]  # both padded by bw: always bw long
+        if rhs is not None:
+            rhs[k + 1:k + 1 + bw] += f * rhs[k]
+    return d, cols
+
+
+def _padded(band: np.ndarray, bw: int) -> np.ndarray:
+    return np.vstack([band, np.zeros((bw, band.shape[1]))])
+
+
+def _gth_hitting(band: np.ndarray, bw: int, target: np.ndarray) -> np.ndarray:
+    """Mean hitting times of ``target`` (0 on it): d_i h_i - sum_j N_ij h_j = 1 outside the
+    target, by :func:`_gth_forward` and back-substitution (every term positive)."""
+    n = band.shape[0]
+    i, s = np.nonzero(band)
+    j = i + s - bw
+    into = target[j]
+    exit_ = np.bincount(i[into], weights=band[i[into], s[into]], minlength=n)
+    band = band.copy()
+    band[i[into], s[into]] = 0.0
+    band[target] = 0.0
+    exit_[target] = 1.0
+    rhs = np.where(target, 0.0, 1.0)
+    full = _padded(band, bw)
+    d, _ = _gth_forward(full, bw, np.concatenate([exit_, np.zeros(bw)]),
+                        rhs_full := np.concatenate([rhs, np.zeros(bw)]), False)
+    h = np.zeros(n + bw)
+    for k in range(n - 1, -1, -1):
+        if d[k] <= 0.0:
+            h[k] = np.inf
+            continue
+        h[k] = (rhs_full[k] + full[k, bw + 1:] @ h[k + 1:k + 1 + bw]) / d[k]
+    return h[:n]
+
+
+def _gth_stationary(band: np.ndarray, bw: int) -> np.ndarray:
+    """The stationary distribution by GTH: eliminate every state but the last (forward,
+    :func:`_gth_forward` with no exit), then pi_last = 1 and, backwards,
+    pi_k = sum_{i > k} pi_i N_ik / d_k with the columns kept at elimination. States that
+    reach no later state (d_k = 0) get probability 0."""
+    n = band.shape[0]
+    full = _padded(band, bw)
+    d, cols = _gth_forward(full, bw, np.zeros(n + bw), None, True)
+    pi = np.zeros(n + bw)
+    pi[n - 1] = 1.0
+    for k in range(n - 2, -1, -1):
+        if d[k] > 0.0:
+            pi[k] = cols[k] @ pi[k + 1:k + 1 + bw] / d[k]
+            if pi[k] > 1e200:  # relative to an unlikely last state: rescale, never overflow
+                pi[k:] *= 1e-200
+    pi = pi[:n]
+    return pi / pi.sum()

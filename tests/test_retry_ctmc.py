@@ -1,0 +1,135 @@
+"""The retry CTMC (relakit.analytic.retry_ctmc) against closed forms, its own limits and
+its speed; the comparison with the simulation is in tests/test_metastability.py."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from relakit.analytic import RetryCTMCWarning, retry_ctmc
+from relakit.analytic.retry_ctmc import doom_probability
+
+
+def mmck(lam: float, mu: float, c: int, cap: int) -> np.ndarray:
+    """M/M/c/K stationary distribution from the product formula (written here, not
+    taken from the module under test)."""
+    a = lam / mu
+    w = np.array([a ** n / math.factorial(n) if n <= c
+                  else a ** n / (math.factorial(c) * c ** (n - c)) for n in range(cap + 1)])
+    return w / w.sum()
+
+
+@pytest.mark.parametrize("lam,mu,c,ql", [(9.5, 10.0, 1, 100), (30.0, 4.0, 8, 20),
+                                         (3.0, 1.0, 2, 0)])
+def test_without_timeouts_it_is_mmck_to_1e10(lam, mu, c, ql):
+    m = retry_ctmc(lam, mu, c, ql, math.inf, 5)
+    assert m.states == c + ql + 1  # nothing is ever retried: no retry dimension
+    expect = mmck(lam, mu, c, c + ql)
+    assert np.abs(m.stationary - expect).max() < 1e-10
+    assert m.mean_jobs == pytest.approx(expect @ np.arange(c + ql + 1), abs=1e-9)
+    # one attempt only: timeouts make no retries, so it is M/M/c/K as well
+    one = retry_ctmc(lam, mu, c, ql, 0.5, 1)
+    assert np.abs(one.stationary - expect).max() < 1e-10
+
+
+def test_mm1k_first_passage_matches_the_birth_death_sum():
+    lam, mu, cap = 9.5, 10.0, 40
+    m = retry_ctmc(lam, mu, 1, cap - 1, math.inf, 1)
+    # E[T_{n -> n+1}] for a birth-death chain: sum_{i<=n} pi_i / (pi_n lam)
+    pi = mmck(lam, mu, 1, cap)
+    expect = sum(pi[: n + 1].sum() / (pi[n] * lam) for n in range(cap))
+    got = m.first_passage(lambda j, r: j == 0, lambda j, r: j == cap)
+    assert got == pytest.approx(expect, rel=1e-9)
+
+
+def test_doom_probability_converges_to_the_deterministic_timeout():
+    # one server: the sojourn of an attempt finding n jobs is Erlang(n + 1, mu)
+    from scipy.stats import poisson
+
+    n, mu, tau = np.arange(60), 10.0, 3.0
+    exact = poisson.cdf(n, mu * tau)  # P(Erlang(n+1, mu) > tau)
+    errs = [np.abs(doom_probability(n, 1, mu, tau, k) - exact).max() for k in (4, 64, 1024)]
+    assert errs[0] > errs[1] > errs[2] and errs[2] < 0.02
+
+
+def test_first_passage_converges_as_phases_grow():
+    """Worked example shrunk (30 places) so it runs in a test: the empty -> 27 jobs times
+    settle as the Erlang clock sharpens (the full-size table is in docs/performance.md)."""
+    times = []
+    for k in (4, 16, 64, 256):
+        m = retry_ctmc(9.5, 10.0, 1, 30, 1.0, 5, phases=k, retry_limit=100)
+        times.append(m.first_passage(lambda j, r: (j == 0) & (r == 0), lambda j, r: j >= 27))
+    steps = np.abs(np.diff(times))
+    assert steps[0] > steps[1] > steps[2]
+    assert steps[2] < 0.05 * times[-1]
+
+
+def test_worked_example_solves_in_under_five_seconds():
+    """Metafor's example: one server at 10/s, 9.5/s, 100 places, 3 s timeout, 4 retries
+    (= 5 attempts). Stationary solve, one first passage and the spectral gap."""
+    retry_ctmc(9.5, 10.0, 1, 20, 3.0, 5)  # compile (cached on disk)
+    cpu = time.process_time()
+    m = retry_ctmc(9.5, 10.0, 1, 100, 3.0, 5, phases=16)
+    up = m.first_passage(lambda j, r: (j == 0) & (r == 0), lambda j, r: j >= 90)
+    gap = m.spectral_gap()
+    cpu = time.process_time() - cpu
+    assert m.states == 102 * 102 and m.boundary_mass < 1e-12
+    assert 99 < m.mean_jobs < 100 and 10 < up < 1000 and gap > 0
+    assert cpu < 5.0, cpu
+
+
+def test_recovery_times_beyond_any_simulation_are_finite_and_positive():
+    m = retry_ctmc(9.5, 10.0, 1, 100, 3.0, 5, phases=16)
+    down = m.hitting_times(lambda j, r: (j <= 1) & (r == 0))
+    full = m.state(101, 0)
+    assert 1e12 < down[full] < np.inf  # LU gave negative times here; GTH cannot
+    assert (down >= 0).all() and down[m.state(0, 0)] == 0.0
+
+
+def test_spectral_gap_matches_dense_eigenvalues_on_a_small_chain():
+    m = retry_ctmc(5.0, 4.0, 2, 6, 0.8, 3, phases=2, retry_limit=12)
+    ev = np.linalg.eigvals(m.generator.toarray())
+    expect = np.sort(np.abs(ev.real))[1]
+    assert m.spectral_gap() == pytest.approx(expect, rel=1e-6)
+    assert m.mixing_time() == pytest.approx(1 / expect, rel=1e-6)
+
+
+def test_truncation_mass_is_reported_and_warned_about():
+    with pytest.warns(RetryCTMCWarning, match="retry_limit"):
+        small = retry_ctmc(9.5, 10.0, 1, 30, 1.0, 5, retry_limit=3)
+    assert small.boundary_mass > 1e-6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RetryCTMCWarning)
+        big = retry_ctmc(9.5, 10.0, 1, 30, 1.0, 5, retry_limit=120)
+    assert big.boundary_mass < 1e-6
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"arrival_rate": -1.0}, "arrival_rate"), ({"service_rate": 0.0}, "service_rate"),
+    ({"servers": 1.0}, "servers"), ({"queue_limit": -1}, "queue_limit"),
+    ({"timeout_s": 0.0}, "timeout_s"), ({"max_attempts": 0}, "max_attempts"),
+    ({"phases": 0}, "phases"), ({"on_timeout": "keep_listening"}, "on_timeout"),
+    ({"backoff_s": -0.1}, "backoff_s"), ({"jitter": "yes"}, "jitter"),
+    ({"retry_limit": 10 ** 6}, "retry_limit"),
+])
+def test_bad_inputs_are_refused_by_name(kwargs, name):
+    args = {"arrival_rate": 9.5, "service_rate": 10.0, "servers": 1, "queue_limit": 10,
+            "timeout_s": 1.0, "max_attempts": 3} | kwargs
+    with pytest.raises(ValueError, match=name) as err:
+        retry_ctmc(**args)
+    assert "\n" not in str(err.value)
+
+
+def test_sets_are_checked():
+    m = retry_ctmc(5.0, 10.0, 1, 5, 1.0, 2, retry_limit=5)
+    with pytest.raises(ValueError, match="empty"):
+        m.first_passage(lambda j, r: j == 0, lambda j, r: j > 99)
+    with pytest.raises(ValueError, match="state"):
+        m.state(7, 0)
+    with pytest.raises(ValueError, match="integer state indices"):
+        m.share(np.array([0.5, 1.5]))
+    assert m.share(np.array([0, 1])) == pytest.approx(m.stationary[:2].sum())
