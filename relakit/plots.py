@@ -54,6 +54,8 @@ PALETTE = {
     "lease": {"leader": "#2c7fb8", "down": "#fdae6b"},
     "search": {"trial": "#bab0ac", "Pareto front": "#263c5a", "incumbent": "#000000"},
     "slice": {"canary": "#17becf", "rest": "#263c5a"},
+    # a model's line drawn over a simulated map (the CTMC's 50 % recovery boundary)
+    "boundary": {"CTMC": "#00bfff"},
     # what is not data: a reference (baseline, zero line), notes and their rules, shading
     "neutral": {"reference": "#000000", "note": "#555555", "grid": "#e6e6e6",
                 "outage": "#e0e0e0", "shade": "#bdbdbd", "not significant": "#8c8c8c",
@@ -1838,15 +1840,17 @@ def basin_chart(cells: pl.DataFrame, boundary: pl.DataFrame | None, *, size_titl
     if cells.height <= 100:  # the counts, where a cell is large enough to hold them
         layers.append(alt.Chart(frame).mark_text(fontSize=9).encode(
             x=alt.X("size:Q"), y=alt.Y("duration_s:Q"), text="label:N",
-            color=alt.condition(alt.datum.p_recover < 0.5, alt.value("white"),
-                                alt.value("black"))))
+            color=alt.condition(alt.datum.p_recover < 0.5,
+                                alt.value(PALETTE["neutral"]["text light"]),
+                                alt.value(PALETTE["neutral"]["text dark"]))))
     if boundary is not None and boundary.height:
         line = ctmc_boundary(boundary).with_columns(
             pl.lit("CTMC: P(recover) = 0.5").alias("model"))
         enc = {"x": alt.X("size:Q"), "y": alt.Y("duration_s:Q"),
                "strokeDash": alt.StrokeDash("model:N", title=None,
                                             legend=alt.Legend(orient="bottom"))}
-        layers.append(alt.Chart(line).mark_line(color="#e15759", strokeWidth=3).encode(**enc))
+        layers.append(alt.Chart(line).mark_line(color=PALETTE["boundary"]["CTMC"],
+                                                strokeWidth=3).encode(**enc))
     head = alt.TitleParams(text=title, subtitle=subtitle or alt.Undefined)
     return alt.layer(*layers, title=head).properties(width=420, height=320)
 
