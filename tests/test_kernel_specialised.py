@@ -512,11 +512,13 @@ def test_the_loops_integers_stay_integers(make, simple, monkeypatch):
     """numba types an int64 and a uint64 that meet (an operator, or a variable assigned
     both) as float64, without a word: such a mix would turn an index or a counter into a
     float (slower, and inexact past 2**53). So every variable the plain specialisations
-    of the one loop name is a float in all of its assignments or in none."""
+    of the one loop name is a float in all of its assignments or in none; and the row
+    indices they convert where they index (kernel.ROW) are unsigned there."""
     loop = K.specialised(frozenset(), settled=True, simple=simple)
     _run(make(), True, records=True, steps=(2.0,), monkeypatch=monkeypatch)
-    types = assert_integers_stay_integers(loop, "simple" if simple else "settled", ())
-    assert {"j", "node", "c", "u"} <= set(types)
+    rows = ("jr", "nr", "cr", "jf", "tr", "orow", "r", "hu", "up")  # kernel.ROW's, the push's
+    types = assert_integers_stay_integers(loop, "simple" if simple else "settled", rows)
+    assert {"j", "node", "c", "u", "jr", "nr", "hu"} <= set(types)
 
 
 def assert_integers_stay_integers(loop, name, row_indices) -> dict:

@@ -138,6 +138,13 @@ SIMPLE = False
 # retries, moves). One name, not ``LEFTOVERS or HEDGING or RETRIES``: numba prunes a
 # branch on one constant, not on an expression of several
 RESENDS = True
+# derived too: how the loop converts a row index where it indexes (ROW: ``unsigned`` in the
+# settled and simple loops, ``as_is`` elsewhere). With a signed index numba adds a
+# negative-index fix-up (a sign test and an add of the length) to every access; the
+# plain loop held its rows unsigned (+6.7 % M/M/8, 0a18643). Converted at each access,
+# not in the variables' types: an int64 and a uint64 that meet become a float64 in numba
+# without a word (test_kernel_specialised reads the types). Only where the index is a
+# row: a value that may be -1 is converted after its test.
 
 # Index constants: each group is unpacked from 0, 1, 2, ...; the name after a group's
 # last member is its count (N_*), so adding one is one edit and nothing is counted by hand
@@ -342,6 +349,20 @@ def heap_push(ht, hk, isv, t, key):
         i = parent
     ht[i] = t
     hk[i] = key
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def unsigned(x):
+    """A row index as numba indexes fastest (see :data:`ROW`)."""
+    return np.uint64(x)
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def as_is(x):
+    return x
+
+
+ROW = as_is
 
 
 @njit(cache=True, error_model="numpy")
@@ -1132,11 +1153,11 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             # pop the heap's top: sift the last entry down from the root
             hn -= 1
             if hn > 0:
-                last_t = heap_t[hn]
-                last_k = heap_k[hn]
                 # unsigned positions: numba adds no negative-index fix-up to each access
-                i = U0
                 un = np.uint64(hn)
+                last_t = heap_t[un]
+                last_k = heap_k[un]
+                i = U0
                 while True:
                     c = i + i + U1
                     if c >= un:
@@ -1160,17 +1181,19 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             if not LEFTOVERS or kind == EV_DONE:  # a copy ends at its node: served, rejected
                 # or crashed (a plain stretch's only event: LEFTOVERS)
                 j = ident
-                if (job_i[j, JI_GEN] & GEN_MASK) != gen:
+                jr = ROW(j)
+                if (job_i[jr, JI_GEN] & GEN_MASK) != gen:
                     continue  # stale: the job was cancelled or voided
-                node = job_i[j, JI_NODE]
-                outcome = job_i[j, JI_OUTCOME]
+                node = job_i[jr, JI_NODE]
+                outcome = job_i[jr, JI_OUTCOME]
                 correct = 1
-                probe = PROBES and job_i[j, JI_CALL] < 0  # a correctness probe: its own dice
-                if not (LEFTOVERS or INTAKE) or job_i[j, JI_STATE] == J_SERVING:
-                    busy = node_i[node, NI_BUSY]
-                    node_f[node, NF_BUSY_AREA] += busy * (t - node_f[node, NF_LAST_T])
-                    node_f[node, NF_LAST_T] = t
-                    node_i[node, NI_BUSY] = busy - 1
+                probe = PROBES and job_i[jr, JI_CALL] < 0  # a correctness probe: its own dice
+                if not (LEFTOVERS or INTAKE) or job_i[jr, JI_STATE] == J_SERVING:
+                    nr = ROW(node)  # (a serving copy has one)
+                    busy = node_i[nr, NI_BUSY]
+                    node_f[nr, NF_BUSY_AREA] += busy * (t - node_f[nr, NF_LAST_T])
+                    node_f[nr, NF_LAST_T] = t
+                    node_i[nr, NI_BUSY] = busy - 1
                     touched[0] = node
                     n_touched = 1
                     outcome = OK
@@ -1201,13 +1224,13 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                             if not probe:
                                 node_c[node, NC_WRONG] += 1
                     # the server's latency histogram (Prometheus buckets, seconds)
-                    lat = t - job_f[j, JF_T_NODE]
+                    lat = t - job_f[jr, JF_T_NODE]
                     b = 0  # bounds below the latency (they increase), branch-free
                     for ib in range(n_bounds):
                         b += lat > bounds[ib]
                     if not probe:
-                        lat_b[node, b] += 1
-                        node_f[node, NF_LAT_SUM] += lat
+                        lat_b[nr, ROW(b)] += 1
+                        node_f[nr, NF_LAT_SUM] += lat
                 client = job_i[j, JI_CLIENT] if LEFTOVERS or DEADLINES else C_WAITING
                 if probe:
                     node_c[node, NC_PROBES] += 1
@@ -1215,18 +1238,18 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                         node_c[node, NC_PROBE_FAILURES] += 1
                 elif node >= 0:  # the server's own count
                     seen = TIMEOUT if (client == C_TIMED_OUT and outcome == OK) else outcome
-                    cnt[node, job_i[j, JI_TIER], seen] += 1
+                    cnt[ROW(node), ROW(job_i[jr, JI_TIER]), seen] += 1
                 if client == C_WAITING:
-                    res_c = job_i[j, JI_CALL]
+                    res_c = job_i[jr, JI_CALL]
                     res_outcome = outcome
                     res_node = node
                     res_hedge = job_i[j, JI_HEDGE] if HEDGING or LEFTOVERS else 0
                     res_correct = correct
                     res_degraded = job_i[j, JI_DEGRADED] if DEGRADED or LEFTOVERS else 0
                     res_job = j
-                job_i[j, JI_STATE] = J_FREE  # free the job; its timers are now stale
-                job_i[j, JI_GEN] += 1
-                job_free[job_free_n] = j
+                job_i[jr, JI_STATE] = J_FREE  # free the job; its timers are now stale
+                job_i[jr, JI_GEN] += 1
+                job_free[ROW(job_free_n)] = j
                 job_free_n += 1
             elif kind == EV_TIMEOUT:  # the client stops waiting for a copy
                 j = ident
@@ -1283,7 +1306,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 n_send = 1
         else:  # ---- a user request arrives
             usr_free_n -= 1
-            u = usr_free[usr_free_n]
+            u = usr_free[ROW(usr_free_n)]
             user_seq += 1
             in_flight += 1
             x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
@@ -1350,8 +1373,8 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                         RNG_ROUTING, 2], rng[RNG_ROUTING, 3]
                 for i in range(k):
                     call_free_n -= 1
-                    c = call_free[call_free_n]
-                    call_i[c, CL_USER] = u
+                    c = call_free[ROW(call_free_n)]
+                    call_i[ROW(c), CL_USER] = u
                     send[i, 0] = c
                     if not SIMPLE:  # (LEAN_CALL)
                         call_i[c, CL_ATTEMPTS] = 0
@@ -1377,10 +1400,11 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
         # ---- tail 1: a copy answered its call, or the client gave up on one
         if SIMPLE and res_c >= 0:  # its only copy; the job's row says it all (LEAN_CALL)
             c = res_c
-            call_i[c, CL_GEN] += 1
-            call_free[call_free_n] = c
+            cr = ROW(c)
+            call_i[cr, CL_GEN] += 1
+            call_free[ROW(call_free_n)] = c
             call_free_n += 1
-            fin_u = call_i[c, CL_USER]
+            fin_u = call_i[cr, CL_USER]
             fin_j = res_job  # (its row is intact until the send section reuses it)
         elif res_c >= 0:
             c = res_c
@@ -1488,10 +1512,11 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             u = fin_u
             in_flight -= 1
             if SIMPLE and fin_j >= 0:  # its job's row and LEAN_USER, LEAN_CALL say it all
-                t0 = job_f[fin_j, JF_T_NODE]  # (sent at its arrival)
-                tier = job_i[fin_j, JI_TIER]
-                demand_s = job_f[fin_j, JF_DEMAND]
-                crit = job_i[fin_j, JI_NODE]
+                jf = ROW(fin_j)
+                t0 = job_f[jf, JF_T_NODE]  # (sent at its arrival)
+                tier = job_i[jf, JI_TIER]
+                demand_s = job_f[jf, JF_DEMAND]
+                crit = job_i[jf, JI_NODE]
                 fanout_u = LEAN_END[0]
                 attempts = LEAN_END[1]
                 hedges = LEAN_END[2]
@@ -1508,11 +1533,12 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 degraded = usr_i[u, UI_DEGRADED]
                 wrong_u = usr_i[u, UI_WRONG]
             latency_ms = (t - t0) * 1000.0
-            fleet_c[tier * N_OUTCOMES + fin_outcome] += 1
+            tr, orow = ROW(tier), ROW(fin_outcome)
+            fleet_c[ROW(tier * N_OUTCOMES + fin_outcome)] += 1
             if degraded != 0:
                 fleet_c[F_DEGRADED] += 1
             if record:
-                r = n_rec
+                r = ROW(n_rec)
                 rec_f[r, 0] = t0
                 rec_f[r, 1] = latency_ms
                 rec_f[r, 2] = demand_s * 1000.0
@@ -1523,19 +1549,19 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 rec_i[r, 4] = attempts + hedges
                 rec_i[r, 5] = degraded
                 rec_i[r, 6] = 1 - wrong_u
-                n_rec = r + 1
+                n_rec += 1
             if t0 >= warmup:
-                tier_cnt[tier, fin_outcome] += 1
-                tier_ext[tier, TX_ATTEMPTS] += attempts
-                tier_ext[tier, TX_HEDGES] += hedges
-                tier_ext[tier, TX_DEGRADED] += degraded
+                tier_cnt[tr, orow] += 1
+                tier_ext[tr, TX_ATTEMPTS] += attempts
+                tier_ext[tr, TX_HEDGES] += hedges
+                tier_ext[tr, TX_DEGRADED] += degraded
                 if fin_outcome == OK:
-                    tier_ext[tier, TX_WRONG] += wrong_u
+                    tier_ext[tr, TX_WRONG] += wrong_u
                 if fin_outcome == OK or fin_outcome == ERROR:
-                    hist[tier, fin_outcome, hist_bin(latency_ms)] += 1
-                    lat_sum[tier, fin_outcome] += latency_ms
-            usr_i[u, UI_GEN] += 1
-            usr_free[usr_free_n] = u
+                    hist[tr, orow, ROW(hist_bin(latency_ms))] += 1
+                    lat_sum[tr, orow] += latency_ms
+            usr_i[ROW(u), UI_GEN] += 1
+            usr_free[ROW(usr_free_n)] = u
             usr_free_n += 1
 
         # ---- tail 3: send copies (first attempts, retries, hedges, failovers)
@@ -1546,15 +1572,16 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             j = send[i, 3] if RESENDS else -1
             if SIMPLE:  # a first attempt; the call's row stays unwritten (LEAN_CALL)
                 job_free_n -= 1
-                j = job_free[job_free_n]
-                job_i[j, JI_CALL] = c
-                job_i[j, JI_GEN] += 1
-                job_i[j, JI_CLIENT] = C_WAITING
-                job_i[j, JI_HEDGE] = 0
-                job_i[j, JI_TIER] = new_tier
-                job_i[j, JI_SIB] = -1
+                j = job_free[ROW(job_free_n)]
+                jr = ROW(j)
+                job_i[jr, JI_CALL] = c
+                job_i[jr, JI_GEN] += 1
+                job_i[jr, JI_CLIENT] = C_WAITING
+                job_i[jr, JI_HEDGE] = 0
+                job_i[jr, JI_TIER] = new_tier
+                job_i[jr, JI_SIB] = -1
                 fleet_c[F_ATTEMPTS] += 1
-                job_f[j, JF_DEMAND] = demand[i]
+                job_f[jr, JF_DEMAND] = demand[i]
             elif j < 0:  # a new copy of call c
                 job_free_n -= 1
                 j = job_free[job_free_n]
@@ -1609,9 +1636,10 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                         pend_t[n_pend] = t + hedge_delay
                         pend_k[n_pend] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
                         n_pend += 1
-            job_i[j, JI_NODE] = node
-            job_i[j, JI_DEGRADED] = 0
-            job_f[j, JF_T_NODE] = t
+            jr = ROW(j)  # (a row by now)
+            job_i[jr, JI_NODE] = node
+            job_i[jr, JI_DEGRADED] = 0
+            job_f[jr, JF_T_NODE] = t
             if RESENDS and node < 0:  # (a first attempt has one)
                 job_i[j, JI_STATE] = J_ENDING
                 isv[IS_HEAP_N] = hn  # HELPER_SYNC
@@ -1619,10 +1647,11 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 hn = isv[IS_HEAP_N]
                 continue
             # admission: refused (crashed), shed, throttled, queue full, or queued
-            tier = job_i[j, JI_TIER]
+            tier = job_i[jr, JI_TIER]
             tries = 0
             ex_stamp = -1
-            qlen = node_i[node, NI_QLEN]
+            nr = ROW(node)
+            qlen = node_i[nr, NI_QLEN]
             rejected = -1
             while INTAKE:
                 busy = node_i[node, NI_BUSY]
@@ -1667,62 +1696,81 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 end_now(isv, job_i, heap_t, heap_k, j, rejected, t)
                 hn = isv[IS_HEAP_N]
                 continue
-            job_i[j, JI_NEXT] = -1
-            tail = node_i[node, NI_QTAIL]
-            job_i[j, JI_PREV] = tail
-            if SIMPLE and tail < 0 and node_i[node, NI_BUSY] < node_i[node, NI_SERVERS]:
+            if INTAKE:
+                nr = ROW(node)  # (excess may have gone elsewhere)
+            job_i[jr, JI_NEXT] = -1
+            tail = node_i[nr, NI_QTAIL]
+            job_i[jr, JI_PREV] = tail
+            if SIMPLE and tail < 0 and node_i[nr, NI_BUSY] < node_i[nr, NI_SERVERS]:
                 direct = j  # no queue and a server idle: it starts below, never linked (its
                 # row then holds what it would after a link and a dequeue)
             else:  # link it at the queue's tail (FIFO)
-                job_i[j, JI_STATE] = J_QUEUED
+                job_i[jr, JI_STATE] = J_QUEUED
                 if tail >= 0:
-                    job_i[tail, JI_NEXT] = j
+                    job_i[ROW(tail), JI_NEXT] = j
                 else:
-                    node_i[node, NI_QHEAD] = j
-                node_i[node, NI_QTAIL] = j
-                node_i[node, NI_QLEN] = qlen + 1
-            touched[n_touched] = node
+                    node_i[nr, NI_QHEAD] = j
+                node_i[nr, NI_QTAIL] = j
+                node_i[nr, NI_QLEN] = qlen + 1
+            touched[ROW(n_touched)] = node
             n_touched += 1
 
         # ---- tail 4: start service where servers are free
         for i in range(n_touched):
             node = touched[i]
+            nr = ROW(node)
             while True:
                 if SIMPLE and direct >= 0:  # the copy just sent (see send)
                     j = direct
                     direct = -1
-                elif (node_i[node, NI_QLEN] > 0
-                      and node_i[node, NI_BUSY] < node_i[node, NI_SERVERS]):
-                    j = node_i[node, NI_QHEAD]  # dequeue
-                    nxt = job_i[j, JI_NEXT]
-                    node_i[node, NI_QHEAD] = nxt
+                elif (node_i[nr, NI_QLEN] > 0
+                      and node_i[nr, NI_BUSY] < node_i[nr, NI_SERVERS]):
+                    j = node_i[nr, NI_QHEAD]  # dequeue
+                    nxt = job_i[ROW(j), JI_NEXT]
+                    node_i[nr, NI_QHEAD] = nxt
                     if nxt >= 0:
-                        job_i[nxt, JI_PREV] = -1
+                        job_i[ROW(nxt), JI_PREV] = -1
                     else:
-                        node_i[node, NI_QTAIL] = -1
-                    node_i[node, NI_QLEN] -= 1
+                        node_i[nr, NI_QTAIL] = -1
+                    node_i[nr, NI_QLEN] -= 1
                 else:
                     break
-                job_i[j, JI_STATE] = J_SERVING
-                job_f[j, JF_T_START] = t
-                busy = node_i[node, NI_BUSY]
-                node_f[node, NF_BUSY_AREA] += busy * (t - node_f[node, NF_LAST_T])
-                node_f[node, NF_LAST_T] = t
-                node_i[node, NI_BUSY] = busy + 1
-                s = job_f[j, JF_DEMAND]
+                jr = ROW(j)
+                job_i[jr, JI_STATE] = J_SERVING
+                job_f[jr, JF_T_START] = t
+                busy = node_i[nr, NI_BUSY]
+                node_f[nr, NF_BUSY_AREA] += busy * (t - node_f[nr, NF_LAST_T])
+                node_f[nr, NF_LAST_T] = t
+                node_i[nr, NI_BUSY] = busy + 1
+                s = job_f[jr, JF_DEMAND]
                 if RESENDS and s < 0.0:  # a hedge's or a retry's: its own stream
                     if svc_kind == S_EXP:
                         s = exponential(rng, RNG_COPY_SERVICE, svc_a)
                     else:
                         s = draw_service(rng, RNG_COPY_SERVICE, svc_kind, svc_a, svc_b, svc_c)
-                    job_f[j, JF_DEMAND] = s
-                s *= node_f[node, NF_SLOWDOWN]
-                if DEGRADED and (degraded_mask >> job_i[j, JI_TIER]) & 1:
+                    job_f[jr, JF_DEMAND] = s
+                s *= node_f[nr, NF_SLOWDOWN]
+                if DEGRADED and (degraded_mask >> job_i[jr, JI_TIER]) & 1:
                     s *= svc_factor  # the cheaper path, at a loss of quality
-                    job_i[j, JI_DEGRADED] = 1
-                pend_t[n_pend] = t + s
-                pend_k[n_pend] = event_key(j, EV_DONE, job_i[j, JI_GEN])
-                n_pend += 1
+                    job_i[jr, JI_DEGRADED] = 1
+                if not RESENDS:  # (settled) the event set no other timer: onto the heap
+                    # now, sifted up at unsigned positions, not through pend and tail 5
+                    tp = t + s
+                    hu = np.uint64(hn)  # (names of their own: tail 5's are signed)
+                    hn += 1
+                    while hu > U0:
+                        up = (hu - U1) >> U1
+                        if heap_t[up] <= tp:
+                            break
+                        heap_t[hu] = heap_t[up]
+                        heap_k[hu] = heap_k[up]
+                        hu = up
+                    heap_t[hu] = tp
+                    heap_k[hu] = event_key(j, EV_DONE, job_i[jr, JI_GEN])
+                else:
+                    pend_t[n_pend] = t + s
+                    pend_k[n_pend] = event_key(j, EV_DONE, job_i[jr, JI_GEN])
+                    n_pend += 1
 
         # ---- tail 5: file the heap timers this event set, in the order set (sift up)
         for i in range(n_pend):
@@ -1807,6 +1855,7 @@ def specialised(features: frozenset, settled: bool = False, simple: bool = False
     if fn is None:
         body = digest_named(_ADVANCE_PY, f"{'+'.join(key) or 'plain'}-",
                             LEFTOVERS=not (settled or simple), SIMPLE=simple,
+                            ROW=unsigned if settled or simple else as_is,
                             RESENDS=not (settled or simple) or bool(
                                 {"hedging", "retries"} & set(names)),
                             **{f.upper(): f in names for f in FEATURES})

@@ -17,7 +17,8 @@ equal to the general loop's, bit for bit, but the per-event scratch ones,
 ``kernel.LEAN_CALL``).
 
 What the plain specialisations buy over the general loop is measured in
-docs/performance.md (unsigned-free, noalias, the lean rows, the direct start).
+docs/performance.md (rows indexed unsigned, completions pushed
+straight onto the heap, noalias, the lean rows, the direct start).
 
 :func:`plain_ok` says when they apply: the model and the flags use no
 mechanism (``kernel.features_of`` is empty), and nothing a mechanism left
