@@ -1,6 +1,6 @@
-"""The plain and mitigated loops compiled ahead of time (relakit.sim.aot): built by
-``make setup``, the same results as numba's bit for bit, such a run without numba,
-never stale."""
+"""The plain specialisations of the event loop and the mitigated loops compiled ahead
+of time (relakit.sim.aot): built by ``make setup``, the same results as numba's bit for
+bit, such a run without numba, never stale."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from test_kernel_specialised import (
 
 from relakit.scenario import load_scenario
 from relakit.sim import aot
+from relakit.sim import kernel as K
 from relakit.sim import mitigated as M
 from relakit.sim import plain as P
 from relakit.sim.fleet import Fleet
@@ -80,7 +81,8 @@ def test_built_loops_equal_numbas_bit_for_bit(make, records, monkeypatch):
     built, used_built = _fleet(sc, True, monkeypatch, records)
     jitted, used_jit = _fleet(sc, False, monkeypatch, records)
     assert used_built and all(s == module.advance_plain_simple for s, _ in used_built)
-    assert used_jit and all(s.py_func is P.advance_plain_simple.py_func for s, _ in used_jit)
+    simple = K.specialised(frozenset(), simple=True)
+    assert used_jit and all(s.py_func is simple.py_func for s, _ in used_jit)
     assert built.n_arrived > 10_000
     for part in ("st", "out"):
         x, y = getattr(built, part), getattr(jitted, part)
@@ -148,7 +150,8 @@ def test_a_build_for_other_sources_is_never_loaded(monkeypatch):
     assert aot.load() is not None
     monkeypatch.setattr(aot, "digest", lambda: "0123456789ab")
     assert aot.built_path() is None and aot.load() is None
-    assert P.loops() == (P.advance_plain_simple, P.advance_plain)
+    assert P.loops() == (K.specialised(frozenset(), simple=True),
+                         K.specialised(frozenset(), settled=True))
     assert M.loops() == (M.advance_mitigated, M.advance_mitigated_fanout)
 
 

@@ -51,9 +51,9 @@ print(type(key).__name__, caller(3) == kernel.event_key(3, 1, 2),
 
 def test_attributes_of_a_stand_in_are_the_dispatchers():
     out = _run("""
-from relakit.sim import plain
-simple = plain.advance_plain_simple
+from relakit.sim import kernel
+simple = kernel.specialised(frozenset(), simple=True)
 print(type(simple).__name__, simple.py_func.__globals__['SIMPLE'],
-      simple.py_func is plain.advance_plain_simple.py_func)
+      simple.py_func is kernel.specialised(frozenset(), simple=True).py_func)
 """)
     assert out == ["Deferred", "True", "True"]

@@ -135,7 +135,7 @@ def _assert_same(a, b, simple=False, one_call=True):
     """Every array equal, bit for bit, but the scratch ones and, with ``one_call``, the
     user rows of requests that ended in the one-call mitigated loop (free rows:
     LEAN_USER); with ``simple`` (the simple plain loop ran too), the call rows likewise
-    (plain.LEAN_CALL)."""
+    (kernel.LEAN_CALL)."""
     assert_same(a, b, lean=True if simple else (("usr_i", "usr_f") if one_call else ()))
 
 

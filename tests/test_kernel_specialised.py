@@ -1,5 +1,5 @@
-"""The plain kernel (relakit.sim.plain) and the specialised kernels
-(relakit.sim.kernel.specialised) change speed, never results.
+"""The specialisations of the event loop (relakit.sim.kernel.specialised: the plain
+ones relakit.sim.plain chooses, and any set of mechanisms) change speed, never results.
 
 A scenario runs through the fast kernel and through the general kernel (every
 mechanism compiled in, configured off where the scenario does not use it):
@@ -103,7 +103,7 @@ def test_each_combination_has_its_own_name():
     assert np.all([f in K.FEATURES for f in ("hedging", "intake", "errors")])
 
 
-# ---- the plain kernel (relakit.sim.plain) ----------------------------------------------
+# ---- the plain specialisations (relakit.sim.plain) ----------------------------------------------
 def _p_single():
     return make_scenario(rate=700, duration=20, servers=8)
 
@@ -165,7 +165,8 @@ def _run(sc, plain, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeyp
 
     monkeypatch.setattr(Fleet, "specialise", plain)
     monkeypatch.setattr(fleet_module, "run_plain", counting(P.run_plain, "plain"))
-    monkeypatch.setattr(P, "advance_plain_simple", counting(P.advance_plain_simple, "simple"))
+    simple, settled = P.loops()
+    monkeypatch.setattr(P, "loops", lambda: (counting(simple, "simple"), settled))
     monkeypatch.setattr(fleet_module, "run_mitigated", counting(M.run_mitigated, "mitigated"))
     monkeypatch.setattr(M, "advance_mitigated_fanout",
                         counting(M.advance_mitigated_fanout, "fanout"))
@@ -181,7 +182,7 @@ def _run(sc, plain, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeyp
 
 
 # The simple loop writes no call or user row for the requests it admits while they live
-# (plain.LEAN_CALL, LEAN_USER; lean_rows writes the live ones back): rows free at the end may
+# (kernel.LEAN_CALL, LEAN_USER; lean_rows writes the live ones back): rows free at the end may
 # hold an older request's values there. Per pool array: its free list, free count, and
 # the generation column that must still count every reuse.
 LEAN_POOLS = {"usr_i": ("usr_free", K.IS_USR_FREE_N, K.UI_GEN),
@@ -325,19 +326,25 @@ def test_plain_ok_says_no_while_a_mechanism_or_its_leftovers_are_about():
     assert not P.plain_ok(hedged.cfg, hedged.st)
 
 
-def test_plain_kernel_parameters_are_the_named_fields():
-    names = list(inspect.signature(P.advance_plain.py_func).parameters)
-    assert len(names) == len(P.CFG_ARGS) + len(P.STATE_ARGS) + len(P.OUT_ARGS) + 1
-    assert set(P.CFG_ARGS) <= set(K.Config._fields)
-    assert set(P.STATE_ARGS) <= set(K.State._fields)
-    assert set(P.OUT_ARGS) <= set(K.Output._fields)
-    # its cache entries are named by a digest of the modules it inlines, and the simple
-    # specialisation (SIMPLE a compile-time True) by that too
+def test_plain_loops_are_specialisations_of_the_one_loop():
+    """The plain loops are kernel.advance's code (the fields of Config, State and Output,
+    then t_end), compiled with every mechanism off and LEFTOVERS (and, simple, SIMPLE)
+    as constants, under cache names carrying them and the digest of what they inline."""
+    simple, settled = K.specialised(frozenset(), simple=True), K.specialised(
+        frozenset(), settled=True)
+    names = list(inspect.signature(settled.py_func).parameters)
+    assert names == [*K.Config._fields, *K.State._fields, *K.Output._fields, "t_end"]
+    assert simple.py_func.__code__ is settled.py_func.__code__ is K.advance.py_func.__code__
     digest = cachename.digest()
-    assert P.advance_plain.py_func.__qualname__ == f"advance_plain[{digest}]"
-    assert P.advance_plain_simple.py_func.__qualname__ == f"advance_plain[simple-{digest}]"
-    assert P.advance_plain_simple.py_func.__globals__["SIMPLE"] is True
-    assert P.advance_plain.py_func.__globals__["SIMPLE"] is False
+    assert settled.py_func.__qualname__ == f"advance[settled-{digest}]"
+    assert simple.py_func.__qualname__ == f"advance[settled+simple-{digest}]"
+    for fn, is_simple in ((simple, True), (settled, False)):
+        scope = fn.py_func.__globals__
+        assert scope["SIMPLE"] is is_simple and scope["LEFTOVERS"] is False
+        assert not any(scope[f.upper()] for f in K.FEATURES)
+    assert K.advance.py_func.__globals__["LEFTOVERS"] is True
+    with pytest.raises(ValueError, match="runs no mechanism"):
+        K.specialised(frozenset({"hedging"}), settled=True)
 
 
 def test_simple_loop_compiles_without_the_helpers_it_never_calls():
@@ -348,8 +355,9 @@ def test_simple_loop_compiles_without_the_helpers_it_never_calls():
     fleet = Fleet(load_scenario(_p_single()))
     assert P.simple_ok(fleet.cfg, fleet.st)
     fleet.advance(1.0)
-    sig = P.advance_plain_simple.signatures[0]
-    fresh = njit(error_model="numpy")(P._body(P.advance_plain.py_func, simple=True))
+    simple = K.specialised(frozenset(), simple=True)
+    sig = simple.signatures[0]
+    fresh = njit(error_model="numpy")(cachename.digest_named(simple.py_func, "fresh-"))
     fresh.compile(sig)
     ir = fresh.inspect_llvm(sig)
     assert "sample_node" in ir and "hist_bin" in ir  # the check can see the helpers it calls
@@ -425,26 +433,25 @@ def test_simple_loop_writes_back_the_rows_of_live_requests(monkeypatch):
     st = fast.st
     live = np.flatnonzero(st.job_i[:, K.JI_STATE] != K.J_FREE)
     rows = (st.job_i, st.job_f, st.call_i, st.call_f, st.usr_i, st.usr_f)
-    assert live.size > 0 and P.lean_rows(*rows, False) and P.simple_ok(fast.cfg, st)
+    assert live.size > 0 and K.lean_rows(*rows, False) and P.simple_ok(fast.cfg, st)
     c = st.job_i[live[0], K.JI_CALL]
     st.call_i[c, K.CL_HEDGES] = 1  # as after a cancelled hedge
-    assert P.plain_ok(fast.cfg, st) and not P.lean_rows(*rows, False)
+    assert P.plain_ok(fast.cfg, st) and not K.lean_rows(*rows, False)
     # ... the simple loop then declines (before any write), and the plain loop runs
     before = {name: getattr(st, name).copy() for name in st._fields}
-    args = [getattr(fast.cfg, a) for a in P.CFG_ARGS] + [getattr(st, a) for a in P.STATE_ARGS]
-    args += [getattr(fast.out, a) for a in P.OUT_ARGS] + [13.0]
-    assert P.advance_plain_simple(*args) == P.ROWS_NOT_LEAN
+    simple = K.specialised(frozenset(), simple=True)
+    assert simple(*fast.cfg, *st, *fast.out, 13.0) == K.ROWS_NOT_LEAN
     for name in st._fields:
         np.testing.assert_array_equal(getattr(st, name), before[name], err_msg=name)
     fast.advance(13.0)
     st = fast.st  # (it may have grown)
     rows = (st.job_i, st.job_f, st.call_i, st.call_f, st.usr_i, st.usr_f)
     assert fast.now == 13.0  # (the request has ended: the plain loop wrote its rows in full)
-    assert st.call_i[c, K.CL_GEN] > before["call_i"][c, K.CL_GEN] and P.lean_rows(*rows, False)
+    assert st.call_i[c, K.CL_GEN] > before["call_i"][c, K.CL_GEN] and K.lean_rows(*rows, False)
     c = st.job_i[np.flatnonzero(st.job_i[:, K.JI_STATE] != K.J_FREE)[0], K.JI_CALL]
     u = st.call_i[c, K.CL_USER]
     st.usr_f[u, K.UF_T_ARRIVAL] -= 0.5  # as a request moved to another node after arriving
-    assert not P.lean_rows(*rows, False)
+    assert not K.lean_rows(*rows, False)
 
 
 
@@ -460,9 +467,8 @@ def test_simple_loop_declines_a_fleet_with_a_node_it_may_not_route_to(monkeypatc
     st.node_i[1, K.NI_ROUTABLE] = 0  # (as an isolation would, between calls)
     assert not P.simple_ok(fleet.cfg, st) and P.plain_ok(fleet.cfg, st)
     before = {name: getattr(st, name).copy() for name in st._fields}
-    args = [getattr(fleet.cfg, a) for a in P.CFG_ARGS] + [getattr(st, a) for a in P.STATE_ARGS]
-    args += [getattr(fleet.out, a) for a in P.OUT_ARGS] + [6.0]
-    assert P.advance_plain_simple(*args) == P.ROWS_NOT_LEAN
+    simple = K.specialised(frozenset(), simple=True)
+    assert simple(*fleet.cfg, *st, *fleet.out, 6.0) == K.ROWS_NOT_LEAN
     routing = {"is_": [K.IS_N_ELIGIBLE, K.IS_EQUAL_WEIGHTS], "fs": [K.FS_WRR_TOTAL],
                "node_f": [K.NF_CUM]}  # (the summary prepare_routing recounts on every entry)
     for name in st._fields:
@@ -501,23 +507,19 @@ def _variable_types(dispatcher) -> dict:
     return types
 
 
-# the loops' row indices (advance_plain: unsigned, so that numba adds no negative-index
-# fix-up to each array access with them)
-ROW_INDICES = ("j", "node", "c", "u", "jf", "direct", "hi", "parent", "un", "r", "outcome")
-
-
-@pytest.mark.parametrize(("make", "name"), [(_p_single, "advance_plain_simple"),
-                                           (_p_fleet, "advance_plain")])
-def test_the_loops_integers_stay_integers_and_index_rows_unsigned(make, name, monkeypatch):
+@pytest.mark.parametrize(("make", "simple"), [(_p_single, True), (_p_fleet, False)],
+                         ids=["simple", "settled"])
+def test_the_loops_integers_stay_integers(make, simple, monkeypatch):
     """numba types an int64 and a uint64 that meet (an operator, or a variable assigned
-    both) as float64, without a word: with unsigned row indices in the loops, such a mix
-    is one edit away, and would turn an index or a counter into a float (slower, and
-    inexact past 2**53). So every variable a loop names is a float in all of its
-    assignments or in none, and the row indices are unsigned."""
-    loop = getattr(P, name)
+    both) as float64, without a word: such a mix would turn an index or a counter into a
+    float (slower, and inexact past 2**53). So every variable the plain specialisations
+    of the one loop name is a float in all of its assignments or in none; and the row
+    indices they convert where they index (kernel.ROW) are unsigned there."""
+    loop = K.specialised(frozenset(), settled=True, simple=simple)
     _run(make(), True, records=True, steps=(2.0,), monkeypatch=monkeypatch)
-    types = assert_integers_stay_integers(loop, name, ROW_INDICES)
-    assert {"j", "node", "c", "u"} <= set(types)
+    rows = ("jr", "nr", "cr", "jf", "tr", "orow", "r", "hu", "up")  # kernel.ROW's, the push's
+    types = assert_integers_stay_integers(loop, "simple" if simple else "settled", rows)
+    assert {"j", "node", "c", "u", "jr", "nr", "hu"} <= set(types)
 
 
 def assert_integers_stay_integers(loop, name, row_indices) -> dict:

@@ -1,6 +1,7 @@
-"""Compile the plain and mitigated loops ahead of time (``make setup`` runs it after
-warming the kernel cache; relakit.sim.aot says why and how). A no-op when the build
-for the current sources is on disk; ``--force`` rebuilds.
+"""Compile the plain specialisations of the event loop and the mitigated loops ahead of
+time (``make setup`` runs it after warming the kernel cache; relakit.sim.aot says why
+and how). A no-op when the build for the current sources is on disk; ``--force``
+rebuilds.
 
 The loops' argument types are numba's own, from a small plain and a small mitigated
 run through numba's loops (loaded from the warm cache): every scenario gives them the
@@ -16,7 +17,8 @@ from pathlib import Path
 from warm_kernel_cache import MITIGATED, PLAIN  # (tools/: the warm cache's scenarios)
 
 import relakit
-from relakit.sim import aot, mitigated, plain
+from relakit.sim import aot, mitigated
+from relakit.sim import kernel as K
 
 
 def signature(loop, scenario):
@@ -31,10 +33,12 @@ def main() -> None:
     force = "--force" in sys.argv[1:]
     if aot.built_path() is not None and not force:
         return
-    plain_sig = signature(plain.advance_plain_simple, PLAIN)
+    simple = K.specialised(frozenset(), simple=True)  # (relakit.sim.plain.loops)
+    settled = K.specialised(frozenset(), settled=True)
+    plain_sig = signature(simple, PLAIN)
     mitigated_sig = signature(mitigated.advance_mitigated, MITIGATED)
-    path = aot.build({"advance_plain_simple": (plain.advance_plain_simple, plain_sig),
-                      "advance_plain": (plain.advance_plain, plain_sig),
+    path = aot.build({"advance_plain_simple": (simple, plain_sig),
+                      "advance_plain": (settled, plain_sig),
                       "advance_mitigated": (mitigated.advance_mitigated, mitigated_sig),
                       "advance_mitigated_fanout": (mitigated.advance_mitigated_fanout,
                                                    mitigated_sig)},

@@ -251,10 +251,11 @@ class Fleet:
 
     def _kernel(self, t_s: float):
         """(kernel, time to run it to, whether a fault-schedule change is then due) for the
-        next stretch. Three kernels: the small plain loop (relakit.sim.plain: no mechanism
-        this stretch may meet, nothing one left pending), the lean mitigated loops
-        (relakit.sim.mitigated: hedging with a fixed delay, deadlines, retries, node
-        errors, or what they left pending) and the general one. A fault-schedule change in a
+        next stretch. Three kernels: the plain specialisations of the event loop
+        (relakit.sim.plain: no mechanism this stretch may meet, nothing one left
+        pending), the lean mitigated loops (relakit.sim.mitigated: hedging with a fixed
+        delay, deadlines, retries, node errors, or what they left pending) and the
+        general one. A fault-schedule change in a
         stretch the mitigated loop may run (its faults crash nothing) splits it: the loop
         runs to the double before the change (the general kernel takes a change before
         any event at its time), the change is applied in Python (``K.schedule_step``),
@@ -321,7 +322,7 @@ class Fleet:
 
     def _check_disjoint(self) -> None:
         """Raise unless the configuration, state and output arrays are pairwise disjoint in
-        memory. The plain loops are compiled with numba's ``noalias`` (relakit.sim.plain:
+        memory. The plain loops are compiled with numba's ``noalias`` (kernel.specialised:
         LLVM keeps loaded values across stores to other arrays), so two arrays sharing
         memory would give wrong numbers silently. Checked where the arrays are made (here
         and after a growth), not per kernel call: ~50 us."""

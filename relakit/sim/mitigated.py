@@ -33,7 +33,7 @@ import math
 import numpy as np
 
 from relakit.jit import njit, register_jitable
-from relakit.sim import aot, plain
+from relakit.sim import aot
 from relakit.sim import kernel as K
 from relakit.sim.cachename import digest_named
 from relakit.sim.kernel import (
@@ -74,12 +74,13 @@ LEAN_USER = ((K.UI_REMAINING, 1), (K.UI_WORST, K.OK), (K.UI_CRIT, -1), (K.UI_FAN
 # advance_mitigated's parameters, in order (run_mitigated picks them out by name): the
 # plain loop's configuration and outputs; its state with the rings' keys, the heap timers
 # an event sets (pend_*) and, for the fan-out loop, the copies to send
-CFG_ARGS = plain.CFG_ARGS
+CFG_ARGS = ("cfg_f", "cfg_i", "tier_cum", "rate_t", "rate_v", "buckets", "phase")
 STATE_ARGS = ("fs", "is_", "rng", "node_i", "node_f", "node_c", "cnt", "lat_b", "fleet_c",
               "budget", "job_i", "job_f", "job_free", "usr_i", "usr_f", "usr_free", "call_i",
               "call_f", "call_free", "heap_t", "heap_k", "tq_t", "tq_k", "tq_n", "scratch",
               "send", "pend_t", "pend_k", "demand")
-OUT_ARGS = plain.OUT_ARGS
+OUT_ARGS = ("metrics", "sample_t", "fleet", "fleet_t", "rec_f", "rec_i", "hist", "tier_cnt",
+            "tier_ext", "lat_sum")
 
 
 def mitigated_allowed(cfg: K.Config, st: K.State) -> bool:
