@@ -21,7 +21,7 @@ digest-named copies included), for the argument types numba gives them, with num
 for them (``noalias`` and numpy's error model: pycc's own pipeline sets neither, so
 :func:`build` hands them to it, see :func:`_loop_flags`). The plain loops ran no
 faster with them (A/B, 7 rounds: M/M/8 0.98-1.01x, 50 nodes 1.00-1.01x); the
-mitigated loop runs 2.6 % faster with ``noalias`` under numba. ``tests/test_aot.py``
+lean mitigated ones ran 2.6 % faster with ``noalias`` under numba. ``tests/test_aot.py``
 compares every output array of both on several scenarios, bit for bit.
 
 Never stale: the module's name carries a digest of every file its code comes from

@@ -953,8 +953,8 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     locals, written back where a helper reads them (HELPER_SYNC) and on return.
 
     Its parameters are the fields of :class:`Config`, :class:`State` and
-    :class:`Output` in order, then ``t_end`` (:func:`run` unpacks them), as the plain and
-    mitigated loops take theirs; so are its rare paths' helpers'.
+    :class:`Output` in order, then ``t_end`` (:func:`run` unpacks them), in every
+    specialisation (general, plain, lean mitigated); so are its rare paths' helpers'.
     """
     isv = is_
     bounds = buckets
