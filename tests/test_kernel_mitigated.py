@@ -4,7 +4,7 @@ Each scenario runs through the kernels ``Fleet.advance`` picks (plain, mitigated
 general) and through the general kernel alone, in several calls: every state and
 output array must be identical, bit for bit, but one event's scratch arrays
 (``plain.SCRATCH``) and the user rows the mitigated loop leaves unwritten for
-requests that ended in it (``mitigated.LEAN_USER``: compared on the live rows and the
+requests that ended in it (``kernel.LEAN_USER``: compared on the live rows and the
 generation column). Each also checks that the mitigated loop really ran, and that the
 mechanisms it stands in for did something, so the equality is not vacuous.
 """
@@ -337,41 +337,32 @@ def test_a_schedule_without_crashes_due_at_start_is_applied_in_python(monkeypatc
         K.schedule_step(crashing.cfg, crashing.st)
 
 
-# the loop's row indices: unsigned, so that numba adds no negative-index fix-up
-ROW_INDICES = ("j", "jj", "node", "c", "u", "hi", "hp", "parent", "un", "r", "ident", "send_c",
-               "send_node", "res_c", "res_job", "fin_u", "fin_tier", "fin_o")
-
-
 @pytest.mark.parametrize(("make", "name"), [(_m_fleet, "advance_mitigated"),
                                            (_m_fanout, "advance_mitigated_fanout")])
-def test_the_loops_integers_stay_integers_and_index_rows_unsigned(make, name, monkeypatch):
-    """As for the plain loops (test_kernel_specialised): no variable is typed both float
-    and integer (an int64 meeting a uint64 becomes a float64 in numba, without a word),
-    and the row indices are unsigned."""
-    loop = getattr(M, name)
+def test_the_loops_integers_stay_integers(make, name, monkeypatch):
+    """As for the plain specialisations (test_kernel_specialised): no variable of the lean
+    specialisations is typed both float and integer (an int64 meeting a uint64 becomes a
+    float64 in numba, without a word)."""
+    loop = getattr(M, name)()
     _run(make(), True, steps=(2.0,), monkeypatch=monkeypatch)
-    types = assert_integers_stay_integers(loop, name, ROW_INDICES)
-    assert set(ROW_INDICES) <= set(types)  # (every one checked)
+    types = assert_integers_stay_integers(loop, name, ())
+    assert {"j", "node", "c", "u", "fin_u"} <= set(types)  # (parsed)
 
 
-def test_mitigated_loop_parameters_are_the_named_fields():
-    import inspect
-
+def test_the_lean_loops_are_specialisations_of_the_one_loop():
+    """The mitigated loops are kernel.advance's code under the lean constants: the four
+    mechanisms on and no other, ONE_CALL for requests of one call, each cached under a
+    name carrying them and the digest of what it inlines."""
     from relakit.sim import cachename
 
-    params = list(inspect.signature(M.advance_mitigated.py_func).parameters)
-    names = [*M.CFG_ARGS, *M.STATE_ARGS, *M.OUT_ARGS, "t_end"]
-    assert len(params) == len(names)
-    assert set(M.CFG_ARGS) <= set(K.Config._fields)
-    assert set(M.STATE_ARGS) <= set(K.State._fields)
-    assert set(M.OUT_ARGS) <= set(K.Output._fields)
-    # parameters named as their fields keep those names (the rest are renamed locals)
-    renamed = {"bounds": "buckets", "isv": "is_", "touched": "scratch"}
-    assert [renamed.get(p, p) for p in params] == names
-    # each loop is cached under a name carrying ONE_CALL and the digest of what it inlines
+    one_call, fanout = M.advance_mitigated(), M.advance_mitigated_fanout()
+    assert one_call.py_func.__code__ is K._ADVANCE_PY.__code__
+    assert fanout.py_func.__code__ is K._ADVANCE_PY.__code__
     digest = cachename.digest()
-    assert M.advance_mitigated.py_func.__qualname__ == f"advance_mitigated[{digest}]"
-    assert (M.advance_mitigated_fanout.py_func.__qualname__
-            == f"advance_mitigated[fanout-{digest}]")
-    assert M.advance_mitigated.py_func.__globals__["ONE_CALL"] is True
-    assert M.advance_mitigated_fanout.py_func.__globals__["ONE_CALL"] is False
+    mechanisms = "hedging+deadlines+retries+errors"
+    assert one_call.py_func.__qualname__ == f"advance[{mechanisms}+lean+one_call-{digest}]"
+    assert fanout.py_func.__qualname__ == f"advance[{mechanisms}+lean-{digest}]"
+    for loop, one in ((one_call, True), (fanout, False)):
+        g = loop.py_func.__globals__
+        assert g["ONE_CALL"] is one and g["LEFTOVERS"] is True
+        assert {f for f in K.FEATURES if g[f.upper()]} == set(M.MECHANISMS)

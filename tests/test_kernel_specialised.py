@@ -168,8 +168,8 @@ def _run(sc, plain, records=True, steps=(5.0, 12.5, 20.0), between=None, monkeyp
     simple, settled = P.loops()
     monkeypatch.setattr(P, "loops", lambda: (counting(simple, "simple"), settled))
     monkeypatch.setattr(fleet_module, "run_mitigated", counting(M.run_mitigated, "mitigated"))
-    monkeypatch.setattr(M, "advance_mitigated_fanout",
-                        counting(M.advance_mitigated_fanout, "fanout"))
+    one_call, fanout = M.loops()
+    monkeypatch.setattr(M, "loops", lambda: (one_call, counting(fanout, "fanout")))
     monkeypatch.setattr(K, "advance", counting(general_advance, "general"))
     calls["plain_by_step"], calls["by_step"] = [], []
     for t in steps:

@@ -1,4 +1,4 @@
-"""Compile the plain specialisations of the event loop and the mitigated loops ahead of
+"""Compile the plain and lean mitigated specialisations of the event loop ahead of
 time (``make setup`` runs it after warming the kernel cache; relakit.sim.aot says why
 and how). A no-op when the build for the current sources is on disk; ``--force``
 rebuilds.
@@ -36,12 +36,12 @@ def main() -> None:
     simple = K.specialised(frozenset(), simple=True)  # (relakit.sim.plain.loops)
     settled = K.specialised(frozenset(), settled=True)
     plain_sig = signature(simple, PLAIN)
-    mitigated_sig = signature(mitigated.advance_mitigated, MITIGATED)
+    one_call, fanout = mitigated.advance_mitigated(), mitigated.advance_mitigated_fanout()
+    mitigated_sig = signature(one_call, MITIGATED)
     path = aot.build({"advance_plain_simple": (simple, plain_sig),
                       "advance_plain": (settled, plain_sig),
-                      "advance_mitigated": (mitigated.advance_mitigated, mitigated_sig),
-                      "advance_mitigated_fanout": (mitigated.advance_mitigated_fanout,
-                                                   mitigated_sig)},
+                      "advance_mitigated": (one_call, mitigated_sig),
+                      "advance_mitigated_fanout": (fanout, mitigated_sig)},
                      force=force)
     if path is not None:
         root = Path(aot.__file__).parents[2]

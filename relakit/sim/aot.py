@@ -1,4 +1,4 @@
-"""The plain and mitigated loops compiled ahead of time: such a run never imports numba.
+"""The plain and lean mitigated specialisations compiled ahead of time: no numba needed.
 
 Why: a warm start (a fresh process loading the cached kernels: every test, sweep
 worker, notebook kernel and CLI call) spent most of its time on numba itself, not
@@ -6,22 +6,22 @@ on relakit. Measured here (2-core VM, fresh processes, 3 runs): numpy 0.13 s,
 polars 0.25 s, ``import numba`` 0.34 s, numba's CPU target set-up 0.54 s (its
 lowering registries, and scipy.linalg, imported by ``numba.np.arraymath`` to look
 for a BLAS), loading the cached loop 0.04 s, the run itself 0.01 s. numba's
-``pycc`` compiles the two plain loops (:mod:`relakit.sim.plain`) and the two lean
-mitigated loops (:mod:`relakit.sim.mitigated`) into a CPython extension module that
-needs no numba to load (numpy only): ``make setup`` builds it
-(``tools/build_aot.py``) after warming numba's cache, and
-:func:`relakit.sim.plain.loops` and :func:`relakit.sim.mitigated.loops` call it when it
+``pycc`` compiles the two plain specialisations of ``kernel.advance``
+(:mod:`relakit.sim.plain`) and its two lean mitigated ones
+(:mod:`relakit.sim.mitigated`) into a CPython extension module that needs no numba to
+load (numpy only): ``make setup`` builds it (``tools/build_aot.py``) after warming numba's
+cache, and :func:`relakit.sim.plain.loops` and :func:`relakit.sim.mitigated.loops` call it when it
 is there. Everything else (the general kernel, the helpers Python calls for varying
 rates and probes, the controller's step) stays numba's and is compiled or loaded on
 first use, numba imported then (:mod:`relakit.jit`).
 
 Same code, same results: the module is compiled from the very functions numba
-compiles (the loops' ``py_func``, their SIMPLE constant and digest-named copies
-included), for the argument types numba gives them, with numba's compile flags
+compiles (the loops' ``py_func``, their SIMPLE and ONE_CALL constants and
+digest-named copies included), for the argument types numba gives them, with numba's compile flags
 for them (``noalias`` and numpy's error model: pycc's own pipeline sets neither, so
 :func:`build` hands them to it, see :func:`_loop_flags`). The plain loops ran no
 faster with them (A/B, 7 rounds: M/M/8 0.98-1.01x, 50 nodes 1.00-1.01x); the
-mitigated loop runs 2.6 % faster with ``noalias`` under numba. ``tests/test_aot.py``
+lean mitigated ones ran 2.6 % faster with ``noalias`` under numba. ``tests/test_aot.py``
 compares every output array of both on several scenarios, bit for bit.
 
 Never stale: the module's name carries a digest of every file its code comes from

@@ -253,10 +253,10 @@ class Fleet:
         """(kernel, time to run it to, whether a fault-schedule change is then due) for the
         next stretch. Three kernels: the plain specialisations of the event loop
         (relakit.sim.plain: no mechanism this stretch may meet, nothing one left
-        pending), the lean mitigated loops (relakit.sim.mitigated: hedging with a fixed
+        pending), the lean mitigated ones (relakit.sim.mitigated: hedging with a fixed
         delay, deadlines, retries, node errors, or what they left pending) and the
         general one. A fault-schedule change in a
-        stretch the mitigated loop may run (its faults crash nothing) splits it: the loop
+        stretch the mitigated ones may run (their faults crash nothing) splits it: the loop
         runs to the double before the change (the general kernel takes a change before
         any event at its time), the change is applied in Python (``K.schedule_step``),
         and the next stretch is chosen after it.
