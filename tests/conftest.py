@@ -33,3 +33,15 @@ def make_scenario(*, rate=100.0, duration=100.0, nodes=1, servers=1, service=Non
 @pytest.fixture
 def scenario():
     return make_scenario
+
+
+#: test files that assert a real-time bound (a live lab's clocks, a browser's drawing):
+#: `make test` runs them alone, after the others have run on two workers
+WALLCLOCK_FILES = ("test_lab.py", "test_lab_chain.py", "test_lab_crash.py", "test_lab_ha.py",
+                   "test_lab_takeover.py", "test_browser.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in WALLCLOCK_FILES:
+            item.add_marker(pytest.mark.wallclock)

@@ -140,12 +140,18 @@ def test_down_stops_a_running_lab_and_its_agents_and_leaves_no_process(tmp_path)
     try:
         records = state["processes"]
         config = state["config_url"]
-        log = work / "agent1.log"
+        # the two agents start together: whichever asks first leads, the other follows
+        logs = {a: work / f"{a}.log" for a in ("agent0", "agent1")}
+
+        def follower():
+            return next((a for a, p in logs.items()
+                         if p.is_file() and f"{a} follows" in p.read_text()), None)
+
         deadline = time.time() + 60
-        while time.time() < deadline and "agent1 follows" not in (
-                log.read_text() if log.is_file() else ""):
+        while time.time() < deadline and follower() is None:
             time.sleep(0.2)
-        assert "agent1 follows" in log.read_text(), log.read_text()
+        assert follower() is not None, {a: p.read_text() for a, p in logs.items() if p.is_file()}
+        leader = next(a for a in logs if a != follower())
         # record's --out is a folder, by default the lab's own: recorded.json goes there
         rec = _cli("lab", "record", "--dir", str(work), "--since", "5")
         assert rec.returncode == 0 and f"wrote {work / 'recorded.json'}" in rec.stdout, rec
@@ -163,7 +169,7 @@ def test_down_stops_a_running_lab_and_its_agents_and_leaves_no_process(tmp_path)
 
         audit = pl.read_parquet(work / "decisions.parquet")
         acquired = audit.filter(pl.col("action") == "acquire")["reason"].to_list()
-        assert acquired == ["agent0 acquired the lease: epoch 1"], acquired
+        assert acquired == [f"{leader} acquired the lease: epoch 1"], acquired
         assert not list(work.glob("decisions-agent*.parquet"))  # merged, then removed
     finally:
         if up.poll() is None:
