@@ -35,17 +35,6 @@ class Vector:
     series: list  # [(labels tuple, values, present)]
 
 
-@dataclass
-class _Matrix:
-    """A range vector at T instants: series (labels, times, values), each window
-    ``[end - range, end]``, and the instant past which samples are not yet written."""
-
-    series: list
-    end: np.ndarray
-    range_s: float
-    cut: list  # per series: None, or (T,) exclusive upper bound on sample times
-
-
 def date_function(f: str, v: Vector) -> Vector:
     return Vector([(drop_name(lab), fn.date_field(f, val), ok) for lab, val, ok in v.series])
 
