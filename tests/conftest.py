@@ -45,3 +45,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in WALLCLOCK_FILES:
             item.add_marker(pytest.mark.wallclock)
+
+
+def wait_until(predicate, timeout_s: float, what: str):
+    """``predicate()``'s first truthy value, polled every 50 ms (the live lab's tests wait
+    on real processes); an AssertionError naming ``what`` after ``timeout_s``."""
+    import time
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")

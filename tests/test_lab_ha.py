@@ -15,7 +15,7 @@ import time
 
 import httpx
 import pytest
-from conftest import ROOT
+from conftest import ROOT, wait_until
 
 from relakit.lab import Agent, Lab, LabSpec
 
@@ -24,16 +24,6 @@ LEASE_S, RENEW_S = 3.0, 1.0
 # thread wake-ups and a loopback HTTP round trip on a loaded 2-core machine; the model's
 # bound itself (lease_s + one evaluation) is exact in simulation
 SLACK_S = 0.5
-
-
-def _until(predicate, timeout_s: float, what: str):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -46,25 +36,25 @@ def live(tmp_path_factory):
 
         a0 = Agent(lab, RELA, name="agent 0", ha=True)
         a0.start()
-        _until(lambda: lease()["holder"] == "agent 0", 10, "agent 0 to lead")
+        wait_until(lambda: lease()["holder"] == "agent 0", 10, "agent 0 to lead")
         a1 = Agent(lab, RELA, name="agent 1", ha=True)
         a1.start()
-        _until(lambda: any(s == 200 for _, _, s in a0.writes), 10, "agent 0's first write")
+        wait_until(lambda: any(s == 200 for _, _, s in a0.writes), 10, "agent 0's first write")
         time.sleep(1.5)  # agent 1 runs as a follower for a while
         # 1. freeze the leader between its decision and its write, past its lease
         a0.pause()
-        frozen_at = _until(lambda: a0.paused_at, 5, "agent 0 to freeze")
-        _until(lambda: lease()["holder"] == "agent 1", LEASE_S + 5, "agent 1 to take over")
-        _until(lambda: any(s == 200 for _, _, s in a1.writes), 5, "agent 1's first write")
+        frozen_at = wait_until(lambda: a0.paused_at, 5, "agent 0 to freeze")
+        wait_until(lambda: lease()["holder"] == "agent 1", LEASE_S + 5, "agent 1 to take over")
+        wait_until(lambda: any(s == 200 for _, _, s in a1.writes), 5, "agent 1's first write")
         a0.resume()
-        _until(lambda: any(s == 409 for _, _, s in a0.writes), 5, "agent 0's late write")
-        _until(lambda: not a0.leading, 5, "agent 0 to step down")
+        wait_until(lambda: any(s == 409 for _, _, s in a0.writes), 5, "agent 0's late write")
+        wait_until(lambda: not a0.leading, 5, "agent 0 to step down")
         time.sleep(1.0)
         # 2. kill the leader: its thread stops, the lease is not released
         killed_at = time.time()
         a1.stop_event.set()
-        _until(lambda: lease()["epoch"] == 3, LEASE_S + 5, "agent 0 to take over again")
-        _until(lambda: sum(1 for t, e, s in a0.writes if e == 3 and s == 200) >= 2, 5,
+        wait_until(lambda: lease()["epoch"] == 3, LEASE_S + 5, "agent 0 to take over again")
+        wait_until(lambda: sum(1 for t, e, s in a0.writes if e == 3 and s == 200) >= 2, 5,
                "agent 0's writes at epoch 3")
         a0.stop()
         a1.join(timeout=10)

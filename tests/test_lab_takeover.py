@@ -19,7 +19,7 @@ import time
 import httpx
 import polars as pl
 import pytest
-from conftest import ROOT
+from conftest import ROOT, wait_until
 
 from relakit.lab import Lab, LabSpec, procs
 
@@ -29,16 +29,6 @@ LEASE_S, RENEW_S = 3.0, 1.0
 # sharing 2 cores with the lab and other work; the bound (lease_s + one evaluation)
 # is exact in simulation (tests/test_control_plane.py)
 SLACK_S = 1.0
-
-
-def _until(predicate, timeout_s: float, what: str):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -56,24 +46,24 @@ def killed(tmp_path_factory):
                          and w["epoch"] == epoch), None)
 
         p0 = lab.start_agent("agent0", RELA, ha=True)
-        _until(lambda: accepted("agent0", 1), 90, "agent0 to lead and write")
+        wait_until(lambda: accepted("agent0", 1), 90, "agent0 to lead and write")
         p1 = lab.start_agent("agent1", RELA, ha=True)
-        _until(lambda: "agent1 follows" in (work / "agent1.log").read_text(), 90,
+        wait_until(lambda: "agent1 follows" in (work / "agent1.log").read_text(), 90,
                "agent1 to follow")
-        _until(lambda: accepted("agent0", 1)["count"] >= 3, 10, "agent0's writes")
+        wait_until(lambda: accepted("agent0", 1)["count"] >= 3, 10, "agent0's writes")
         assert p0.poll() is None and p1.poll() is None
         pids = {n: lab.named[n].pid for n in ("agent0", "agent1")}
         recorded = {r["name"]: r for r in lab.records}
         os.kill(p0.pid, signal.SIGKILL)  # the leader's process: no clean-up at all
         killed_at = time.time()
-        first = _until(lambda: accepted("agent1", 2), LEASE_S + 20, "agent1's first write")
+        first = wait_until(lambda: accepted("agent1", 2), LEASE_S + 20, "agent1's first write")
         assert p0.wait(timeout=5) == -signal.SIGKILL
         # the zombie: the dead leader's write, as it arrives had it been frozen mid-write
         before = get("/state")
         zombie = httpx.put(f"{lab.config_url}/state", headers=auth, timeout=2,
                            json={"flags": {"shed_bronze": not before["flags"]["shed_bronze"]},
                                  "holder": "agent0", "epoch": 1, "reason": "zombie"})
-        _until(lambda: accepted("agent1", 2)["count"] >= first["count"] + 2, 10,
+        wait_until(lambda: accepted("agent1", 2)["count"] >= first["count"] + 2, 10,
                "agent1 to keep writing")
         out = {"lease": get("/lease"), "writes": get("/writes"), "refused": get("/refused"),
                "history": get("/history"), "before": before, "after": get("/state"),
