@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from relakit.io import atomic_write
+from relakit.vocab import IN_PATH_OUTCOMES
 
 THEME = "relakit"
 FORMATS = ("png", "svg", "pdf")
@@ -34,7 +35,10 @@ FORMATS = ("png", "svg", "pdf")
 #: builder's spec against this table). Red is for errors only: the error outcome and a
 #: closed form outside a simulation's interval (a result in error).
 PALETTE = {
-    "outcome": {"ok": "#59a14f", "error": "#e15759", "timeout": "#f28e2b", "dropped": "#bab0ac"},
+    # throttled (by its own client) and rejected (by a server's own admission control):
+    # the in-path mechanisms' outcomes (issue 33), drawn only where a run has them
+    "outcome": {"ok": "#59a14f", "error": "#e15759", "timeout": "#f28e2b", "dropped": "#bab0ac",
+                "throttled": "#9c755f", "rejected": "#b07aa1"},
     "tier": {"gold": "#c9a227", "silver": "#6b7b8c", "bronze": "#8c564b"},
     # the policy's modes (RelA's) and the chain's stress levels; "normal" means the same in both
     "mode": {"normal": "#dce6f0", "performance": "#4e79a7", "survival": "#7b3294",
@@ -382,7 +386,9 @@ def outcome_share_frame(counts: pl.DataFrame, by_tier: bool = True,
     per = counts.group_by([*keys, "outcome"]).agg(pl.col("n").sum())
     present = per.group_by(keys).agg(pl.col("n").sum().alias("total")).filter(
         pl.col("total") > 0)
-    grid = present.join(pl.DataFrame({"outcome": list(OUTCOMES)}), how="cross")
+    seen = set(per["outcome"].to_list())  # the in-path outcomes only where a run has them
+    shown = [o for o in OUTCOMES if o not in IN_PATH_OUTCOMES or o in seen]
+    grid = present.join(pl.DataFrame({"outcome": shown}), how="cross")
     df = (grid.join(per, on=[*keys, "outcome"], how="left")
           .with_columns(pl.col("n").fill_null(0))
           .with_columns((pl.col("n") / pl.col("total")).alias("share"))

@@ -14,7 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 TIERS = ("gold", "silver", "bronze")  # priority order: gold is never shed
-OUTCOMES = ("ok", "error", "timeout", "dropped")
+# throttled: refused by the client's own adaptive throttle, never sent; rejected: refused by
+# a server's own admission control (an adaptive concurrency limit, CoDel). Both in-path
+# decisions (issue 33), apart from the control plane's `dropped`; appended, so the codes
+# of the first four never move
+OUTCOMES = ("ok", "error", "timeout", "dropped", "throttled", "rejected")
+IN_PATH_OUTCOMES = ("throttled", "rejected")
 FAILED = ("error", "timeout")  # answered, not ok: an error ratio's part, retried by default
 ANSWERED = ("ok", *FAILED)  # what a node answered (dropped: refused before service)
 NOT_OK = tuple(o for o in OUTCOMES if o != "ok")  # what a retry may be for
@@ -41,6 +46,11 @@ SERVICE_PARAMS = {
 SERVICE_KINDS = tuple(SERVICE_PARAMS)
 ROUTINGS = ("random", "round_robin", "jsq", "p2c")
 CANCELS = ("queued", "started", "never")
+# the in-path mechanisms' words (issue 33): a server's adaptive concurrency limit, the
+# order a node's queue is served in (adaptive_lifo: newest first while CoDel finds it
+# congested)
+CONCURRENCY_ALGORITHMS = ("aimd", "gradient")
+QUEUE_DISCIPLINES = ("fifo", "lifo", "adaptive_lifo")
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,7 @@ class Flags:
 
 FLAG_NAMES = tuple(f.name for f in fields(Flags))
 
-__all__ = ["ANSWERED", "BREAKER_STATES", "CANCELS", "FAILED", "FLAG_NAMES", "Flags", "NOT_OK",
-           "OUTCOMES", "POLICY_FLAGS", "ROLLOUT_KEYS", "ROUTINGS", "SERVICE_KINDS",
-           "SERVICE_PARAMS", "SHEDDABLE", "STRESS_LEVELS", "TIERS", "TIER_MIX"]
+__all__ = ["ANSWERED", "BREAKER_STATES", "CANCELS", "CONCURRENCY_ALGORITHMS", "FAILED",
+           "FLAG_NAMES", "Flags", "IN_PATH_OUTCOMES", "NOT_OK", "OUTCOMES", "POLICY_FLAGS",
+           "QUEUE_DISCIPLINES", "ROLLOUT_KEYS", "ROUTINGS", "SERVICE_KINDS", "SERVICE_PARAMS",
+           "SHEDDABLE", "STRESS_LEVELS", "TIERS", "TIER_MIX"]

@@ -21,7 +21,7 @@ from relakit.sim.longtable import fleet_columns, node_columns
 from relakit.sim.mitigated import mitigated_allowed, mitigated_ok, run_mitigated
 from relakit.sim.plain import plain_ok, run_plain
 from relakit.sim.rng import new_state
-from relakit.sim.spec import DataPlane
+from relakit.sim.spec import DataPlane, in_path
 from relakit.vocab import BREAKER_STATES, TIERS, Flags
 
 _UNSET = object()
@@ -86,6 +86,7 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
     cfg_i[K.CI_BREAKER_MASK] = _tier_mask(mit.breaker.reject_tiers)
     cfg_i[K.CI_FAILOVER] = int(sc.controls.isolation == "failover")
     cfg_i[K.CI_ELSEWHERE] = int(sc.controls.throttle_excess == "elsewhere")
+    _in_path_config(cfg_f, cfg_i, sc)
     tier_cum = np.cumsum([wl.tiers[t] for t in TIERS])
     tier_cum[-1] = 1.0
     faults = sc.faults
@@ -115,6 +116,29 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
                     np.ascontiguousarray(load[:, 1]),
                     np.asarray(sc.metrics.latency_buckets_s, dtype=np.float64), phase,
                     dep_node, dep_share)
+
+
+def _in_path_config(cfg_f, cfg_i, sc: DataPlane) -> None:
+    """The in-path mechanisms' model scalars (issue 33); off, the kernel's defaults."""
+    mit = sc.mitigations
+    ct, cl, cd = mit.client_throttle, mit.concurrency_limit, mit.codel
+    cfg_f[K.CF_THROTTLE_K] = ct.k if ct else 0.0  # 0: off
+    cfg_f[K.CF_THROTTLE_WIDTH] = (ct.window_s if ct else 1.0) / K.BUDGET_BUCKETS
+    cfg_f[K.CF_THROTTLE_COST] = ct.cost_us / 1e6 if ct else 0.0
+    cfg_i[K.CI_CL_ALGO] = K.CONCURRENCY_ALGORITHMS.index(cl.algorithm) if cl else K.CL_NONE
+    if cl:
+        cfg_f[K.CF_CL_MIN], cfg_f[K.CF_CL_MAX] = cl.min, cl.max
+        cfg_f[K.CF_CL_BACKOFF] = cl.backoff
+        cfg_f[K.CF_CL_LATENCY] = np.inf if cl.latency_ms is None else cl.latency_ms / 1000.0
+        cfg_f[K.CF_CL_BUFFER] = cl.buffer
+        cfg_i[K.CI_CL_WINDOW], cfg_i[K.CI_CL_PERIOD] = cl.window, cl.period
+    cfg_i[K.CI_CODEL] = int(cd is not None)
+    if cd:
+        cfg_f[K.CF_CODEL_TARGET] = cd.target_ms / 1000.0
+        cfg_f[K.CF_CODEL_INTERVAL] = cd.interval_ms / 1000.0
+    # a server's decisions, each a cost of service time on every request it serves
+    cfg_f[K.CF_JUDGE_COST] = ((cl.cost_us if cl else 0.0) + (cd.cost_us if cd else 0.0)) / 1e6
+    cfg_i[K.CI_DISCIPLINE] = K.QUEUE_DISCIPLINES.index(sc.fleet.queue_discipline)
 
 
 def _grow_rows(a: np.ndarray, rows: int, fill=0) -> np.ndarray:
@@ -156,6 +180,7 @@ class Fleet:
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else int(seed)
         self.cfg = build_config(scenario, record_requests)
+        self.in_path = in_path(scenario)  # an in-path mechanism: its outcomes and series
         n = scenario.fleet.nodes
         fanout = scenario.workload.fanout
         jobs = max(64, 4 * sum(scenario.fleet.servers) + 8 * fanout)
@@ -175,6 +200,10 @@ class Fleet:
         node_f[:, K.NF_SLOWDOWN] = scenario.fleet.scales
         node_f[:, K.NF_TOKEN_RATE] = np.inf
         node_f[:, K.NF_REPAIRED_AT] = -np.inf
+        cl = scenario.mitigations.concurrency_limit  # in-path: each node's limit at t = 0
+        node_f[:, K.NF_CL_LIMIT] = cl.initial if cl else 0.0
+        node_f[:, K.NF_CL_MIN_RTT] = np.inf
+        node_f[:, K.NF_CL_PERIOD_MIN] = np.inf
         job_i = np.zeros((jobs, K.N_JI), np.int64)
         job_i[:, K.JI_SIB] = -1
         self.st = K.State(
@@ -184,7 +213,7 @@ class Fleet:
             cnt=np.zeros((n, len(K.TIERS), len(K.OUTCOMES)), np.int64),
             lat_b=np.zeros((n, n_buckets), np.int64),
             fleet_c=np.zeros(K.N_FLEET_COUNTERS, np.int64),
-            budget=np.zeros((2, K.BUDGET_BUCKETS), np.int64),
+            budget=np.zeros((K.N_BUDGET_ROWS, K.BUDGET_BUCKETS), np.int64),
             job_i=job_i, job_f=np.zeros((jobs, K.N_JF)),
             job_free=np.arange(jobs - 1, -1, -1, dtype=np.int64),
             usr_i=np.zeros((users, K.N_UI), np.int64), usr_f=np.zeros((users, K.N_UF)),
@@ -540,8 +569,8 @@ class Fleet:
 
     def _sample_columns(self):
         if getattr(self, "_sample_idx", None) is None:
-            ncols = node_columns(self.scenario.metrics.latency_buckets_s)
-            fcols = fleet_columns()
+            ncols = node_columns(self.scenario.metrics.latency_buckets_s, self.in_path)
+            fcols = fleet_columns(self.in_path)
             self._sample_idx = (np.array([c[0] for c in ncols]),
                                 np.array([c[0] for c in fcols]))
             self._series = ([c[1:] for c in ncols], [c[1:] for c in fcols])
