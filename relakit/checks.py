@@ -447,6 +447,9 @@ def check_load(sc) -> list[Finding]:
             "capacity: it never happens; drop 'overload' or raise the load")]
     if fl.queue_limit is not None and fl.queue_limit * fl.nodes < offered:
         return []
+    mit = sc.mitigations  # a server's own admission control bounds its queue (issue 33)
+    if mit.concurrency_limit is not None or mit.codel is not None:
+        return []
     fan = f" x fan-out {wl.fanout}" if wl.fanout > 1 else ""
     unset = ("is unset" if fl.queue_limit is None else
              f"({fl.queue_limit:g} a node) is more than the run's {offered:.3g} calls could "

@@ -244,7 +244,7 @@ def test_outcomes_in_every_table(tmp_path):
     assert {"throttled", "rejected"} <= set(shares["outcome"])
     series = r.fleet_series()
     assert series["throttled_rps"].sum() > 0
-    plain = relakit.simulate(node(0.5 * CAPACITY, duration=10))  # no mechanism: as before
+    plain = relakit.simulate(node(0.5 * CAPACITY, duration=20))  # no mechanism: as before
     assert "throttled" not in plain.summary.columns
     assert "client_throttled_total" not in set(plain.metrics["name"].unique())
     assert "throttled" not in plain.format_summary()

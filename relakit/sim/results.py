@@ -291,7 +291,9 @@ def steady_state(info: dict, sc) -> bool:
     """False when the run cannot have settled: offered load at or over capacity with
     unbounded queues, or more than 5 % of arrivals still in flight at the end (the
     summary leaves those out, so its ratios and quantiles are of a biased sample)."""
-    overloaded = sc.offered_utilisation >= 1.0 and sc.fleet.queue_limit is None
+    mit = sc.mitigations  # a concurrency limit or CoDel bounds the queue too (issue 33)
+    overloaded = (sc.offered_utilisation >= 1.0 and sc.fleet.queue_limit is None
+                  and mit.concurrency_limit is None and mit.codel is None)
     backlog = info["in_flight_at_end"] > 0.05 * max(info["user_requests"], 1)
     return not (overloaded or backlog)
 
