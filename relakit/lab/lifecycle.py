@@ -138,11 +138,13 @@ def record(work: Path, out: Path, since_s: float) -> int:
 
 def outcome_counts(table) -> str:
     """User requests by tier (rows) and outcome (columns), as a plain text table."""
-    from relakit.vocab import OUTCOMES as outcomes
+    from relakit.vocab import IN_PATH_OUTCOMES, OUTCOMES
     from relakit.vocab import TIERS as tiers
 
     counts = {(r["tier"], r["outcome"]): r["len"]
               for r in table.group_by("tier", "outcome").len().iter_rows(named=True)}
+    seen = {o for _, o in counts}  # the in-path outcomes (issue 33) only when there are any
+    outcomes = [o for o in OUTCOMES if o not in IN_PATH_OUTCOMES or o in seen]
     rows = [["tier", *outcomes, "requests"]]
     for tier in tiers:
         n = [counts.get((tier, o), 0) for o in outcomes]
