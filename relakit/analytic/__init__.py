@@ -3,7 +3,8 @@
 Rates are per second and times in seconds. Use these as ground truth for the simulator and
 as quick back-of-envelope answers: fan-out success and tail amplification
 (:mod:`.fanout`), M/M/c, M/G/1 and G/G/c waiting times (:mod:`.queueing`), the clock bound
-(:mod:`.clocks`), the in-path mechanisms' steady states (:mod:`.in_path`), the detection delay of correctness probes (:mod:`.probes`) and a CTMC of
+(:mod:`.clocks`), the in-path mechanisms' steady states (:mod:`.in_path`), the detection
+delay of correctness probes (:mod:`.probes`) and a CTMC of
 one node with timeouts and retries for metastability's long horizons (:mod:`.retry_ctmc`).
 """
 

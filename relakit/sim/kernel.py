@@ -208,7 +208,7 @@ ID_MASK = (1 << (32 - EV_BITS)) - 1
 (IS_HEAP_N, IS_JOB_FREE_N, IS_USR_FREE_N, IS_CALL_FREE_N, IS_NREC, IS_NSAMPLE, IS_RR,
  IS_SCHED_POS, IS_STAMP, IS_N_ELIGIBLE, IS_EQUAL_WEIGHTS, IS_SHED_MASK, IS_IN_FLIGHT_USERS,
  IS_HEDGE_ON, IS_DEGRADED_ON, IS_BREAKER, IS_BUDGET_BUCKET, IS_USER_SEQ,
- IS_MAX_NODE_SAMPLE, IS_THROTTLE_BUCKET,
+ IS_MAX_NODE_SAMPLE, IS_THROTTLE_BUCKET, IS_THROTTLE_REQ, IS_THROTTLE_ACC,
  N_IS, *_) = _COUNT
 # Timers with one fixed delay fall due in the order they are set, so they wait in FIFO
 # rings (st.tq_t / st.tq_k; row 0 attempt timeouts, row 1 fixed-delay hedges) instead of
@@ -895,11 +895,14 @@ NODE_THROTTLED = -2  # (the send section's mark for a copy its client throttled)
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def throttle_slot(bud, isv, width, t):
     """The client throttle's bucket for time t (as :func:`budget_slot`, rows
-    BUDGET_THR_REQ and BUDGET_THR_ACC, its own IS_THROTTLE_BUCKET)."""
+    BUDGET_THR_REQ and BUDGET_THR_ACC, its own IS_THROTTLE_BUCKET); the window's totals
+    (IS_THROTTLE_REQ, IS_THROTTLE_ACC) lose the buckets it leaves behind."""
     b = int(t / width)
     cur = isv[IS_THROTTLE_BUCKET]
     if b > cur:
         for k in range(cur + 1, min(b, cur + BUDGET_BUCKETS) + 1):
+            isv[IS_THROTTLE_REQ] -= bud[BUDGET_THR_REQ, k % BUDGET_BUCKETS]
+            isv[IS_THROTTLE_ACC] -= bud[BUDGET_THR_ACC, k % BUDGET_BUCKETS]
             bud[BUDGET_THR_REQ, k % BUDGET_BUCKETS] = 0
             bud[BUDGET_THR_ACC, k % BUDGET_BUCKETS] = 0
         isv[IS_THROTTLE_BUCKET] = b
@@ -907,86 +910,58 @@ def throttle_slot(bud, isv, width, t):
 
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
-def throttle_judge(bud, isv, rng, k, width, t):
+def throttle_judge(bud, isv, rng, k, slot):
     """Client-side adaptive throttling (SRE book): over the window, reject this request
     locally with probability max(0, (requests - k accepts) / (requests + 1)); the
-    request is counted either way. A draw (stream ``throttle``) only when p > 0."""
-    slot = throttle_slot(bud, isv, width, t)
-    req = 0
-    acc = 0
-    for i in range(BUDGET_BUCKETS):
-        req += bud[BUDGET_THR_REQ, i]
-        acc += bud[BUDGET_THR_ACC, i]
+    request is counted either way (``slot``: the window's bucket now). A draw (stream
+    ``throttle``) only when p > 0."""
+    req = isv[IS_THROTTLE_REQ]
+    p = (req - k * isv[IS_THROTTLE_ACC]) / (req + 1.0)
     bud[BUDGET_THR_REQ, slot] += 1
-    p = (req - k * acc) / (req + 1.0)
+    isv[IS_THROTTLE_REQ] = req + 1
     return p > 0.0 and uniform(rng, RNG_THROTTLE) < p
 
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
-def throttle_accept(bud, isv, width, t):
-    """A backend accepted (served) a copy whose client still waits: one accept."""
-    bud[BUDGET_THR_ACC, throttle_slot(bud, isv, width, t)] += 1
-
-
-@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
-def concurrency_update(cfg_f, cfg_i, ni, nf, node, rtt, failed):
-    """A node's adaptive concurrency limit after one served copy of round trip ``rtt``
-    at the server (queue and service). AIMD: + 1 / limit on success, x backoff on a
-    timeout or an rtt over the latency threshold. Gradient (Envoy's manner): every
-    window of samples, limit x gradient + sqrt(limit x gradient), with gradient =
-    min_rtt (1 + buffer) / the window's mean rtt in [0.5, 2], min_rtt the least window
-    mean of this and the last period of windows. Kept in [min, max]."""
-    limit = nf[node, NF_CL_LIMIT]
-    if cfg_i[CI_CL_ALGO] == CL_AIMD:
-        if failed or rtt > cfg_f[CF_CL_LATENCY]:
-            limit *= cfg_f[CF_CL_BACKOFF]
-        else:
-            limit += 1.0 / limit
-    else:
-        nf[node, NF_CL_SUM] += rtt
-        n = ni[node, NI_CL_COUNT] + 1
-        if n < cfg_i[CI_CL_WINDOW]:
-            ni[node, NI_CL_COUNT] = n
-            return
-        sample = nf[node, NF_CL_SUM] / n
-        ni[node, NI_CL_COUNT] = 0
-        nf[node, NF_CL_SUM] = 0.0
-        if sample < nf[node, NF_CL_PERIOD_MIN]:
-            nf[node, NF_CL_PERIOD_MIN] = sample
-        if sample < nf[node, NF_CL_MIN_RTT]:
-            nf[node, NF_CL_MIN_RTT] = sample
-        w = ni[node, NI_CL_WINDOWS] + 1
-        if w >= cfg_i[CI_CL_PERIOD]:  # a new period: forget minima older than the last
-            nf[node, NF_CL_MIN_RTT] = nf[node, NF_CL_PERIOD_MIN]
-            nf[node, NF_CL_PERIOD_MIN] = np.inf
-            w = 0
-        ni[node, NI_CL_WINDOWS] = w
-        g = nf[node, NF_CL_MIN_RTT] * (1.0 + cfg_f[CF_CL_BUFFER]) / sample if sample > 0.0 \
-            else 2.0
-        g = min(max(g, 0.5), 2.0)
-        limit = limit * g + math.sqrt(limit * g)
-    nf[node, NF_CL_LIMIT] = min(max(limit, cfg_f[CF_CL_MIN]), cfg_f[CF_CL_MAX])
+def gradient_limit(cfg_f, cfg_i, ni, nf, node):
+    """A node's concurrency limit at the end of a window of samples, gradient controller
+    (Envoy's manner): limit x g + sqrt(limit x g), g = min_rtt (1 + buffer) / the
+    window's mean rtt, clamped to [0.5, 2]; min_rtt the least window mean of this and
+    the last period of windows. (AIMD, + 1 / limit on success and x backoff on a timeout
+    or an rtt over the threshold, is written out in the loop, as is the clamp to
+    [min, max]: a helper taking arrays at every completion cost the throttle 0.66x.)"""
+    n = ni[node, NI_CL_COUNT]
+    sample = nf[node, NF_CL_SUM] / n
+    ni[node, NI_CL_COUNT] = 0
+    nf[node, NF_CL_SUM] = 0.0
+    if sample < nf[node, NF_CL_PERIOD_MIN]:
+        nf[node, NF_CL_PERIOD_MIN] = sample
+    if sample < nf[node, NF_CL_MIN_RTT]:
+        nf[node, NF_CL_MIN_RTT] = sample
+    w = ni[node, NI_CL_WINDOWS] + 1
+    if w >= cfg_i[CI_CL_PERIOD]:  # a new period: forget minima older than the last
+        nf[node, NF_CL_MIN_RTT] = nf[node, NF_CL_PERIOD_MIN]
+        nf[node, NF_CL_PERIOD_MIN] = np.inf
+        w = 0
+    ni[node, NI_CL_WINDOWS] = w
+    g = nf[node, NF_CL_MIN_RTT] * (1.0 + cfg_f[CF_CL_BUFFER]) / sample if sample > 0.0 else 2.0
+    g = min(max(g, 0.5), 2.0)
+    limit = nf[node, NF_CL_LIMIT] * g
+    return limit + math.sqrt(limit)
 
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def congested(cfg_f, nf, nr, t):
-    """CoDel's signal at a node: its queue has not been empty for a whole interval."""
+    """CoDel's signal at a node: its queue has not been empty for a whole interval.
+
+    CoDel as RPC servers run it (Maurer, "Fail at Scale", 2015, after Nichols and
+    Jacobson), written out in the loop's tail 4: a copy dequeued after waiting more than
+    ``target`` while the node is congested, or more than ``interval`` otherwise, is
+    dropped (``rejected``); an empty queue moves the node's last empty time on. Unlike
+    TCP's CoDel, whose drop rate grows as sqrt(count) to slow responsive senders, this
+    bounds the standing delay whatever the load does (an open-loop 1.5x overload kept a
+    200 ms queue under the TCP control law with a 5 ms target)."""
     return t - nf[nr, NF_CODEL_LAST_EMPTY] > cfg_f[CF_CODEL_INTERVAL]
-
-
-@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
-def codel_drop(cfg_f, nf, nr, sojourn, empty, t):
-    """CoDel as RPC servers run it (Maurer, "Fail at Scale", 2015, after Nichols and
-    Jacobson): whether to drop the copy just dequeued after ``sojourn`` seconds in the
-    queue. While the queue has not been empty for an interval (congested), a copy may
-    wait ``target``; otherwise ``interval``. ``empty``: the queue is empty now (its
-    last empty time moves on). Unlike TCP's CoDel, whose drop rate grows as sqrt(count)
-    to slow responsive senders, this bounds the standing delay whatever the load does
-    (an open-loop overload kept a 200 ms queue under the TCP control law, 5 ms target)."""
-    limit = cfg_f[CF_CODEL_TARGET] if congested(cfg_f, nf, nr, t) else cfg_f[CF_CODEL_INTERVAL]
-    if empty:
-        nf[nr, NF_CODEL_LAST_EMPTY] = t
-    return sojourn > limit
 
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
@@ -1217,8 +1192,14 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     throttle_on = THROTTLE and cfg_f[CF_THROTTLE_K] > 0.0
     throttle_k = cfg_f[CF_THROTTLE_K]
     throttle_width = cfg_f[CF_THROTTLE_WIDTH]
+    thr_slot = 0  # the window's current bucket, valid before thr_next (rolled on first use)
+    thr_next = -1.0
     client_cost_ms = cfg_f[CF_THROTTLE_COST] * 1000.0  # a client decision's latency
     cl_on = CONCURRENCY and cfg_i[CI_CL_ALGO] != CL_NONE
+    cl_algo, cl_window = cfg_i[CI_CL_ALGO], cfg_i[CI_CL_WINDOW]
+    cl_min, cl_max, cl_backoff = cfg_f[CF_CL_MIN], cfg_f[CF_CL_MAX], cfg_f[CF_CL_BACKOFF]
+    cl_latency = cfg_f[CF_CL_LATENCY]
+    codel_target, codel_interval = cfg_f[CF_CODEL_TARGET], cfg_f[CF_CODEL_INTERVAL]
     codel_on = CODEL and cfg_i[CI_CODEL] != 0
     discipline = cfg_i[CI_DISCIPLINE]
     judge_cost = cfg_f[CF_JUDGE_COST]  # a server decision's service time (s)
@@ -1430,10 +1411,23 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                         lat_b[nr, ROW(b)] += 1
                         node_f[nr, NF_LAT_SUM] += lat
                     if CONCURRENCY and cl_on and not probe:  # ---- in-path: the limit learns
-                        concurrency_update(cfg_f, cfg_i, node_i, node_f, node, lat,
-                                           job_i[j, JI_CLIENT] == C_TIMED_OUT)
+                        cl_limit = node_f[nr, NF_CL_LIMIT]
+                        if cl_algo == CL_GRADIENT:  # a window's samples, then the gradient
+                            node_f[nr, NF_CL_SUM] += lat
+                            node_i[nr, NI_CL_COUNT] += 1
+                            if node_i[nr, NI_CL_COUNT] >= cl_window:
+                                cl_limit = gradient_limit(cfg_f, cfg_i, node_i, node_f, node)
+                        elif lat > cl_latency or job_i[j, JI_CLIENT] == C_TIMED_OUT:
+                            cl_limit *= cl_backoff  # AIMD: a failure
+                        else:
+                            cl_limit += 1.0 / cl_limit
+                        node_f[nr, NF_CL_LIMIT] = min(max(cl_limit, cl_min), cl_max)
                     if THROTTLE and throttle_on and not probe and job_i[j, JI_CLIENT] == C_WAITING:
-                        throttle_accept(budget, isv, throttle_width, t)  # ---- in-path: accepted
+                        if t >= thr_next:  # ---- in-path: an accept; the window moves on
+                            thr_slot = throttle_slot(budget, isv, throttle_width, t)
+                            thr_next = (isv[IS_THROTTLE_BUCKET] + 1) * throttle_width
+                        budget[BUDGET_THR_ACC, thr_slot] += 1
+                        isv[IS_THROTTLE_ACC] += 1
                 client = job_i[j, JI_CLIENT] if LEFTOVERS or DEADLINES else C_WAITING
                 if probe:
                     node_c[node, NC_PROBES] += 1
@@ -1867,9 +1861,12 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                         pend_t[n_pend] = t + hedge_delay
                         pend_k[n_pend] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
                         n_pend += 1
-                if THROTTLE and throttle_on and throttle_judge(budget, isv, rng, throttle_k,
-                                                               throttle_width, t):
-                    node = NODE_THROTTLED  # ---- in-path: its client rejects it (below)
+                if THROTTLE and throttle_on:  # ---- in-path: the client's adaptive throttle
+                    if t >= thr_next:  # (the window moves on)
+                        thr_slot = throttle_slot(budget, isv, throttle_width, t)
+                        thr_next = (isv[IS_THROTTLE_BUCKET] + 1) * throttle_width
+                    if throttle_judge(budget, isv, rng, throttle_k, thr_slot):
+                        node = NODE_THROTTLED  # its client rejects it (below)
             jr = ROW(j)  # (a row by now)
             job_i[jr, JI_NODE] = node
             job_i[jr, JI_DEGRADED] = 0
@@ -1989,10 +1986,18 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 else:
                     break
                 jr = ROW(j)
-                if (CODEL and codel_on and drops_left > 0 and job_i[jr, JI_CALL] >= 0
-                        and codel_drop(cfg_f, node_f, nr, t - job_f[jr, JF_T_NODE],
-                                       node_i[nr, NI_QLEN] == 0, t)):
-                    drops_left -= 1  # ---- in-path: CoDel drops it (a rejection)
+                if CODEL and codel_on and drops_left > 0 and job_i[jr, JI_CALL] >= 0:
+                    # ---- in-path: CoDel (codel_drop's rule, written out): the wait allowed
+                    waited = codel_target if t - node_f[nr, NF_CODEL_LAST_EMPTY] \
+                        > codel_interval else codel_interval
+                    if node_i[nr, NI_QLEN] == 0:
+                        node_f[nr, NF_CODEL_LAST_EMPTY] = t
+                    if t - job_f[jr, JF_T_NODE] <= waited:
+                        waited = -1.0  # (served)
+                else:
+                    waited = -1.0
+                if CODEL and waited >= 0.0:  # ---- in-path: CoDel drops it (a rejection)
+                    drops_left -= 1
                     node_c[nr, NC_REJECTED] += 1
                     node_c[nr, NC_CODEL_DROPPED] += 1
                     isv[IS_HEAP_N] = hn  # HELPER_SYNC
