@@ -91,12 +91,13 @@ def _where(obj_source: str, parent_source: str | None, prefix: str) -> tuple[str
 
 # ---- series: what a signal can read --------------------------------------------------------
 # (source, name, tier, outcome, le): source is "nodes" (per-target) or "client" (fleet-wide)
-def simulator_series(bounds_s) -> list[tuple]:
-    """Every series the simulator exports, for histogram bounds ``bounds_s``."""
+def simulator_series(bounds_s, in_path: bool = False) -> list[tuple]:
+    """Every series the simulator exports, for histogram bounds ``bounds_s`` (``in_path``:
+    a run with an in-path mechanism, which exports theirs too)."""
     from relakit.sim.longtable import fleet_columns, node_columns
 
-    return ([("nodes", *c[1:]) for c in node_columns(bounds_s)]
-            + [("client", *c[1:]) for c in fleet_columns()])
+    return ([("nodes", *c[1:]) for c in node_columns(bounds_s, in_path)]
+            + [("client", *c[1:]) for c in fleet_columns(in_path)])
 
 
 def trace_series(frame) -> list[tuple]:
@@ -395,8 +396,12 @@ def check_scenario(sc) -> list[Finding]:
     src = sc.source
     if sc.policy is not None:
         out += check_policy(sc.policy, src)
-        out += check_signals(sc.policy, simulator_series(sc.metrics.latency_buckets_s),
+        from relakit.sim.spec import in_path
+
+        out += check_signals(sc.policy, simulator_series(sc.metrics.latency_buckets_s,
+                                                         in_path(sc)),
                              missing=ERROR, what="the simulator", parent=src)
+        out += check_local_flags(sc)
     if sc.chain is not None:
         out += check_chain(sc.chain, sc.fleet.nodes, src)
     if sc.clocks is not None and (sc.policy is not None or sc.chain is not None):
@@ -411,6 +416,27 @@ def check_scenario(sc) -> list[Finding]:
             out.append(Finding(WARNING, src, f"faults[{i}].start_s",
                                f"{f.start_s:g} s is not before the end of the run "
                                f"(duration_s {sc.duration_s:g}): this fault never happens"))
+    return out
+
+
+def check_local_flags(sc) -> list[Finding]:
+    """A policy's mode that sets an in-path mechanism's parameter (issue 33's
+    ``throttle_k``, ``concurrency_max``) needs the mechanism in the scenario: else the
+    flag would be silently ignored."""
+    mit = sc.mitigations
+    needs = {"throttle_k": ("client_throttle", mit.client_throttle),
+             "concurrency_max": ("concurrency_limit", mit.concurrency_limit)}
+    file, prefix = _where(sc.policy.source, sc.source, "policy")
+    out = []
+    modes = [("normal", sc.policy.normal)] + [(m.name, m.asserts) for m in sc.policy.modes]
+    for i, (name, asserts) in enumerate(modes):
+        for flag, (key, mech) in needs.items():
+            if asserts.get(flag) is not None and mech is None:
+                where = "normal" if i == 0 else f"modes[{i - 1}].assert"
+                out.append(Finding(ERROR, file, f"{prefix}{where}.{flag}",
+                                   f"mode {name} sets {flag}, but the scenario has no "
+                                   f"mitigations.{key} for it to set; add one or drop "
+                                   "the flag"))
     return out
 
 

@@ -29,6 +29,11 @@ BREAKER_STATES = ("closed", "half_open", "open")
 STRESS_LEVELS = ("normal", "elevated", "critical", "catastrophic")  # Serpentine's, rising
 # the booleans a policy mode asserts and the lab's config server serves (RelA's flags)
 POLICY_FLAGS = ("hedge_enabled", "shed_bronze", "degraded_mode")
+# the in-path mechanisms' parameters a policy's mode may set (issue 33, part 2: central
+# policy, local enforcement): the client throttle's k and the concurrency limit's ceiling;
+# None, the scenario's own. Numbers, not booleans: apart from POLICY_FLAGS, which the live
+# lab's config server serves
+LOCAL_FLAGS = ("throttle_k", "concurrency_max")
 # a scenario's keys that make its run a rollout (relakit.control.rollout reads them)
 ROLLOUT_KEYS = ("rollout", "overrides")
 # the data plane's mechanisms a scenario names (the kernel's codes are positions here):
@@ -68,6 +73,8 @@ class Flags:
     shed_bronze: bool = False
     shed_tiers: tuple[str, ...] = ()
     breaker: str = "closed"
+    throttle_k: float | None = None  # LOCAL_FLAGS: None, the scenario's own
+    concurrency_max: float | None = None
 
     def __post_init__(self):
         for name in ("hedge_enabled", "degraded_mode", "shed_bronze"):
@@ -80,6 +87,12 @@ class Flags:
             raise ValueError(f"unknown tier(s) {sorted(unknown)}; tiers are {TIERS}")
         if self.breaker not in BREAKER_STATES:
             raise ValueError(f"breaker must be one of {BREAKER_STATES}, got {self.breaker!r}")
+        for name in LOCAL_FLAGS:
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
+                                  or not 1 <= v < float("inf")):
+                raise ValueError(f"flag {name} must be a number >= 1 or null (the "
+                                 f"scenario's own), got {v!r}")
         if self.shed_bronze:
             tiers.add("bronze")
         tiers.discard("gold")  # gold bypasses shedding
@@ -106,19 +119,27 @@ class Flags:
 
     def with_policy(self, wanted: Flags) -> Flags:
         """These flags with a policy's wishes applied: ``wanted``'s :data:`POLICY_FLAGS`
-        only. A policy asserts those three; the other tiers shed and the breaker are
+        and :data:`LOCAL_FLAGS` only. A policy asserts those; the other tiers shed and the breaker are
         the data plane's own (its scenario's, or a chain's), so a policy leaves them."""
-        return self.updated(**{k: getattr(wanted, k) for k in POLICY_FLAGS})
+        return self.updated(**{k: getattr(wanted, k) for k in POLICY_FLAGS}).updated_local(
+            wanted)
+
+    def updated_local(self, wanted: Flags) -> Flags:
+        """These flags with ``wanted``'s :data:`LOCAL_FLAGS` (None among them too: back to
+        the scenario's own)."""
+        return replace(self, **{k: getattr(wanted, k) for k in LOCAL_FLAGS})
 
     def as_dict(self, names: tuple[str, ...] | None = None) -> dict:
         """The flags by name (``names``: only those, e.g. :data:`POLICY_FLAGS` for the
         lab's config server, which serves a policy's flags)."""
-        return {n: getattr(self, n) for n in (names or [f.name for f in fields(self)])}
+        names = names or [f.name for f in fields(self)  # a local flag only when set
+                          if f.name not in LOCAL_FLAGS or getattr(self, f.name) is not None]
+        return {n: getattr(self, n) for n in names}
 
 
 FLAG_NAMES = tuple(f.name for f in fields(Flags))
 
 __all__ = ["ANSWERED", "BREAKER_STATES", "CANCELS", "CONCURRENCY_ALGORITHMS", "FAILED",
-           "FLAG_NAMES", "Flags", "IN_PATH_OUTCOMES", "NOT_OK", "OUTCOMES", "POLICY_FLAGS",
+           "FLAG_NAMES", "Flags", "IN_PATH_OUTCOMES", "LOCAL_FLAGS", "NOT_OK", "OUTCOMES", "POLICY_FLAGS",
            "QUEUE_DISCIPLINES", "ROLLOUT_KEYS", "ROUTINGS", "SERVICE_KINDS", "SERVICE_PARAMS",
            "SHEDDABLE", "STRESS_LEVELS", "TIERS", "TIER_MIX"]

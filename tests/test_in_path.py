@@ -22,6 +22,7 @@ from relakit.sim import kernel as K
 from relakit.sim.fleet import Fleet
 from relakit.stats import t_interval
 from relakit.validate import ScenarioError
+from relakit.vocab import Flags
 
 MEAN_MS = 10.0
 SERVERS = 4
@@ -294,3 +295,51 @@ def test_bad_inputs_name_the_key(mit, fleet, key, says):
         load_scenario(node(100, mit, fleet=fleet))
     msg = str(e.value)
     assert "\n" not in msg and f"key '{key}" in msg and says in msg, msg
+
+
+# ---- part 2: central policy, local enforcement ----------------------------------------------
+def _policy(asserts: dict) -> dict:
+    """Survival while the nodes' rejected share is over 10 %: asserts ``asserts``."""
+    return {"name": "local", "signals": {"rejected_ratio": {
+        "kind": "ratio", "num": {"metric": "requests_total", "outcome": "rejected"},
+        "den": {"metric": "requests_total"}}},
+        "conditions": {"shedding": {"signal": "rejected_ratio", "op": ">", "threshold": 0.1}},
+        "modes": [{"name": "survival", "when": {"any": ["shedding"]}, "enter_after": 1,
+                   "exit_after": 1, "assert": asserts}],
+        "normal": {"hedge_enabled": False}}
+
+
+def test_a_policy_sets_the_local_mechanisms_through_the_flags():
+    """At 2x capacity AIMD rejects half, so the policy enters survival and lowers the
+    concurrency limit's ceiling to 3 (below the 4 servers): the nodes' limit gauge
+    stays <= 3 after the first poll in survival, goodput falls to about 3/4, and the
+    audit records the flag as the desired state."""
+    sc = node(2 * CAPACITY, {"concurrency_limit": {"algorithm": "aimd", "latency_ms": 40,
+                                                   "initial": 8}}, duration=40)
+    sc["policy"] = _policy({"concurrency_max": 3})
+    sc["clocks"] = {"scrape_s": 1, "window_s": 5, "eval_s": 1, "poll_s": 1}
+    r = relakit.simulate(sc, record_requests=False)
+    entered = r.decisions.filter(pl.col("mode") == "survival")["effective_at_s"].min()
+    assert entered is not None and entered < 20
+    desired = json.loads(r.decisions.filter(pl.col("mode") == "survival")["desired"][0])
+    assert desired["concurrency_max"] == 3
+    gauge = r.metrics.filter((pl.col("name") == "concurrency_limit")
+                             & (pl.col("time_s") > entered + 1))["value"]
+    assert gauge.len() > 0 and gauge.max() <= 3.0
+    assert r.info["flags_at_end"]["concurrency_max"] == 3
+    assert all_row(r)["ok"] / 30.0 < 0.85 * CAPACITY  # 3 of 4 servers at most
+
+
+def test_a_local_flag_without_its_mechanism_is_refused():
+    from relakit.checks import ERROR, check_scenario
+
+    sc = node(100.0)
+    sc["policy"] = _policy({"throttle_k": 1.5})
+    found = [f for f in check_scenario(load_scenario(sc))
+             if f.severity == ERROR and "throttle_k" in f.key]
+    assert len(found) == 1 and found[0].key == "policy.modes[0].assert.throttle_k", found
+    assert "mitigations.client_throttle" in found[0].message
+    with pytest.raises(ValueError, match="must be a number >= 1"):
+        Flags(throttle_k=0.5)
+    with pytest.raises(ScenarioError, match="throttle_k"):
+        load_scenario({**sc, "policy": _policy({"throttle_k": "high"})})

@@ -28,7 +28,7 @@ import numpy as np
 from relakit.control.signals import parse_signal
 from relakit.jit import njit
 from relakit.validate import Reader, load_yaml
-from relakit.vocab import POLICY_FLAGS
+from relakit.vocab import LOCAL_FLAGS, POLICY_FLAGS
 
 OPS = (">", ">=", "<", "<=")
 # What a signal with no value (no samples in its window: a scrape gap, a silent target)
@@ -351,8 +351,12 @@ def load_policy(source) -> Policy:
                   for i, item in enumerate(raw_modes))
     _escalation_cycles(modes, name)
     _breach_directions(conditions, on_missing, name)
-    normal = _asserts(r.sub("normal", {f: False for f in FLAGS}))
-    normal = {f: normal.get(f, False) for f in FLAGS}
+    normal_given = _asserts(r.sub("normal", {f: False for f in FLAGS}))
+    normal = {f: normal_given.get(f, False) for f in FLAGS}
+    # a local flag (issue 33) is in the state only where the policy names it: its runs'
+    # audits are as they were; a mode that sets one leaves it to normal's (or null) after
+    named = {f for m in modes for f in m.asserts if f in LOCAL_FLAGS} | set(normal_given)
+    normal |= {f: normal_given.get(f) for f in LOCAL_FLAGS if f in named}
     return Policy(r.data.get("name", "policy"), signals, tuple(conditions), modes, normal,
                   source=name, on_missing={k: v for k, v in on_missing.items() if v != "clear"},
                   scope=r.choice("scope", SCOPES, "fleet"))
@@ -436,13 +440,18 @@ def _names(r: Reader, key: str, allowed, required: bool):
 
 
 def _asserts(r: Reader) -> dict:
-    r.only(FLAGS)
+    """A mode's flags: RelA's booleans, and the in-path mechanisms' parameters
+    (:data:`~relakit.vocab.LOCAL_FLAGS`: a number >= 1, or null for the scenario's own)."""
+    r.only((*FLAGS, *LOCAL_FLAGS))
     out = {}
     for f in FLAGS:
         if f in r.data:
             if not isinstance(r.data[f], bool):
                 r.fail(f"expected true or false, got {r.data[f]!r}", f)
             out[f] = r.data[f]
+    for f in LOCAL_FLAGS:
+        if f in r.data:
+            out[f] = r.number(f, lo=1, hi=1e9, nullable=True)
     return out
 
 

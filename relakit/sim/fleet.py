@@ -506,8 +506,31 @@ class Fleet:
         isv[K.IS_DEGRADED_ON] = K.ALL_TIERS if new.degraded_mode else 0
         isv[K.IS_SHED_MASK] = _tier_mask(new.shed_tiers)
         isv[K.IS_BREAKER] = BREAKER_STATES.index(new.breaker)
+        self._set_local(new)
         if (isv[list(_FLAG_SLOTS)] != before).any():
             self._rechoose()
+
+    def _set_local(self, flags: Flags) -> None:
+        """The in-path mechanisms' parameters a policy sets (issue 33, part 2:
+        ``throttle_k``, ``concurrency_max``; None: the scenario's own). A lowered ceiling
+        holds at once: each node's limit is clamped to it."""
+        mit = self.scenario.mitigations
+        for name, mech in (("throttle_k", mit.client_throttle),
+                           ("concurrency_max", mit.concurrency_limit)):
+            if getattr(flags, name) is not None and mech is None:
+                key = "client_throttle" if name == "throttle_k" else "concurrency_limit"
+                raise ValueError(f"flag {name} sets mitigations.{key}, which this scenario "
+                                 "does not have")
+        cf = self.cfg.cfg_f
+        ct, cl = mit.client_throttle, mit.concurrency_limit
+        if ct is not None:
+            cf[K.CF_THROTTLE_K] = ct.k if flags.throttle_k is None else flags.throttle_k
+        if cl is not None:
+            ceiling = cl.max if flags.concurrency_max is None else flags.concurrency_max
+            cf[K.CF_CL_MAX] = max(ceiling, cl.min)
+            nf = self.st.node_f
+            nf[:, K.NF_CL_LIMIT] = np.minimum(nf[:, K.NF_CL_LIMIT], cf[K.CF_CL_MAX])
+        self._local = (flags.throttle_k, flags.concurrency_max)
 
     def set_tier_flags(self, hedge_tiers=None, degraded_tiers=None) -> None:
         """Hedging and degraded mode for some tiers only, from now on (None: left as is);
@@ -536,7 +559,8 @@ class Fleet:
         return Flags(hedge_enabled=bool(isv[K.IS_HEDGE_ON]),
                      degraded_mode=bool(isv[K.IS_DEGRADED_ON]),
                      shed_tiers=tuple(t for i, t in enumerate(TIERS) if mask >> i & 1),
-                     breaker=BREAKER_STATES[int(isv[K.IS_BREAKER])])
+                     breaker=BREAKER_STATES[int(isv[K.IS_BREAKER])],
+                     throttle_k=self._local[0], concurrency_max=self._local[1])
 
     def flags(self) -> dict:
         """The flags in force now, as a mapping (:meth:`flag_state` typed)."""
