@@ -119,8 +119,8 @@ class Flags:
 
     def with_policy(self, wanted: Flags) -> Flags:
         """These flags with a policy's wishes applied: ``wanted``'s :data:`POLICY_FLAGS`
-        and :data:`LOCAL_FLAGS` only. A policy asserts those; the other tiers shed and the breaker are
-        the data plane's own (its scenario's, or a chain's), so a policy leaves them."""
+        and :data:`LOCAL_FLAGS` only. A policy asserts those; the other tiers shed and the
+        breaker are the data plane's own (its scenario's, or a chain's), so a policy leaves them."""
         return self.updated(**{k: getattr(wanted, k) for k in POLICY_FLAGS}).updated_local(
             wanted)
 
@@ -140,6 +140,6 @@ class Flags:
 FLAG_NAMES = tuple(f.name for f in fields(Flags))
 
 __all__ = ["ANSWERED", "BREAKER_STATES", "CANCELS", "CONCURRENCY_ALGORITHMS", "FAILED",
-           "FLAG_NAMES", "Flags", "IN_PATH_OUTCOMES", "LOCAL_FLAGS", "NOT_OK", "OUTCOMES", "POLICY_FLAGS",
-           "QUEUE_DISCIPLINES", "ROLLOUT_KEYS", "ROUTINGS", "SERVICE_KINDS", "SERVICE_PARAMS",
+           "FLAG_NAMES", "Flags", "IN_PATH_OUTCOMES", "LOCAL_FLAGS", "NOT_OK", "OUTCOMES",
+           "POLICY_FLAGS", "QUEUE_DISCIPLINES", "ROLLOUT_KEYS", "ROUTINGS", "SERVICE_KINDS", "SERVICE_PARAMS",
            "SHEDDABLE", "STRESS_LEVELS", "TIERS", "TIER_MIX"]
