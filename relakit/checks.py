@@ -411,12 +411,34 @@ def check_scenario(sc) -> list[Finding]:
             out += check_chain_clocks(sc.chain, sc.clocks, src)
     out += check_load(sc)
     out += check_arrival_shape(sc)
+    out += check_throttle(sc)
     for i, f in enumerate(sc.faults):
         if f.start_s >= sc.duration_s:
             out.append(Finding(WARNING, src, f"faults[{i}].start_s",
                                f"{f.start_s:g} s is not before the end of the run "
                                f"(duration_s {sc.duration_s:g}): this fault never happens"))
     return out
+
+
+def check_throttle(sc) -> list[Finding]:
+    """A client throttle counts an accept for every copy a node served while its client
+    waited: with nothing that refuses a copy or gives up on one (a queue limit, a
+    concurrency limit, CoDel, a deadline, shedding, a crash, a control plane that may
+    shed or isolate), every request is accepted and it never throttles."""
+    mit, fl, wl = sc.mitigations, sc.fleet, sc.workload
+    if mit.client_throttle is None:
+        return []
+    refuses = (fl.queue_limit is not None or mit.concurrency_limit is not None
+               or mit.codel is not None or wl.deadline_ms is not None
+               or bool(sc.controls.shed_tiers) or any(f.crash for f in sc.faults)
+               or getattr(sc, "policy", None) is not None
+               or getattr(sc, "chain", None) is not None)
+    return [] if refuses else [Finding(
+        WARNING, sc.source, "mitigations.client_throttle",
+        "nothing in this scenario refuses a request or gives up on one (no "
+        "fleet.queue_limit, concurrency_limit, codel, workload.deadline_ms, shedding, "
+        "crash or control plane): every request is accepted and the throttle never "
+        "throttles; add one of them or drop the throttle")]
 
 
 def check_local_flags(sc) -> list[Finding]:

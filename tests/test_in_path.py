@@ -343,3 +343,16 @@ def test_a_local_flag_without_its_mechanism_is_refused():
         Flags(throttle_k=0.5)
     with pytest.raises(ScenarioError, match="throttle_k"):
         load_scenario({**sc, "policy": _policy({"throttle_k": "high"})})
+
+
+def test_a_throttle_that_can_never_throttle_is_warned_about():
+    from relakit.checks import WARNING, check_scenario
+
+    def warned(sc):
+        return [f for f in check_scenario(load_scenario(sc))
+                if f.severity == WARNING and f.key == "mitigations.client_throttle"]
+
+    found = warned(node(100.0, {"client_throttle": {"k": 2}}))
+    assert len(found) == 1 and "never throttles" in found[0].message
+    assert warned(node(100.0, {"client_throttle": {"k": 2}}, queue_limit=5)) == []
+    assert warned(node(100.0, {"client_throttle": {"k": 2}}, deadline_ms=50)) == []
