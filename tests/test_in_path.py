@@ -356,3 +356,15 @@ def test_a_throttle_that_can_never_throttle_is_warned_about():
     assert len(found) == 1 and "never throttles" in found[0].message
     assert warned(node(100.0, {"client_throttle": {"k": 2}}, queue_limit=5)) == []
     assert warned(node(100.0, {"client_throttle": {"k": 2}}, deadline_ms=50)) == []
+
+
+def test_compare_shows_an_in_path_outcome_only_one_side_has():
+    """relakit.compare of a run without a mechanism against one with: the rejected
+    count is a row (0 on the side without), not dropped for want of a column."""
+    a = node(1.5 * CAPACITY, duration=15, queue_limit=50)
+    b = node(1.5 * CAPACITY, {"codel": {"target_ms": 5, "interval_ms": 100}}, duration=15,
+             queue_limit=50)
+    c = relakit.compare(a, b, replications=3, workers=1)
+    row = c.row("all", "rejected")
+    assert row["a"] == 0 and row["b"] > 0 and row["significant"]
+    assert c.row("all", "error")["difference"] < 0  # the queue limit refuses less
