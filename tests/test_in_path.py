@@ -368,3 +368,23 @@ def test_compare_shows_an_in_path_outcome_only_one_side_has():
     row = c.row("all", "rejected")
     assert row["a"] == 0 and row["b"] > 0 and row["significant"]
     assert c.row("all", "error")["difference"] < 0  # the queue limit refuses less
+
+
+def test_replay_reads_the_in_path_series():
+    """The control plane reads an in-path run's series like any other: a policy on the
+    client_throttled_total rate, replayed over the run's metrics, enters its mode and
+    asserts the throttle's k (the audit's desired state)."""
+    sc = node(5 * CAPACITY, {"client_throttle": {"k": 2, "window_s": 5}}, queue_limit=2,
+              duration=30, warmup=5)
+    r = relakit.simulate(sc, record_requests=False)
+    policy = {"name": "throttling", "signals": {"throttled_rps": {
+        "kind": "rate", "metric": "client_throttled_total", "source": "client"}},
+        "conditions": {"throttling": {"signal": "throttled_rps", "op": ">", "threshold": 100}},
+        "modes": [{"name": "survival", "when": {"any": ["throttling"]},
+                   "assert": {"throttle_k": 1.5}}],
+        "normal": {"hedge_enabled": False}}
+    rep = relakit.replay(r.metrics, policy=policy,
+                         clocks={"scrape_s": 1, "window_s": 5, "eval_s": 1, "poll_s": 1})
+    entered = rep.decisions.filter(pl.col("mode") == "survival")
+    assert entered.height > 0
+    assert json.loads(entered["desired"][0])["throttle_k"] == 1.5
