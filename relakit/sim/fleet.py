@@ -18,8 +18,14 @@ from numpy.lib.array_utils import byte_bounds
 
 from relakit.sim import kernel as K
 from relakit.sim.longtable import fleet_columns, node_columns
-from relakit.sim.mitigated import mitigated_allowed, mitigated_ok, run_mitigated
-from relakit.sim.plain import plain_ok, run_plain
+from relakit.sim.loops import (
+    leaves,
+    mitigated_allowed,
+    mitigated_ok,
+    plain_ok,
+    run_mitigated,
+    run_plain,
+)
 from relakit.sim.rng import new_state
 from relakit.sim.spec import DataPlane
 from relakit.vocab import BREAKER_STATES, TIERS, Flags
@@ -221,6 +227,8 @@ class Fleet:
             lat_sum=np.zeros((len(K.TIERS), 2)),
         )
         self._choice = None  # the loop the next call runs (_kernel), None: choose again
+        self._owed = (False, False)  # marks a call cut short for room left to the next (_mark)
+        self.st.fs[K.FS_MARK] = self.st.fs[K.FS_MARK_GENERAL] = -np.inf  # (no row is old)
         self.set_flags(scenario.controls.flags)
         K.start(self.cfg, self.st)
         self._check_disjoint()
@@ -236,8 +244,13 @@ class Fleet:
             raise ValueError(f"cannot advance to {t_s} s: the fleet is already at {self.now} s")
         while True:
             kernel, t_stop, change = self._kernel(float(t_s))
+            left = self._leaves()
+            self.st.is_[K.IS_DRAIN] = self._drain(kernel, left)
             status = kernel(self.cfg, self.st, self.out, t_stop)
-            if status != K.DONE:
+            self._mark(left, status, t_stop)
+            if status == K.SETTLED:
+                self._choice = None
+            elif status != K.DONE:
                 self._grow(status)
             elif change:  # the fault-schedule change due next, in Python (see _kernel),
                 # after the room the general kernel asks for first (a crash may end every
@@ -249,13 +262,50 @@ class Fleet:
             elif t_stop >= t_s:
                 return self
 
+    def _leaves(self) -> tuple[bool, bool]:
+        """What the next call may leave for the plain and the lean loops (``loops.leaves``),
+        or what a call cut short by growth (:meth:`_mark`) might have: O(nodes)."""
+        plain, general = leaves(self.cfg, self.st)
+        return plain or self._owed[0], general or self._owed[1]
+
+    def _drain(self, kernel, left: tuple[bool, bool]) -> int:
+        """``kernel.IS_DRAIN`` for the next call: 1 (2) when the plain (lean mitigated)
+        loop would take it but for rows still live from when a mechanism ran (IS_OLD,
+        IS_OLD_GENERAL), so that the call stops (``kernel.SETTLED``) once they are free
+        and the leaner loop takes the rest of the stretch."""
+        isv = self.st.is_
+        if not self.specialise or kernel is run_plain:
+            return 0
+        if not left[0] and isv[K.IS_OLD] > 0:
+            return 1
+        return 2 if (kernel is K.run and isv[K.IS_OLD_GENERAL] > 0 and not left[1]
+                     and mitigated_ok(self.cfg, self.st, rows=False)) else 0
+
+    def _mark(self, left: tuple[bool, bool], status: int, t_stop: float) -> None:
+        """After a call that may have left something (``left``, :meth:`_leaves`): every row
+        live now was made by ``t_stop`` (the loop ran every event up to it) and counts as
+        old (``kernel.IS_OLD``) until the loop frees it. A call cut short for room marks
+        nothing: its stretch goes on in the next call, which owes its marks."""
+        if status != K.DONE:
+            self._owed = left
+            return
+        self._owed = (False, False)
+        st = self.st
+        isv = st.is_
+        live = (st.job_i.shape[0] - isv[K.IS_JOB_FREE_N]) + (st.usr_i.shape[0]
+                                                              - isv[K.IS_USR_FREE_N])
+        for leaves_it, mark, old in zip(left, (K.FS_MARK, K.FS_MARK_GENERAL),
+                                        (K.IS_OLD, K.IS_OLD_GENERAL), strict=True):
+            if leaves_it:
+                st.fs[mark] = t_stop
+                isv[old] = live
+
     def _kernel(self, t_s: float):
         """(kernel, time to run it to, whether a fault-schedule change is then due) for the
-        next stretch. Three kernels: the plain specialisations of the event loop
-        (relakit.sim.plain: no mechanism this stretch may meet, nothing one left
-        pending), the lean mitigated ones (relakit.sim.mitigated: hedging with a fixed
-        delay, deadlines, retries, node errors, or what they left pending) and the
-        general one. A fault-schedule change in a
+        next stretch. Three specialisations of the event loop (relakit.sim.loops): the
+        plain ones (no mechanism this stretch may meet, nothing one left pending), the
+        lean mitigated ones (hedging with a fixed delay, deadlines, retries, node errors,
+        or what they left pending) and the general one. A fault-schedule change in a
         stretch the mitigated ones may run (their faults crash nothing) splits it: the loop
         runs to the double before the change (the general kernel takes a change before
         any event at its time), the change is applied in Python (``K.schedule_step``),
@@ -281,21 +331,21 @@ class Fleet:
 
     def _choose(self):
         """(kernel, whether to keep it): the leanest loop the state allows (``plain_ok``,
-        ``mitigated_ok``: a pass over the heap and the pools), kept until :meth:`_rechoose`
-        unless a leaner one was refused only for rows still live (a hedge copy, a
-        degraded job): those drain by themselves, so the choice is made again next call.
-        Measured on rela-ramp in closed loop (cProfile, records off, second run in one
-        process, loaded machine): asked before every call, ``mitigated_ok`` ran 463 times,
-        12.3 s of 70.1 s; kept, 17 times, 0.4 s of 30.0 s."""
+        ``mitigated_ok``: O(nodes), from the controls and the counts the loop keeps),
+        kept until :meth:`_rechoose` unless a leaner one was refused only for rows still
+        live (a hedge copy, a degraded job): those drain by themselves, so the choice is
+        made again next call. Measured on rela-ramp in closed loop (cProfile, records off,
+        second run in one process, loaded machine): with row scans asked before every
+        call, ``mitigated_ok`` ran 463 times, 12.3 s of 70.1 s; kept, 17 times, 0.4 s."""
         cfg, st = self.cfg, self.st
-        if plain_ok(cfg, st):
-            return run_plain, True
         features = K.features_of(cfg, st)
+        if plain_ok(cfg, st, features):
+            return run_plain, True
         settled = st.fs[K.FS_NEXT_SCHED] == np.inf
-        if mitigated_ok(cfg, st):  # (a schedule change ends its stretch: _kernel)
+        if mitigated_ok(cfg, st, features):  # (a schedule change ends its stretch: _kernel)
             return run_mitigated, bool(features) or not settled
         # the general kernel ends a failover itself, and the schedule in its loop
-        return K.run, (bool(features) and not mitigated_allowed(cfg, st)
+        return K.run, (bool(features) and not mitigated_allowed(cfg, st, features)
                           and not st.node_i[:, K.NI_FAILOVER].any())
 
     def _rechoose(self) -> None:
