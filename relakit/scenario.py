@@ -38,6 +38,7 @@ from relakit.sim.spec import (  # noqa: F401 - the data plane's names, as scenar
     Fault,
     FleetSpec,
     Hedge,
+    Initial,
     Metrics,
     Mitigations,
     Retries,
@@ -62,6 +63,7 @@ class Scenario:
     controls: Controls = Controls()
     mitigations: Mitigations = Mitigations()
     metrics: Metrics = Metrics()
+    initial: Initial = Initial()  # the state the run starts from (empty: idle)
     policy: object = None  # relakit.control.Policy: closes the loop on the flags
     clocks: object = None  # relakit.control.Clocks
     chain: object = None  # relakit.chain.Chain: closes the loop on the nodes
@@ -186,7 +188,7 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
         r.fail(other, "(top level)")
     r.only({"name", "duration_s", "seed", "warmup_s", "workload", "fleet", "faults", "metrics",
             "controls", "mitigations", "policy", "clocks", "chain", "control_plane",
-            "data_plane", "agents", *ROLLOUT_KEYS, *EXPERIMENT_KEYS})
+            "data_plane", "agents", "initial", *ROLLOUT_KEYS, *EXPERIMENT_KEYS})
     design = _experiment(r)
     if design["warmup_auto"]:  # the data plane counts from 0; the cut is made on the series
         r = Reader({k: v for k, v in r.data.items() if k != "warmup_s"}, r.source)

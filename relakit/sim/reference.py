@@ -83,3 +83,157 @@ def mmc_reference(rate_rps: float, mean_ms: float, servers: int, duration_s: flo
     if record:
         return done_arrival, done_latency, done_demand
     return completed
+
+
+def retry_node_reference(rate_rps: float, mean_ms: float, servers: int, queue_limit: int | None,
+                         deadline_s: float, max_attempts: int, backoff_s: float,
+                         backoff_max_s: float, jitter: bool, duration_s: float, seed: int,
+                         on_timeout: str = "abandon", initial_queue: int = 0,
+                         pending_retries: int = 0, tiers=(1.0, 0.0, 0.0)):
+    """One node, FCFS, Poisson arrivals and exponential demand, a per-attempt deadline,
+    retries on timeout (``retry_on: [timeout]``) and a start state, written from the
+    scenario language's definitions, not from the kernel's code. Returns each user
+    request that ended by ``duration_s``, in the order they ended: (arrival_s,
+    latency_ms, outcome, attempts).
+
+    It draws what the kernel draws, stream by stream (:func:`kernel_streams`): at an
+    arrival its tier and first-attempt demand, then the next gap; a retry's demand when
+    it starts (``copy_service``), a full-jitter factor at each retry decision
+    (``retry_jitter``); a start state's demands (``copy_service``, in node order, then
+    nothing for the pending retries) and the pending retries' jitter, before anything
+    else. Semantics: an attempt past its deadline is abandoned (the server still serves
+    it) or, with ``keep_listening``, still listened to while its request lives; the
+    request fails (timeout) at the deadline of its last attempt, answers at the first OK
+    of any copy listened to; a copy of an answered request still queued is dropped from
+    the queue (``hedge.cancel: queued``), except abandoned and late ones; an attempt
+    meeting a full queue fails at once (error, not retried)."""
+    st = kernel_streams(seed)
+    rand, rand_svc, rand_copy = st["arrivals"].random, st["service"].random, \
+        st["copy_service"].random
+    rand_jit = st["retry_jitter"].random
+    mean_s = mean_ms / 1000.0
+    gap = 1.0 / rate_rps
+    log = math.log
+    cum0, cum1 = tiers[0], tiers[0] + tiers[1]
+    heap: list = []  # (time, order: 0 heap events first at a tie, seq, kind, ident)
+    seq = [0]
+
+    def push(t, order, kind, ident):
+        seq[0] += 1
+        heapq.heappush(heap, (t, order, seq[0], kind, ident))
+
+    jobs: dict = {}  # id -> dict(call, state: queued/serving/done, client, demand)
+    calls: dict = {}  # id -> dict(arrival, attempts, copies: [job ids listened to],
+    #   waiting: copies within their deadline, alive)
+    queue: list = []
+    busy = [0]
+    out = []
+    nid = [0]
+
+    def new_id():
+        nid[0] += 1
+        return nid[0]
+
+    def backoff(attempts):
+        b = min(backoff_s * 2.0 ** (attempts - 1), backoff_max_s)
+        return b * rand_jit() if jitter else b
+
+    def start_next(t):
+        while queue and busy[0] < servers:
+            j = queue.pop(0)
+            job = jobs[j]
+            if job["demand"] is None:
+                job["demand"] = -mean_s * log(1.0 - rand_copy())
+            job["state"] = "serving"
+            busy[0] += 1
+            push(t + job["demand"], 0, "done", j)
+
+    def end_call(c, t, outcome):
+        call = calls[c]
+        call["alive"] = False
+        for j2 in call["copies"]:
+            job = jobs[j2]
+            if job["client"] == "late":
+                job["client"] = "abandoned"
+            elif job["client"] == "waiting":
+                job["client"] = "lost"
+                if job["state"] == "queued":
+                    queue.remove(j2)
+                    job["state"] = "done"
+        out.append((call["arrival"], (t - call["arrival"]) * 1000.0, outcome, call["attempts"]))
+
+    def send(c, t, demand):
+        call = calls[c]
+        call["attempts"] += 1
+        j = new_id()
+        jobs[j] = {"call": c, "state": "queued", "client": "waiting", "demand": demand}
+        push(t + deadline_s, 1, "timeout", j)
+        if queue_limit is not None and busy[0] >= servers and len(queue) >= queue_limit:
+            jobs[j]["state"] = "done"  # refused: the call fails (an error is not retried)
+            end_call(c, t, "error")
+            return
+        call["copies"].append(j)
+        call["waiting"] += 1
+        queue.append(j)
+
+    def new_call(t, tier):
+        c = new_id()
+        calls[c] = {"arrival": t, "attempts": 0, "copies": [], "waiting": 0, "alive": True,
+                    "tier": tier}
+        return c
+
+    total = initial_queue + pending_retries
+    for r in range(initial_queue):
+        c = new_call(0.0, r)
+        send(c, 0.0, -mean_s * log(1.0 - rand_copy()))
+    for _ in range(pending_retries):
+        c = new_call(0.0, 0)
+        calls[c]["attempts"] = 1
+        push(backoff(1), 0, "retry", c)
+    del total
+    start_next(0.0)
+    t_arr = -gap * log(1.0 - rand())
+    while True:
+        t_ev = heap[0][0] if heap else math.inf
+        t = min(t_arr, t_ev)
+        if t > duration_s:
+            break
+        if t_ev <= t_arr:
+            _, _, _, kind, ident = heapq.heappop(heap)
+            if kind == "done":
+                job = jobs[ident]
+                job["state"] = "done"
+                busy[0] -= 1
+                call = calls[job["call"]]
+                if call["alive"] and job["client"] in ("waiting", "late"):
+                    end_call(job["call"], t, "ok")
+                start_next(t)
+            elif kind == "timeout":
+                job = jobs[ident]
+                call = calls[job["call"]]
+                if job["client"] != "waiting" or job["state"] == "done" or not call["alive"]:
+                    continue
+                call["waiting"] -= 1
+                if on_timeout == "keep_listening":
+                    job["client"] = "late"
+                else:
+                    job["client"] = "abandoned"
+                    call["copies"].remove(ident)
+                if call["waiting"] == 0:
+                    if call["attempts"] < max_attempts:
+                        push(t + backoff(call["attempts"]), 0, "retry", job["call"])
+                    else:
+                        end_call(job["call"], t, "timeout")
+            else:  # a retry falls due
+                if calls[ident]["alive"]:
+                    send(ident, t, None)
+                    start_next(t)
+            continue
+        x = rand()
+        _tier = 0 if x < cum0 else (1 if x < cum1 else 2)
+        demand = -mean_s * log(1.0 - rand_svc())
+        t_arr = t - gap * log(1.0 - rand())
+        c = new_call(t, _tier)
+        send(c, t, demand)
+        start_next(t)
+    return out
