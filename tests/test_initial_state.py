@@ -198,3 +198,29 @@ def test_a_zoned_start_state_splits_by_node_and_by_share():
     z0, z1 = zone_scenario(sc, 0), zone_scenario(sc, 1)
     assert z0.initial.queue == (4, 5) and z1.initial.queue == (6,)
     assert z0.initial.pending_retries + z1.initial.pending_retries == 3
+
+
+def test_the_ctmc_ablation_model_drains_as_the_kernel_and_its_coin_does_not():
+    """ctmc_ablation_drain's exact model against the kernel started full (10 s timeout:
+    both drain, means within each other's intervals), and the CTMC's independent doom
+    coin, switched on alone, the one that keeps the node full (issue 34's known failure)."""
+    from relakit.metastability import Recovery, base_scenario, basin_map
+    from relakit.sim.reference import ctmc_ablation_drain
+    from relakit.stats import t_interval
+
+    w = base_scenario("params/scenarios/metafor-node.yaml")
+    w["workload"]["deadline_ms"] = 10_000
+    w["metrics"] = {"interval_s": 0.1}
+    cell = basin_map(w, "start", [101], [0], Recovery(level=1, hold_s=0.0, within_s=1500), 16,
+                     workers=1).cells.row(0, named=True)
+    model = np.array([ctmc_ablation_drain(10.0, "exact", "det", "exact", s, 1500)
+                      for s in range(16)])
+    assert cell["recovered"] == 16 and np.isfinite(model).all()
+    m = t_interval(model)
+    gap = abs(m.mean - cell["recovery_mean_s"])
+    assert gap < m.half_width + cell["recovery_mean_s_ci"], (m, cell)
+    coin = np.array([ctmc_ablation_drain(10.0, "prob", "det", "exact", s, 1500)
+                     for s in range(16)])
+    assert np.isfinite(coin).sum() <= 8
+    with pytest.raises(ValueError, match="doom: expected one of exact, prob"):
+        ctmc_ablation_drain(10.0, "coin", "det", "exact", 0, 10)

@@ -92,6 +92,13 @@ def _retry_allowed(p: np.ndarray, levels: int) -> np.ndarray:
     return powers[:, :-1].sum(axis=1) / powers.sum(axis=1)
 
 
+def retry_allowed_share(p, levels: int) -> np.ndarray:
+    """The CTMC's share of doomed retries allowed one more attempt, per doom probability
+    ``p`` (array), for ``levels = max_attempts - 1`` retry levels (see :func:`_retry_allowed`):
+    public for ``benchmarks/ctmc_drain_ablation.py``, which switches it off and on."""
+    return _retry_allowed(np.asarray(p, dtype=float), levels)
+
+
 @dataclass
 class RetryCTMC:
     """The chain and its answers. States are ``(jobs, retries)``, flattened as

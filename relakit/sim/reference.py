@@ -237,3 +237,72 @@ def retry_node_reference(rate_rps: float, mean_ms: float, servers: int, queue_li
         send(c, t, demand)
         start_next(t)
     return out
+
+
+def ctmc_ablation_drain(timeout_s: float, doom: str, delay: str, count: str, seed: int,
+                        cap_s: float, arrival_rps: float = 9.5, service_rps: float = 10.0,
+                        capacity: int = 101, max_attempts: int = 5) -> float:
+    """Seconds for a full node to drain (<= 1 job, no retry pending; nan: not by ``cap_s``)
+    in a small model of one FCFS exponential server with per-attempt deadlines and retries
+    at the deadline, with each of :func:`relakit.analytic.retry_ctmc`'s approximations
+    switched on or off: ``doom`` ``exact`` (an attempt times out iff its own sojourn,
+    services drawn as they come, passes the deadline) or ``prob`` (the CTMC's coin of
+    probability ``doom_probability(n found)``, independent of the services that then
+    drain the queue); ``delay`` ``det`` (a retry at the deadline) or ``exp`` (after an
+    exponential delay of that mean); ``count`` ``exact`` (at most ``max_attempts``) or
+    ``share`` (a doomed retry retries again with the CTMC's stationary share). Started
+    with ``capacity`` first attempts sent at 0 and no retry pending: the kernel's
+    ``initial: {queue: capacity}``, the CTMC's state (capacity, 0). ``exact det exact`` is
+    the kernel's node (``benchmarks/ctmc_drain_ablation.py`` compares their drains)."""
+    import random
+
+    import numpy as np
+
+    from relakit.analytic.retry_ctmc import doom_probability, retry_allowed_share
+
+    for name, v, allowed in (("doom", doom, ("exact", "prob")), ("delay", delay, ("det", "exp")),
+                             ("count", count, ("exact", "share"))):
+        if v not in allowed:
+            raise ValueError(f"{name}: expected one of {', '.join(allowed)}, got {v!r}")
+    rng = random.Random(seed)
+    p_doom = doom_probability(np.arange(capacity + 1), 1, service_rps, timeout_s, 256)
+    again = retry_allowed_share(p_doom, max_attempts - 1)
+    deps, last = [], 0.0  # departure times of the jobs in the node (FCFS: increasing)
+    for _ in range(capacity):
+        last += rng.expovariate(service_rps)
+        deps.append(last)
+    retries: list = []  # (time due, attempt number)
+    if doom == "exact":  # the start's attempts that will time out retry at the deadline
+        retries = [(timeout_s if delay == "det" else rng.expovariate(1 / timeout_s), 2)
+                   for d in deps if d > timeout_s]
+        heapq.heapify(retries)
+    gone = 0
+    t_arr = rng.expovariate(arrival_rps)
+    while True:
+        t = min(t_arr, retries[0][0] if retries else math.inf)
+        if t > cap_s:
+            return math.nan
+        while gone < len(deps) and deps[gone] <= t:
+            gone += 1
+        n = len(deps) - gone
+        if n <= 1 and not retries:  # drained at the departure that left <= 1 job
+            return deps[gone - 1] if gone > 0 else t
+        if retries and retries[0][0] <= t_arr:
+            attempt = heapq.heappop(retries)[1]
+        else:
+            attempt = 1
+            t_arr = t + rng.expovariate(arrival_rps)
+        if n >= capacity:
+            continue  # dropped (not retried)
+        d = max(t, deps[-1] if n else t) + rng.expovariate(service_rps)
+        deps.append(d)
+        doomed = (d - t > timeout_s) if doom == "exact" else rng.random() < p_doom[n]
+        if not doomed:
+            continue
+        retry = attempt < max_attempts if count == "exact" else (
+            attempt == 1 or rng.random() < again[n])
+        if retry:
+            wait = timeout_s if delay == "det" else rng.expovariate(1 / timeout_s)
+            heapq.heappush(retries, (t + wait, attempt + 1))
+        if gone > 10_000:
+            deps, gone = deps[gone:], 0
