@@ -1892,5 +1892,10 @@ def control_frontier_chart(frontier: pl.DataFrame, *, title: str, subtitle: str 
                                                   y2="hi:Q")
     sub = subtitle or ("bars: Clopper-Pearson 95 % intervals" if share else
                        "bars: Student t 95 % intervals over the runs that recovered")
-    return alt.layer(bars, line, title=alt.TitleParams(text=title, subtitle=sub)).properties(
+    layers = [bars, line]
+    if share:  # the frontier's level: half the runs saved
+        layers.append(alt.Chart(pl.DataFrame({"half": [0.5]})).mark_rule(
+            strokeDash=[4, 3], color=PALETTE["neutral"]["reference"]).encode(
+            y=alt.Y("half:Q", scale=y_scale)))
+    return alt.layer(*layers, title=alt.TitleParams(text=title, subtitle=sub)).properties(
         width=420, height=260)

@@ -425,5 +425,6 @@ def test_basin_chart_layers_and_control_frontier_legend():
           v["encoding"]["y"] for v in _layers(spec)}
     assert ys["line"]["field"] == "p_recover" and ys["line"]["scale"]["domain"] == [0, 1]
     assert ys["errorbar"]["field"] == "lo" and "Clopper" in spec["title"]["subtitle"]
+    assert ys["rule"]["field"] == "half"  # the level half the runs saved
     with pytest.raises(ValueError, match="measure: expected"):
         plots.control_frontier_chart(frontier, title="f", measure="p")
