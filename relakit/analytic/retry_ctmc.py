@@ -250,8 +250,9 @@ def retry_generator(arrival_rate: float, service_rate: float, servers: int, queu
     if on_timeout not in ON_TIMEOUT:
         raise ValueError(f"on_timeout: expected one of {', '.join(ON_TIMEOUT)}, got "
                          f"{on_timeout!r} (keep_listening is not expressible in (jobs, "
-                         "retries): a late answer withdraws its request's queued retries, so the jobs an attempt "
-                         "finds are not its wait; simulate it: mitigations.retries.on_timeout)")
+                         "retries): a late answer withdraws its request's queued retries, so "
+                         "the jobs an attempt finds are not its wait; simulate it: "
+                         "mitigations.retries.on_timeout)")
     b0 = as_nonnegative("backoff_s", backoff_s)
     bmax = as_nonnegative("backoff_max_s", backoff_max_s)
     if not isinstance(jitter, bool):
