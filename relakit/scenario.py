@@ -120,6 +120,14 @@ class Scenario:
         if self.faults:
             lines.append(f"{len(self.faults)} fault(s) on node(s) " + ", ".join(
                 sorted({str(f.node) for f in self.faults})))
+        if not self.initial.empty:
+            lines.append(f"starts with {sum(self.initial.queue)} request(s) at the nodes "
+                         f"({list(self.initial.queue)}) and {self.initial.pending_retries} "
+                         "retry(ies) pending")
+        r = self.mitigations.retries
+        if r.max_attempts > 1:
+            lines.append(f"retries: up to {r.max_attempts} attempts on "
+                         f"{', '.join(r.retry_on)}; a timed-out attempt: {r.on_timeout}")
         if self.replications > 1:
             lines.append(f"{self.replications} replications")
         return lines

@@ -224,3 +224,10 @@ def test_the_ctmc_ablation_model_drains_as_the_kernel_and_its_coin_does_not():
     assert np.isfinite(coin).sum() <= 8
     with pytest.raises(ValueError, match="doom: expected one of exact, prob"):
         ctmc_ablation_drain(10.0, "coin", "det", "exact", 0, 10)
+
+
+def test_a_start_state_and_the_retry_semantics_show_in_the_scenario_facts():
+    facts = load_scenario(node("keep_listening", queue=30, pending=5, backoff_ms=20,
+                               jitter=True)).facts()
+    assert "starts with 30 request(s) at the nodes ([30]) and 5 retry(ies) pending" in facts
+    assert any("a timed-out attempt: keep_listening" in f for f in facts)
