@@ -231,3 +231,11 @@ def test_a_start_state_and_the_retry_semantics_show_in_the_scenario_facts():
                                jitter=True)).facts()
     assert "starts with 30 request(s) at the nodes ([30]) and 5 retry(ies) pending" in facts
     assert any("a timed-out attempt: keep_listening" in f for f in facts)
+
+
+def test_a_start_state_counts_in_the_memory_estimate():
+    from relakit.sim import run_memory
+
+    idle = run_memory(load_scenario(node(queue_limit=None, deadline_ms=None)), False)
+    big = load_scenario(node(queue=5_000_000, queue_limit=None, deadline_ms=None))
+    assert run_memory(big, False)["pools"] > 1000 * idle["pools"]
