@@ -26,7 +26,7 @@ from relakit.sim.loops import (
     run_mitigated,
     run_plain,
 )
-from relakit.sim.rng import new_state
+from relakit.sim.rng import exponential_py, new_state, uniform_py
 from relakit.sim.spec import DataPlane
 from relakit.vocab import BREAKER_STATES, TIERS, Flags
 
@@ -88,6 +88,7 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
     cfg_i[K.CI_MAX_ATTEMPTS] = mit.retries.max_attempts
     cfg_i[K.CI_JITTER] = int(mit.retries.jitter)
     cfg_i[K.CI_RETRY_MASK] = sum(1 << K.OUTCOMES.index(o) for o in mit.retries.retry_on)
+    cfg_i[K.CI_KEEP_LISTENING] = int(mit.retries.on_timeout == "keep_listening")
     cfg_i[K.CI_DEGRADED_FANOUT] = mit.degraded.fanout or 0
     cfg_i[K.CI_BREAKER_MASK] = _tier_mask(mit.breaker.reject_tiers)
     cfg_i[K.CI_FAILOVER] = int(sc.controls.isolation == "failover")
@@ -121,6 +122,111 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
                     np.ascontiguousarray(load[:, 1]),
                     np.asarray(sc.metrics.latency_buckets_s, dtype=np.float64), phase,
                     dep_node, dep_share)
+
+
+# ---- initial state (scenario key ``initial``) ---------------------------------------
+def _heap_push_py(st: K.State, t: float, key: int) -> None:
+    """The kernel's own heap push, called from Python (a start state is seeded once): it
+    also counts the event by kind, as the loop's choice reads (``IS_EVENTS``)."""
+    K.heap_push(st.heap_t, st.heap_k, st.is_, float(t), np.int64(key))
+
+
+def _event_key_py(ident: int, kind: int, gen: int) -> int:
+    return int(K.event_key(np.int64(ident), np.int64(kind), np.int64(gen)))
+
+
+def seed_initial(cfg: K.Config, st: K.State, queue, pending: int) -> None:
+    """Write a start state into a fleet's arrays at t = 0, before the first kernel call:
+    ``queue[i]`` one-call requests at node i whose first attempt was sent at 0 (the
+    first ``servers`` in service, the rest queued in order, each with its deadline),
+    and ``pending`` requests whose first attempt failed just before 0, each retry due
+    after one backoff (the kernel's: ``backoff_ms`` times a full-jitter draw). The rows
+    are what the loop's arrival and send sections write, so every specialisation may
+    take over. Demands come from the ``copy_service`` stream, tiers from the tier mix
+    in proportion (no draw): the arrival and service streams stay in step with the same
+    run started idle. Python, not the loop: nothing is compiled for it."""
+    cfg_f, cfg_i, isv = cfg.cfg_f, cfg.cfg_i, st.is_
+    ji, jf, ci, cf, ui, uf = st.job_i, st.job_f, st.call_i, st.call_f, st.usr_i, st.usr_f
+    ni, nf = st.node_i, st.node_f
+    total = sum(queue) + pending
+    kind, a, b, c = (int(cfg_i[K.CI_SVC_KIND]), float(cfg_f[K.CF_SVC_A]),
+                     float(cfg_f[K.CF_SVC_B]), float(cfg_f[K.CF_SVC_C]))
+    deadline = float(cfg_f[K.CF_DEADLINE])
+    tq_h, tq_c = (int(x) for x in st.tq_n[K.TQ_TIMEOUT])
+    cap = st.tq_t.shape[1]
+    rows = [(node, True) for node, n in enumerate(queue) for _ in range(n)]
+    rows += [(-1, False)] * pending
+    for r, (node, sent) in enumerate(rows):
+        tier = int(np.searchsorted(cfg.tier_cum, (r + 0.5) / total, side="right"))
+        tier = min(tier, len(K.TIERS) - 1)
+        if kind == K.S_EXP:
+            demand = exponential_py(st.rng, K.RNG_COPY_SERVICE, a) if sent else 0.0
+        else:
+            demand = float(K.draw_service(st.rng, K.RNG_COPY_SERVICE, kind, a, b, c)) \
+                if sent else 0.0
+        isv[K.IS_USR_FREE_N] -= 1
+        u = int(st.usr_free[isv[K.IS_USR_FREE_N]])
+        isv[K.IS_USER_SEQ] += 1
+        isv[K.IS_IN_FLIGHT_USERS] += 1
+        for col, value in K.LEAN_USER:
+            ui[u, col] = value
+        ui[u, K.UI_TIER] = tier
+        uf[u, K.UF_DEMAND] = demand
+        uf[u, K.UF_T_ARRIVAL] = 0.0
+        isv[K.IS_CALL_FREE_N] -= 1
+        call = int(st.call_free[isv[K.IS_CALL_FREE_N]])
+        ci[call, K.CL_USER] = u
+        ci[call, K.CL_ATTEMPTS] = 1
+        ci[call, K.CL_HEDGES] = 0
+        ci[call, K.CL_COPIES] = 1 if sent else 0
+        ci[call, K.CL_FIRST] = -1
+        ci[call, K.CL_TIER] = tier
+        ci[call, K.CL_LAST_NODE] = -1
+        cf[call, K.CLF_DEMAND] = demand
+        st.fleet_c[K.F_ATTEMPTS] += 1
+        if not sent:  # its retry, after the backoff of a first attempt (full jitter)
+            backoff = min(float(cfg_f[K.CF_BACKOFF]), float(cfg_f[K.CF_BACKOFF_MAX]))
+            if cfg_i[K.CI_JITTER] != 0:
+                backoff *= uniform_py(st.rng, K.RNG_JITTER)
+            st.fleet_c[K.F_RETRIES] += 1
+            _heap_push_py(st, backoff, _event_key_py(call, K.EV_RETRY, ci[call, K.CL_GEN]))
+            continue
+        isv[K.IS_JOB_FREE_N] -= 1
+        j = int(st.job_free[isv[K.IS_JOB_FREE_N]])
+        ci[call, K.CL_FIRST] = j
+        ji[j, K.JI_CALL] = call
+        ji[j, K.JI_GEN] += 1
+        ji[j, K.JI_CLIENT] = K.C_WAITING
+        ji[j, K.JI_HEDGE] = 0
+        ji[j, K.JI_TIER] = tier
+        ji[j, K.JI_SIB] = -1
+        ji[j, K.JI_NODE] = node
+        ji[j, K.JI_DEGRADED] = 0
+        jf[j, K.JF_T_NODE] = 0.0
+        jf[j, K.JF_DEMAND] = demand
+        if deadline < np.inf:
+            slot = (tq_h + tq_c) % cap
+            st.tq_t[K.TQ_TIMEOUT, slot] = deadline
+            st.tq_k[K.TQ_TIMEOUT, slot] = _event_key_py(j, K.EV_TIMEOUT, ji[j, K.JI_GEN])
+            tq_c += 1
+        if ni[node, K.NI_BUSY] < ni[node, K.NI_SERVERS]:  # into service at once
+            ji[j, K.JI_STATE] = K.J_SERVING
+            jf[j, K.JF_T_START] = 0.0
+            ni[node, K.NI_BUSY] += 1
+            _heap_push_py(st, demand * nf[node, K.NF_SLOWDOWN],
+                          _event_key_py(j, K.EV_DONE, ji[j, K.JI_GEN]))
+        else:  # at the queue's tail
+            ji[j, K.JI_STATE] = K.J_QUEUED
+            ji[j, K.JI_NEXT] = -1
+            tail = ni[node, K.NI_QTAIL]
+            ji[j, K.JI_PREV] = tail
+            if tail >= 0:
+                ji[tail, K.JI_NEXT] = j
+            else:
+                ni[node, K.NI_QHEAD] = j
+            ni[node, K.NI_QTAIL] = j
+            ni[node, K.NI_QLEN] += 1
+    st.tq_n[K.TQ_TIMEOUT, 1] = tq_c
 
 
 def _grow_rows(a: np.ndarray, rows: int, fill=0) -> np.ndarray:
@@ -164,7 +270,9 @@ class Fleet:
         self.cfg = build_config(scenario, record_requests)
         n = scenario.fleet.nodes
         fanout = scenario.workload.fanout
-        jobs = max(64, 4 * sum(scenario.fleet.servers) + 8 * fanout)
+        initial = getattr(scenario, "initial", None)
+        seeded = 0 if initial is None else sum(initial.queue) + initial.pending_retries
+        jobs = max(64, 4 * sum(scenario.fleet.servers) + 8 * fanout, 2 * seeded)
         users = max(64, jobs)
         heap = 2 * jobs + users
         n_buckets = len(scenario.metrics.latency_buckets_s) + 1
@@ -231,6 +339,8 @@ class Fleet:
         self.st.fs[K.FS_MARK] = self.st.fs[K.FS_MARK_GENERAL] = -np.inf  # (no row is old)
         self.set_flags(scenario.controls.flags)
         K.start(self.cfg, self.st)
+        if seeded:
+            seed_initial(self.cfg, self.st, initial.queue, initial.pending_retries)
         self._check_disjoint()
 
     # ---- time -------------------------------------------------------------------

@@ -119,12 +119,15 @@ BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = (BREAKER_STATES.index(b) for b
 #   queue limit, excess sent elsewhere); BREAKER: the door check per arrival;
 # DEGRADED: partial fan-out and the cheaper service factor; PROBES: the next probe's
 # time among the rare-event times compared at every event.
+# KEEP_LISTENING: a timed-out attempt's client goes on listening (retries.on_timeout:
+#   keep_listening): its late answer answers the call while the call lives (C_LATE below).
 FEATURES = ("hedging", "deadlines", "retries", "errors", "intake", "breaker", "degraded",
-            "probes")
+            "probes", "keep_listening")
 # the mechanisms of the lean (mitigated) specialisations: ``specialised(LEAN_FEATURES,
 # lean=True)``, for the stretches ``loops.mitigated_ok`` accepts
 LEAN_FEATURES = frozenset({"hedging", "deadlines", "retries", "errors"})
 HEDGING = DEADLINES = RETRIES = ERRORS = INTAKE = BREAKER = DEGRADED = PROBES = True
+KEEP_LISTENING = True
 # Two more, for the leanest stretches (``loops.plain_ok``; ``specialised(..., settled=True)``):
 # LEFTOVERS: the loop may meet what a mechanism left pending (ring timers; hedge, retry,
 #   timeout and move events; copies that are hedges, given up on, ending or moving;
@@ -183,7 +186,7 @@ ID_MASK = (1 << (32 - EV_BITS)) - 1
 # cfg_i: model scalars (int)
 (CI_SVC_KIND, CI_ROUTING, CI_FANOUT, CI_RECORD, CI_CONST_RATE, CI_QUEUE_LIMIT, CI_CANCEL,
  CI_MAX_HEDGES, CI_MAX_ATTEMPTS, CI_JITTER, CI_RETRY_MASK, CI_DEGRADED_FANOUT,
- CI_BREAKER_MASK, CI_FAILOVER, CI_ELSEWHERE,
+ CI_BREAKER_MASK, CI_FAILOVER, CI_ELSEWHERE, CI_KEEP_LISTENING,
  N_CI, *_) = _COUNT
 
 # st.fs: state scalars (float)
@@ -232,8 +235,9 @@ NC_WRONG, NC_CANCELLED, NC_PROBES, NC_PROBE_FAILURES, N_NC, *_ = _COUNT
 # due now; a SERVING job's outcome is drawn when its DONE event fires
 J_FREE, J_QUEUED, J_SERVING, J_ENDING, J_MOVING, *_ = _COUNT
 # what the client makes of a job: still waiting on it, gave up on it (timeout), or
-# no longer needs it (another copy answered)
-C_WAITING, C_TIMED_OUT, C_LOST, *_ = _COUNT
+# no longer needs it (another copy answered); C_LATE (keep_listening only): past its
+# deadline, its retry sent or due, yet still listened to (a late answer answers the call)
+C_WAITING, C_TIMED_OUT, C_LOST, C_LATE, *_ = _COUNT
 # JF_DEMAND: service seconds before slowdown; NO_DEMAND until drawn (a copy's, at its start)
 JF_T_NODE, JF_T_START, JF_DEMAND, N_JF, *_ = _COUNT
 NO_DEMAND = -1.0
@@ -1021,6 +1025,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     max_hedges = cfg_i[CI_MAX_HEDGES]
     cancel = cfg_i[CI_CANCEL]
     retry_mask = cfg_i[CI_RETRY_MASK]
+    keep_listening = KEEP_LISTENING and cfg_i[CI_KEEP_LISTENING] != 0
     # fixed-delay hedges fall due in order (a ring); adaptive ones may not (the heap)
     hedge_queue = TQ_HEDGE if cfg_f[CF_HEDGE_Q] == 0.0 else TQ_HEAP
     budget_ratio = cfg_f[CF_BUDGET_RATIO]
@@ -1186,6 +1191,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
         res_hedge = 0
         res_correct = 1
         res_degraded = 0
+        res_late = False  # (keep_listening) the copy is past its deadline, still listened to
         fin_u = -1  # user request whose client sees its outcome now
         fin_outcome = OK
         fin_j = -1  # (SIMPLE) its copy, whose row stands in for the user's and call's
@@ -1299,8 +1305,12 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                     if outcome != OK or correct == 0:
                         node_c[node, NC_PROBE_FAILURES] += 1
                 elif node >= 0:  # the server's own count
-                    seen = TIMEOUT if (client == C_TIMED_OUT and outcome == OK) else outcome
+                    seen = TIMEOUT if (outcome == OK and (client == C_TIMED_OUT or (
+                        KEEP_LISTENING and client == C_LATE))) else outcome
                     cnt[ROW(node), ROW(job_i[jr, JI_TIER]), seen] += 1
+                if KEEP_LISTENING and client == C_LATE:  # its client still listens
+                    res_late = True
+                    client = C_WAITING
                 if client == C_WAITING:
                     res_c = job_i[jr, JI_CALL]
                     res_outcome = outcome
@@ -1321,6 +1331,9 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 if (job_i[j, JI_GEN] & GEN_MASK) != gen or job_i[j, JI_CLIENT] != C_WAITING:
                     continue
                 job_i[j, JI_CLIENT] = C_TIMED_OUT  # the server goes on working on it
+                if KEEP_LISTENING and keep_listening:  # and its client goes on listening
+                    job_i[j, JI_CLIENT] = C_LATE
+                    res_late = True
                 res_c = job_i[j, JI_CALL]
                 res_outcome = TIMEOUT
                 res_node = job_i[j, JI_NODE]
@@ -1475,21 +1488,28 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             fin_j = res_job  # (its row is intact until the send section reuses it)
         elif res_c >= 0:
             c = res_c
+            # keep_listening: a copy past its deadline leaves the count of copies awaited
+            # (a retry may follow) but stays in the call's list, listened to, until it ends
+            late_end = KEEP_LISTENING and res_late and res_outcome != TIMEOUT
             prev = -1  # the copy no longer counts among its call's copies: unlink it
             j2 = call_i[c, CL_FIRST]
+            if KEEP_LISTENING and res_late and not late_end:
+                j2 = res_job  # (listened to: not unlinked)
             while j2 != res_job:
                 prev = j2
                 j2 = job_i[j2, JI_SIB]
-            if prev < 0:
+            if KEEP_LISTENING and res_late and not late_end:
+                pass
+            elif prev < 0:
                 call_i[c, CL_FIRST] = job_i[res_job, JI_SIB]
             else:
                 job_i[prev, JI_SIB] = job_i[res_job, JI_SIB]
-            copies = call_i[c, CL_COPIES] - 1
+            copies = call_i[c, CL_COPIES] - (0 if late_end else 1)
             call_i[c, CL_COPIES] = copies
             done = -1
             if res_outcome == OK:
                 done = OK
-            elif copies == 0:  # nothing else outstanding: retry, or the call fails
+            elif copies == 0 and not late_end:  # nothing else outstanding: retry, or fail
                 done = res_outcome
                 attempts = call_i[c, CL_ATTEMPTS]
                 if RETRIES and (retry_mask >> res_outcome) & 1 and attempts < max_attempts:
@@ -1517,11 +1537,15 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             if done >= 0:  # the call is over: settle its other copies, then its user
                 if done == OK and res_hedge != 0:
                     fleet_c[F_HEDGES_WON] += 1
-                # its other copies: only hedges (a retry follows its copy's end)
-                j2 = call_i[c, CL_FIRST] if HEDGING or LEFTOVERS else -1
+                # its other copies: hedges, late copies (a retry follows its copy's end)
+                j2 = call_i[c, CL_FIRST] if HEDGING or LEFTOVERS or KEEP_LISTENING else -1
                 while j2 >= 0:
                     nxt = job_i[j2, JI_SIB]
                     job_i[j2, JI_SIB] = -1
+                    if KEEP_LISTENING and job_i[j2, JI_CLIENT] == C_LATE:
+                        job_i[j2, JI_CLIENT] = C_TIMED_OUT  # nobody listens now; never
+                        j2 = nxt  # cancelled (as an abandoned copy is not)
+                        continue
                     job_i[j2, JI_CLIENT] = C_LOST
                     state = job_i[j2, JI_STATE]
                     node = job_i[j2, JI_NODE]
@@ -1985,4 +2009,6 @@ def features_of(cfg, st) -> frozenset:
         on.add("degraded")
     if cfg_f[CF_PROBE_RATE] > 0.0:
         on.add("probes")
+    if cfg_i[CI_KEEP_LISTENING] != 0:
+        on.add("keep_listening")
     return frozenset(on)
