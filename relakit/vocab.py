@@ -56,6 +56,9 @@ CANCELS = ("queued", "started", "never")
 # congested)
 CONCURRENCY_ALGORITHMS = ("aimd", "gradient")
 QUEUE_DISCIPLINES = ("fifo", "lifo", "adaptive_lifo")
+# what a client does with an attempt past its deadline (mitigations.retries.on_timeout):
+# abandon it, or keep listening (its late answer still answers the request)
+ON_TIMEOUT = ("abandon", "keep_listening")
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ class Flags:
 FLAG_NAMES = tuple(f.name for f in fields(Flags))
 
 __all__ = ["ANSWERED", "BREAKER_STATES", "CANCELS", "CONCURRENCY_ALGORITHMS", "FAILED",
-           "FLAG_NAMES", "Flags", "IN_PATH_OUTCOMES", "LOCAL_FLAGS", "NOT_OK", "OUTCOMES",
-           "POLICY_FLAGS", "QUEUE_DISCIPLINES", "ROLLOUT_KEYS", "ROUTINGS", "SERVICE_KINDS",
+           "FLAG_NAMES", "Flags", "IN_PATH_OUTCOMES", "LOCAL_FLAGS", "NOT_OK", "ON_TIMEOUT",
+           "OUTCOMES", "POLICY_FLAGS", "QUEUE_DISCIPLINES", "ROLLOUT_KEYS", "ROUTINGS",
+           "SERVICE_KINDS",
            "SERVICE_PARAMS", "SHEDDABLE", "STRESS_LEVELS", "TIERS", "TIER_MIX"]
