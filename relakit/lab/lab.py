@@ -114,6 +114,7 @@ class Lab:
         self.prom_url = ""
         self.instance_urls: list[str] = []
         self.front_url = ""
+        self.started_at = time.time()  # `lab record` records from here by default
 
     def _spawn(self, args: list[str], name: str, env: dict | None = None) -> subprocess.Popen:
         with open(self.workdir / f"{name}.log", "w") as log:
@@ -238,6 +239,7 @@ class Lab:
             write_json(public, self.workdir / ENDPOINTS, mode=0o644)
         return write_json({**public, "token": self.token,
                            "clocks": self.spec.clocks, "ready": self.ready, "owner": owner,
+                           "started_at": self.started_at,
                            "spec": {"instances": self.spec.instances,
                                     "servers": self.spec.servers,
                                     "routing": self.spec.routing,
@@ -265,6 +267,7 @@ class Lab:
         lab.config_url, lab.prom_url = state["config_url"], state["prom_url"]
         lab.instance_urls, lab.token = state["instance_urls"], state["token"]
         lab.front_url = state.get("front_url", "")
+        lab.started_at = float(state.get("started_at", time.time() - 120.0))
         return lab
 
     def down(self) -> None:
