@@ -90,15 +90,12 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
     async def start_polling():
         app.state.poller = asyncio.create_task(poll())
 
-    waiting = [0]  # requests queued for a server (not yet in service)
+    held = [0]  # requests admitted and not finished: in service or waiting for a server
 
     async def serve() -> bool:
         """Queue for a server, work, and say whether it failed (the fault's error rate)."""
-        in_flight.inc()
-        waiting[0] += 1
         try:
             async with sem:
-                waiting[0] -= 1
                 cost = (slow_ms if rng.random() < slow_fraction else mean_ms) / 1000.0
                 cost = rng.expovariate(1.0 / cost) * fault["slowdown"]
                 if flags["degraded_mode"]:
@@ -107,6 +104,7 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
                 busy.inc(cost)
             return rng.random() < fault["error_rate"]
         finally:
+            held[0] -= 1
             in_flight.dec()
 
     @app.get("/work")
@@ -118,9 +116,11 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
         if tier == "bronze" and flags["shed_bronze"]:
             requests.labels(tier, "dropped").inc()
             return Response("shed", status_code=503)
-        if queue_limit is not None and sem.locked() and waiting[0] >= queue_limit:
+        if queue_limit is not None and held[0] >= servers + queue_limit:
             requests.labels(tier, "error").inc()  # a full queue errors, as in the simulator
             return Response("queue full", status_code=503)
+        held[0] += 1  # counted here, before any await: admission is exact under a burst
+        in_flight.inc()
         job = asyncio.ensure_future(serve())
         try:
             failed = await asyncio.wait_for(asyncio.shield(job), deadline_ms / 1000.0) \
