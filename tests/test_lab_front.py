@@ -7,7 +7,7 @@ and deadline answer as the simulator's ``queue_limit`` and ``deadline_ms`` count
 
 The external load: `relakit lab up` with its shipped policy and clocks
 (params/policies/rela-lab.yaml), driven through the front by Debian's ``wrk`` run as
-docs/lab.md shows it — closed connections with think time (params/lab/think.lua), one
+docs/lab.md shows it — closed connections with think time (tools/wrk-think.lua), one
 process per tier — at 60 % of the lab's capacity, then at 150 % for 50 s, then at 60 %
 again. Survival must not be entered at 60 %, must take effect within the clocks' bound
 after the step, must hold while the overload lasts (no flapping), and the audit must be
@@ -263,15 +263,15 @@ def external(tmp_path_factory):
 
 
 def _keep(run: dict, folder: Path) -> None:
-    """Save a run as data/lab-front/ ships it (notebook 07 reads it): the shipped policy's
-    signals per second from what Prometheus recorded, the audit, the phases and what wrk
-    said per tier and phase."""
+    """Save a run as data/lab-front/ ships it (notebook 07 reads it): the audit, and in
+    run.json the shipped policy's signals per second from what Prometheus recorded, the
+    phases and what wrk said per tier and phase."""
     from relakit.io import write_json, write_parquet
 
     folder.mkdir(parents=True, exist_ok=True)
-    write_parquet(_signals(run), folder / "signals.parquet")
     write_parquet(run["decisions"], folder / "decisions.parquet")
-    write_json({"t0_s": run["t0"], "step_s": run["t_step"], "high_end_s": run["t_high_end"],
+    write_json({"signals": _signals(run).to_dict(as_series=False), "t0_s": run["t0"],
+                "step_s": run["t_step"], "high_end_s": run["t_high_end"],
                 "end_s": run["t_end"], "think_ms": THINK_MS, "low": LOW, "high": HIGH,
                 "capacity_rps": CAPACITY_RPS, "clocks": run["clocks"],
                 "wrk": {"low": run["low"], "high": run["high"]}}, folder / "run.json")
