@@ -216,7 +216,8 @@ def control_frontier(base: dict, policy: dict, ladder: list[dict], sizes, durati
                      recovery: Recovery, replications: int = 10, seed: int | None = None,
                      start_s: float = 60.0, workers: int | None = None) -> pl.DataFrame:
     """How late may the control plane be: ``base`` under ``policy`` with each ``clocks``
-    of ``ladder`` (scrape, window, evaluation and poll periods), spiked to each of
+    of ``ladder`` (scrape, window, evaluation and poll periods; ``enter_after``, when a
+    rung gives it, replaces the first mode's hysteresis count), spiked to each of
     ``sizes`` for ``duration_s``; per (clocks, size) the share that recovered with its
     Clopper-Pearson interval (:func:`basin_map`'s cells, same seeds everywhere) and the
     clock bound's mean delay from :func:`relakit.analytic.step_delay` (``enter_after`` of
@@ -224,11 +225,14 @@ def control_frontier(base: dict, policy: dict, ladder: list[dict], sizes, durati
     Metrics are sampled at the scrape interval, as the control loop requires."""
     from relakit.analytic import step_delay
 
-    enter = int(policy["modes"][0].get("enter_after", 1))
     frames = []
-    for clocks in ladder:
+    for rung in ladder:
+        clocks = {k: v for k, v in rung.items() if k != "enter_after"}
         sc = copy.deepcopy(base)
-        sc["policy"], sc["clocks"] = copy.deepcopy(policy), dict(clocks)
+        sc["policy"], sc["clocks"] = copy.deepcopy(policy), clocks
+        if "enter_after" in rung:  # the hysteresis count is a rung of the ladder too
+            sc["policy"]["modes"][0]["enter_after"] = int(rung["enter_after"])
+        enter = int(sc["policy"]["modes"][0].get("enter_after", 1))
         sc["metrics"] = dict(sc.get("metrics") or {}, interval_s=clocks["scrape_s"])
         cells = basin_map(sc, "spike", sizes, [duration_s], recovery, replications, seed,
                           start_s, workers).cells
@@ -237,7 +241,8 @@ def control_frontier(base: dict, policy: dict, ladder: list[dict], sizes, durati
                            lead_s=clocks["window_s"] / 2).mean
         frames.append(cells.with_columns(pl.lit(delay).alias("delay_s"),
                                          pl.lit(clocks["scrape_s"]).alias("scrape_s"),
-                                         pl.lit(clocks["window_s"]).alias("window_s")))
+                                         pl.lit(clocks["window_s"]).alias("window_s"),
+                                         pl.lit(enter).alias("enter_after")))
     return pl.concat(frames)
 
 

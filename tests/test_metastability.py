@@ -129,3 +129,33 @@ def test_a_start_state_trigger_recovers_from_little_and_not_from_full():
         "start", [20, 101], [0, 30], rec, start_s=0, collapsed_level=95)
     p = {(r["size"], r["duration_s"]): r["p_recover"] for r in ctmc.to_dicts()}
     assert p[(20.0, 0.0)] > 0.99 and p[(101.0, 0.0)] < 0.01 and p[(101.0, 30.0)] < 0.01
+
+
+def test_the_frontier_ladder_varies_the_hysteresis_count_too():
+    """A rung's ``enter_after`` replaces the policy's: its delay grows by the extra
+    evaluations, and a count too late for the spike leaves the node trapped where the
+    policy's own count saves it (same seeds)."""
+    import yaml
+
+    from relakit.analytic import step_delay
+    from relakit.metastability import base_scenario, control_frontier
+
+    policy = yaml.safe_load(open("params/policies/rela-survival-only.yaml"))
+    policy.pop("scope")
+    policy["conditions"]["overloaded"]["threshold"] = 3000
+    policy["modes"][0]["assert"] = {"shed_bronze": True, "hedge_enabled": False,
+                                    "degraded_mode": False}
+    base = base_scenario("params/scenarios/metastable-node.yaml")
+    base["workload"]["tiers"] = {"gold": 0.2, "silver": 0.4, "bronze": 0.4}
+    clocks = {"scrape_s": 1, "window_s": 5, "eval_s": 1, "poll_s": 1}
+    rec = Recovery(level=10, hold_s=10, within_s=300)
+    f = control_frontier(base, policy, [clocks, clocks | {"enter_after": 120}], [1.7], 30.0,
+                         rec, replications=4, seed=3, workers=1)
+    by = {r["enter_after"]: r for r in f.to_dicts()}
+    own = int(policy["modes"][0].get("enter_after", 1))
+    assert set(by) == {own, 120}
+    want = (step_delay(1, 1, 1, 0.0, 120, lead_s=2.5).mean
+            - step_delay(1, 1, 1, 0.0, own, lead_s=2.5).mean)
+    assert by[120]["delay_s"] - by[own]["delay_s"] == pytest.approx(want)
+    assert want > 100
+    assert by[own]["recovered"] > by[120]["recovered"]
