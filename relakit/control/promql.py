@@ -87,9 +87,10 @@ from relakit.control.promql_values import (  # noqa: F401  (re-exported as above
     set_operation,
     vector_scalar,
 )
-from relakit.control.tsdb import TSDB, Target, increase, window
+from relakit.control.tsdb import TSDB, window
 
 DEFAULT_SUBQUERY_STEP_S = 60.0  # a step-less subquery's step: the global evaluation_interval
+_BLOCK = 64  # series per array operation of a window function (bounds its temporaries)
 
 
 @dataclass
@@ -460,54 +461,73 @@ class Evaluator:
             arg = node.args[0]
             lab = absent_labels(arg) if isinstance(arg, Selector) else ()
             return Vector([(lab, np.ones(te.size), ~seen)])
-        for (labels, times, values), cut in zip(m.series, m.cut, strict=True):
+        groups: dict = {}  # series sampled at the same instants share their windows
+        for k, ((_, times, _), cut) in enumerate(zip(m.series, m.cut, strict=True)):
+            groups.setdefault((id(times), id(cut)), []).append(k)
+        done: dict = {}
+        for ks in groups.values():
+            times, cut = m.series[ks[0]][1], m.cut[ks[0]]
             lo, hi = fn.window_bounds(times, te, rng, cut)
-            n = hi - lo + 1
-            ok = n > 0
             if f in ("rate", "increase", "delta"):
-                tgt = Target(-1, times, values[:, None], [labels])
-                v = increase(tgt, np.array([0]), te, rng, as_rate=f == "rate",
-                             counter=f != "delta", nan_samples=True, cut=cut)[:, 0]
-                ok = n >= 2
-            elif f in ("irate", "idelta"):
-                v, ok = fn.instant_rate(times, values, lo, hi, f == "irate")
-            elif f in ("sum_over_time", "avg_over_time"):
-                v = fn.sum_count(values, lo, n, f == "avg_over_time")
-            elif f == "count_over_time":
-                v = n.astype(float)
-            elif f == "present_over_time":
-                v = np.ones(te.size)
-            elif f == "last_over_time":
-                v = values[np.clip(hi, 0, max(values.size - 1, 0))] if values.size else \
-                    np.full(te.size, np.nan)
-            elif f in ("min_over_time", "max_over_time"):
-                v = fn.reduce_window(values, lo, n, np.fmin if f == "min_over_time" else np.fmax)
-            elif f in ("stddev_over_time", "stdvar_over_time"):
-                v = fn.stdvar_over_time(values, lo, n)
-                if f == "stddev_over_time":
-                    v = np.sqrt(v)
-            elif f == "quantile_over_time":
-                v = fn.quantile_window(values, lo, n, scalars[0])
-            elif f in ("changes", "resets"):
-                v = fn.changes(values, lo, hi, f == "resets")
-            elif f == "deriv":
-                slope, _ = fn.regression(times, values, lo, n, times[np.clip(lo, 0, max(
-                    times.size - 1, 0))] if times.size else te)
-                v, ok = slope, n >= 2
-            elif f == "predict_linear":
-                slope, icept = fn.regression(times, values, lo, n, t)
-                v, ok = slope * scalars[0] + icept, n >= 2
-            elif f == "holt_winters":
-                sf, tf = scalars
-                bad = ~((sf > 0) & (sf < 1)) | ~((tf > 0) & (tf < 1))
-                self._error(bad, "invalid smoothing or trend factor in holt_winters(): "
-                            "expected 0 < factor < 1", node.pos)
-                v, ok = fn.holt_winters(values, lo, n, sf, tf), n >= 2
+                for at in range(0, len(ks), _BLOCK):
+                    part = ks[at:at + _BLOCK]
+                    v = fn.extrapolated_rate(times, [m.series[k][2] for k in part], lo, hi,
+                                             te, rng, f == "rate", f != "delta")
+                    ok = hi - lo >= 1  # (v is NaN elsewhere already)
+                    for k, row in zip(part, v, strict=True):
+                        done[k] = (row, ok.copy())
             else:
-                raise AssertionError(f)
+                for k in ks:
+                    v, ok = self._window_function(node, f, m.series[k][1:], lo, hi, te,
+                                                  scalars, t)
+                    done[k] = (np.where(ok, v, np.nan), ok)
+        for k, (labels, _, _) in enumerate(m.series):
             labels = labels if f == "last_over_time" else drop_name(labels)
-            out.append((labels, np.where(ok, v, np.nan), ok))
+            out.append((labels, *done[k]))
         return Vector(out)
+
+    def _window_function(self, node, f, series, lo, hi, te, scalars, t):
+        """(values, present) of a range function but rate/increase/delta for one series."""
+        times, values = series
+        n = hi - lo + 1
+        ok = n > 0
+        if f in ("irate", "idelta"):
+            v, ok = fn.instant_rate(times, values, lo, hi, f == "irate")
+        elif f in ("sum_over_time", "avg_over_time"):
+            v = fn.sum_count(values, lo, n, f == "avg_over_time")
+        elif f == "count_over_time":
+            v = n.astype(float)
+        elif f == "present_over_time":
+            v = np.ones(te.size)
+        elif f == "last_over_time":
+            v = values[np.clip(hi, 0, max(values.size - 1, 0))] if values.size else \
+                np.full(te.size, np.nan)
+        elif f in ("min_over_time", "max_over_time"):
+            v = fn.reduce_window(values, lo, n, np.fmin if f == "min_over_time" else np.fmax)
+        elif f in ("stddev_over_time", "stdvar_over_time"):
+            v = fn.stdvar_over_time(values, lo, n)
+            if f == "stddev_over_time":
+                v = np.sqrt(v)
+        elif f == "quantile_over_time":
+            v = fn.quantile_window(values, lo, n, scalars[0])
+        elif f in ("changes", "resets"):
+            v = fn.changes(values, lo, hi, f == "resets")
+        elif f == "deriv":
+            slope, _ = fn.regression(times, values, lo, n, times[np.clip(lo, 0, max(
+                times.size - 1, 0))] if times.size else te)
+            v, ok = slope, n >= 2
+        elif f == "predict_linear":
+            slope, icept = fn.regression(times, values, lo, n, t)
+            v, ok = slope * scalars[0] + icept, n >= 2
+        elif f == "holt_winters":
+            sf, tf = scalars
+            bad = ~((sf > 0) & (sf < 1)) | ~((tf > 0) & (tf < 1))
+            self._error(bad, "invalid smoothing or trend factor in holt_winters(): "
+                        "expected 0 < factor < 1", node.pos)
+            v, ok = fn.holt_winters(values, lo, n, sf, tf), n >= 2
+        else:
+            raise AssertionError(f)
+        return v, ok
 
 
 def evaluate(expr, tsdb: TSDB, t_eval) -> Vector | np.ndarray:

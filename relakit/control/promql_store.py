@@ -29,6 +29,7 @@ from relakit.control.tsdb import TSDB, Target
 
 KEY = ("node", "name", "tier", "outcome", "le")
 _BATCH_ROWS = 131_072
+WORD_BITS = 63  # a series key packed into at most this many bits is exact without hashing
 
 
 @dataclass
@@ -272,7 +273,7 @@ class _KeyIndex:
 
     def _pack(self, cols: np.ndarray) -> np.ndarray:
         """(rows) 64-bit words: the codes packed (+1: null is -1), or a hash of them."""
-        if self.bits.sum() <= 63:
+        if self.bits.sum() <= WORD_BITS:
             w = cols[0].astype(np.int64) + 1
             for j in range(1, cols.shape[0]):
                 w <<= int(self.bits[j])
@@ -313,39 +314,43 @@ class _KeyIndex:
             self._rebuild()
         words = self._pack(cols)
         p = period(words)
+        if p and self.bits.sum() > WORD_BITS and not np.array_equal(cols[:, p:], cols[:, :-p]):
+            p = 0  # (hashes repeating are not keys repeating)
         if p:  # the rest repeats the first period's series
             return p, self._lookup(cols[:, :p], words[:p])
         return 0, self._lookup(cols, words)
 
     def _lookup(self, cols: np.ndarray, words: np.ndarray) -> np.ndarray:
-        exact = self.bits.sum() <= 63
+        """Each row probed from its slot until its key or an empty slot is found; keys
+        found nowhere are added in order of first appearance and their rows looked up
+        again."""
         sid = np.full(cols.shape[1], -1, dtype=np.int32)
         todo = np.arange(cols.shape[1])
-        slot = self._slots(words)
-        mask = self.table.size - 1
         while todo.size:
-            s = self.table[slot[todo]]
-            hit = s >= 0
-            same = np.zeros(todo.size, dtype=bool)
-            same[hit] = self.words[s[hit]] == words[todo[hit]]
-            if not exact and same.any():
-                r = todo[same]
-                same[same] = (self.keys[s[same]] == cols[:, r].T).all(axis=1)
-            sid[todo[same]] = s[same]
-            empty = ~hit
-            if empty.any():  # keys not seen before: added in order of first appearance
-                new = todo[empty]
+            exact = self.bits.sum() <= WORD_BITS
+            slot = self._slots(words[todo])
+            mask = self.table.size - 1
+            missing = []
+            while todo.size:
+                s = self.table[slot]
+                hit = s >= 0
+                same = np.zeros(todo.size, dtype=bool)
+                same[hit] = self.words[s[hit]] == words[todo[hit]]
+                if not exact and same.any():
+                    same[same] = (self.keys[s[same]] == cols[:, todo[same]].T).all(axis=1)
+                sid[todo[same]] = s[same]
+                missing.append(todo[~hit])
+                on = hit & ~same  # another key there: the next slot
+                todo, slot = todo[on], (slot[on] + 1) & mask
+            new = np.sort(np.concatenate(missing))
+            if new.size:
                 _, first = np.unique(words[new] if exact else
                                      np.ascontiguousarray(cols[:, new].T).view(
                                          np.dtype((np.void, 4 * cols.shape[0]))).ravel(),
                                      return_index=True)
-                self._add(cols[:, np.sort(new[first])].T, words[np.sort(new[first])])
-                slot = self._slots(words)
-                mask = self.table.size - 1
-                todo = todo[~same]  # the new keys' rows are looked up again
-                continue
-            todo = todo[~same]
-            slot[todo] = (slot[todo] + 1) & mask  # collided: the next slot
+                at = np.sort(new[first])
+                self._add(cols[:, at].T, words[at])
+            todo = new
         return sid
 
     def _add(self, keys: np.ndarray, words: np.ndarray):
