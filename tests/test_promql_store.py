@@ -70,6 +70,13 @@ def test_a_bad_parquet_trace_is_refused_as_read_trace_refuses_it(tmp_path):
     frame.drop("value").write_parquet(tmp_path / "cols.parquet")
     with pytest.raises(TraceError, match="missing column"):
         read_store(tmp_path / "cols.parquet")
+    frame.with_columns(pl.col("node").cast(pl.Float64)).write_parquet(tmp_path / "f.parquet")
+    with pytest.raises(TraceError, match="column node.*expected an integer"):
+        read_store(tmp_path / "f.parquet")
+    wide = read_trace(TRACE).with_columns(pl.col("node").cast(pl.Int64), pl.col("value")
+                                          .cast(pl.Float32))  # types validate_trace casts
+    wide.write_parquet(tmp_path / "w.parquet")
+    _same(read_store(tmp_path / "w.parquet"), store_from_frame(wide))
 
 
 def test_shared_sub_expressions_give_the_answers_computed_alone(tmp_path, monkeypatch):

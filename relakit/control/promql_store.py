@@ -119,14 +119,18 @@ def _build(lf: pl.LazyFrame, source: str, path: Path | None = None) -> list[Seri
         if path is not None:
             import pyarrow.parquet as pq
 
-            head = pl.from_arrow(pq.ParquetFile(path).schema_arrow.empty_table())
+            schema = pq.ParquetFile(path).schema_arrow
+            if not _plain_schema(schema):  # validate_trace's message for what is not
+                validate_trace(pl.from_arrow(schema.empty_table()), source)
+            names = schema.names
         else:
             head = lf.head(0).collect()
-        validate_trace(head, source)
+            validate_trace(head, source)
+            names = head.columns
     except (pl.exceptions.PolarsError, pa.ArrowException):
         full_check()
         raise
-    has_labels = LABELS in head.columns
+    has_labels = LABELS in names
     key = list(KEY) + ([LABELS] if has_labels else [])
     pool = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())  # mimalloc kept ~30 MB of freed batches
@@ -169,6 +173,35 @@ def _read(lf: pl.LazyFrame, path: Path | None, key: list, full_check) -> list[Se
                if c >= 0}
         _check_le(sorted(les), full_check)
     return _series(codes, strings, key, times, values, start)
+
+
+def _plain_schema(schema) -> bool:
+    """Exactly the long schema's columns (and ``labels``), each of a type
+    :func:`relakit.traces.validate_trace` takes as it is: checked in pyarrow's terms,
+    without polars (whose first computation costs ~35 MB of resident code)."""
+    import pyarrow as pa
+
+    from relakit.traces import LABELS, SCHEMA
+
+    if set(schema.names) - {LABELS} != set(SCHEMA) or len(schema.names) != len(
+            set(schema.names)):
+        return False
+
+    def text(t):
+        return pa.types.is_string(t) or pa.types.is_large_string(t) or \
+            pa.types.is_string_view(t) or (pa.types.is_dictionary(t) and text(t.value_type))
+
+    for f in schema:
+        t = f.type
+        if f.name in ("time_s", "value"):
+            ok = pa.types.is_floating(t) or pa.types.is_integer(t)
+        elif f.name == "node":
+            ok = pa.types.is_int32(t)
+        else:
+            ok = text(t) or pa.types.is_null(t)
+        if not ok:
+            return False
+    return True
 
 
 class _Rows:
