@@ -91,7 +91,7 @@ from relakit.control.tsdb import TSDB, window
 
 DEFAULT_SUBQUERY_STEP_S = 60.0  # a step-less subquery's step: the global evaluation_interval
 _BLOCK = 64  # series per array operation of a window function (bounds its temporaries)
-WINDOW_CACHE_BYTES = 16 << 20  # store series' rates kept for other selectors (Evaluator._rates)
+WINDOW_CACHE_BYTES = 8 << 20  # store series' rates kept for other selectors (Evaluator._rates)
 
 
 @dataclass
