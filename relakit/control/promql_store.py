@@ -143,19 +143,6 @@ def _build(lf: pl.LazyFrame, source: str, path: Path | None = None) -> list[Seri
         return _read(lf, path, key, full_check)
     finally:
         pa.set_memory_pool(pool)
-        _give_back()
-
-
-def _give_back():
-    """Hand the heap the reading freed back to the system: glibc's malloc keeps freed
-    memory for reuse (~30 MB after a day's trace), and the evaluation's peak, numba's
-    ~160 MB included, then stood on top of it. Elsewhere a no-op."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _read(lf: pl.LazyFrame, path: Path | None, key: list, full_check) -> list[Series]:
