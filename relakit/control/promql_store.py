@@ -240,14 +240,15 @@ class _Rows:
         yield from f.iter_batches(batch_size=_BATCH_ROWS, columns=names, use_threads=False)
 
 
-def _codes(col, known: dict, memo: list) -> np.ndarray:
-    """A string column's values as int32 codes numbered across the whole trace (-1:
-    null). Each batch's dictionary is mapped once (``memo``: the last one seen)."""
+def _indices(col, known: dict, memo: list) -> tuple:
+    """A string column as (per row an index, the index's code): codes are numbered
+    across the whole trace (-1: null); each batch's dictionary is mapped once
+    (``memo``: the last one seen)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if pa.types.is_null(col.type):
-        return np.full(len(col), -1, dtype=np.int32)
+        return np.zeros(len(col), dtype=np.int32), np.array([-1], dtype=np.int32)
     if not pa.types.is_dictionary(col.type):
         col = pc.dictionary_encode(col)
     d = col.dictionary
@@ -260,7 +261,22 @@ def _codes(col, known: dict, memo: list) -> np.ndarray:
     idx = col.indices
     if idx.null_count:
         idx = pc.fill_null(idx, len(remap) - 1)
-    return remap[idx.to_numpy()]
+    return idx.to_numpy(), remap
+
+
+def key_period(columns: list) -> int:
+    """The smallest p > 0 with every column repeating with period p (0 if none): the
+    first row whose values all equal the first row's, checked over the whole batch."""
+    if columns[0].size < 2:
+        return 0
+    same = columns[0][1:] == columns[0][0]
+    for c in columns[1:]:
+        same &= c[1:] == c[0]
+    again = np.flatnonzero(same)
+    if again.size == 0:
+        return 0
+    p = int(again[0]) + 1
+    return p if all(np.array_equal(c[p:], c[:-p]) for c in columns) else 0
 
 
 def _number_series(batches, key: list, full_check):
@@ -273,7 +289,8 @@ def _number_series(batches, key: list, full_check):
     (each column as many bits as its codes need so far: exact, no hashing of strings),
     looked up in an open-addressing table of the series seen so far; a batch's new keys
     are added in order of first appearance. A batch whose keys repeat with a period
-    (a scrape lists its series in the same order every time) looks up one period. Were
+    (a scrape lists its series in the same order every time; found on the batch's own
+    dictionary indices) is coded, packed and looked up for one period only. Were
     the codes ever wider than 63 bits
     together, the word is a hash of them instead and every row's codes are compared
     with its series' too (exact either way)."""
@@ -288,13 +305,15 @@ def _number_series(batches, key: list, full_check):
         nd = node.to_numpy()
         if nd.size and (nd.min() < -1 or nd.max() >= 2**31):
             full_check()
-        cols = np.empty((len(key), nd.size), dtype=np.int32)
-        cols[0] = nd
-        for j in range(1, len(key)):
-            cols[j] = _codes(rb.column(j), known[j - 1], memos[j - 1])
+        raw = [_indices(rb.column(j), known[j - 1], memos[j - 1]) for j in range(1, len(key))]
+        p = key_period([nd] + [r[0] for r in raw])  # one period's codes are enough
+        cols = np.empty((len(key), p or nd.size), dtype=np.int32)
+        cols[0] = nd[:cols.shape[1]]
+        for j, (idx, remap) in enumerate(raw, start=1):
+            cols[j] = remap[idx[:cols.shape[1]]]
         if (cols[1] < 0).any():  # a null name
             full_check()
-        parts.append((nd.size, *index.lookup(cols)))
+        parts.append((nd.size, *index.lookup(cols, p)))
     strings = [None] + [list(k) for k in known]
     return parts, index.keys[:index.n], strings
 
@@ -342,15 +361,18 @@ class _KeyIndex:
                 k = (k + 1) & (size - 1)
             self.table[k] = s
 
-    def lookup(self, cols: np.ndarray) -> tuple:
+    def lookup(self, cols: np.ndarray, periodic: int = 0) -> tuple:
         """(0, per row (column of ``cols``) its series number), or (p, the numbers of the
-        first p rows) if the rows repeat with period p; new keys added."""
+        first p rows) if the rows repeat with period p; new keys added. ``periodic``:
+        the rows of ``cols`` are one period, of that length, of rows that repeat it."""
         need = np.array([int(c.max(initial=0) + 1).bit_length() for c in cols])
         need[0] = max(need[0], 1)
         if (need > self.bits).any():
             self.bits = np.maximum(self.bits, need)
             self._rebuild()
         words = self._pack(cols)
+        if periodic:
+            return periodic, self._lookup(cols, words)
         p = period(words)
         if p and self.bits.sum() > WORD_BITS and not np.array_equal(cols[:, p:], cols[:, :-p]):
             p = 0  # (hashes repeating are not keys repeating)
