@@ -221,11 +221,6 @@ class _Rows:
         if path is None:  # a frame, or a file its importer read: in memory already
             self.table = lf.select(pl.col("node"), *[pl.col(c) for c in key[1:]],
                                    pl.col("time_s"), pl.col("value")).collect().to_arrow()
-            self.n_rows = self.table.num_rows
-        else:
-            import pyarrow.parquet as pq
-
-            self.n_rows = pq.ParquetFile(path).metadata.num_rows
 
     def batches(self, names: list):
         if self.table is not None:
