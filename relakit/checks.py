@@ -91,12 +91,13 @@ def _where(obj_source: str, parent_source: str | None, prefix: str) -> tuple[str
 
 # ---- series: what a signal can read --------------------------------------------------------
 # (source, name, tier, outcome, le): source is "nodes" (per-target) or "client" (fleet-wide)
-def simulator_series(bounds_s) -> list[tuple]:
-    """Every series the simulator exports, for histogram bounds ``bounds_s``."""
+def simulator_series(bounds_s, in_path: bool = False) -> list[tuple]:
+    """Every series the simulator exports, for histogram bounds ``bounds_s`` (``in_path``:
+    a run with an in-path mechanism, which exports theirs too)."""
     from relakit.sim.longtable import fleet_columns, node_columns
 
-    return ([("nodes", *c[1:]) for c in node_columns(bounds_s)]
-            + [("client", *c[1:]) for c in fleet_columns()])
+    return ([("nodes", *c[1:]) for c in node_columns(bounds_s, in_path)]
+            + [("client", *c[1:]) for c in fleet_columns(in_path)])
 
 
 def trace_series(frame) -> list[tuple]:
@@ -395,8 +396,12 @@ def check_scenario(sc) -> list[Finding]:
     src = sc.source
     if sc.policy is not None:
         out += check_policy(sc.policy, src)
-        out += check_signals(sc.policy, simulator_series(sc.metrics.latency_buckets_s),
+        from relakit.sim.spec import in_path
+
+        out += check_signals(sc.policy, simulator_series(sc.metrics.latency_buckets_s,
+                                                         in_path(sc)),
                              missing=ERROR, what="the simulator", parent=src)
+        out += check_local_flags(sc)
     if sc.chain is not None:
         out += check_chain(sc.chain, sc.fleet.nodes, src)
     if sc.clocks is not None and (sc.policy is not None or sc.chain is not None):
@@ -406,11 +411,54 @@ def check_scenario(sc) -> list[Finding]:
             out += check_chain_clocks(sc.chain, sc.clocks, src)
     out += check_load(sc)
     out += check_arrival_shape(sc)
+    out += check_throttle(sc)
     for i, f in enumerate(sc.faults):
         if f.start_s >= sc.duration_s:
             out.append(Finding(WARNING, src, f"faults[{i}].start_s",
                                f"{f.start_s:g} s is not before the end of the run "
                                f"(duration_s {sc.duration_s:g}): this fault never happens"))
+    return out
+
+
+def check_throttle(sc) -> list[Finding]:
+    """A client throttle counts an accept for every copy a node served while its client
+    waited: with nothing that refuses a copy or gives up on one (a queue limit, a
+    concurrency limit, CoDel, a deadline, shedding, a crash, a control plane that may
+    shed or isolate), every request is accepted and it never throttles."""
+    mit, fl, wl = sc.mitigations, sc.fleet, sc.workload
+    if mit.client_throttle is None:
+        return []
+    refuses = (fl.queue_limit is not None or mit.concurrency_limit is not None
+               or mit.codel is not None or wl.deadline_ms is not None
+               or bool(sc.controls.shed_tiers) or any(f.crash for f in sc.faults)
+               or getattr(sc, "policy", None) is not None
+               or getattr(sc, "chain", None) is not None)
+    return [] if refuses else [Finding(
+        WARNING, sc.source, "mitigations.client_throttle",
+        "nothing in this scenario refuses a request or gives up on one (no "
+        "fleet.queue_limit, concurrency_limit, codel, workload.deadline_ms, shedding, "
+        "crash or control plane): every request is accepted and the throttle never "
+        "throttles; add one of them or drop the throttle")]
+
+
+def check_local_flags(sc) -> list[Finding]:
+    """A policy's mode that sets an in-path mechanism's parameter (issue 33's
+    ``throttle_k``, ``concurrency_max``) needs the mechanism in the scenario: else the
+    flag would be silently ignored."""
+    mit = sc.mitigations
+    needs = {"throttle_k": ("client_throttle", mit.client_throttle),
+             "concurrency_max": ("concurrency_limit", mit.concurrency_limit)}
+    file, prefix = _where(sc.policy.source, sc.source, "policy")
+    out = []
+    modes = [("normal", sc.policy.normal)] + [(m.name, m.asserts) for m in sc.policy.modes]
+    for i, (name, asserts) in enumerate(modes):
+        for flag, (key, mech) in needs.items():
+            if asserts.get(flag) is not None and mech is None:
+                where = "normal" if i == 0 else f"modes[{i - 1}].assert"
+                out.append(Finding(ERROR, file, f"{prefix}{where}.{flag}",
+                                   f"mode {name} sets {flag}, but the scenario has no "
+                                   f"mitigations.{key} for it to set; add one or drop "
+                                   "the flag"))
     return out
 
 
@@ -446,6 +494,9 @@ def check_load(sc) -> list[Finding]:
             f"declares an intended overload, but the offered load peaks at {peak:.2f}x "
             "capacity: it never happens; drop 'overload' or raise the load")]
     if fl.queue_limit is not None and fl.queue_limit * fl.nodes < offered:
+        return []
+    mit = sc.mitigations  # a server's own admission control bounds its queue (issue 33)
+    if mit.concurrency_limit is not None or mit.codel is not None:
         return []
     fan = f" x fan-out {wl.fanout}" if wl.fanout > 1 else ""
     unset = ("is unset" if fl.queue_limit is None else
@@ -604,14 +655,38 @@ LAB_SERIES = ("requests_total", "latency_seconds_bucket", "latency_seconds_sum",
               "latency_seconds_count", "in_flight", "busy_seconds_total", "flag")
 
 
-def check_lab(policy, clocks) -> list[Finding]:
-    """The agent's policy against the data plane's metric names; the lab's clocks."""
+def check_lab(policy, clocks, buckets_s=None) -> list[Finding]:
+    """The agent's policy against the data plane's metric names; the lab's clocks; its
+    thresholds against the latency histogram's buckets (``buckets_s``, seconds)."""
     series = [("nodes", n, None, None, None) for n in LAB_SERIES]
     return (check_policy(policy)
             + check_signals(policy, series, missing=ERROR, what="the lab's data plane",
                             labels=False)
             + [Finding(f.severity, "lab", "--" + f.key.replace("_", "-"), f.message)
-               for f in check_clocks(clocks, needs_rates=policy_needs_rates(policy))])
+               for f in check_clocks(clocks, needs_rates=policy_needs_rates(policy))]
+            + ([] if buckets_s is None else check_bucket_edges(policy, buckets_s)))
+
+
+def check_bucket_edges(policy, buckets_s) -> list[Finding]:
+    """A warning for each condition whose threshold on a histogram quantile sits on a
+    bucket bound: the quantile is read by interpolating inside a bucket, so it crosses a
+    bound as soon as a hair over the quantile's share lies past it (the live lab entered
+    survival at 37 % load on RelA's 250 ms, a bucket edge, in 1 run of 8)."""
+    out = []
+    for c in policy.conditions:
+        sig = policy.signals[c.signal]
+        if sig.kind != "histogram_quantile":
+            continue
+        edge = next((b for b in buckets_s
+                     if math.isclose(b * sig.scale, c.threshold, rel_tol=1e-9)), None)
+        if edge is not None:
+            out.append(Finding(
+                WARNING, policy.source, f"conditions.{c.name}.threshold",
+                f"{c.threshold:g} sits on the latency histogram's bucket bound {edge:g} s: "
+                f"{c.signal} crosses it once a hair over {1 - sig.q:.3g} of requests lies "
+                "past the bound, so noise decides; move the threshold inside a bucket or "
+                "the buckets (--buckets) off it"))
+    return out
 
 
 # ---- a trace, before a replay ------------------------------------------------------------------

@@ -31,7 +31,7 @@ import polars as pl
 
 from relakit.replications import CI_SUFFIX, ReplicatedResult, replication_seeds
 from relakit.stats import paired_difference
-from relakit.vocab import NOT_OK
+from relakit.vocab import IN_PATH_OUTCOMES, NOT_OK
 
 __all__ = ["COLUMNS", "DEFAULT_REPLICATIONS", "Comparison", "compare"]
 
@@ -160,6 +160,14 @@ def comparison_table(runs_a: pl.DataFrame, runs_b: pl.DataFrame) -> pl.DataFrame
 
     Rows pair by ``replication`` (its index, the same seed under CRN)."""
     skip = {"tier", "replication", "seed"}
+    # an in-path outcome (issue 33) is a column only where a side has the mechanism: the
+    # other side counts 0 of it, so the difference is shown, not dropped
+    for o in IN_PATH_OUTCOMES:
+        if (o in runs_a.columns) != (o in runs_b.columns):
+            if o in runs_a.columns:
+                runs_b = runs_b.with_columns(pl.lit(0, dtype=runs_a[o].dtype).alias(o))
+            else:
+                runs_a = runs_a.with_columns(pl.lit(0, dtype=runs_b[o].dtype).alias(o))
     numbers = [c for c, t in runs_a.schema.items()
                if c not in skip and t.is_numeric() and c in runs_b.columns]
     out = []

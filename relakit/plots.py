@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from relakit.io import atomic_write
+from relakit.vocab import IN_PATH_OUTCOMES
 
 THEME = "relakit"
 FORMATS = ("png", "svg", "pdf")
@@ -34,7 +35,10 @@ FORMATS = ("png", "svg", "pdf")
 #: builder's spec against this table). Red is for errors only: the error outcome and a
 #: closed form outside a simulation's interval (a result in error).
 PALETTE = {
-    "outcome": {"ok": "#59a14f", "error": "#e15759", "timeout": "#f28e2b", "dropped": "#bab0ac"},
+    # throttled (by its own client) and rejected (by a server's own admission control):
+    # the in-path mechanisms' outcomes (issue 33), drawn only where a run has them
+    "outcome": {"ok": "#59a14f", "error": "#e15759", "timeout": "#f28e2b", "dropped": "#bab0ac",
+                "throttled": "#9c755f", "rejected": "#b07aa1"},
     "tier": {"gold": "#c9a227", "silver": "#6b7b8c", "bronze": "#8c564b"},
     # the policy's modes (RelA's) and the chain's stress levels; "normal" means the same in both
     "mode": {"normal": "#dce6f0", "performance": "#4e79a7", "survival": "#7b3294",
@@ -382,7 +386,9 @@ def outcome_share_frame(counts: pl.DataFrame, by_tier: bool = True,
     per = counts.group_by([*keys, "outcome"]).agg(pl.col("n").sum())
     present = per.group_by(keys).agg(pl.col("n").sum().alias("total")).filter(
         pl.col("total") > 0)
-    grid = present.join(pl.DataFrame({"outcome": list(OUTCOMES)}), how="cross")
+    seen = set(per["outcome"].to_list())  # the in-path outcomes only where a run has them
+    shown = [o for o in OUTCOMES if o not in IN_PATH_OUTCOMES or o in seen]
+    grid = present.join(pl.DataFrame({"outcome": shown}), how="cross")
     df = (grid.join(per, on=[*keys, "outcome"], how="left")
           .with_columns(pl.col("n").fill_null(0))
           .with_columns((pl.col("n") / pl.col("total")).alias("share"))
@@ -1899,3 +1905,39 @@ def control_frontier_chart(frontier: pl.DataFrame, *, title: str, subtitle: str 
             y=alt.Y("half:Q", scale=y_scale)))
     return alt.layer(*layers, title=alt.TitleParams(text=title, subtitle=sub)).properties(
         width=420, height=260)
+
+
+# ---- the lab driven by an external tool (notebook 07) ------------------------------------------
+def signals_against_thresholds(signals: pl.DataFrame, thresholds: pl.DataFrame,
+                               timeline: pl.DataFrame, shade=None, domain=None,
+                               titles: dict | None = None) -> alt.VConcatChart:
+    """One panel per signal (``signals``: time_s, signal, value) with the policy's
+    thresholds on it as dashed rules (``thresholds``: signal, condition, threshold), the
+    mode below, on one time axis; ``shade`` (start_s, end_s) greys a phase (an
+    overload) on every panel."""
+    titles = titles or {}
+    signals = signals.with_columns(pl.col("value").fill_nan(None))  # a gap breaks the line
+    domain = domain or (float(signals["time_s"].min()), float(signals["time_s"].max()))
+    panels = []
+    for name in signals["signal"].unique(maintain_order=True).to_list():
+        one = signals.filter(pl.col("signal") == name)
+        layers = []
+        if shade is not None:
+            layers.append(alt.Chart(pl.DataFrame({"start_s": [shade[0]], "end_s": [shade[1]]}))
+                          .mark_rect(color=NEUTRAL["outage"], opacity=0.6)
+                          .encode(x=_time_x("start_s", domain), x2="end_s:Q"))
+        layers.append(alt.Chart(one).mark_line(color=CATEGORY[0], clip=True).encode(
+            x=_time_x("time_s", domain), y=alt.Y("value:Q", title=titles.get(name, name)),
+            tooltip=["time_s:Q", "value:Q"]))
+        rules = thresholds.filter(pl.col("signal") == name)
+        if rules.height:
+            layers.append(alt.Chart(rules).mark_rule(color=NEUTRAL["reference"],
+                                                     strokeDash=[5, 3]).encode(
+                y="threshold:Q", tooltip=["condition:N", "threshold:Q"]))
+            layers.append(alt.Chart(rules).mark_text(align="left", dx=4, dy=-6,
+                                                     color=NEUTRAL["note"]).encode(
+                x=alt.value(0), y="threshold:Q", text="condition:N"))
+        panels.append(alt.layer(*layers).properties(width=PANEL_WIDTH, height=110,
+                                                     title=titles.get(name, name)))
+    panels.append(mode_timeline(timeline, domain=domain))
+    return alt.vconcat(*panels).resolve_scale(x="shared")

@@ -81,7 +81,8 @@ def summarise_replications(runs: pl.DataFrame, by: str | list[str] = "tier",
 CONSOLE_COLUMNS = ("requests", "success_ratio", *NOT_OK, "mean_ms",
                    "p50_ms", "p99_ms", "p999_ms", "amplification")
 #: decimals per column on the console; latency columns get the same decimals
-_DECIMALS = {"requests": 0, "error": 0, "timeout": 0, "dropped": 0, "wrong": 0,
+_DECIMALS = {"requests": 0, "error": 0, "timeout": 0, "dropped": 0, "throttled": 0, "rejected": 0,
+             "wrong": 0,
              "success_ratio": 4, "amplification": 3, "requests_rps": 1, "goodput_rps": 1,
              "batches": 0, "warmup_deleted_s": 1, "lag1": 2}
 

@@ -359,8 +359,10 @@ class Rollout:
         _, ft, fv = samples[-1]
         col = {(s[1], s[2]): i for i, s in enumerate(fleet_series)
                if s[0] == "client_requests_total"}
-        idx = np.array([[col[(tier, o)] for o in OUTCOMES] for tier in TIERS])
-        at = _at(ft, fv, bounds)  # (bounds, series)
+        # the in-path outcomes are series only in a run with an in-path mechanism: 0 else
+        at = np.concatenate([_at(ft, fv, bounds), np.zeros((len(bounds), 1))], axis=1)
+        idx = np.array([[col.get((tier, o), at.shape[1] - 1) for o in OUTCOMES]
+                        for tier in TIERS])
         counts = np.diff(at[:, idx], axis=0)  # (batches, tiers, outcomes)
         bcols = np.array([i for i, s in enumerate(node_series)
                           if s[0] == "latency_seconds_bucket"])

@@ -14,7 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 TIERS = ("gold", "silver", "bronze")  # priority order: gold is never shed
-OUTCOMES = ("ok", "error", "timeout", "dropped")
+# throttled: refused by the client's own adaptive throttle, never sent; rejected: refused by
+# a server's own admission control (an adaptive concurrency limit, CoDel). Both in-path
+# decisions (issue 33), apart from the control plane's `dropped`; appended, so the codes
+# of the first four never move
+OUTCOMES = ("ok", "error", "timeout", "dropped", "throttled", "rejected")
+IN_PATH_OUTCOMES = ("throttled", "rejected")
 FAILED = ("error", "timeout")  # answered, not ok: an error ratio's part, retried by default
 ANSWERED = ("ok", *FAILED)  # what a node answered (dropped: refused before service)
 NOT_OK = tuple(o for o in OUTCOMES if o != "ok")  # what a retry may be for
@@ -24,6 +29,11 @@ BREAKER_STATES = ("closed", "half_open", "open")
 STRESS_LEVELS = ("normal", "elevated", "critical", "catastrophic")  # Serpentine's, rising
 # the booleans a policy mode asserts and the lab's config server serves (RelA's flags)
 POLICY_FLAGS = ("hedge_enabled", "shed_bronze", "degraded_mode")
+# the in-path mechanisms' parameters a policy's mode may set (issue 33, part 2: central
+# policy, local enforcement): the client throttle's k and the concurrency limit's ceiling;
+# None, the scenario's own. Numbers, not booleans: apart from POLICY_FLAGS, which the live
+# lab's config server serves
+LOCAL_FLAGS = ("throttle_k", "concurrency_max")
 # a scenario's keys that make its run a rollout (relakit.control.rollout reads them)
 ROLLOUT_KEYS = ("rollout", "overrides")
 # the data plane's mechanisms a scenario names (the kernel's codes are positions here):
@@ -41,6 +51,11 @@ SERVICE_PARAMS = {
 SERVICE_KINDS = tuple(SERVICE_PARAMS)
 ROUTINGS = ("random", "round_robin", "jsq", "p2c")
 CANCELS = ("queued", "started", "never")
+# the in-path mechanisms' words (issue 33): a server's adaptive concurrency limit, the
+# order a node's queue is served in (adaptive_lifo: newest first while CoDel finds it
+# congested)
+CONCURRENCY_ALGORITHMS = ("aimd", "gradient")
+QUEUE_DISCIPLINES = ("fifo", "lifo", "adaptive_lifo")
 # what a client does with an attempt past its deadline (mitigations.retries.on_timeout):
 # abandon it, or keep listening (its late answer still answers the request)
 ON_TIMEOUT = ("abandon", "keep_listening")
@@ -61,6 +76,8 @@ class Flags:
     shed_bronze: bool = False
     shed_tiers: tuple[str, ...] = ()
     breaker: str = "closed"
+    throttle_k: float | None = None  # LOCAL_FLAGS: None, the scenario's own
+    concurrency_max: float | None = None
 
     def __post_init__(self):
         for name in ("hedge_enabled", "degraded_mode", "shed_bronze"):
@@ -73,6 +90,12 @@ class Flags:
             raise ValueError(f"unknown tier(s) {sorted(unknown)}; tiers are {TIERS}")
         if self.breaker not in BREAKER_STATES:
             raise ValueError(f"breaker must be one of {BREAKER_STATES}, got {self.breaker!r}")
+        for name in LOCAL_FLAGS:
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
+                                  or not 1 <= v < float("inf")):
+                raise ValueError(f"flag {name} must be a number >= 1 or null (the "
+                                 f"scenario's own), got {v!r}")
         if self.shed_bronze:
             tiers.add("bronze")
         tiers.discard("gold")  # gold bypasses shedding
@@ -99,19 +122,28 @@ class Flags:
 
     def with_policy(self, wanted: Flags) -> Flags:
         """These flags with a policy's wishes applied: ``wanted``'s :data:`POLICY_FLAGS`
-        only. A policy asserts those three; the other tiers shed and the breaker are
-        the data plane's own (its scenario's, or a chain's), so a policy leaves them."""
-        return self.updated(**{k: getattr(wanted, k) for k in POLICY_FLAGS})
+        and :data:`LOCAL_FLAGS` only. A policy asserts those; the other tiers shed and the
+        breaker are the data plane's own (its scenario's, or a chain's), so a policy leaves them."""
+        return self.updated(**{k: getattr(wanted, k) for k in POLICY_FLAGS}).updated_local(
+            wanted)
+
+    def updated_local(self, wanted: Flags) -> Flags:
+        """These flags with ``wanted``'s :data:`LOCAL_FLAGS` (None among them too: back to
+        the scenario's own)."""
+        return replace(self, **{k: getattr(wanted, k) for k in LOCAL_FLAGS})
 
     def as_dict(self, names: tuple[str, ...] | None = None) -> dict:
         """The flags by name (``names``: only those, e.g. :data:`POLICY_FLAGS` for the
         lab's config server, which serves a policy's flags)."""
-        return {n: getattr(self, n) for n in (names or [f.name for f in fields(self)])}
+        names = names or [f.name for f in fields(self)  # a local flag only when set
+                          if f.name not in LOCAL_FLAGS or getattr(self, f.name) is not None]
+        return {n: getattr(self, n) for n in names}
 
 
 FLAG_NAMES = tuple(f.name for f in fields(Flags))
 
-__all__ = ["ANSWERED", "BREAKER_STATES", "CANCELS", "FAILED", "FLAG_NAMES", "Flags", "NOT_OK",
-           "ON_TIMEOUT",
-           "OUTCOMES", "POLICY_FLAGS", "ROLLOUT_KEYS", "ROUTINGS", "SERVICE_KINDS",
+__all__ = ["ANSWERED", "BREAKER_STATES", "CANCELS", "CONCURRENCY_ALGORITHMS", "FAILED",
+           "FLAG_NAMES", "Flags", "IN_PATH_OUTCOMES", "LOCAL_FLAGS", "NOT_OK", "ON_TIMEOUT",
+           "OUTCOMES", "POLICY_FLAGS", "QUEUE_DISCIPLINES", "ROLLOUT_KEYS", "ROUTINGS",
+           "SERVICE_KINDS",
            "SERVICE_PARAMS", "SHEDDABLE", "STRESS_LEVELS", "TIERS", "TIER_MIX"]

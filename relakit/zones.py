@@ -130,8 +130,10 @@ class ZonedResult:
     def summary(self) -> pl.DataFrame:
         """Per tier, the counts summed over zones and the success ratio (latency
         quantiles do not add up over zones: read them per zone, :meth:`by_zone`)."""
-        counts = ["requests", *OUTCOMES, "hedges", "degraded", "wrong"]
-        t = self.by_zone().group_by("tier", maintain_order=True).agg(pl.col(counts).sum())
+        zones = self.by_zone()  # (the in-path outcomes only where the runs have them)
+        counts = ["requests", *(o for o in OUTCOMES if o in zones.columns), "hedges",
+                  "degraded", "wrong"]
+        t = zones.group_by("tier", maintain_order=True).agg(pl.col(counts).sum())
         return t.with_columns((pl.col("ok") / pl.col("requests")).alias("success_ratio"))
 
     def by_zone(self) -> pl.DataFrame:

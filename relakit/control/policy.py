@@ -28,7 +28,7 @@ import numpy as np
 from relakit.control.signals import parse_signal
 from relakit.jit import njit
 from relakit.validate import Reader, load_yaml
-from relakit.vocab import POLICY_FLAGS
+from relakit.vocab import LOCAL_FLAGS, POLICY_FLAGS
 
 OPS = (">", ">=", "<", "<=")
 # What a signal with no value (no samples in its window: a scrape gap, a silent target)
@@ -46,9 +46,12 @@ FLAGS = POLICY_FLAGS  # relakit.vocab's: the flags a mode asserts
 # 2, ...; the name after a group's last member is its count, nothing counted by hand
 _COUNT = range(64)
 # events of one evaluation (what step returns beside the mode; EVENT_NAMES[event])
-EV_NONE, EV_HOLD, EV_ENTER, EV_EXIT, EV_MAX_DURATION, EV_PREEMPT, EV_ESCALATE, N_EVENTS, *_ = (
-    _COUNT)
-EVENT_NAMES = ("none", "hold", "enter", "exit", "max_duration", "preempt", "escalate")
+# EV_DEFER: a mode's entry was due (its breach run long enough) but its cooldown held it
+# off; the mode decided is the one that stands (normal, or the lower mode held)
+(EV_NONE, EV_HOLD, EV_ENTER, EV_EXIT, EV_MAX_DURATION, EV_PREEMPT, EV_ESCALATE, EV_DEFER,
+ N_EVENTS, *_) = _COUNT
+EVENT_NAMES = ("none", "hold", "enter", "exit", "max_duration", "preempt", "escalate",
+               "defer")
 assert len(EVENT_NAMES) == N_EVENTS
 # columns of Policy.compiled()'s mode_i (per mode: integers) and mode_f (seconds)
 MI_WHEN_ALL, MI_HAS_EXIT, MI_EXIT_ALL, MI_ENTER_AFTER, MI_EXIT_AFTER, MI_ESCALATE, N_MI, *_ = (
@@ -231,15 +234,18 @@ def step(state_i, state_f, t, sig_row, cond_sig, cond_op, cond_thr, when, exit_w
             event = EV_EXIT  # recovered
         else:
             stay = True
+    deferred = False  # a mode above the one that stands was due and held by its cooldown
     for k in range(m):  # priority order: the first match wins
         if stay and k == cur:
-            return cur, EV_HOLD
-        if state_i[k] >= mode_i[k, MI_ENTER_AFTER] and t - state_f[k] >= mode_f[k, MF_COOLDOWN]:
-            prev = state_i[current]
-            state_i[current] = k
-            state_f[entered_at] = t
-            return k, EV_PREEMPT if (stay and prev >= 0) else EV_ENTER
-    return NORMAL, event
+            return cur, EV_DEFER if deferred else EV_HOLD
+        if state_i[k] >= mode_i[k, MI_ENTER_AFTER]:
+            if t - state_f[k] >= mode_f[k, MF_COOLDOWN]:
+                prev = state_i[current]
+                state_i[current] = k
+                state_f[entered_at] = t
+                return k, EV_PREEMPT if (stay and prev >= 0) else EV_ENTER
+            deferred = True
+    return NORMAL, EV_DEFER if (deferred and event == EV_NONE) else event
 
 
 @njit(cache=True)
@@ -351,8 +357,12 @@ def load_policy(source) -> Policy:
                   for i, item in enumerate(raw_modes))
     _escalation_cycles(modes, name)
     _breach_directions(conditions, on_missing, name)
-    normal = _asserts(r.sub("normal", {f: False for f in FLAGS}))
-    normal = {f: normal.get(f, False) for f in FLAGS}
+    normal_given = _asserts(r.sub("normal", {f: False for f in FLAGS}))
+    normal = {f: normal_given.get(f, False) for f in FLAGS}
+    # a local flag (issue 33) is in the state only where the policy names it: its runs'
+    # audits are as they were; a mode that sets one leaves it to normal's (or null) after
+    named = {f for m in modes for f in m.asserts if f in LOCAL_FLAGS} | set(normal_given)
+    normal |= {f: normal_given.get(f) for f in LOCAL_FLAGS if f in named}
     return Policy(r.data.get("name", "policy"), signals, tuple(conditions), modes, normal,
                   source=name, on_missing={k: v for k, v in on_missing.items() if v != "clear"},
                   scope=r.choice("scope", SCOPES, "fleet"))
@@ -436,13 +446,18 @@ def _names(r: Reader, key: str, allowed, required: bool):
 
 
 def _asserts(r: Reader) -> dict:
-    r.only(FLAGS)
+    """A mode's flags: RelA's booleans, and the in-path mechanisms' parameters
+    (:data:`~relakit.vocab.LOCAL_FLAGS`: a number >= 1, or null for the scenario's own)."""
+    r.only((*FLAGS, *LOCAL_FLAGS))
     out = {}
     for f in FLAGS:
         if f in r.data:
             if not isinstance(r.data[f], bool):
                 r.fail(f"expected true or false, got {r.data[f]!r}", f)
             out[f] = r.data[f]
+    for f in LOCAL_FLAGS:
+        if f in r.data:
+            out[f] = r.number(f, lo=1, hi=1e9, nullable=True)
     return out
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from relakit.vocab import OUTCOMES, TIERS
+from relakit.vocab import IN_PATH_OUTCOMES, OUTCOMES, TIERS
 
 SUMMARY_NUMBERS = ("requests", *OUTCOMES, "success_ratio",
                    "mean_ms", "p50_ms", "p99_ms", "p999_ms", "amplification", "hedges",
@@ -65,7 +65,8 @@ def objective_values(result, numbers, slo_ms=None, warmup_s: float = 0.0) -> dic
             out[n] = float(result.info["goodput_rps"])
         else:
             tier, _, col = n.partition(".")
-            v = summary[tier][col]
+            # an in-path outcome is a column only where a run has the mechanism: 0 else
+            v = summary[tier].get(col, 0 if col in IN_PATH_OUTCOMES else None)
             out[n] = float("nan") if v is None else float(v)
     return out
 

@@ -27,7 +27,7 @@ from relakit.sim.loops import (
     run_plain,
 )
 from relakit.sim.rng import exponential_py, new_state, uniform_py
-from relakit.sim.spec import DataPlane
+from relakit.sim.spec import DataPlane, in_path
 from relakit.vocab import BREAKER_STATES, TIERS, Flags
 
 _UNSET = object()
@@ -93,6 +93,7 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
     cfg_i[K.CI_BREAKER_MASK] = _tier_mask(mit.breaker.reject_tiers)
     cfg_i[K.CI_FAILOVER] = int(sc.controls.isolation == "failover")
     cfg_i[K.CI_ELSEWHERE] = int(sc.controls.throttle_excess == "elsewhere")
+    _in_path_config(cfg_f, cfg_i, sc)
     tier_cum = np.cumsum([wl.tiers[t] for t in TIERS])
     tier_cum[-1] = 1.0
     faults = sc.faults
@@ -122,6 +123,29 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
                     np.ascontiguousarray(load[:, 1]),
                     np.asarray(sc.metrics.latency_buckets_s, dtype=np.float64), phase,
                     dep_node, dep_share)
+
+
+def _in_path_config(cfg_f, cfg_i, sc: DataPlane) -> None:
+    """The in-path mechanisms' model scalars (issue 33); off, the kernel's defaults."""
+    mit = sc.mitigations
+    ct, cl, cd = mit.client_throttle, mit.concurrency_limit, mit.codel
+    cfg_f[K.CF_THROTTLE_K] = ct.k if ct else 0.0  # 0: off
+    cfg_f[K.CF_THROTTLE_WIDTH] = (ct.window_s if ct else 1.0) / K.BUDGET_BUCKETS
+    cfg_f[K.CF_THROTTLE_COST] = ct.cost_us / 1e6 if ct else 0.0
+    cfg_i[K.CI_CL_ALGO] = K.CONCURRENCY_ALGORITHMS.index(cl.algorithm) if cl else K.CL_NONE
+    if cl:
+        cfg_f[K.CF_CL_MIN], cfg_f[K.CF_CL_MAX] = cl.min, cl.max
+        cfg_f[K.CF_CL_BACKOFF] = cl.backoff
+        cfg_f[K.CF_CL_LATENCY] = np.inf if cl.latency_ms is None else cl.latency_ms / 1000.0
+        cfg_f[K.CF_CL_BUFFER] = cl.buffer
+        cfg_i[K.CI_CL_WINDOW], cfg_i[K.CI_CL_PERIOD] = cl.window, cl.period
+    cfg_i[K.CI_CODEL] = int(cd is not None)
+    if cd:
+        cfg_f[K.CF_CODEL_TARGET] = cd.target_ms / 1000.0
+        cfg_f[K.CF_CODEL_INTERVAL] = cd.interval_ms / 1000.0
+    # a server's decisions, each a cost of service time on every request it serves
+    cfg_f[K.CF_JUDGE_COST] = ((cl.cost_us if cl else 0.0) + (cd.cost_us if cd else 0.0)) / 1e6
+    cfg_i[K.CI_DISCIPLINE] = K.QUEUE_DISCIPLINES.index(sc.fleet.queue_discipline)
 
 
 # ---- initial state (scenario key ``initial``) ---------------------------------------
@@ -268,6 +292,7 @@ class Fleet:
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else int(seed)
         self.cfg = build_config(scenario, record_requests)
+        self.in_path = in_path(scenario)  # an in-path mechanism: its outcomes and series
         n = scenario.fleet.nodes
         fanout = scenario.workload.fanout
         initial = getattr(scenario, "initial", None)
@@ -289,6 +314,10 @@ class Fleet:
         node_f[:, K.NF_SLOWDOWN] = scenario.fleet.scales
         node_f[:, K.NF_TOKEN_RATE] = np.inf
         node_f[:, K.NF_REPAIRED_AT] = -np.inf
+        cl = scenario.mitigations.concurrency_limit  # in-path: each node's limit at t = 0
+        node_f[:, K.NF_CL_LIMIT] = cl.initial if cl else 0.0
+        node_f[:, K.NF_CL_MIN_RTT] = np.inf
+        node_f[:, K.NF_CL_PERIOD_MIN] = np.inf
         job_i = np.zeros((jobs, K.N_JI), np.int64)
         job_i[:, K.JI_SIB] = -1
         self.st = K.State(
@@ -298,7 +327,7 @@ class Fleet:
             cnt=np.zeros((n, len(K.TIERS), len(K.OUTCOMES)), np.int64),
             lat_b=np.zeros((n, n_buckets), np.int64),
             fleet_c=np.zeros(K.N_FLEET_COUNTERS, np.int64),
-            budget=np.zeros((2, K.BUDGET_BUCKETS), np.int64),
+            budget=np.zeros((K.N_BUDGET_ROWS, K.BUDGET_BUCKETS), np.int64),
             job_i=job_i, job_f=np.zeros((jobs, K.N_JF)),
             job_free=np.arange(jobs - 1, -1, -1, dtype=np.int64),
             usr_i=np.zeros((users, K.N_UI), np.int64), usr_f=np.zeros((users, K.N_UF)),
@@ -637,8 +666,31 @@ class Fleet:
         isv[K.IS_DEGRADED_ON] = K.ALL_TIERS if new.degraded_mode else 0
         isv[K.IS_SHED_MASK] = _tier_mask(new.shed_tiers)
         isv[K.IS_BREAKER] = BREAKER_STATES.index(new.breaker)
+        self._set_local(new)
         if (isv[list(_FLAG_SLOTS)] != before).any():
             self._rechoose()
+
+    def _set_local(self, flags: Flags) -> None:
+        """The in-path mechanisms' parameters a policy sets (issue 33, part 2:
+        ``throttle_k``, ``concurrency_max``; None: the scenario's own). A lowered ceiling
+        holds at once: each node's limit is clamped to it."""
+        mit = self.scenario.mitigations
+        for name, mech in (("throttle_k", mit.client_throttle),
+                           ("concurrency_max", mit.concurrency_limit)):
+            if getattr(flags, name) is not None and mech is None:
+                key = "client_throttle" if name == "throttle_k" else "concurrency_limit"
+                raise ValueError(f"flag {name} sets mitigations.{key}, which this scenario "
+                                 "does not have")
+        cf = self.cfg.cfg_f
+        ct, cl = mit.client_throttle, mit.concurrency_limit
+        if ct is not None:
+            cf[K.CF_THROTTLE_K] = ct.k if flags.throttle_k is None else flags.throttle_k
+        if cl is not None:
+            ceiling = cl.max if flags.concurrency_max is None else flags.concurrency_max
+            cf[K.CF_CL_MAX] = max(ceiling, cl.min)
+            nf = self.st.node_f
+            nf[:, K.NF_CL_LIMIT] = np.minimum(nf[:, K.NF_CL_LIMIT], cf[K.CF_CL_MAX])
+        self._local = (flags.throttle_k, flags.concurrency_max)
 
     def set_tier_flags(self, hedge_tiers=None, degraded_tiers=None) -> None:
         """Hedging and degraded mode for some tiers only, from now on (None: left as is);
@@ -667,7 +719,8 @@ class Fleet:
         return Flags(hedge_enabled=bool(isv[K.IS_HEDGE_ON]),
                      degraded_mode=bool(isv[K.IS_DEGRADED_ON]),
                      shed_tiers=tuple(t for i, t in enumerate(TIERS) if mask >> i & 1),
-                     breaker=BREAKER_STATES[int(isv[K.IS_BREAKER])])
+                     breaker=BREAKER_STATES[int(isv[K.IS_BREAKER])],
+                     throttle_k=self._local[0], concurrency_max=self._local[1])
 
     def flags(self) -> dict:
         """The flags in force now, as a mapping (:meth:`flag_state` typed)."""
@@ -700,8 +753,8 @@ class Fleet:
 
     def _sample_columns(self):
         if getattr(self, "_sample_idx", None) is None:
-            ncols = node_columns(self.scenario.metrics.latency_buckets_s)
-            fcols = fleet_columns()
+            ncols = node_columns(self.scenario.metrics.latency_buckets_s, self.in_path)
+            fcols = fleet_columns(self.in_path)
             self._sample_idx = (np.array([c[0] for c in ncols]),
                                 np.array([c[0] for c in fcols]))
             self._series = ([c[1:] for c in ncols], [c[1:] for c in fcols])

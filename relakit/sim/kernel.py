@@ -76,22 +76,30 @@ from relakit.sim.latency_bins import (  # noqa: F401 - HIST_* re-exported
     hist_bin,
 )
 from relakit.sim.rng import exponential, exponential_py, normal, uniform, uniform_words
-from relakit.vocab import BREAKER_STATES, OUTCOMES, TIERS  # noqa: F401 - re-exported codes' words
+from relakit.vocab import (  # noqa: F401 - re-exported codes' words
+    BREAKER_STATES,
+    CONCURRENCY_ALGORITHMS,
+    OUTCOMES,
+    QUEUE_DISCIPLINES,
+    TIERS,
+)
 
 # ---- codes shared with the Python side -------------------------------------
 # the words are relakit.vocab's; the codes are their positions, never counted by hand
 OK, ERROR, TIMEOUT, DROPPED = (OUTCOMES.index(o) for o in ("ok", "error", "timeout", "dropped"))
+THROTTLED, REJECTED = (OUTCOMES.index(o) for o in ("throttled", "rejected"))  # in-path (issue 33)
 GOLD = TIERS.index("gold")
 ALL_TIERS = (1 << len(TIERS)) - 1  # a flag on for every tier (IS_HEDGE_ON, IS_DEGRADED_ON)
 N_OUTCOMES = len(OUTCOMES)
 
 # random streams: st.rng[RNG_X] is stream "x" (see the module docstring); append only
 STREAMS = ("arrivals", "service", "copy_service", "routing", "reroute", "hedge_targets",
-           "errors", "retry_jitter", "half_open", "probes")
+           "errors", "retry_jitter", "half_open", "probes", "throttle")
 (RNG_ARRIVALS, RNG_SERVICE, RNG_COPY_SERVICE, RNG_ROUTING, RNG_REROUTE, RNG_HEDGES, RNG_ERRORS,
  RNG_JITTER, RNG_HALF_OPEN, RNG_PROBES) = (STREAMS.index(n) for n in (
     "arrivals", "service", "copy_service", "routing", "reroute", "hedge_targets", "errors",
     "retry_jitter", "half_open", "probes"))
+RNG_THROTTLE = STREAMS.index("throttle")  # the client throttle's local rejection draws
 N_STREAMS = len(STREAMS)
 
 SERVICE_KINDS = ("exponential", "deterministic", "lognormal", "pareto", "bimodal")
@@ -121,13 +129,17 @@ BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = (BREAKER_STATES.index(b) for b
 # time among the rare-event times compared at every event.
 # KEEP_LISTENING: a timed-out attempt's client goes on listening (retries.on_timeout:
 #   keep_listening): its late answer answers the call while the call lives (C_LATE below).
+# THROTTLE, CONCURRENCY, CODEL: the in-path mechanisms (issue 33; section "in-path" below):
+# the client's adaptive throttle per copy sent, a server's adaptive concurrency limit per
+# copy admitted and served, CoDel and the queue's discipline per dequeue.
 FEATURES = ("hedging", "deadlines", "retries", "errors", "intake", "breaker", "degraded",
-            "probes", "keep_listening")
+            "probes", "keep_listening", "throttle", "concurrency", "codel")
 # the mechanisms of the lean (mitigated) specialisations: ``specialised(LEAN_FEATURES,
 # lean=True)``, for the stretches ``loops.mitigated_ok`` accepts
 LEAN_FEATURES = frozenset({"hedging", "deadlines", "retries", "errors"})
 HEDGING = DEADLINES = RETRIES = ERRORS = INTAKE = BREAKER = DEGRADED = PROBES = True
 KEEP_LISTENING = True
+THROTTLE = CONCURRENCY = CODEL = True
 # Two more, for the leanest stretches (``loops.plain_ok``; ``specialised(..., settled=True)``):
 # LEFTOVERS: the loop may meet what a mechanism left pending (ring timers; hedge, retry,
 #   timeout and move events; copies that are hedges, given up on, ending or moving;
@@ -182,11 +194,14 @@ ID_MASK = (1 << (32 - EV_BITS)) - 1
 (CF_RATE_MAX, CF_SAMPLE_DT, CF_DEADLINE, CF_WARMUP, CF_SVC_A, CF_SVC_B, CF_SVC_C,
  CF_HEDGE_DELAY, CF_HEDGE_Q, CF_BACKOFF, CF_BACKOFF_MAX, CF_BUDGET_RATIO, CF_BUDGET_WINDOW,
  CF_DEGRADED_FACTOR, CF_HALF_OPEN_ADMIT, CF_PROBE_RATE,
+ CF_THROTTLE_K, CF_THROTTLE_WIDTH, CF_THROTTLE_COST, CF_CL_MIN, CF_CL_MAX, CF_CL_BACKOFF,
+ CF_CL_LATENCY, CF_CL_BUFFER, CF_JUDGE_COST, CF_CODEL_TARGET, CF_CODEL_INTERVAL,
  N_CF, *_) = _COUNT
 # cfg_i: model scalars (int)
 (CI_SVC_KIND, CI_ROUTING, CI_FANOUT, CI_RECORD, CI_CONST_RATE, CI_QUEUE_LIMIT, CI_CANCEL,
  CI_MAX_HEDGES, CI_MAX_ATTEMPTS, CI_JITTER, CI_RETRY_MASK, CI_DEGRADED_FANOUT,
  CI_BREAKER_MASK, CI_FAILOVER, CI_ELSEWHERE, CI_KEEP_LISTENING,
+ CI_CL_ALGO, CI_CL_WINDOW, CI_CL_PERIOD, CI_CODEL, CI_DISCIPLINE,
  N_CI, *_) = _COUNT
 
 # st.fs: state scalars (float)
@@ -197,7 +212,8 @@ ID_MASK = (1 << (32 - EV_BITS)) - 1
 (IS_HEAP_N, IS_JOB_FREE_N, IS_USR_FREE_N, IS_CALL_FREE_N, IS_NREC, IS_NSAMPLE, IS_RR,
  IS_SCHED_POS, IS_STAMP, IS_N_ELIGIBLE, IS_EQUAL_WEIGHTS, IS_SHED_MASK, IS_IN_FLIGHT_USERS,
  IS_HEDGE_ON, IS_DEGRADED_ON, IS_BREAKER, IS_BUDGET_BUCKET, IS_USER_SEQ,
- IS_MAX_NODE_SAMPLE, IS_OLD, IS_OLD_GENERAL, IS_DRAIN, IS_EVENTS,
+ IS_MAX_NODE_SAMPLE, IS_THROTTLE_BUCKET, IS_THROTTLE_REQ, IS_THROTTLE_ACC,
+ IS_OLD, IS_OLD_GENERAL, IS_DRAIN, IS_EVENTS,
  *_) = _COUNT
 N_IS = IS_EVENTS + N_EVENT_KINDS  # IS_EVENTS + kind: its events on the heap (not EV_DONE's)
 # What a mechanism left, kept as it changes (relakit.sim.loops chooses the loop from it in
@@ -214,18 +230,24 @@ N_IS = IS_EVENTS + N_EVENT_KINDS  # IS_EVENTS + kind: its events on the heap (no
 TQ_TIMEOUT, TQ_HEDGE, N_TQ, *_ = _COUNT
 TQ_HEAP = -1
 BUDGET_BUCKETS = 10
+# st.budget's rows: the retry budget's first attempts and retries, then the client
+# throttle's window (issue 33): requests attempted and requests the backends accepted
+BUDGET_THR_REQ, BUDGET_THR_ACC, N_BUDGET_ROWS = 2, 3, 4
 
 # st.node_i columns
 (NI_SERVERS, NI_BUSY, NI_QLEN, NI_QHEAD, NI_QTAIL, NI_ROUTABLE, NI_INTAKE_LIMIT, NI_CRASHED,
  NI_STAMP, NI_NSAMPLE, NI_FAILOVER,
+ NI_CL_COUNT, NI_CL_WINDOWS,
  N_NI, *_) = _COUNT
 # st.node_f columns
 (NF_WEIGHT, NF_ERR_RATE, NF_SLOWDOWN, NF_BUSY_AREA, NF_LAST_T, NF_WRR_CUR, NF_CUM,
  NF_WRONG_RATE, NF_TOKEN_RATE, NF_TOKEN_BURST, NF_TOKENS, NF_TOKEN_T, NF_LAT_SUM,
  NF_NEXT_SAMPLE, NF_REPAIRED_AT,
+ NF_CL_LIMIT, NF_CL_SUM, NF_CL_MIN_RTT, NF_CL_PERIOD_MIN, NF_CODEL_LAST_EMPTY,
  N_NF, *_) = _COUNT
 # st.node_c: per-node counters beyond requests_total
-NC_WRONG, NC_CANCELLED, NC_PROBES, NC_PROBE_FAILURES, N_NC, *_ = _COUNT
+(NC_WRONG, NC_CANCELLED, NC_PROBES, NC_PROBE_FAILURES, NC_REJECTED, NC_CODEL_DROPPED,
+ N_NC, *_) = _COUNT
 
 # st.job_i / job_f columns
 (JI_CALL, JI_NODE, JI_NEXT, JI_PREV, JI_GEN, JI_STATE, JI_OUTCOME, JI_SIB, JI_CLIENT, JI_HEDGE,
@@ -259,12 +281,12 @@ UF_T_ARRIVAL, UF_DEMAND, N_UF, *_ = _COUNT
 # per-node metric columns in out.metrics[sample, node, :]
 N_COUNTERS = len(TIERS) * len(OUTCOMES)  # requests_total{tier, outcome}
 (M_BUSY, M_QLEN, M_IN_FLIGHT, M_BUSY_SECONDS, M_WRONG, M_CANCELLED, M_LAT_SUM,
- M_LAT_COUNT, M_PROBES, M_PROBE_FAILURES,
+ M_LAT_COUNT, M_PROBES, M_PROBE_FAILURES, M_REJECTED, M_CODEL_DROPPED, M_CONC_LIMIT,
  M_BUCKETS, *_) = _COUNT[N_COUNTERS:]  # then one cumulative count per bucket bound, +Inf last
 
 # fleet-wide metric columns in out.fleet[sample, :]
 # client_requests_total{tier, outcome} first, then these counters, then the gauges
-(F_ATTEMPTS, F_RETRIES, F_RETRIES_DENIED, F_HEDGES, F_HEDGES_WON, F_DEGRADED,
+(F_ATTEMPTS, F_RETRIES, F_RETRIES_DENIED, F_HEDGES, F_HEDGES_WON, F_DEGRADED, F_THROTTLED,
  N_FLEET_COUNTERS, *_) = _COUNT[N_COUNTERS:]
 F_BREAKER, F_HEDGE_ON, F_DEGRADED_ON, F_SHEDDING, *_ = _COUNT[N_FLEET_COUNTERS:]
 N_FLEET = F_SHEDDING + len(TIERS)  # F_SHEDDING: one gauge per tier
@@ -805,6 +827,9 @@ def sample_node(m, sample_t, cnt, ni, nf, node_c, lat_b, isv, phase, dt, i, t):
     m[s, i, M_CANCELLED] = node_c[i, NC_CANCELLED]
     m[s, i, M_PROBES] = node_c[i, NC_PROBES]
     m[s, i, M_PROBE_FAILURES] = node_c[i, NC_PROBE_FAILURES]
+    m[s, i, M_REJECTED] = node_c[i, NC_REJECTED]
+    m[s, i, M_CODEL_DROPPED] = node_c[i, NC_CODEL_DROPPED]
+    m[s, i, M_CONC_LIMIT] = nf[i, NF_CL_LIMIT]
     m[s, i, M_LAT_SUM] = nf[i, NF_LAT_SUM]
     total = 0
     for b in range(lat_b.shape[1]):
@@ -879,6 +904,111 @@ def budget_slot(bud, isv, width, t):
             bud[1, k % BUDGET_BUCKETS] = 0
         isv[IS_BUDGET_BUCKET] = b
     return b % BUDGET_BUCKETS
+
+
+# ---- in-path mechanisms (issue 33) ---------------------------------------------------
+# Decisions made in the request path from local state only, at once, with no clock: the
+# client's adaptive throttle (THROTTLE), a server's adaptive concurrency limit
+# (CONCURRENCY), CoDel and the order a node's queue is served in (CODEL). Each is a
+# compile-time constant: off, the loop's few lines that call these fold away.
+CL_NONE, CL_AIMD, CL_GRADIENT = -1, *(CONCURRENCY_ALGORITHMS.index(a) for a in ("aimd",
+                                                                               "gradient"))
+D_FIFO, D_LIFO, D_ADAPTIVE_LIFO = (QUEUE_DISCIPLINES.index(d) for d in QUEUE_DISCIPLINES)
+CODEL_DROPS_MAX = 8  # CoDel drops one event may make (heap room): the rest wait a dequeue
+NODE_THROTTLED = -2  # (the send section's mark for a copy its client throttled)
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def throttle_slot(bud, isv, width, t):
+    """The client throttle's bucket for time t (as :func:`budget_slot`, rows
+    BUDGET_THR_REQ and BUDGET_THR_ACC, its own IS_THROTTLE_BUCKET); the window's totals
+    (IS_THROTTLE_REQ, IS_THROTTLE_ACC) lose the buckets it leaves behind."""
+    b = int(t / width)
+    cur = isv[IS_THROTTLE_BUCKET]
+    if b > cur:
+        for k in range(cur + 1, min(b, cur + BUDGET_BUCKETS) + 1):
+            isv[IS_THROTTLE_REQ] -= bud[BUDGET_THR_REQ, k % BUDGET_BUCKETS]
+            isv[IS_THROTTLE_ACC] -= bud[BUDGET_THR_ACC, k % BUDGET_BUCKETS]
+            bud[BUDGET_THR_REQ, k % BUDGET_BUCKETS] = 0
+            bud[BUDGET_THR_ACC, k % BUDGET_BUCKETS] = 0
+        isv[IS_THROTTLE_BUCKET] = b
+    return b % BUDGET_BUCKETS
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def throttle_judge(bud, isv, rng, k, slot):
+    """Client-side adaptive throttling (SRE book): over the window, reject this request
+    locally with probability max(0, (requests - k accepts) / (requests + 1)); the
+    request is counted either way (``slot``: the window's bucket now). A draw (stream
+    ``throttle``) only when p > 0."""
+    req = isv[IS_THROTTLE_REQ]
+    p = (req - k * isv[IS_THROTTLE_ACC]) / (req + 1.0)
+    bud[BUDGET_THR_REQ, slot] += 1
+    isv[IS_THROTTLE_REQ] = req + 1
+    return p > 0.0 and uniform(rng, RNG_THROTTLE) < p
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def gradient_limit(cfg_f, cfg_i, ni, nf, node):
+    """A node's concurrency limit at the end of a window of samples, gradient controller
+    (Envoy's manner): limit x g + sqrt(limit x g), g = min_rtt (1 + buffer) / the
+    window's mean rtt, clamped to [0.5, 2]; min_rtt the least window mean of this and
+    the last period of windows. (AIMD, + 1 / limit on success and x backoff on a timeout
+    or an rtt over the threshold, is written out in the loop, as is the clamp to
+    [min, max]: a helper taking arrays at every completion cost the throttle 0.66x.)"""
+    n = ni[node, NI_CL_COUNT]
+    sample = nf[node, NF_CL_SUM] / n
+    ni[node, NI_CL_COUNT] = 0
+    nf[node, NF_CL_SUM] = 0.0
+    if sample < nf[node, NF_CL_PERIOD_MIN]:
+        nf[node, NF_CL_PERIOD_MIN] = sample
+    if sample < nf[node, NF_CL_MIN_RTT]:
+        nf[node, NF_CL_MIN_RTT] = sample
+    w = ni[node, NI_CL_WINDOWS] + 1
+    if w >= cfg_i[CI_CL_PERIOD]:  # a new period: forget minima older than the last
+        nf[node, NF_CL_MIN_RTT] = nf[node, NF_CL_PERIOD_MIN]
+        nf[node, NF_CL_PERIOD_MIN] = np.inf
+        w = 0
+    ni[node, NI_CL_WINDOWS] = w
+    g = nf[node, NF_CL_MIN_RTT] * (1.0 + cfg_f[CF_CL_BUFFER]) / sample if sample > 0.0 else 2.0
+    g = min(max(g, 0.5), 2.0)
+    limit = nf[node, NF_CL_LIMIT] * g
+    return limit + math.sqrt(limit)
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def congested(cfg_f, nf, nr, t):
+    """CoDel's signal at a node: its queue has not been empty for a whole interval.
+
+    CoDel as RPC servers run it (Maurer, "Fail at Scale", 2015, after Nichols and
+    Jacobson), written out in the loop's tail 4: a copy dequeued after waiting more than
+    ``target`` while the node is congested, or more than ``interval`` otherwise, is
+    dropped (``rejected``); an empty queue moves the node's last empty time on. Unlike
+    TCP's CoDel, whose drop rate grows as sqrt(count) to slow responsive senders, this
+    bounds the standing delay whatever the load does (an open-loop 1.5x overload kept a
+    200 ms queue under the TCP control law with a 5 ms target)."""
+    return t - nf[nr, NF_CODEL_LAST_EMPTY] > cfg_f[CF_CODEL_INTERVAL]
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def newest_first(cfg_f, nf, nr, discipline, t):
+    """Whether the node serves its newest copy next: always (lifo), or while CoDel
+    finds its queue congested (adaptive_lifo)."""
+    return discipline == D_LIFO or congested(cfg_f, nf, nr, t)
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def dequeue_newest(ni, job_i, nr):
+    """The copy at the queue's tail, unlinked (LIFO)."""
+    j = ni[nr, NI_QTAIL]
+    prv = job_i[j, JI_PREV]
+    ni[nr, NI_QTAIL] = prv
+    if prv >= 0:
+        job_i[prv, JI_NEXT] = -1
+    else:
+        ni[nr, NI_QHEAD] = -1
+    ni[nr, NI_QLEN] -= 1
+    return j
 
 
 def schedule_step(cfg, st):
@@ -1088,6 +1218,23 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     for i in range(n_nodes):
         if node_i[i, NI_INTAKE_LIMIT] >= 0 or node_f[i, NF_TOKEN_RATE] < np.inf:
             checks = True
+    # ---- in-path (issue 33): the mechanisms' settings (helpers above, "in-path" below)
+    throttle_on = THROTTLE and cfg_f[CF_THROTTLE_K] > 0.0
+    throttle_k = cfg_f[CF_THROTTLE_K]
+    throttle_width = cfg_f[CF_THROTTLE_WIDTH]
+    thr_slot = 0  # the window's current bucket, valid before thr_next (rolled on first use)
+    thr_next = -1.0
+    client_cost_ms = cfg_f[CF_THROTTLE_COST] * 1000.0  # a client decision's latency
+    cl_on = CONCURRENCY and cfg_i[CI_CL_ALGO] != CL_NONE
+    cl_algo, cl_window = cfg_i[CI_CL_ALGO], cfg_i[CI_CL_WINDOW]
+    cl_min, cl_max, cl_backoff = cfg_f[CF_CL_MIN], cfg_f[CF_CL_MAX], cfg_f[CF_CL_BACKOFF]
+    cl_latency = cfg_f[CF_CL_LATENCY]
+    codel_target, codel_interval = cfg_f[CF_CODEL_TARGET], cfg_f[CF_CODEL_INTERVAL]
+    codel_on = CODEL and cfg_i[CI_CODEL] != 0
+    discipline = cfg_i[CI_DISCIPLINE]
+    judge_cost = cfg_f[CF_JUDGE_COST]  # a server decision's service time (s)
+    if CODEL:
+        heap_room += CODEL_DROPS_MAX
     while True:
         # ---- loop head: drop the rings' stale heads first. Most attempt timeouts and
         # fixed-delay hedges fall due after their copy or call is over (a timer per copy
@@ -1299,6 +1446,24 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                     if not probe:
                         lat_b[nr, ROW(b)] += 1
                         node_f[nr, NF_LAT_SUM] += lat
+                    if CONCURRENCY and cl_on and not probe:  # ---- in-path: the limit learns
+                        cl_limit = node_f[nr, NF_CL_LIMIT]
+                        if cl_algo == CL_GRADIENT:  # a window's samples, then the gradient
+                            node_f[nr, NF_CL_SUM] += lat
+                            node_i[nr, NI_CL_COUNT] += 1
+                            if node_i[nr, NI_CL_COUNT] >= cl_window:
+                                cl_limit = gradient_limit(cfg_f, cfg_i, node_i, node_f, node)
+                        elif lat > cl_latency or job_i[j, JI_CLIENT] == C_TIMED_OUT:
+                            cl_limit *= cl_backoff  # AIMD: a failure
+                        else:
+                            cl_limit += 1.0 / cl_limit
+                        node_f[nr, NF_CL_LIMIT] = min(max(cl_limit, cl_min), cl_max)
+                    if THROTTLE and throttle_on and not probe and job_i[j, JI_CLIENT] == C_WAITING:
+                        if t >= thr_next:  # ---- in-path: an accept; the window moves on
+                            thr_slot = throttle_slot(budget, isv, throttle_width, t)
+                            thr_next = (isv[IS_THROTTLE_BUCKET] + 1) * throttle_width
+                        budget[BUDGET_THR_ACC, thr_slot] += 1
+                        isv[IS_THROTTLE_ACC] += 1
                 client = job_i[j, JI_CLIENT] if LEFTOVERS or DEADLINES else C_WAITING
                 if probe:
                     node_c[node, NC_PROBES] += 1
@@ -1651,6 +1816,8 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 degraded = usr_i[u, UI_DEGRADED]
                 wrong_u = usr_i[u, UI_WRONG]
             latency_ms = (t - t0) * 1000.0
+            if THROTTLE and throttle_on:  # ---- in-path: each copy's client decision took time
+                latency_ms += client_cost_ms * (attempts + hedges)
             tr, orow = ROW(tier), ROW(fin_outcome)
             fleet_c[ROW(tier * N_OUTCOMES + fin_outcome)] += 1
             if degraded != 0:
@@ -1757,10 +1924,23 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                         pend_t[n_pend] = t + hedge_delay
                         pend_k[n_pend] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
                         n_pend += 1
+                if THROTTLE and throttle_on:  # ---- in-path: the client's adaptive throttle
+                    if t >= thr_next:  # (the window moves on)
+                        thr_slot = throttle_slot(budget, isv, throttle_width, t)
+                        thr_next = (isv[IS_THROTTLE_BUCKET] + 1) * throttle_width
+                    if throttle_judge(budget, isv, rng, throttle_k, thr_slot):
+                        node = NODE_THROTTLED  # its client rejects it (below)
             jr = ROW(j)  # (a row by now)
             job_i[jr, JI_NODE] = node
             job_i[jr, JI_DEGRADED] = 0
             job_f[jr, JF_T_NODE] = t
+            if THROTTLE and node == NODE_THROTTLED:  # ---- in-path: never sent to a node
+                job_i[j, JI_NODE] = -1
+                fleet_c[F_THROTTLED] += 1
+                isv[IS_HEAP_N] = hn  # HELPER_SYNC
+                end_now(isv, job_i, heap_t, heap_k, j, THROTTLED, t)
+                hn = isv[IS_HEAP_N]
+                continue
             if RESENDS and node < 0:  # (a first attempt has one)
                 job_i[j, JI_STATE] = J_ENDING
                 isv[IS_HEAP_N] = hn  # HELPER_SYNC
@@ -1819,6 +1999,13 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 continue
             if INTAKE:
                 nr = ROW(node)  # (excess may have gone elsewhere)
+            if CONCURRENCY and cl_on and (node_i[nr, NI_BUSY] + node_i[nr, NI_QLEN] + 1
+                                          > node_f[nr, NF_CL_LIMIT]):
+                node_c[nr, NC_REJECTED] += 1  # ---- in-path: over the node's own limit
+                isv[IS_HEAP_N] = hn  # HELPER_SYNC
+                end_now(isv, job_i, heap_t, heap_k, j, REJECTED, t)
+                hn = isv[IS_HEAP_N]
+                continue
             job_i[jr, JI_NEXT] = -1
             tail = node_i[nr, NI_QTAIL]
             job_i[jr, JI_PREV] = tail
@@ -1837,6 +2024,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             n_touched += 1
 
         # ---- tail 4: start service where servers are free
+        drops_left = CODEL_DROPS_MAX  # (in-path: CoDel's drops this event)
         for i in range(n_touched):
             node = touched[i]
             nr = ROW(node)
@@ -1844,6 +2032,10 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 if SIMPLE and direct >= 0:  # the copy just sent (see send)
                     j = direct
                     direct = -1
+                elif (CODEL and discipline != D_FIFO and node_i[nr, NI_QLEN] > 0
+                      and node_i[nr, NI_BUSY] < node_i[nr, NI_SERVERS]
+                      and newest_first(cfg_f, node_f, nr, discipline, t)):
+                    j = dequeue_newest(node_i, job_i, nr)  # ---- in-path: newest first
                 elif (node_i[nr, NI_QLEN] > 0
                       and node_i[nr, NI_BUSY] < node_i[nr, NI_SERVERS]):
                     j = node_i[nr, NI_QHEAD]  # dequeue
@@ -1857,6 +2049,24 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 else:
                     break
                 jr = ROW(j)
+                if CODEL and codel_on and drops_left > 0 and job_i[jr, JI_CALL] >= 0:
+                    # ---- in-path: CoDel (codel_drop's rule, written out): the wait allowed
+                    waited = codel_target if t - node_f[nr, NF_CODEL_LAST_EMPTY] \
+                        > codel_interval else codel_interval
+                    if node_i[nr, NI_QLEN] == 0:
+                        node_f[nr, NF_CODEL_LAST_EMPTY] = t
+                    if t - job_f[jr, JF_T_NODE] <= waited:
+                        waited = -1.0  # (served)
+                else:
+                    waited = -1.0
+                if CODEL and waited >= 0.0:  # ---- in-path: CoDel drops it (a rejection)
+                    drops_left -= 1
+                    node_c[nr, NC_REJECTED] += 1
+                    node_c[nr, NC_CODEL_DROPPED] += 1
+                    isv[IS_HEAP_N] = hn  # HELPER_SYNC
+                    end_now(isv, job_i, heap_t, heap_k, j, REJECTED, t)
+                    hn = isv[IS_HEAP_N]
+                    continue
                 job_i[jr, JI_STATE] = J_SERVING
                 job_f[jr, JF_T_START] = t
                 busy = node_i[nr, NI_BUSY]
@@ -1874,6 +2084,8 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 if DEGRADED and (degraded_mask >> job_i[jr, JI_TIER]) & 1:
                     s *= svc_factor  # the cheaper path, at a loss of quality
                     job_i[jr, JI_DEGRADED] = 1
+                if (CONCURRENCY or CODEL) and judge_cost > 0.0:
+                    s += judge_cost  # ---- in-path: the server's decisions cost service time
                 if not RESENDS:  # (settled) the event set no other timer: onto the heap
                     # now (sifted up at unsigned positions), not through pend and the filing
                     sift_up(heap_t, heap_k, ROW(hn), ROW(1), t + s,
@@ -2011,4 +2223,10 @@ def features_of(cfg, st) -> frozenset:
         on.add("probes")
     if cfg_i[CI_KEEP_LISTENING] != 0:
         on.add("keep_listening")
+    if cfg_f[CF_THROTTLE_K] > 0.0:  # in-path (issue 33)
+        on.add("throttle")
+    if cfg_i[CI_CL_ALGO] != CL_NONE:
+        on.add("concurrency")
+    if cfg_i[CI_CODEL] != 0 or cfg_i[CI_DISCIPLINE] != D_FIFO:
+        on.add("codel")
     return frozenset(on)

@@ -32,6 +32,7 @@ import numpy as np
 import polars as pl
 
 from relakit.sim import kernel as K
+from relakit.vocab import IN_PATH_OUTCOMES
 
 #: rows built (and written) at a time: bounds the working memory to a few MB a chunk
 CHUNK_ROWS = 1 << 16
@@ -48,6 +49,10 @@ _FLEET_SERIES = {K.F_ATTEMPTS: "attempts_total", K.F_RETRIES: "retries_total",
                  K.F_HEDGES_WON: "hedges_won_total", K.F_DEGRADED: "degraded_total",
                  K.F_BREAKER: "breaker_state", K.F_HEDGE_ON: "hedge_enabled",
                  K.F_DEGRADED_ON: "degraded_mode"}
+# the in-path mechanisms' series (issue 33), only in a run that has one (``in_path``)
+_NODE_IN_PATH = {K.M_REJECTED: "rejected_total", K.M_CODEL_DROPPED: "codel_dropped_total",
+                 K.M_CONC_LIMIT: "concurrency_limit"}
+_FLEET_IN_PATH = {K.F_THROTTLED: "client_throttled_total"}
 LABELS = ("tier", "outcome", "le")
 COLUMNS = ("time_s", "node", "name", *LABELS, "value")
 
@@ -57,22 +62,35 @@ def le_labels(bounds_s) -> list[str]:
     return [f"{b:g}" for b in bounds_s] + ["+Inf"]
 
 
-def node_columns(bounds_s) -> list[tuple]:
-    """(column in out.metrics, name, tier, outcome, le) for every per-node series."""
+def _outcomes(in_path: bool, client: bool) -> list[tuple[int, str]]:
+    """(code, outcome) a table lists: without an in-path mechanism the four it always
+    had; with one, ``rejected`` too, and at the client ``throttled`` (a server never
+    sees a throttled request)."""
+    return [(oi, o) for oi, o in enumerate(K.OUTCOMES)
+            if o not in IN_PATH_OUTCOMES or (in_path and (client or o != "throttled"))]
+
+
+def node_columns(bounds_s, in_path: bool = False) -> list[tuple]:
+    """(column in out.metrics, name, tier, outcome, le) for every per-node series
+    (``in_path``: a run with an in-path mechanism, issue 33)."""
     cols = [(ti * len(K.OUTCOMES) + oi, "requests_total", tier, outcome, None)
-            for ti, tier in enumerate(K.TIERS) for oi, outcome in enumerate(K.OUTCOMES)]
+            for ti, tier in enumerate(K.TIERS) for oi, outcome in _outcomes(in_path, False)]
     cols += [(col, name, None, None, None) for col, name in _NODE_SERIES.items()]
+    if in_path:
+        cols += [(col, name, None, None, None) for col, name in _NODE_IN_PATH.items()]
     cols += [(K.M_BUCKETS + b, "latency_seconds_bucket", None, None, le)
              for b, le in enumerate(le_labels(bounds_s))]
     return cols
 
 
-def fleet_columns() -> list[tuple]:
+def fleet_columns(in_path: bool = False) -> list[tuple]:
     """(column in out.fleet, name, tier, outcome, le) for every fleet-wide series."""
     cols = [(ti * len(K.OUTCOMES) + oi, "client_requests_total", tier, outcome, None)
-            for ti, tier in enumerate(K.TIERS) for oi, outcome in enumerate(K.OUTCOMES)]
+            for ti, tier in enumerate(K.TIERS) for oi, outcome in _outcomes(in_path, True)]
     cols += [(K.F_SHEDDING + ti, "shedding", tier, None, None) for ti, tier in enumerate(K.TIERS)]
     cols += [(col, name, None, None, None) for col, name in _FLEET_SERIES.items()]
+    if in_path:
+        cols += [(col, name, None, None, None) for col, name in _FLEET_IN_PATH.items()]
     return cols
 
 
@@ -110,19 +128,21 @@ class MetricsGrid:
     fleet: np.ndarray      # (fleet samples, fleet columns)
     fleet_t: np.ndarray    # (fleet samples,)
     bounds_s: tuple
+    in_path: bool = False  # the in-path mechanisms' outcomes and series (node_columns)
 
     @classmethod
-    def from_kernel(cls, out, st, bounds_s) -> MetricsGrid:
+    def from_kernel(cls, out, st, bounds_s, in_path: bool = False) -> MetricsGrid:
         n_s = st.node_i[:, K.NI_NSAMPLE].copy()
         s_max = int(n_s.max()) if n_s.size else 0
         n_f = int(st.is_[K.IS_NSAMPLE])
         return cls(np.ascontiguousarray(out.metrics[:s_max]), out.sample_t[:s_max], n_s,
                    np.ascontiguousarray(out.fleet[:n_f]), out.fleet_t[:n_f],
-                   tuple(bounds_s))
+                   tuple(bounds_s), in_path)
 
     # ---- layout ----------------------------------------------------------------------
     def _series(self) -> tuple[list[tuple], list[tuple]]:
-        return _by_name(node_columns(self.bounds_s)), _by_name(fleet_columns())
+        return (_by_name(node_columns(self.bounds_s, self.in_path)),
+                _by_name(fleet_columns(self.in_path)))
 
     def _blocks(self):
         """Every (time, node) block in table order: time, node, sample index, fleet or not."""

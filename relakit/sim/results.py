@@ -19,7 +19,7 @@ from relakit.display import html_view, text_rows
 from relakit.io import write_json, write_parquet, write_parquet_chunks
 from relakit.sim import kernel as K
 from relakit.sim.longtable import MetricsGrid, fleet_columns
-from relakit.vocab import NOT_OK, OUTCOMES
+from relakit.vocab import IN_PATH_OUTCOMES, NOT_OK, OUTCOMES
 
 QUANTILES = {"p50_ms": 0.5, "p99_ms": 0.99, "p999_ms": 0.999}
 
@@ -95,8 +95,9 @@ class SimulationResult:
         grid = self._metrics
         if isinstance(grid, MetricsGrid):
             t = np.asarray(grid.fleet_t, dtype=float)
-            counts = {o: np.zeros(t.size) for o in OUTCOMES}
-            for col, name, _tier, outcome, _le in fleet_columns():
+            outcomes = [o for o in OUTCOMES if grid.in_path or o not in IN_PATH_OUTCOMES]
+            counts = {o: np.zeros(t.size) for o in outcomes}
+            for col, name, _tier, outcome, _le in fleet_columns(grid.in_path):
                 if name == "client_requests_total":
                     counts[outcome] = counts[outcome] + grid.fleet[:, col]
         else:  # a long table (read back from disk)
@@ -104,14 +105,16 @@ class SimulationResult:
                     .group_by("time_s", "outcome").agg(pl.col("value").sum())
                     .pivot(on="outcome", index="time_s", values="value").sort("time_s"))
             t = wide["time_s"].to_numpy()
+            in_path = any(o in wide.columns for o in IN_PATH_OUTCOMES)
+            outcomes = [o for o in OUTCOMES if in_path or o not in IN_PATH_OUTCOMES]
             counts = {o: (wide[o].fill_null(0).to_numpy() if o in wide.columns
-                          else np.zeros(t.size)) for o in OUTCOMES}
+                          else np.zeros(t.size)) for o in outcomes}
         dt = np.diff(np.concatenate([[0.0], t]))
         keep = dt > 0  # a sample at t = 0 closes no interval
         t, dt = t[keep], dt[keep]
         cols = {"time_s": t}
         total = np.zeros(t.size)
-        for o in OUTCOMES:
+        for o in outcomes:
             inc = np.diff(np.concatenate([[0.0], counts[o]]))[keep]
             cols[f"{o}_rps"] = inc / dt
             total += inc
@@ -119,7 +122,7 @@ class SimulationResult:
         ok_inc = cols["ok_rps"] * dt
         cols["success_ratio"] = np.where(total > 0, ok_inc / np.where(total > 0, total, 1), np.nan)
         out = pl.DataFrame(cols).select("time_s", "requests_rps",
-                                        *[f"{o}_rps" for o in OUTCOMES], "success_ratio")
+                                        *[f"{o}_rps" for o in outcomes], "success_ratio")
         return out.with_columns(pl.col("success_ratio").fill_nan(None))
 
     def jobs_in_system(self) -> tuple[np.ndarray, np.ndarray]:
@@ -143,8 +146,9 @@ class SimulationResult:
         requests = None
         if fleet.cfg.cfg_i[K.CI_RECORD]:
             requests = requests_table(out.rec_f[:n_rec], out.rec_i[:n_rec])
-        metrics = MetricsGrid.from_kernel(out, st, sc.metrics.latency_buckets_s)
-        summary = summary_table(out.tier_cnt, out.tier_ext, out.hist, out.lat_sum)
+        metrics = MetricsGrid.from_kernel(out, st, sc.metrics.latency_buckets_s, fleet.in_path)
+        summary = summary_table(out.tier_cnt, out.tier_ext, out.hist, out.lat_sum,
+                                fleet.in_path)
         span = max(fleet.now - sc.warmup_s, 1e-12)
         busy_s = st.node_f[:, K.NF_BUSY_AREA] + st.node_i[:, K.NI_BUSY] * (
             fleet.now - st.node_f[:, K.NF_LAST_T])
@@ -165,6 +169,10 @@ class SimulationResult:
             "attempts": int(fc[K.F_ATTEMPTS]), "retries": int(fc[K.F_RETRIES]),
             "retries_denied": int(fc[K.F_RETRIES_DENIED]), "hedges": int(fc[K.F_HEDGES]),
             "hedges_won": int(fc[K.F_HEDGES_WON]),
+            **({"throttled": int(fc[K.F_THROTTLED]),
+                "rejected": int(st.node_c[:, K.NC_REJECTED].sum()),
+                "codel_dropped": int(st.node_c[:, K.NC_CODEL_DROPPED].sum())}
+               if fleet.in_path else {}),
             "cancelled": int(st.node_c[:, K.NC_CANCELLED].sum()),
             "flags_at_end": fleet.flags(),
             # a fault can answer wrongly (with success status): the summary shows `wrong`
@@ -252,7 +260,8 @@ class SimulationResult:
         if wrong is None:
             wrong = bool(self.info.get("wrong_possible")) or (
                 "wrong" in self.summary.columns and int(self.summary["wrong"].sum()) > 0)
-        cols = ["tier", "requests", "success_ratio", *NOT_OK,
+        cols = ["tier", "requests", "success_ratio",
+                *(o for o in NOT_OK if o in self.summary.columns),
                 *(["wrong"] if wrong else []), "mean_ms", "p50_ms", "p99_ms", "p999_ms",
                 "amplification"]
         ms = [c for c in cols if c.endswith("_ms")]
@@ -282,7 +291,9 @@ def steady_state(info: dict, sc) -> bool:
     """False when the run cannot have settled: offered load at or over capacity with
     unbounded queues, or more than 5 % of arrivals still in flight at the end (the
     summary leaves those out, so its ratios and quantiles are of a biased sample)."""
-    overloaded = sc.offered_utilisation >= 1.0 and sc.fleet.queue_limit is None
+    mit = sc.mitigations  # a concurrency limit or CoDel bounds the queue too (issue 33)
+    overloaded = (sc.offered_utilisation >= 1.0 and sc.fleet.queue_limit is None
+                  and mit.concurrency_limit is None and mit.codel is None)
     backlog = info["in_flight_at_end"] > 0.05 * max(info["user_requests"], 1)
     return not (overloaded or backlog)
 
@@ -329,7 +340,9 @@ def requests_table(rec_f: np.ndarray, rec_i: np.ndarray) -> pl.DataFrame:
 
 
 def summary_table(tier_cnt: np.ndarray, tier_ext: np.ndarray, hist: np.ndarray,
-                  lat_sum: np.ndarray) -> pl.DataFrame:
+                  lat_sum: np.ndarray, in_path: bool = False) -> pl.DataFrame:
+    """Per tier and all: counts by outcome (``throttled`` and ``rejected`` in a run with
+    an in-path mechanism, ``in_path``), success, latency quantiles, amplification."""
     rows = []
     groups = [(name, [i]) for i, name in enumerate(K.TIERS)] + [("all", list(range(len(K.TIERS))))]
     for name, idx in groups:
@@ -340,6 +353,8 @@ def summary_table(tier_cnt: np.ndarray, tier_ext: np.ndarray, hist: np.ndarray,
         ok = int(cnt[K.OK])
         row = {"tier": name, "requests": total, "ok": ok, "error": int(cnt[K.ERROR]),
                "timeout": int(cnt[K.TIMEOUT]), "dropped": int(cnt[K.DROPPED]),
+               **({o: int(cnt[K.OUTCOMES.index(o)]) for o in IN_PATH_OUTCOMES}
+                  if in_path else {}),
                "success_ratio": ok / total if total else float("nan"),
                "mean_ms": float(lat_sum[idx, K.OK].sum() / ok) if ok else float("nan")}
         for col, q in QUANTILES.items():

@@ -21,9 +21,11 @@ from relakit.validate import SEED_MAX, Reader, ScenarioError, display_path
 from relakit.vocab import (  # noqa: F401 - re-exported
     BREAKER_STATES,
     CANCELS,
+    CONCURRENCY_ALGORITHMS,
     FAILED,
     NOT_OK,
     ON_TIMEOUT,
+    QUEUE_DISCIPLINES,
     ROUTINGS,
     SERVICE_PARAMS,
     SHEDDABLE,
@@ -175,12 +177,56 @@ class Breaker:
     half_open_admit: float = 0.1
 
 
+# ---- the in-path mechanisms (issue 33): each decides per request from local state, at
+# once, in the data plane; ``cost_us`` is what deciding costs (a server's: service time
+# added to each request it serves; the client's: latency added to each copy it judges)
+@dataclass(frozen=True)
+class ClientThrottle:
+    """Client-side adaptive throttling (SRE book): reject locally with probability
+    max(0, (requests - k accepts) / (requests + 1)) over a sliding window."""
+
+    k: float = 2.0
+    window_s: float = 120.0
+    cost_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class ConcurrencyLimit:
+    """A server's adaptive limit on the copies in flight at a node (queued or served)."""
+
+    algorithm: str = "aimd"
+    initial: float = 20.0
+    min: float = 1.0
+    max: float = 1000.0
+    backoff: float = 0.9  # aimd: the limit's factor on a timeout or a slow answer
+    latency_ms: float | None = None  # aimd: slower than this (at the server) is a failure
+    window: int = 100  # gradient: samples a window's mean rtt is taken over
+    period: int = 10  # gradient: windows a minimum rtt is kept for
+    buffer: float = 0.25  # gradient: the minimum rtt's tolerance (Envoy's buffer)
+    cost_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class CoDel:
+    """Queue-delay-based shedding at each node (Nichols and Jacobson)."""
+
+    target_ms: float = 5.0
+    interval_ms: float = 100.0
+    cost_us: float = 0.0
+
+
+IN_PATH_KEYS = ("client_throttle", "concurrency_limit", "codel")
+
+
 @dataclass(frozen=True)
 class Mitigations:
     hedge: Hedge = Hedge()
     retries: Retries = Retries()
     degraded: Degraded = Degraded()
     breaker: Breaker = Breaker()
+    client_throttle: ClientThrottle | None = None
+    concurrency_limit: ConcurrencyLimit | None = None
+    codel: CoDel | None = None
 
 
 @dataclass(frozen=True)
@@ -219,6 +265,8 @@ class FleetSpec:
     zone_mix: tuple[float, ...] = ()
     # per node, a multiplier on fleet.service's demand (empty: 1 everywhere); see _scale
     service_scale: tuple[float, ...] = ()
+    # the order a node serves its queue: fifo | lifo | adaptive_lifo (with mitigations.codel)
+    queue_discipline: str = "fifo"
 
     @property
     def scales(self) -> tuple[float, ...]:
@@ -249,6 +297,15 @@ class FleetSpec:
             return None
         total = sum(self.weights)
         return tuple(w / total for w in self.weights)
+
+
+def in_path(sc) -> bool:
+    """Whether a data plane runs an in-path mechanism (issue 33): its tables then carry
+    the ``throttled`` and ``rejected`` outcomes and the mechanisms' series; without one
+    they are what they were before (every shipped scenario's tables bit for bit)."""
+    mit = sc.mitigations
+    return (any(getattr(mit, k) is not None for k in IN_PATH_KEYS)
+            or sc.fleet.queue_discipline != "fifo")
 
 
 class DataPlane(Protocol):
@@ -290,6 +347,10 @@ def read_data_plane(r: Reader, base_dir: Path, control=None) -> dict:
     controls = _controls(r.sub("controls"))
     mitigations = _mitigations(r.sub("mitigations"), fleet.nodes, workload.fanout)
     _check_on_timeout(r.sub("mitigations").sub("retries"), mitigations.retries, workload)
+    if fleet.queue_discipline == "adaptive_lifo" and mitigations.codel is None:
+        r.sub("fleet").fail("adaptive_lifo serves newest first while CoDel finds the queue "
+                            "congested: give mitigations.codel too, or use fifo or lifo",
+                            "queue_discipline")
     return dict(
         name=name, duration_s=duration, seed=seed, workload=workload,
         fleet=fleet, faults=faults, warmup_s=warmup, controls=controls,
@@ -334,7 +395,7 @@ def _controls(r: Reader) -> Controls:
 
 
 def _mitigations(r: Reader, nodes: int, fanout: int) -> Mitigations:
-    r.only({"hedge", "retries", "degraded", "breaker"})
+    r.only({"hedge", "retries", "degraded", "breaker", *IN_PATH_KEYS})
     h = r.sub("hedge")
     h.only({"delay_ms", "delay_quantile", "cancel", "max_hedges"})
     hedge = Hedge(
@@ -374,7 +435,56 @@ def _mitigations(r: Reader, nodes: int, fanout: int) -> Mitigations:
     b.only({"reject_tiers", "half_open_admit"})
     breaker = Breaker(reject_tiers=_tiers(b, "reject_tiers", SHEDDABLE),
                       half_open_admit=b.number("half_open_admit", 0.1, lo=0, hi=1))
-    return Mitigations(hedge=hedge, retries=retries, degraded=degraded, breaker=breaker)
+    return Mitigations(hedge=hedge, retries=retries, degraded=degraded, breaker=breaker,
+                       **_in_path(r))
+
+
+def _in_path(r: Reader) -> dict:
+    """``mitigations.client_throttle``, ``.concurrency_limit``, ``.codel`` (issue 33):
+    absent (or null) is off; given, each key is checked alone and against the others."""
+    out = {}
+    if r.data.get("client_throttle") is not None:
+        t = r.sub("client_throttle")
+        t.only({"k", "window_s", "cost_us"})
+        out["client_throttle"] = ClientThrottle(
+            k=t.number("k", 2.0, lo=1, hi=1e6),
+            window_s=t.number("window_s", 120.0, lo=0, lo_open=True),
+            cost_us=t.number("cost_us", 0.0, lo=0, hi=1e9))
+    if r.data.get("concurrency_limit") is not None:
+        c = r.sub("concurrency_limit")
+        algo = c.choice("algorithm", CONCURRENCY_ALGORITHMS, "aimd")
+        own = {"aimd": {"backoff", "latency_ms"},
+               "gradient": {"window", "period", "buffer"}}[algo]
+        c.only({"algorithm", "initial", "min", "max", "cost_us", *own})
+        lo = c.number("min", 1.0, lo=1, hi=1e9)
+        hi = c.number("max", 1000.0, lo=1, hi=1e9)
+        if hi < lo:
+            c.fail(f"{hi:g} is below min ({lo:g}): the limit would have no room", "max")
+        initial = c.number("initial", min(max(20.0, lo), hi), lo=0, lo_open=True)
+        if not lo <= initial <= hi:
+            c.fail(f"{initial:g} must be within min and max ({lo:g} .. {hi:g})", "initial")
+        out["concurrency_limit"] = ConcurrencyLimit(
+            algorithm=algo, initial=initial, min=lo, max=hi,
+            backoff=c.number("backoff", 0.9, lo=0, hi=1, lo_open=True),
+            latency_ms=c.number("latency_ms", None, lo=0, lo_open=True, nullable=True),
+            window=c.number("window", 100, lo=1, hi=10**9, integer=True),
+            period=c.number("period", 10, lo=1, hi=10**9, integer=True),
+            buffer=c.number("buffer", 0.25, lo=0, hi=10),
+            cost_us=c.number("cost_us", 0.0, lo=0, hi=1e9))
+        if algo == "aimd" and c.data.get("backoff") == 1:
+            c.fail("1 never decreases the limit: give a factor below 1 (e.g. 0.9)", "backoff")
+    if r.data.get("codel") is not None:
+        d = r.sub("codel")
+        d.only({"target_ms", "interval_ms", "cost_us"})
+        target = d.number("target_ms", 5.0, lo=0, lo_open=True)
+        interval = d.number("interval_ms", 100.0, lo=0, lo_open=True)
+        if target >= interval:
+            d.fail(f"{target:g} ms is not below interval_ms ({interval:g} ms): CoDel drops "
+                   "once the delay stays above target for an interval (5 and 100 by "
+                   "default)", "target_ms")
+        out["codel"] = CoDel(target_ms=target, interval_ms=interval,
+                             cost_us=d.number("cost_us", 0.0, lo=0, hi=1e9))
+    return out
 
 
 def _check_on_timeout(r: Reader, retries: Retries, workload: Workload) -> None:
@@ -458,7 +568,7 @@ def _items(r: Reader, key: str, values: list, **rules) -> tuple:
 def _fleet(r: Reader) -> FleetSpec:
     r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights", "load_errors",
             "dependencies", "baseline_error_rate", "probes", "zones", "zone_mix",
-            "service_scale"})
+            "service_scale", "queue_discipline"})
     nodes = r.number("nodes", 1, lo=1, hi=MAX_NODES, integer=True)
     servers = r.data.get("servers", 1)
     if isinstance(servers, list):
@@ -484,6 +594,7 @@ def _fleet(r: Reader) -> FleetSpec:
         load_errors=_load_errors(r), dependencies=_dependencies(r, nodes),
         baseline_error_rates=_baseline(r, nodes), probe_rate_rps=_probes(r.sub("probes")),
         **_zones(r, nodes), service_scale=_scale(r, nodes),
+        queue_discipline=r.choice("queue_discipline", QUEUE_DISCIPLINES, "fifo"),
     )
 
 
