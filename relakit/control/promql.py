@@ -87,9 +87,11 @@ from relakit.control.promql_values import (  # noqa: F401  (re-exported as above
     set_operation,
     vector_scalar,
 )
-from relakit.control.tsdb import TSDB, Target, increase, window
+from relakit.control.tsdb import TSDB, window
 
 DEFAULT_SUBQUERY_STEP_S = 60.0  # a step-less subquery's step: the global evaluation_interval
+_BLOCK = 64  # series per array operation of a window function (bounds its temporaries)
+WINDOW_CACHE_BYTES = 8 << 20  # store series' rates kept for other selectors (Evaluator._rates)
 
 
 @dataclass
@@ -101,6 +103,7 @@ class _Matrix:
     end: np.ndarray
     range_s: float
     cut: list  # per series: None, or (T,) exclusive upper bound on sample times
+    stored: bool = False  # the series are the store's (a selector's), not computed
 
 
 
@@ -134,6 +137,9 @@ class Evaluator:
         self._fails: list = []
         self._uses: dict = {}  # text of a shared sub-expression -> evaluations still to come
         self._memo: dict = {}  # text -> (instants' key, late names, result, failed, message)
+        self._selected: dict = {}  # (name, matchers) -> the series a selector selects
+        self._windows: dict = {}  # (series, function, range, instants) -> values, oldest first
+        self._window_bytes = 0
         for s in store:
             self._by_name.setdefault(s.label("__name__"), []).append(s)
 
@@ -145,6 +151,8 @@ class Evaluator:
             self._by_name.setdefault(s.label("__name__"), []).append(s)
         for text in [k for k, m in self._memo.items() if m[1] & names or None in m[1]]:
             del self._memo[text]  # it read a series that has grown
+        for key in [k for k in self._selected if k[0] in names or k[0] is None]:
+            del self._selected[key]
 
     def share(self, roots):
         """Remember the value of every function call and aggregation that these
@@ -258,8 +266,14 @@ class Evaluator:
         raise TypeError(node)
 
     def select(self, sel: Selector) -> list[Series]:
-        pool = self._by_name.get(sel.name, []) if sel.name else self.store
-        return [s for s in pool if all(matcher_matches(m, s.label(m[0])) for m in sel.matchers)]
+        key = (sel.name or None, tuple(tuple(m) for m in sel.matchers))
+        hit = self._selected.get(key)
+        if hit is None:
+            pool = self._by_name.get(sel.name, []) if sel.name else self.store
+            hit = [s for s in pool
+                   if all(matcher_matches(m, s.label(m[0])) for m in sel.matchers)]
+            self._selected[key] = hit
+        return list(hit)
 
     def _when(self, node, t):
         """The instants a selector or subquery reads at: ``@`` then ``offset``."""
@@ -299,7 +313,7 @@ class Evaluator:
         if isinstance(node, Selector):
             chosen = self.select(node)
             return _Matrix([(s.labels, s.times, s.values) for s in chosen], te, node.range_s,
-                           [self._cut(s, t) for s in chosen])
+                           [self._cut(s, t) for s in chosen], stored=True)
         # a subquery: the inner expression at the multiples of the step in the window
         step_ms = round((node.step_s or self.default_step_s) * 1000)
         rng_ms = round(node.range_s * 1000)
@@ -460,54 +474,109 @@ class Evaluator:
             arg = node.args[0]
             lab = absent_labels(arg) if isinstance(arg, Selector) else ()
             return Vector([(lab, np.ones(te.size), ~seen)])
-        for (labels, times, values), cut in zip(m.series, m.cut, strict=True):
+        groups: dict = {}  # series sampled at the same instants share their windows
+        for k, ((_, times, _), cut) in enumerate(zip(m.series, m.cut, strict=True)):
+            groups.setdefault((id(times), id(cut)), []).append(k)
+        done: dict = {}
+        for ks in groups.values():
+            times, cut = m.series[ks[0]][1], m.cut[ks[0]]
             lo, hi = fn.window_bounds(times, te, rng, cut)
-            n = hi - lo + 1
-            ok = n > 0
             if f in ("rate", "increase", "delta"):
-                tgt = Target(-1, times, values[:, None], [labels])
-                v = increase(tgt, np.array([0]), te, rng, as_rate=f == "rate",
-                             counter=f != "delta", nan_samples=True, cut=cut)[:, 0]
-                ok = n >= 2
-            elif f in ("irate", "idelta"):
-                v, ok = fn.instant_rate(times, values, lo, hi, f == "irate")
-            elif f in ("sum_over_time", "avg_over_time"):
-                v = fn.sum_count(values, lo, n, f == "avg_over_time")
-            elif f == "count_over_time":
-                v = n.astype(float)
-            elif f == "present_over_time":
-                v = np.ones(te.size)
-            elif f == "last_over_time":
-                v = values[np.clip(hi, 0, max(values.size - 1, 0))] if values.size else \
-                    np.full(te.size, np.nan)
-            elif f in ("min_over_time", "max_over_time"):
-                v = fn.reduce_window(values, lo, n, np.fmin if f == "min_over_time" else np.fmax)
-            elif f in ("stddev_over_time", "stdvar_over_time"):
-                v = fn.stdvar_over_time(values, lo, n)
-                if f == "stddev_over_time":
-                    v = np.sqrt(v)
-            elif f == "quantile_over_time":
-                v = fn.quantile_window(values, lo, n, scalars[0])
-            elif f in ("changes", "resets"):
-                v = fn.changes(values, lo, hi, f == "resets")
-            elif f == "deriv":
-                slope, _ = fn.regression(times, values, lo, n, times[np.clip(lo, 0, max(
-                    times.size - 1, 0))] if times.size else te)
-                v, ok = slope, n >= 2
-            elif f == "predict_linear":
-                slope, icept = fn.regression(times, values, lo, n, t)
-                v, ok = slope * scalars[0] + icept, n >= 2
-            elif f == "holt_winters":
-                sf, tf = scalars
-                bad = ~((sf > 0) & (sf < 1)) | ~((tf > 0) & (tf < 1))
-                self._error(bad, "invalid smoothing or trend factor in holt_winters(): "
-                            "expected 0 < factor < 1", node.pos)
-                v, ok = fn.holt_winters(values, lo, n, sf, tf), n >= 2
+                ok = hi - lo >= 1  # (v is NaN elsewhere already)
+                for k, row in self._rates(f, m, ks, lo, hi):
+                    done[k] = (row, ok.copy())
             else:
-                raise AssertionError(f)
+                for k in ks:
+                    v, ok = self._window_function(node, f, m.series[k][1:], lo, hi, te,
+                                                  scalars, t)
+                    done[k] = (np.where(ok, v, np.nan), ok)
+        for k, (labels, _, _) in enumerate(m.series):
             labels = labels if f == "last_over_time" else drop_name(labels)
-            out.append((labels, np.where(ok, v, np.nan), ok))
+            out.append((labels, *done[k]))
         return Vector(out)
+
+    def _rates(self, f: str, m: _Matrix, ks: list, lo, hi):
+        """(k, values) of rate/increase/delta for the matrix's series ``ks`` (sampled
+        at the same instants), a block of series at a time.
+
+        Why a second level of sharing: rules read one counter through near-identical
+        selectors (``x{job="api"}`` and ``x{job="api",code=~"5.."}``, the same selector
+        under ``sum by (job)`` and ``sum by (job, le)``), which :meth:`share` (by an
+        expression's text) cannot see; a store series' window function at the same
+        range and instants is the same whatever selected it, so the last few megabytes
+        of them are kept (:data:`WINDOW_CACHE_BYTES`, oldest dropped first)."""
+        te, rng = m.end, m.range_s
+        keys = {}
+        if m.stored:
+            tkey = (te.size, float(te[0]) if te.size else 0.0, hash(te.tobytes()))
+            for k in ks:
+                values = m.series[k][2]
+                keys[k] = (id(values), f, rng, tkey, m.cut[k] is not None)
+        todo = []
+        for k in ks:
+            hit = self._windows.pop(keys[k], None) if keys else None
+            if hit is None:
+                todo.append(k)
+            else:
+                self._windows[keys[k]] = hit  # (now the newest)
+                yield k, hit[1]
+        for at in range(0, len(todo), _BLOCK):
+            part = todo[at:at + _BLOCK]
+            v = fn.extrapolated_rate(m.series[part[0]][1], [m.series[k][2] for k in part], lo,
+                                     hi, te, rng, f == "rate", f != "delta")
+            for k, row in zip(part, v, strict=True):
+                if keys:
+                    row = row.copy()  # (not a view keeping the whole block)
+                    row.flags.writeable = False
+                    self._windows[keys[k]] = (m.series[k][2], row)  # (holds the series)
+                    self._window_bytes += row.nbytes
+                yield k, row
+        while self._window_bytes > WINDOW_CACHE_BYTES and self._windows:
+            _, row = self._windows.pop(next(iter(self._windows)))
+            self._window_bytes -= row.nbytes
+
+    def _window_function(self, node, f, series, lo, hi, te, scalars, t):
+        """(values, present) of a range function but rate/increase/delta for one series."""
+        times, values = series
+        n = hi - lo + 1
+        ok = n > 0
+        if f in ("irate", "idelta"):
+            v, ok = fn.instant_rate(times, values, lo, hi, f == "irate")
+        elif f in ("sum_over_time", "avg_over_time"):
+            v = fn.sum_count(values, lo, n, f == "avg_over_time")
+        elif f == "count_over_time":
+            v = n.astype(float)
+        elif f == "present_over_time":
+            v = np.ones(te.size)
+        elif f == "last_over_time":
+            v = values[np.clip(hi, 0, max(values.size - 1, 0))] if values.size else \
+                np.full(te.size, np.nan)
+        elif f in ("min_over_time", "max_over_time"):
+            v = fn.reduce_window(values, lo, n, np.fmin if f == "min_over_time" else np.fmax)
+        elif f in ("stddev_over_time", "stdvar_over_time"):
+            v = fn.stdvar_over_time(values, lo, n)
+            if f == "stddev_over_time":
+                v = np.sqrt(v)
+        elif f == "quantile_over_time":
+            v = fn.quantile_window(values, lo, n, scalars[0])
+        elif f in ("changes", "resets"):
+            v = fn.changes(values, lo, hi, f == "resets")
+        elif f == "deriv":
+            slope, _ = fn.regression(times, values, lo, n, times[np.clip(lo, 0, max(
+                times.size - 1, 0))] if times.size else te)
+            v, ok = slope, n >= 2
+        elif f == "predict_linear":
+            slope, icept = fn.regression(times, values, lo, n, t)
+            v, ok = slope * scalars[0] + icept, n >= 2
+        elif f == "holt_winters":
+            sf, tf = scalars
+            bad = ~((sf > 0) & (sf < 1)) | ~((tf > 0) & (tf < 1))
+            self._error(bad, "invalid smoothing or trend factor in holt_winters(): "
+                        "expected 0 < factor < 1", node.pos)
+            v, ok = fn.holt_winters(values, lo, n, sf, tf), n >= 2
+        else:
+            raise AssertionError(f)
+        return v, ok
 
 
 def evaluate(expr, tsdb: TSDB, t_eval) -> Vector | np.ndarray:

@@ -4,17 +4,22 @@ Why a store of its own rather than the controller's :class:`TSDB`: the TSDB is a
 dense (scrapes x series) matrix per target, which a controller wants (a whole scrape
 at once), but a rule backtest over a day of 1,500 real series paid ~1 GB for it and
 spent most of its time building it. A rule only ever asks for a series' samples in
-time order, so the store keeps exactly that: per series two float64 arrays, views
-into one flat buffer each.
+time order, so the store keeps exactly that: per series two float64 arrays (its
+values a view into one flat buffer; its times shared by every series sampled then).
 
 :func:`read_store` builds it from a trace file in two streaming passes over the
-rows, in batches pulled one at a time (``pyarrow``'s ``iter_batches``: polars'
-``collect_batches`` reads ahead of a slow consumer and held 650 MB for a 140 MB
-store): the first numbers each row's
-series (its key columns: node, name, tier, outcome, le, labels), the second reads only
-``time_s`` and ``value`` and writes each sample at its series' next free place. Peak
-memory is the two buffers plus a 4-byte series number per sample, whatever the
-trace's size; no Python object is made per sample.
+rows, a batch of 131,072 rows at a time pulled from ``pyarrow`` (``iter_batches``:
+polars' ``collect_batches`` read ahead of a slow consumer and held 650 MB for a 140 MB
+store). The first numbers each row's series: its string columns (name, tier, outcome,
+le, labels) come as dictionary codes, a row's node and codes are packed into one
+64-bit word, and the words are looked up in an open-addressing table, all as array
+operations; a batch that lists its series in the same order again and again (a scrape
+at a time: the usual layout) is looked up one period only and remembered as that
+period. The second pass reads ``time_s`` and ``value`` and writes each sample at its
+series' next free place. Series sampled at the same instants then share one array of
+times. No numba (in a fresh process it costs ~0.45 s of CPU and ~160 MB before its
+first kernel runs), no Python object per sample; peak memory is the two buffers and
+a batch's working arrays.
 """
 
 from __future__ import annotations
@@ -26,10 +31,10 @@ import numpy as np
 import polars as pl
 
 from relakit.control.tsdb import TSDB, Target
-from relakit.jit import njit
 
 KEY = ("node", "name", "tier", "outcome", "le")
 _BATCH_ROWS = 131_072
+WORD_BITS = 63  # a series key packed into at most this many bits is exact without hashing
 
 
 @dataclass
@@ -100,7 +105,7 @@ def read_store(path) -> list[Series]:
 
     p = Path(path)
     if is_parquet(p):
-        return _build(pl.scan_parquet(p), str(p), path=p)
+        return _build(None, str(p), path=p)
     return _build(read_trace(p).lazy(), str(p))
 
 
@@ -113,102 +118,379 @@ def _build(lf: pl.LazyFrame, source: str, path: Path | None = None) -> list[Seri
         else:
             validate_trace(lf.collect(), source)
 
-    try:
-        validate_trace(lf.head(0).collect(), source)  # columns and dtypes
-    except pl.exceptions.PolarsError:
+    import pyarrow as pa
+
+    try:  # columns and dtypes (of a Parquet file: from its schema, nothing read)
+        if path is not None:
+            import pyarrow.parquet as pq
+
+            schema = pq.ParquetFile(path).schema_arrow
+            if not _plain_schema(schema):  # validate_trace's message for what is not
+                validate_trace(pl.from_arrow(schema.empty_table()), source)
+            names = schema.names
+        else:
+            head = lf.head(0).collect()
+            validate_trace(head, source)
+            names = head.columns
+    except (pl.exceptions.PolarsError, pa.ArrowException):
         full_check()
         raise
-    has_labels = LABELS in lf.collect_schema().names()
+    has_labels = LABELS in names
     key = list(KEY) + ([LABELS] if has_labels else [])
-    # the label columns stay as read: a Parquet file's string columns are read as
-    # dictionaries (Categorical), whose codes hash three times faster than the strings
-    casts = [pl.col("node").cast(pl.Int32)] + [pl.col(c) for c in key[1:]]
+    pool = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())  # mimalloc kept ~30 MB of freed batches
+    try:
+        return _read(lf, path, key, full_check)
+    finally:
+        pa.set_memory_pool(pool)
 
-    def batches(exprs, names):
-        """The trace's rows in batches, one at a time, as ``exprs`` of ``names``."""
-        if path is None:
-            yield from lf.select(exprs).collect().iter_slices(_BATCH_ROWS)
+
+def _read(lf: pl.LazyFrame, path: Path | None, key: list, full_check) -> list[Series]:
+    rows = _Rows(lf, path, key)
+    parts, codes, strings = _number_series(rows.batches(key), key, full_check)
+    n_series = codes.shape[0]
+    counts = np.zeros(n_series, dtype=np.int64)
+    for n, p, ids in parts:
+        if p:
+            counts += np.bincount(ids, minlength=n_series) * (n // p)
+            counts += np.bincount(ids[:n % p], minlength=n_series)
+        else:
+            counts += np.bincount(ids, minlength=n_series)
+    start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    times, values = np.empty(start[-1]), np.empty(start[-1])
+    cursor = start[:-1].copy()
+    pieces = _pieces(parts)  # (the second reading's batches need not end where the first's do)
+    next(pieces)
+    for rb in rows.batches(["time_s", "value"]):
+        tcol, vcol = rb.column(0), rb.column(1)
+        if tcol.null_count or vcol.null_count:
+            full_check()
+        t = tcol.to_numpy().astype(np.float64, copy=False)
+        v = vcol.to_numpy().astype(np.float64, copy=False)
+        if not np.isfinite(t).all():
+            full_check()
+        at = 0
+        for n, p, ids in pieces.send(t.size):
+            _place(ids, p, t[at:at + n], v[at:at + n], cursor, times, values)
+            at += n
+    if "le" in key:
+        les = {strings[key.index("le")][c] for c in np.unique(codes[:, key.index("le")])
+               if c >= 0}
+        _check_le(sorted(les), full_check)
+    return _series(codes, strings, key, times, values, start)
+
+
+def _plain_schema(schema) -> bool:
+    """Exactly the long schema's columns (and ``labels``), each of a type
+    :func:`relakit.traces.validate_trace` takes as it is: checked in pyarrow's terms,
+    without polars (whose first computation costs ~35 MB of resident code)."""
+    import pyarrow as pa
+
+    from relakit.traces import LABELS, SCHEMA
+
+    if set(schema.names) - {LABELS} != set(SCHEMA) or len(schema.names) != len(
+            set(schema.names)):
+        return False
+
+    def text(t):
+        return pa.types.is_string(t) or pa.types.is_large_string(t) or \
+            pa.types.is_string_view(t) or (pa.types.is_dictionary(t) and text(t.value_type))
+
+    for f in schema:
+        t = f.type
+        if f.name in ("time_s", "value"):
+            ok = pa.types.is_floating(t) or pa.types.is_integer(t)
+        elif f.name == "node":
+            ok = pa.types.is_int32(t)
+        else:
+            ok = text(t) or pa.types.is_null(t)
+        if not ok:
+            return False
+    return True
+
+
+class _Rows:
+    """A trace's rows as pyarrow record batches of the columns asked, one batch at a time
+    (a Parquet file is read a batch at a time: ``iter_batches`` pulls, it never reads
+    ahead; polars' ``collect_batches`` read ahead of a slow consumer and held 650 MB for a
+    140 MB store). String columns come as dictionaries (codes and the strings once)."""
+
+    def __init__(self, lf: pl.LazyFrame, path: Path | None, key: list):
+        self.path, self.strings = path, key[1:]
+        self.table = None
+        if path is None:  # a frame, or a file its importer read: in memory already
+            self.table = lf.select(pl.col("node"), *[pl.col(c) for c in key[1:]],
+                                   pl.col("time_s"), pl.col("value")).collect().to_arrow()
+
+    def batches(self, names: list):
+        if self.table is not None:
+            yield from self.table.select(names).to_batches(max_chunksize=_BATCH_ROWS)
             return
         import pyarrow.parquet as pq
 
-        f = pq.ParquetFile(path, read_dictionary=[c for c in key[1:] if c in names])
-        for rb in f.iter_batches(batch_size=_BATCH_ROWS, columns=names):
-            yield pl.from_arrow(rb).select(exprs)
+        # no pre-buffering (it held a row group's column chunks ahead: ~30 MB), one thread
+        # (threads cost ~20 % more CPU for decoding this small a batch)
+        f = pq.ParquetFile(self.path, read_dictionary=[c for c in names if c in self.strings],
+                           pre_buffer=False)
+        yield from f.iter_batches(batch_size=_BATCH_ROWS, columns=names, use_threads=False)
 
-    # another seed, hashing the strings themselves, if two keys ever share a hash
-    for seed, codes in ((0, True), (1, False), (2, False)):
-        found = _number_series(batches(casts, key), key, seed, full_check, codes)
-        if found is not None:
-            break
+
+def _indices(col, known: dict, memo: list) -> tuple:
+    """A string column as (per row an index, the index's code): codes are numbered
+    across the whole trace (-1: null); each batch's dictionary is mapped once
+    (``memo``: the last one seen)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_null(col.type):
+        return np.zeros(len(col), dtype=np.int32), np.array([-1], dtype=np.int32)
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col)
+    d = col.dictionary
+    if memo and (memo[0] is d or memo[0].equals(d)):
+        remap = memo[1]
     else:
-        raise RuntimeError(f"{source}: series keys collide under three hash seeds")
-    sid, known = found
-    counts = np.bincount(sid, minlength=known.height)
-    start = np.concatenate([[0], np.cumsum(counts)])
-    times, values = np.empty(sid.size), np.empty(sid.size)
-    cursor, row = start[:-1].copy(), 0
-    for b in batches([pl.col("time_s").cast(pl.Float64), pl.col("value").cast(pl.Float64)],
-                     ["time_s", "value"]):
-        t, v = b["time_s"].to_numpy(), b["value"].to_numpy()
-        if b["time_s"].null_count() or b["value"].null_count() or not np.isfinite(t).all():
+        remap = np.array([known.setdefault(x, len(known)) if x is not None else -1
+                          for x in d.to_pylist()] + [-1], dtype=np.int32)
+        memo[:] = [d, remap]
+    idx = col.indices
+    if idx.null_count:
+        idx = pc.fill_null(idx, len(remap) - 1)
+    return idx.to_numpy(), remap
+
+
+def key_period(columns: list) -> int:
+    """The smallest p > 0 with every column repeating with period p (0 if none): the
+    first row whose values all equal the first row's, checked over the whole batch."""
+    if columns[0].size < 2:
+        return 0
+    same = columns[0][1:] == columns[0][0]
+    for c in columns[1:]:
+        same &= c[1:] == c[0]
+    again = np.flatnonzero(same)
+    if again.size == 0:
+        return 0
+    p = int(again[0]) + 1
+    return p if all(np.array_equal(c[p:], c[:-p]) for c in columns) else 0
+
+
+def _number_series(batches, key: list, full_check):
+    """(per batch (rows, period, series numbers: of every row, or of one period's rows
+    when the batch repeats them with that period); per series its key as codes,
+    numbered in order of first appearance; per key column the strings its codes stand
+    for).
+
+    A row's key is its node and its string columns' codes, packed into one 64-bit word
+    (each column as many bits as its codes need so far: exact, no hashing of strings),
+    looked up in an open-addressing table of the series seen so far; a batch's new keys
+    are added in order of first appearance. A batch whose keys repeat with a period
+    (a scrape lists its series in the same order every time; found on the batch's own
+    dictionary indices) is coded, packed and looked up for one period only. Were
+    the codes ever wider than 63 bits
+    together, the word is a hash of them instead and every row's codes are compared
+    with its series' too (exact either way)."""
+    known = [{} for _ in key[1:]]
+    memos = [[] for _ in key[1:]]
+    index = _KeyIndex(len(key))
+    parts = []
+    for rb in batches:
+        node = rb.column(0)
+        if node.null_count:
             full_check()
-        _scatter(sid[row:row + t.size], t, v, cursor, times, values)
-        row += t.size
-    del sid
-    if known.filter(pl.col("le").is_not_null()).height:
-        _check_le(known["le"].drop_nulls().unique().to_list(), full_check)
-    return _series(known, key, times, values, start)
-
-
-def _number_series(batches, key: list, seed: int, full_check, codes: bool):
-    """(per row its series number, the key of each series numbered in order of first
-    appearance), or None if two keys hash alike. A row's series is found by a 64-bit
-    hash of its key columns (a fraction of the cost of comparing the strings); a
-    second, independent hash of every row must equal its series' too, so two keys
-    alike under the first (odds ~1e-12 for 10,000 series) are caught, never merged.
-    With ``codes``, a dictionary column is hashed by its codes (polars' categories are
-    global, so one string has one code in every batch; were it not so, one key would
-    get two numbers, which is caught too)."""
-    index = pl.DataFrame(schema={"h": pl.UInt64, "sid": pl.Int32, "want": pl.UInt64})
-    keys: list = []
-    sids = []
-    for b in batches:
-        if b["node"].null_count() or b["name"].null_count() or (b["node"] < -1).any():
+        nd = node.to_numpy()
+        if nd.size and (nd.min() < -1 or nd.max() >= 2**31):
             full_check()
-        cols = [pl.col(c).to_physical() if codes and isinstance(b.schema[c], pl.Categorical)
-                else pl.col(c).cast(pl.String) if isinstance(b.schema[c], pl.Categorical)
-                else pl.col(c) for c in key]
-        hh = b.select(pl.struct(cols).hash(2 * seed).alias("h"),
-                      pl.struct(cols).hash(2 * seed + 1).alias("check"))
-        m = hh.join(index, on="h", how="left", maintain_order="left")
-        if m["sid"].null_count():
-            new = hh.with_row_index("row").filter(m["sid"].is_null()).unique(
-                "h", keep="first", maintain_order=True)
-            keys.append(b[new["row"]])
-            index = pl.concat([index, new.select(
-                "h", sid=pl.int_range(index.height, index.height + new.height,
-                                      dtype=pl.Int32), want="check")])
-            m = hh.join(index, on="h", how="left", maintain_order="left")
-        if (m["want"] != m["check"]).any():
-            return None
-        sids.append(m["sid"].to_numpy())
-    sid = np.concatenate(sids) if sids else np.zeros(0, dtype=np.int32)
-    table = pl.concat([k.with_columns(pl.col(c).cast(pl.String) for c in key[1:])
-                       for k in keys]) if keys else \
-        pl.DataFrame(schema={"node": pl.Int32, **dict.fromkeys(key[1:], pl.String)})
-    if table.is_duplicated().any():  # one key numbered twice: codes differed across batches
-        return None
-    return sid, table.with_columns(sid=pl.int_range(table.height, dtype=pl.Int32))
+        raw = [_indices(rb.column(j), known[j - 1], memos[j - 1]) for j in range(1, len(key))]
+        p = key_period([nd] + [r[0] for r in raw])  # one period's codes are enough
+        cols = np.empty((len(key), p or nd.size), dtype=np.int32)
+        cols[0] = nd[:cols.shape[1]]
+        for j, (idx, remap) in enumerate(raw, start=1):
+            cols[j] = remap[idx[:cols.shape[1]]]
+        if (cols[1] < 0).any():  # a null name
+            full_check()
+        parts.append((nd.size, *index.lookup(cols, p)))
+    strings = [None] + [list(k) for k in known]
+    return parts, index.keys[:index.n], strings
 
 
-@njit(cache=True)
-def _scatter(sid, t, v, cursor, times, values):
-    """Each row's sample at its series' next free place (rows keep their file order)."""
-    for i in range(sid.size):
-        k = cursor[sid[i]]
-        times[k] = t[i]
-        values[k] = v[i]
-        cursor[sid[i]] = k + 1
+class _KeyIndex:
+    """Series keys (rows of int32 codes) to series numbers, vectorised over a batch."""
+
+    def __init__(self, width: int):
+        self.keys = np.zeros((64, width), dtype=np.int32)
+        self.n = 0
+        self.bits = np.ones(width, dtype=np.int64)  # bits per column in the packed word
+        self.table = np.full(256, -1, dtype=np.int32)
+        self.words = np.zeros(64, dtype=np.uint64)
+
+    def _pack(self, cols: np.ndarray) -> np.ndarray:
+        """(rows) 64-bit words: the codes packed (+1: null is -1), or a hash of them."""
+        if self.bits.sum() <= WORD_BITS:
+            w = cols[0].astype(np.int64) + 1
+            for j in range(1, cols.shape[0]):
+                w <<= int(self.bits[j])
+                w |= cols[j] + 1
+            return w.view(np.uint64)
+        w = np.full(cols.shape[1], 0xCBF29CE484222325, dtype=np.uint64)
+        for j in range(cols.shape[0]):
+            w ^= (cols[j].astype(np.int64) + 1).view(np.uint64)
+            w *= np.uint64(0x100000001B3)
+        return w
+
+    def _slots(self, words: np.ndarray) -> np.ndarray:
+        shift = np.uint64(64 - int(np.log2(self.table.size)))
+        return ((words * np.uint64(0x9E3779B97F4A7C15)) >> shift).astype(np.int64)
+
+    def _rebuild(self):
+        """Widths grew or the table filled: every known key packed and placed again."""
+        size = self.table.size
+        while size < 4 * (self.n + 1):
+            size *= 2
+        self.table = np.full(size, -1, dtype=np.int32)
+        self.words = np.zeros(self.keys.shape[0], dtype=np.uint64)
+        self.words[:self.n] = self._pack(self.keys[:self.n].T)
+        slots = self._slots(self.words[:self.n])
+        for s in range(self.n):
+            k = slots[s]
+            while self.table[k] >= 0:
+                k = (k + 1) & (size - 1)
+            self.table[k] = s
+
+    def lookup(self, cols: np.ndarray, periodic: int = 0) -> tuple:
+        """(0, per row (column of ``cols``) its series number), or (p, the numbers of the
+        first p rows) if the rows repeat with period p; new keys added. ``periodic``:
+        the rows of ``cols`` are one period, of that length, of rows that repeat it."""
+        need = np.array([int(c.max(initial=0) + 1).bit_length() for c in cols])
+        need[0] = max(need[0], 1)
+        if (need > self.bits).any():
+            self.bits = np.maximum(self.bits, need)
+            self._rebuild()
+        words = self._pack(cols)
+        if periodic:
+            return periodic, self._lookup(cols, words)
+        p = period(words)
+        if p and self.bits.sum() > WORD_BITS and not np.array_equal(cols[:, p:], cols[:, :-p]):
+            p = 0  # (hashes repeating are not keys repeating)
+        if p:  # the rest repeats the first period's series
+            return p, self._lookup(cols[:, :p], words[:p])
+        return 0, self._lookup(cols, words)
+
+    def _lookup(self, cols: np.ndarray, words: np.ndarray) -> np.ndarray:
+        """Each row probed from its slot until its key or an empty slot is found; keys
+        found nowhere are added in order of first appearance and their rows looked up
+        again."""
+        sid = np.full(cols.shape[1], -1, dtype=np.int32)
+        todo = np.arange(cols.shape[1])
+        while todo.size:
+            exact = self.bits.sum() <= WORD_BITS
+            slot = self._slots(words[todo])
+            mask = self.table.size - 1
+            missing = []
+            while todo.size:
+                s = self.table[slot]
+                hit = s >= 0
+                same = np.zeros(todo.size, dtype=bool)
+                same[hit] = self.words[s[hit]] == words[todo[hit]]
+                if not exact and same.any():
+                    same[same] = (self.keys[s[same]] == cols[:, todo[same]].T).all(axis=1)
+                sid[todo[same]] = s[same]
+                missing.append(todo[~hit])
+                on = hit & ~same  # another key there: the next slot
+                todo, slot = todo[on], (slot[on] + 1) & mask
+            new = np.sort(np.concatenate(missing))
+            if new.size:
+                _, first = np.unique(words[new] if exact else
+                                     np.ascontiguousarray(cols[:, new].T).view(
+                                         np.dtype((np.void, 4 * cols.shape[0]))).ravel(),
+                                     return_index=True)
+                at = np.sort(new[first])
+                self._add(cols[:, at].T, words[at])
+            todo = new
+        return sid
+
+    def _add(self, keys: np.ndarray, words: np.ndarray):
+        if self.n + len(keys) > self.keys.shape[0]:
+            cap = max(2 * self.keys.shape[0], self.n + len(keys))
+            self.keys = np.resize(self.keys, (cap, self.keys.shape[1]))
+            self.words = np.resize(self.words, cap)
+        self.keys[self.n:self.n + len(keys)] = keys
+        self.words[self.n:self.n + len(keys)] = words
+        self.n += len(keys)
+        if 4 * self.n > self.table.size:
+            self._rebuild()
+            return
+        mask = self.table.size - 1
+        slots = self._slots(words)
+        for i, k in enumerate(slots):
+            k = int(k)
+            while self.table[k] >= 0:
+                k = (k + 1) & mask
+            self.table[k] = self.n - len(keys) + i
+
+
+def period(a: np.ndarray) -> int:
+    """The smallest p > 0 with ``a[i + p] == a[i]`` for every i, if ``a`` holds its first
+    value again and repeats from there (else 0): one or two passes over ``a``."""
+    if a.size < 2:
+        return 0
+    again = np.flatnonzero(a[1:] == a[0])
+    if again.size == 0:
+        return 0
+    p = int(again[0]) + 1
+    return p if np.array_equal(a[p:], a[:-p]) else 0
+
+
+def _pieces(parts):
+    """A generator sent a row count n, yielding the next n rows of ``parts`` as a list
+    of parts (a periodic part cut anywhere stays periodic, its first period rotated)."""
+    parts = iter(parts)
+    cur, off = None, 0
+    n = yield
+    while True:
+        out = []
+        while n:
+            if cur is None or off == cur[0]:
+                cur, off = next(parts), 0
+            rows, p, ids = cur
+            take = min(n, rows - off)
+            if p:
+                out.append((take, p, np.roll(ids, -(off % p)) if off % p else ids))
+            else:
+                out.append((take, 0, ids[off:off + take]))
+            off += take
+            n -= take
+        n = yield out
+
+
+def _place(s, p, t, v, cursor, times, values):
+    """Each row's sample at its series' next free place (rows keep their file order
+    within a series). ``s``: the rows' series numbers, or with a period ``p`` those of
+    the first p rows. Rows repeating p distinct series are a (periods x series) matrix
+    whose columns go to their series; any other batch is ordered by series (a stable
+    sort) and each run written after what its series holds so far."""
+    if t.size == 0:
+        return
+    if p and np.bincount(s).max() == 1:
+        k = -(-t.size // p)
+        dest = (cursor[s][None, :] + np.arange(k)[:, None]).ravel()[:t.size]
+        times[dest] = t
+        values[dest] = v
+        cursor[s] += t.size // p
+        cursor[s[:t.size % p]] += 1
+        return
+    if p:
+        s = np.resize(s, t.size)
+    order = np.argsort(s, kind="stable")
+    ss = s[order]
+    first = np.empty(ss.size, dtype=bool)
+    first[0] = True
+    np.not_equal(ss[1:], ss[:-1], out=first[1:])
+    at = np.flatnonzero(first)
+    runs = np.diff(np.append(at, ss.size))
+    dest = cursor[ss] + (np.arange(ss.size) - np.repeat(at, runs))
+    times[dest] = t[order]
+    values[dest] = v[order]
+    cursor[ss[at]] += runs
 
 
 def _check_le(les, full_check):
@@ -221,24 +503,49 @@ def _check_le(les, full_check):
             full_check()
 
 
-def _series(known: pl.DataFrame, key: list, times, values, start) -> list[Series]:
+def _unsorted(times, start) -> np.ndarray:
+    """The series (by number) whose samples are not in strictly increasing time order,
+    looked for in slices of the flat buffer (no temporary the size of the trace)."""
+    bad = []
+    step = 1 << 20
+    for a in range(0, max(times.size - 1, 0), step):
+        b = min(a + step, times.size - 1)
+        at = np.flatnonzero(times[a + 1:b + 1] <= times[a:b]) + a + 1
+        bad.append(at[~np.isin(at, start)])  # a series' first sample follows another's
+    at = np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)
+    return np.unique(np.searchsorted(start, at, side="right") - 1)
+
+
+def _series(codes, strings, key: list, times, values, start) -> list[Series]:
     """Per series, its samples in time order (a trace need not be sorted; of two samples
     at one time the later row wins, as when a TSDB is built), ordered by node, then by
-    first sample, as :meth:`TSDB.from_long` orders a target's columns."""
+    first sample, as :meth:`TSDB.from_long` orders a target's columns. Series sampled
+    at the same instants share one array of times (a copy: the trace-long buffer of
+    times is let go), which halves the store of a fleet scraped together."""
+    unsorted = set(_unsorted(times, start).tolist())
+    shared: dict = {}
     out = []
-    for r in known.iter_rows():
-        sid = r[-1]
+    for sid in range(codes.shape[0]):
         a, b = start[sid], start[sid + 1]
         t, v = times[a:b], values[a:b]
-        d = np.diff(t)
-        if (d <= 0).any():
+        if sid in unsorted:
             order = np.argsort(t, kind="stable")
             t, v = t[order], v[order]
             last = np.concatenate([t[1:] != t[:-1], [True]])
             t, v = t[last], v[last]
-        text = r[5] if len(key) > 5 else None
-        out.append((r[0], t[0] if t.size else np.inf, sid,
-                    Series(_labels(r[0], r[1], r[2], r[3], r[4], text), t, v)))
+        sig = (t.size, t[0], t[-1]) if t.size else (0,)
+        for u in shared.setdefault(sig, []):
+            if np.array_equal(u, t):
+                t = u
+                break
+        else:
+            t = t.copy()
+            shared[sig].append(t)
+        c = codes[sid]
+        text = [strings[j][c[j]] if c[j] >= 0 else None for j in range(1, len(key))]
+        labels = _labels(int(c[0]), text[0], text[1], text[2], text[3],
+                         text[4] if len(key) > 5 else None)
+        out.append((int(c[0]), t[0] if t.size else np.inf, sid, Series(labels, t, v)))
     out.sort(key=lambda x: x[:3])
     return [x[3] for x in out]
 
