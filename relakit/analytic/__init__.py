@@ -2,12 +2,14 @@
 
 Rates are per second and times in seconds. Use these as ground truth for the simulator and
 as quick back-of-envelope answers: fan-out success and tail amplification
-(:mod:`.fanout`), M/M/c, M/G/1 and G/G/c waiting times (:mod:`.queueing`), the clock bound
+(:mod:`.fanout`), M/M/c, M/G/1 and G/G/c waiting times (:mod:`.queueing`), the finite-source
+queue M/M/c//N of a closed client population (:mod:`.finite_source`), the clock bound
 (:mod:`.clocks`), the detection delay of correctness probes (:mod:`.probes`) and a CTMC of
 one node with timeouts and retries for metastability's long horizons (:mod:`.retry_ctmc`).
 """
 
 from .clocks import DelayDistribution, min_detectable_spike, step_delay
+from .finite_source import FiniteSource, finite_source
 from .fanout import fanout_success, prob_any_slow, quorum_success, slowest_of_n_quantile
 from .probes import ProbeDetection, probe_cost, probe_detection, wrong_before_isolation
 from .queueing import (
@@ -25,6 +27,8 @@ from .retry_ctmc import RetryCTMC, RetryCTMCWarning, retry_ctmc, retry_generator
 
 __all__ = [
     "DelayDistribution",
+    "FiniteSource",
+    "finite_source",
     "min_detectable_spike",
     "step_delay",
     "ProbeDetection",

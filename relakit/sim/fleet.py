@@ -88,6 +88,12 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
     cfg_i[K.CI_ELSEWHERE] = int(sc.controls.throttle_excess == "elsewhere")
     tier_cum = np.cumsum([wl.tiers[t] for t in TIERS])
     tier_cum[-1] = 1.0
+    if wl.clients is not None:  # closed clients: population and think per tier (CLIENTS)
+        for k, t in enumerate(TIERS):
+            cfg_i[K.CI_CLIENTS + k] = wl.clients.population[t]
+            tkind, ta, tb, tc = _service_params(wl.clients.think[t])
+            cfg_i[K.CI_THINK_KIND + k] = tkind
+            cfg_f[K.CF_THINK + 3 * k: K.CF_THINK + 3 * k + 3] = ta, tb, tc
     faults = sc.faults
     # a node's baseline error rate is a row that starts at 0, never ends, and no repair
     # clears (fault_i[:, 2] = 1); apply_faults combines it with the node's real faults
@@ -158,9 +164,11 @@ class Fleet:
         self.cfg = build_config(scenario, record_requests)
         n = scenario.fleet.nodes
         fanout = scenario.workload.fanout
+        clients = scenario.workload.clients
+        n_clients = 0 if clients is None else clients.total
         jobs = max(64, 4 * sum(scenario.fleet.servers) + 8 * fanout)
         users = max(64, jobs)
-        heap = 2 * jobs + users
+        heap = 2 * jobs + users + n_clients  # every closed client thinking: a heap event each
         n_buckets = len(scenario.metrics.latency_buckets_s) + 1
         node_i = np.zeros((n, K.N_NI), np.int64)
         node_i[:, K.NI_SERVERS] = scenario.fleet.servers
@@ -209,6 +217,9 @@ class Fleet:
         self.st.fs[K.FS_HEDGE_DELAY] = self.cfg.cfg_f[K.CF_HEDGE_DELAY]
         samples = int(scenario.duration_s / scenario.metrics.interval_s) + 2
         expected = scenario.workload.arrival.mean_rate(scenario.duration_s) * scenario.duration_s
+        if clients is not None:  # at most N / Z a second (all answers instant)
+            expected += min(clients.max_rate(), scenario.fleet.capacity_rps / fanout) \
+                * scenario.duration_s
         records = int(expected * 1.05) + 1024 if record_requests else 0
         self.out = K.Output(
             metrics=np.zeros((samples, n, K.M_BUCKETS + n_buckets)),

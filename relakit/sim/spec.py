@@ -172,11 +172,47 @@ class Metrics:
 
 
 @dataclass(frozen=True)
+class Clients:
+    """A closed client population per tier (``workload.clients``): each client sends a
+    request, waits for its outcome, thinks for a time of its tier's think distribution
+    (the service kinds), and sends again. The rate it offers is an outcome of the run,
+    not an input: it falls as latency rises."""
+
+    population: dict  # tier -> clients (int), every tier present
+    think: dict  # tier -> Service, every tier present
+
+    @property
+    def total(self) -> int:
+        return sum(self.population.values())
+
+    @property
+    def tiers(self) -> tuple[str, ...]:
+        """The tiers with clients, in vocab order."""
+        return tuple(t for t in TIERS if self.population[t] > 0)
+
+    def max_rate(self) -> float:
+        """Requests a second if every answer were instant: the sum over tiers of N / Z
+        (the interactive law's bound X <= N / Z)."""
+        return sum(n / (self.think[t].mean_ms / 1000.0) for t, n in self.population.items()
+                   if n > 0)
+
+
+# an open workload's arrival when only clients are given: nothing arrives
+NO_ARRIVAL = Arrival("none", (0.0,), (0.0,))
+
+
+@dataclass(frozen=True)
 class Workload:
     arrival: Arrival
     tiers: dict
     fanout: int = 1
     deadline_ms: float | None = None
+    clients: Clients | None = None  # a closed population, instead of or beside arrival
+
+    @property
+    def open(self) -> bool:
+        """Whether an open (Poisson) arrival stream is part of the workload."""
+        return self.arrival.kind != "none"
 
 
 @dataclass(frozen=True)
@@ -261,6 +297,10 @@ def read_data_plane(r: Reader, base_dir: Path, control=None) -> dict:
         r.fail(f"{warmup} must be shorter than duration_s ({duration})", "warmup_s")
     fleet = _fleet(r.sub("fleet"))
     workload = _workload(r.sub("workload"), duration, fleet.nodes, base_dir)
+    if workload.clients is not None and fleet.zones:
+        r.fail("a closed client population in a zoned fleet is not modelled (each zone runs "
+               "its own kernel on its share of the open arrivals); drop fleet.zones or give "
+               "workload.arrival", "workload.clients")
     faults = _faults(r, fleet.nodes)
     policy, clocks, chain = control() if control is not None else (None, None, None)
     name = r.data.get("name", "scenario")
@@ -552,7 +592,7 @@ def _service(r: Reader) -> Service:
 
 
 def _workload(r: Reader, duration: float, nodes: int, base_dir: Path) -> Workload:
-    r.only({"arrival", "tiers", "fanout", "deadline_ms"})
+    r.only({"arrival", "tiers", "fanout", "deadline_ms", "clients"})
     tiers_r = r.sub("tiers", dict(TIER_MIX))
     tiers_r.only(set(TIER_NAMES))
     tiers = {t: tiers_r.number(t, 0.0, lo=0, hi=1) for t in TIER_NAMES}
@@ -562,10 +602,64 @@ def _workload(r: Reader, duration: float, nodes: int, base_dir: Path) -> Workloa
     if fanout > nodes:
         r.fail(f"{fanout} sub-requests need {fanout} distinct nodes; the fleet has {nodes}",
                "fanout")
+    if "arrival" not in r.data and "clients" not in r.data:
+        r.fail("give 'arrival' (an open stream), 'clients' (a closed population: "
+               "{population, think}) or both", "arrival")
+    clients = _clients(r.sub("clients"), tiers) if "clients" in r.data else None
     return Workload(
-        arrival=_arrival(r.sub("arrival"), duration, base_dir), tiers=tiers, fanout=fanout,
+        arrival=(_arrival(r.sub("arrival"), duration, base_dir) if "arrival" in r.data
+                 else NO_ARRIVAL), tiers=tiers, fanout=fanout,
         deadline_ms=r.number("deadline_ms", None, lo=0, lo_open=True, nullable=True),
+        clients=clients,
     )
+
+
+MAX_CLIENTS = 10_000_000  # a thinking client holds a heap slot: past this, memory, not a model
+
+
+def _clients(r: Reader, mix: dict) -> Clients:
+    """`clients: {population, think}`: a closed population. `population` is a whole number
+    (split over the tiers by workload.tiers, largest remainder first) or one per tier
+    (`{gold: 10, bronze: 30}`, tiers left out have none); `think` is a service kind
+    (`{kind: exponential, mean_ms: 1000}`) for every tier, or one per tier with clients."""
+    r.only({"population", "think"})
+    raw = r.data.get("population")
+    if isinstance(raw, dict):
+        p = r.sub("population")
+        p.only(set(TIERS))
+        pop = {t: p.number(t, 0, lo=0, hi=MAX_CLIENTS, integer=True) for t in TIERS}
+    elif isinstance(raw, int) and not isinstance(raw, bool):
+        n = r.number("population", lo=1, hi=MAX_CLIENTS, integer=True)
+        exact = {t: n * mix[t] for t in TIERS}
+        pop = {t: int(math.floor(exact[t])) for t in TIERS}
+        rest = sorted(TIERS, key=lambda t: (-(exact[t] - pop[t]), TIERS.index(t)))
+        for t in rest[: n - sum(pop.values())]:
+            pop[t] += 1
+    else:
+        r.fail(f"expected a whole number of clients (split by workload.tiers) or one per "
+               f"tier ({{{', '.join(f'{t}: N' for t in TIERS)}}}), got {raw!r}", "population")
+    if sum(pop.values()) < 1:
+        r.fail("no clients: give at least one", "population")
+    think_raw = r.data.get("think")
+    if not isinstance(think_raw, dict) or not think_raw:
+        r.fail(f"is required: a service kind for the think time ({{kind, mean_ms}}; kinds: "
+               f"{', '.join(SERVICE_PARAMS)}), or one per tier", "think")
+    if "kind" in think_raw:
+        one = _service(r.sub("think"))
+        think = {t: one for t in TIERS}
+    else:
+        t_r = r.sub("think")
+        t_r.only(set(TIERS))
+        think = {}
+        for t in TIERS:
+            if t in t_r.data:
+                think[t] = _service(t_r.sub(t))
+            elif pop[t] > 0:
+                t_r.fail(f"{pop[t]} {t} clients need a think time: give think.{t} "
+                         "(or one think for every tier)")
+        default = next(iter(think.values()))
+        think = {t: think.get(t, default) for t in TIERS}
+    return Clients(population=pop, think=think)
 
 
 def _arrival(r: Reader, duration: float, base_dir: Path) -> Arrival:
