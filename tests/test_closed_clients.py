@@ -18,7 +18,6 @@ import relakit
 from relakit.analytic import finite_source
 from relakit.replications import replication_seeds
 from relakit.stats import t_interval
-from relakit.validate import ScenarioError
 
 SERVERS, MEAN_MS, THINK_MS = 4, 10.0, 1000.0
 DURATION, WARMUP = 1000.0, 20.0

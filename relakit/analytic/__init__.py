@@ -9,8 +9,8 @@ one node with timeouts and retries for metastability's long horizons (:mod:`.ret
 """
 
 from .clocks import DelayDistribution, min_detectable_spike, step_delay
-from .finite_source import FiniteSource, finite_source
 from .fanout import fanout_success, prob_any_slow, quorum_success, slowest_of_n_quantile
+from .finite_source import FiniteSource, finite_source
 from .probes import ProbeDetection, probe_cost, probe_detection, wrong_before_isolation
 from .queueing import (
     MMc,

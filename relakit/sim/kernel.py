@@ -1724,7 +1724,8 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             usr_i[ROW(u), UI_GEN] += 1
             usr_free[ROW(usr_free_n)] = u
             usr_free_n += 1
-            if CLIENTS and has_clients and usr_i[u, UI_CLIENT] >= 0:  # its client thinks, then sends again
+            # ---- (CLIENTS) a closed client's request ended: it thinks, then sends again
+            if CLIENTS and has_clients and usr_i[u, UI_CLIENT] >= 0:
                 client = usr_i[u, UI_CLIENT]
                 pend_t[n_pend] = t + think_time(cfg_i, cfg_f, rng, client_tier(cfg_i, client))
                 pend_k[n_pend] = event_key(client, EV_THINK, 0)
