@@ -606,6 +606,11 @@ def _workload(r: Reader, duration: float, nodes: int, base_dir: Path) -> Workloa
         r.fail("give 'arrival' (an open stream), 'clients' (a closed population: "
                "{population, think}) or both", "arrival")
     clients = _clients(r.sub("clients"), tiers) if "clients" in r.data else None
+    if ("tiers" in r.data and "arrival" not in r.data and clients is not None
+            and isinstance(r.data["clients"].get("population"), dict)):
+        r.fail("splits the open arrivals and a population given as one number; here there "
+               "are neither (clients.population is per tier), so it would be ignored: drop it",
+               "tiers")
     return Workload(
         arrival=(_arrival(r.sub("arrival"), duration, base_dir) if "arrival" in r.data
                  else NO_ARRIVAL), tiers=tiers, fanout=fanout,
