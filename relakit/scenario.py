@@ -207,6 +207,11 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
                "(nodes per zone) or use scope: fleet", "policy.scope")
     if sc.fleet.zones:
         check_zoned(sc, r)
+    if sc.controls.schedule and (sc.policy is not None or sc.chain is not None
+                                 or sc.fleet.zones
+                                 or any(r.data.get(k) is not None for k in ROLLOUT_KEYS)):
+        r.fail("sets flags at fixed times, with no control plane: a policy, a chain, zones "
+               "or a rollout would set them too; drop one", "controls.schedule")
     if any(r.data.get(k) is not None for k in ROLLOUT_KEYS):
         import dataclasses
 

@@ -106,3 +106,31 @@ def test_open_arrivals_with_a_load_step_stay_open():
     rec = read_recording(result.metrics, str(sc))
     fit = fit_population(rec, np.arange(0, rec.end_s - 10, 10.0))
     assert fit.kind == "open", fit.note()
+
+
+def test_a_twin_with_replayed_flags_carries_them_and_simulate_reproduces_its_validation(
+        tmp_path):
+    """lab-step's policy sheds bronze and degrades in the overload: calibrated with
+    --replay-flags, the twin YAML holds the recorded flags (controls.schedule), so
+    `relakit simulate twin.yaml` runs what the validation ran, bit for bit."""
+    import warnings
+
+    import polars as pl
+
+    from relakit.checks import RelakitWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RelakitWarning)
+        relakit.simulate(ROOT / "params/scenarios/lab-step.yaml",
+                         record_requests=False).write(tmp_path)
+    cal = calibrate(tmp_path / "metrics.parquet", replay_flags=tmp_path / "decisions.parquet")
+    assert cal.flags.changes and "schedule:" in cal.yaml
+    twin = load_scenario(yaml.safe_load(cal.yaml))
+    assert len(twin.controls.schedule) == len(cal.flags.changes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RelakitWarning)
+        run = relakit.simulate(twin, seed=cal.seed, record_requests=False).metrics
+    replayed = cal.run_twin()
+    key = ["time_s", "node", "name", "tier", "outcome", "le"]
+    assert run.sort(key).equals(replayed.sort(key))
+    assert run.filter((pl.col("name") == "degraded_mode") & (pl.col("value") > 0)).height > 0

@@ -214,7 +214,8 @@ def calibrate(trace, nodes: list[int] | None = None, *, replay_flags=False,
     replaying = bool(replay_flags) and schedule is not None
     flags_note = ("none recorded" if schedule is None else
                   f"{len(schedule.changes)} change(s) recorded in {schedule.source}; "
-                  + ("replayed by `relakit calibrate --replay-flags` (flags.csv in the report)"
+                  + ("replayed: written below as controls.schedule, which `relakit simulate` "
+                     "sets as the validation did (flags.csv in the report)"
                      if replaying else "not replayed (give --replay-flags)"))
     text = twin_yaml(name=stem, source=source, origin_s=rec.origin_s,
                      recording_end_s=rec.end_s, arrival=twin_arrivals,
@@ -222,7 +223,7 @@ def calibrate(trace, nodes: list[int] | None = None, *, replay_flags=False,
                      weights=weights, weights_source="requests_total (all outcomes)",
                      faults=windows, scrape_s=rec.scrape_s, phases=phases, buckets=buckets,
                      flags_note=flags_note, seed=seed, deadline=deadline, retries=retries,
-                     population=population)
+                     population=population, schedule=schedule if replaying else None)
     scenario = load_scenario(yaml.safe_load(text))
     return Calibration(text, scenario, rec, node_ids, arrivals, service, windows, schedule,
                        replaying, deadline=deadline, retries=retries, population=population,

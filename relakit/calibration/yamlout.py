@@ -30,7 +30,7 @@ def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float
               arrival, tiers: dict, node_ids: list[int], service, weights: np.ndarray,
               weights_source: str, faults: list, scrape_s: float, phases: list[float],
               buckets: list[float] | None, flags_note: str, seed: int = 1,
-              deadline=None, retries=None, population=None) -> str:
+              deadline=None, retries=None, population=None, schedule=None) -> str:
     svc = service
     lines = [
         f"# Twin of {source}, calibrated by `relakit calibrate` from its metrics alone.",
@@ -114,6 +114,20 @@ def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float
                   f"  retries: {{max_attempts: {retries.max_attempts}}}  # {retries.note}"]
     elif retries is not None:
         lines.append(f"# mitigations.retries: none written: {retries.note}")
+    if schedule:  # the recorded flags the validation replays: the twin sets them itself
+        from relakit.vocab import Flags
+
+        changes, now = [], Flags()
+        for t, f in schedule.changes:  # each change written as the whole state it leaves
+            now = now.updated(**f)
+            if t < arrival.end_s:
+                changes.append((max(0.0, float(t)), now))
+        if changes:
+            lines += ["controls:",
+                      f"  schedule:  # the recorded flags, set at their times ({schedule.source})"]
+            lines += [f"    - {{at_s: {num(t, 9)}, hedge_enabled: {str(f.hedge_enabled).lower()}, "
+                      f"degraded_mode: {str(f.degraded_mode).lower()}, shed_tiers: "
+                      f"[{', '.join(f.shed_tiers)}], breaker: {f.breaker}}}" for t, f in changes]
     if faults:
         lines.append("faults:  # change points in each node's error ratio (PELT, binomial "
                      "cost); rate = excess over the node's usual level")

@@ -113,6 +113,9 @@ class Controls:
     breaker: str = "closed"
     isolation: str = "finish"  # work queued on a node made unroutable: finish | failover
     throttle_excess: str = "reject"  # over a node's intake limit: reject | elsewhere
+    # flags set at given times without a control plane (a recorded one, replayed):
+    # ((at_s, ((flag, value), ...)), ...) in time order
+    schedule: tuple = ()
 
     @property
     def shed_bronze(self) -> bool:
@@ -310,7 +313,7 @@ def read_data_plane(r: Reader, base_dir: Path, control=None) -> dict:
         name=name, duration_s=duration,
         seed=r.number("seed", 1, lo=0, hi=SEED_MAX, integer=True), workload=workload,
         fleet=fleet, faults=faults, warmup_s=warmup,
-        controls=_controls(r.sub("controls")),
+        controls=_controls(r.sub("controls"), duration),
         mitigations=_mitigations(r.sub("mitigations"), fleet.nodes, workload.fanout),
         metrics=_metrics(r.sub("metrics"), fleet.nodes, r.number("seed", 1, lo=0, integer=True),
                          clocks),
@@ -332,9 +335,49 @@ def _tiers(r: Reader, key, default=()) -> tuple[str, ...]:
     return tuple(t for t in TIER_NAMES if t in value)
 
 
-def _controls(r: Reader) -> Controls:
+SCHEDULE_FLAGS = ("hedge_enabled", "degraded_mode", "shed_tiers", "breaker")
+
+
+def _schedule(r: Reader, duration: float) -> tuple:
+    """`controls.schedule: [{at_s, hedge_enabled, degraded_mode, shed_tiers, breaker}, ...]`:
+    the flags set at each time (the others left as they are), in time order, with no
+    control plane: what a recorded one did, replayed (relakit calibrate writes it)."""
+    raw = r.data.get("schedule")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        r.fail("expected a list of {at_s, and some of " + ", ".join(SCHEDULE_FLAGS) + "}",
+               "schedule")
+    out, last = [], 0.0
+    for i, item in enumerate(raw):
+        s = Reader(item, r.source, f"{r.path}.schedule[{i}]")
+        s.only({"at_s", *SCHEDULE_FLAGS})
+        at = s.number("at_s", lo=0.0, hi=duration)
+        if at < last:
+            s.fail(f"{at:g} is before the previous change ({last:g}): times must not "
+                   "decrease", "at_s")
+        last = at
+        flags = {}
+        for k in ("hedge_enabled", "degraded_mode"):
+            if k in s.data:
+                flags[k] = _flag(s, k)
+        if "shed_tiers" in s.data:
+            tiers = _tiers(s, "shed_tiers")
+            if "gold" in tiers:
+                s.fail("gold bypasses shedding and cannot be shed; allowed: silver, bronze",
+                       "shed_tiers")
+            flags["shed_tiers"] = tiers
+        if "breaker" in s.data:
+            flags["breaker"] = s.choice("breaker", BREAKER_STATES)
+        if not flags:
+            s.fail("sets no flag: give some of " + ", ".join(SCHEDULE_FLAGS))
+        out.append((at, tuple(flags.items())))  # (pairs: the dataclass stays hashable)
+    return tuple(out)
+
+
+def _controls(r: Reader, duration: float = math.inf) -> Controls:
     r.only({"hedge_enabled", "shed_bronze", "shed_tiers", "degraded_mode", "breaker",
-            "isolation", "throttle_excess"})
+            "isolation", "throttle_excess", "schedule"})
     shed = set(_tiers(r, "shed_tiers"))
     if _flag(r, "shed_bronze"):
         shed.add("bronze")
@@ -347,6 +390,7 @@ def _controls(r: Reader) -> Controls:
         breaker=r.choice("breaker", BREAKER_STATES, "closed"),
         isolation=r.choice("isolation", ("finish", "failover"), "finish"),
         throttle_excess=r.choice("throttle_excess", ("reject", "elsewhere"), "reject"),
+        schedule=_schedule(r, duration),
     )
 
 
