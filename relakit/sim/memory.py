@@ -35,5 +35,7 @@ def run_memory(sc, record_requests: bool) -> dict:
     records = requests * 1.05 * 200 if record_requests else 0.0
     jobs = 4 * sum(sc.fleet.servers) + 8 * sc.workload.fanout
     pools = jobs * (K.N_JI + K.N_JF + K.N_CL + K.N_CLF + K.N_UI + K.N_UF + 12) * 8
+    if sc.workload.clients is not None:  # a heap slot (time and key) per thinking client
+        pools += sc.workload.clients.total * 16
     return {"samples": samples, "grid": grid, "table": table, "records": records,
             "pools": pools, "total": grid + table + records + pools}
