@@ -136,3 +136,14 @@ def test_bad_clients_are_refused_by_key():
     bad = closed(0)
     with pytest.raises(ScenarioError, match="key 'workload.clients.population'"):
         relakit.simulate(bad)
+
+
+def test_the_dashboard_says_a_closed_populations_load_is_an_outcome():
+    from relakit import plots
+
+    r = relakit.simulate(closed(40, duration=60), record_requests=False)
+    spec = plots.run_dashboard(r).to_dict()
+    subtitle = spec["vconcat"][0]["title"]["subtitle"]
+    assert any("40 closed clients" in line and "outcome of the run" in line
+               for line in subtitle)
+    assert "closed clients" in r.format_summary() and "outcome of the run" in r.format_summary()
