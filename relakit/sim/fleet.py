@@ -199,6 +199,8 @@ class Fleet:
         node_f[:, K.NF_REPAIRED_AT] = -np.inf
         job_i = np.zeros((jobs, K.N_JI), np.int64)
         job_i[:, K.JI_SIB] = -1
+        usr_i = np.zeros((users, K.N_UI), np.int64)
+        usr_i[:, K.UI_CLIENT] = -1  # no closed client (every loop then holds the same rows)
         self.st = K.State(
             fs=np.zeros(K.N_FS), is_=np.zeros(K.N_IS, np.int64),
             rng=new_state(self.seed, K.N_STREAMS),  # one row per random stream
@@ -209,7 +211,7 @@ class Fleet:
             budget=np.zeros((2, K.BUDGET_BUCKETS), np.int64),
             job_i=job_i, job_f=np.zeros((jobs, K.N_JF)),
             job_free=np.arange(jobs - 1, -1, -1, dtype=np.int64),
-            usr_i=np.zeros((users, K.N_UI), np.int64), usr_f=np.zeros((users, K.N_UF)),
+            usr_i=usr_i, usr_f=np.zeros((users, K.N_UF)),
             usr_free=np.arange(users - 1, -1, -1, dtype=np.int64),
             call_i=np.zeros((jobs, K.N_CL), np.int64), call_f=np.zeros((jobs, K.N_CLF)),
             call_free=np.arange(jobs - 1, -1, -1, dtype=np.int64),
@@ -409,6 +411,8 @@ class Fleet:
                               f"{pool}_free": _grown_pool(getattr(st, f"{pool}_free"),
                                                           isv[free_n], n, 2 * n)})
                 isv[free_n] += n
+                if pool == "usr":
+                    grown["usr_i"][n:, K.UI_CLIENT] = -1  # (as at the start)
         if short[2]:
             grown.update(_grown_rings(st.tq_t, st.tq_k, st.tq_n))
         return st._replace(**grown)
