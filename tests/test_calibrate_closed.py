@@ -134,3 +134,8 @@ def test_a_twin_with_replayed_flags_carries_them_and_simulate_reproduces_its_val
     key = ["time_s", "node", "name", "tier", "outcome", "le"]
     assert run.sort(key).equals(replayed.sort(key))
     assert run.filter((pl.col("name") == "degraded_mode") & (pl.col("value") > 0)).height > 0
+
+
+def test_the_calibrations_view_says_which_workload_it_chose(closed_twin):
+    html = closed_twin._repr_html_()
+    assert "workload closed: bronze closed (the rate falls as latency rises" in html

@@ -87,6 +87,7 @@ class Calibration:
                  f"{self.recording.scrape_s:g} s, {sc.duration_s:g} s",
                  f"arrivals: mean {a.rates_rps.mean():.4g} req/s, peak {a.rates_rps.max():.4g} "
                  f"req/s in {a.bin_s:g} s bins ({a.source})",
+                 *([f"workload {self.population.note()}"] if self.population else []),
                  f"service: {self.service.kind}, mean {self.service.mean_ms:.3g} ms; servers "
                  f"{list(sc.fleet.servers)}; {len(self.faults)} fault window(s)"]
         tables, notes = [], [f"caution: {c}" for c in self.cautions]
