@@ -11,9 +11,10 @@ process, rounds interleaved so every variant sees the same machine load:
   what the clients' code costs a loop where it is compiled in but off (the plain and
   lean loops fold it away altogether);
 * ``closed``: the same fleet driven by a closed population sized to the same
-  throughput (N = 0.9 x capacity x (Z + S), Z = 1 s), in the clients loop
-  (``fleet._clients_loop``);
-* ``closed, general``: the closed fleet through the general loop.
+  throughput (N = 0.9 x capacity x (Z + S), Z = 1 s), as it runs: in the general loop;
+* ``closed, clients-only loop``: the closed fleet through ``kernel.advance`` compiled
+  with the clients alone (``kernel.specialised({"clients"})``): what a loop of its own
+  would buy.
 
 Rates are user requests per CPU second of a whole ``relakit.simulate``, records off;
 printed per round with the load average, then the best and the median of the rounds.
@@ -67,10 +68,11 @@ def rate(sc: dict, general: bool, loop=None) -> float:
 
 def variants(requests: float):
     without = K.specialised(frozenset(K.FEATURES) - {"clients"})
+    alone = K.specialised(frozenset({"clients"}))
     return [("general, open", mm8(NODES, requests), True, None),
             ("general without clients, open", mm8(NODES, requests), True, without),
             ("closed", closed(requests), False, None),
-            ("closed, general", closed(requests), True, None)]
+            ("closed, clients-only loop", closed(requests), True, alone)]
 
 
 def main() -> None:

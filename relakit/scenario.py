@@ -211,7 +211,8 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
                                  or sc.fleet.zones
                                  or any(r.data.get(k) is not None for k in ROLLOUT_KEYS)):
         r.fail("sets flags at fixed times, with no control plane: a policy, a chain, zones "
-               "or a rollout would set them too; drop one", "controls.schedule")
+               "or a rollout would set them too; drop one (a twin's recorded flags under a "
+               "policy: controls.schedule: null)", "controls.schedule")
     if any(r.data.get(k) is not None for k in ROLLOUT_KEYS):
         import dataclasses
 

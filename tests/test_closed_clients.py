@@ -64,13 +64,18 @@ def test_throughput_and_response_match_finite_source(population, label):
     assert t_interval(law).low <= np.mean(rs) * 1.02 and t_interval(law).high >= np.mean(rs) * 0.98
 
 
-def test_the_clients_loop_equals_the_general_loop_bit_for_bit(monkeypatch):
+def test_a_closed_fleet_runs_the_general_loop_as_chosen_and_as_forced(monkeypatch):
+    """Closed clients are the general loop's alone (the plain and lean loops fold them
+    away): the fleet's own choice and the general loop forced give the same run."""
+    from relakit.scenario import load_scenario
+    from relakit.sim import kernel as K
     from relakit.sim.fleet import Fleet
 
     sc = closed({"gold": 7, "bronze": 30}, duration=60,
                 think={"gold": {"kind": "deterministic", "mean_ms": 80},
                        "bronze": {"kind": "lognormal", "mean_ms": 300, "cv": 1.5}},
                 arrival={"kind": "poisson", "rate_rps": 50})
+    assert Fleet(load_scenario(sc))._choose()[0] is K.run
     lean = relakit.simulate(sc)
     monkeypatch.setattr(Fleet, "specialise", False)
     general = relakit.simulate(sc)

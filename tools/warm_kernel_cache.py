@@ -36,7 +36,7 @@ MITIGATED = {**PLAIN, "workload": {**PLAIN["workload"], "deadline_ms": 100},
              "faults": [{"node": 0, "start_s": 0, "end_s": 1, "error_rate": 0.01}]}
 MITIGATED_FANOUT = {**MITIGATED, "fleet": {**MITIGATED["fleet"], "nodes": 3},
                     "workload": {**MITIGATED["workload"], "fanout": 2}}
-# a closed client population: the loop with clients alone (relakit.sim.fleet._clients_loop)
+# a closed client population: the general loop (relakit.sim.fleet: clients are its alone)
 CLIENTS = {**PLAIN, "workload": {"clients": {"population": 20,
                                              "think": {"kind": "exponential", "mean_ms": 50}}}}
 # a queue limit is an admission check: the general kernel's

@@ -153,20 +153,6 @@ def _grown_rings(tq_t, tq_k, tq_n) -> dict:
     return {"tq_t": new_t, "tq_k": new_k, "tq_n": new_n}
 
 
-def _clients_loop(features: frozenset):
-    """For a fleet with closed clients (``workload.clients``): ``kernel.advance`` compiled
-    with exactly the mechanisms on (``kernel.specialised``; what a mechanism left pending
-    is handled as in the general loop), called as ``kernel.run`` is. The plain and lean
-    loops hold no clients (their user rows are lean); the general one carries every
-    mechanism (measured in docs/performance.md)."""
-    loop = K.specialised(features)
-
-    def run_clients(cfg, st, out, t_end):
-        return loop(*cfg, *st, *out, t_end)
-
-    return run_clients
-
-
 class Fleet:
     """A fleet in mid-run: ``advance(t)``, change controls, ``advance`` again."""
 
@@ -321,8 +307,6 @@ class Fleet:
         settled = st.fs[K.FS_NEXT_SCHED] == np.inf
         if mitigated_ok(cfg, st):  # (a schedule change ends its stretch: _kernel)
             return run_mitigated, bool(features) or not settled
-        if "clients" in features:  # closed clients: the loop with exactly what is on
-            return _clients_loop(features), not st.node_i[:, K.NI_FAILOVER].any()
         # the general kernel ends a failover itself, and the schedule in its loop
         return K.run, (bool(features) and not mitigated_allowed(cfg, st)
                           and not st.node_i[:, K.NI_FAILOVER].any())
