@@ -3,7 +3,7 @@
 Run with ``python benchmarks/bench_bounds.py [--rounds N]``. Not part of ``make bench``.
 A benchmark, not a test: nothing here asserts a speed.
 
-``relakit.sim.mitigated``'s slowdown is split in two: its *structure* (the fleet
+the lean mitigated loop's slowdown is split in two: its *structure* (the fleet
 without mitigations run through it, plain stretches refused to the plain
 specialisations, against the simple one) and the *mechanisms* (the mitigated fleet
 against that). Also the mitigated fleet with a hedge delay no request reaches (timers
@@ -38,7 +38,7 @@ def mitigated_split(rounds: int, requests: float) -> dict:
 
     import relakit
     from relakit.sim import fleet as F
-    from relakit.sim import plain as P
+    from relakit.sim import loops as P
 
     never = copy.deepcopy(b.mitigated(50, requests))
     never["mitigations"]["hedge"]["delay_ms"] = 1e6  # pushed and dropped, never sent
@@ -64,7 +64,7 @@ def mitigated_split(rounds: int, requests: float) -> dict:
         if loop != "simple":
             P.simple_ok = lambda cfg, st: False
         if loop == "mitigated":  # Fleet then asks mitigated_ok, which takes plain stretches
-            F.plain_ok = lambda cfg, st: False
+            F.plain_ok = lambda *a, **k: False
         try:
             t = time.process_time()
             r = relakit.simulate(sc, record_requests=False)

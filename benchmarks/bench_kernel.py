@@ -16,7 +16,7 @@ Reports, in one run on this machine:
 * the same 50-node fleet with the mitigations on (hedging after 50 ms, about the p95, with
   cancellation of queued losers, 3 attempts with a 10 % retry budget, a 100 ms
   per-attempt deadline) and 1 % errors on every node, beside the plain run: as runs
-  take it (the lean mitigated specialisations, relakit.sim.mitigated) and, for context, through
+  take it (the lean mitigated specialisations, relakit.sim.loops) and, for context, through
   the general kernel alone;
 * the C reference of the same plain models (``benchmarks/ref_heap.c``: one
   binary event heap, xoshiro256**), compiled with ``cc -O2`` into a temporary

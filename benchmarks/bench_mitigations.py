@@ -5,7 +5,7 @@ Run with ``python benchmarks/bench_mitigations.py [--requests N] [--rounds R]``.
 this splits it, in one process, rounds interleaved so every variant sees the
 same machine load:
 
-* ``plain kernel``: the fleet with no mechanism, in relakit.sim.plain;
+* ``plain kernel``: the fleet with no mechanism, in its plain specialisation (relakit.sim.loops);
 * ``general kernel, plain``: the same fleet forced through kernel.advance
   (``Fleet.specialise = False``): what the general loop costs by itself;
 * ``all on``: bench_kernel's ``mitigated`` fleet (hedging after 50 ms with

@@ -72,8 +72,8 @@ class Deferred:
 
 
 def _noalias_compiler():
-    """numba's compiler with its ``noalias`` flag set (the plain loops': relakit.sim.plain
-    says why and what it gains)."""
+    """numba's compiler with its ``noalias`` flag set (the settled and lean loops':
+    kernel.specialised says what it gains, relakit.sim.fleet why it holds)."""
     from numba.core.compiler import Compiler
 
     class NoAliasCompiler(Compiler):

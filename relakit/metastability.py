@@ -2,9 +2,11 @@
 
 A **trigger** is applied to a base scenario that is otherwise steady: a ``spike`` of the
 arrival rate to ``size`` times the base rate for ``duration_s``, or a ``slowdown`` of every
-node's service by ``size`` for ``duration_s`` (the scenario language's fault of that name);
-start-state triggers wait for issue 34 part 1 (``initial:``). Each trigger starts at
-``start_s``.
+node's service by ``size`` for ``duration_s`` (the scenario language's fault of that name),
+each from ``start_s``; or a ``start`` state: the run begins with ``size`` requests at every
+node (``initial: {queue: size}``; more than a node holds is refused) and ``duration_s``
+pending retries (``initial.pending_retries``), and its trigger "ends" at t = 0 (``start_s``
+is then ignored).
 
 **Recovered** (the definition every number here uses): after the trigger ends, the jobs
 in system (all nodes, queued and in service, abandoned copies included:
@@ -34,7 +36,7 @@ import polars as pl
 __all__ = ["TRIGGERS", "BasinMap", "Recovery", "base_scenario", "basin_map", "control_frontier",
            "ctmc_recovery_map", "first_passage_runs", "recovery_time", "with_trigger"]
 
-TRIGGERS = ("spike", "slowdown")
+TRIGGERS = ("spike", "slowdown", "start")
 
 
 @dataclass(frozen=True)
@@ -67,13 +69,19 @@ def with_trigger(base: dict, kind: str, size: float, duration_s: float, start_s:
                  run_s: float) -> dict:
     """``base`` (a scenario dict with a Poisson arrival) with a trigger and run length."""
     if kind not in TRIGGERS:
-        raise ValueError(f"trigger: expected one of {', '.join(TRIGGERS)}, got {kind!r} "
-                         "(start states wait for issue 34 part 1)")
+        raise ValueError(f"trigger: expected one of {', '.join(TRIGGERS)}, got {kind!r}")
     for name, v in (("size", size), ("duration_s", duration_s), ("start_s", start_s)):
         if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
             raise ValueError(f"trigger: {name} must be a number >= 0, got {v!r}")
     sc = copy.deepcopy(base)
     sc["duration_s"] = float(run_s)
+    if kind == "start":  # size requests per node, duration_s pending retries, at t = 0
+        if size != int(size) or duration_s != int(duration_s):
+            raise ValueError(f"trigger: a start state's size (requests per node) and "
+                             f"duration_s (pending retries) are whole numbers, got {size!r}, "
+                             f"{duration_s!r}")
+        sc["initial"] = {"queue": int(size), "pending_retries": int(duration_s)}
+        return sc
     arrival = sc["workload"]["arrival"]
     if arrival.get("kind") != "poisson":
         raise ValueError(f"base scenario: key 'workload.arrival.kind' must be poisson for a "
@@ -175,9 +183,10 @@ def basin_map(base: dict, kind: str, sizes, durations_s, recovery: Recovery,
     grid = [(s, d) for d in durations for s in sizes]
     tasks = []
     for s, d in grid:
-        run_s = start_s + d + recovery.within_s + recovery.hold_s
+        end_s = 0.0 if kind == "start" else start_s + d  # (a start state ends at 0)
+        run_s = end_s + recovery.within_s + recovery.hold_s
         sc = with_trigger(base, kind, s, d, start_s, run_s)
-        tasks.append((_cell, (sc, seeds, start_s + d, recovery.level, recovery.hold_s)))
+        tasks.append((_cell, (sc, seeds, end_s, recovery.level, recovery.hold_s)))
     wall, cpu = time.perf_counter(), time.process_time()
     times = run_tasks(tasks, workers=workers, scheduler=scheduler, adaptive=True)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -283,6 +292,18 @@ def ctmc_recovery_map(ctmc_args: dict, kind: str, sizes, durations_s, recovery: 
     commit = low.astype(float)
     commit[inner] = spsolve(qi, rhs)
     rows = []
+    if kind == "start":  # the chain started in (size, duration_s): the committor there
+        rl = params["retry_limit"]
+        for d in durations_s:
+            for s in sizes:
+                if not (0 <= s <= params["capacity"] and 0 <= d <= rl):
+                    raise ValueError(f"trigger: a start state of {s} jobs and {d} pending "
+                                     f"retries is outside the chain ({params['capacity']} "
+                                     f"jobs, {rl} retries)")
+                i = int(s) * (rl + 1) + int(d)
+                rows.append({"size": float(s), "duration_s": float(d),
+                             "p_recover": float(np.clip(commit[i], 0, 1))})
+        return pl.DataFrame(rows)
     for s in sizes:
         args = dict(ctmc_args)
         if kind == "spike":

@@ -1864,30 +1864,47 @@ def basin_chart(cells: pl.DataFrame, boundary: pl.DataFrame | None, *, size_titl
     return alt.layer(*layers, title=head).properties(width=420, height=320)
 
 
-def control_frontier_chart(frontier: pl.DataFrame, *, title: str,
-                           subtitle: str = "") -> alt.LayerChart:
-    """How long recovery takes against the control loop's mean delay
-    (:func:`relakit.metastability.control_frontier`), one line per spike size: the mean
-    time from the spike's end to recovery over the replications that recovered, with
-    Student t 95 % bars; each point's tooltip has the recovered count and its
-    Clopper-Pearson interval."""
-    frame = frontier.with_columns(
-        pl.format("{}x", "size").alias("trigger"),
-        (pl.col("recovery_mean_s") - pl.col("recovery_mean_s_ci")).alias("lo"),
-        (pl.col("recovery_mean_s") + pl.col("recovery_mean_s_ci")).alias("hi"))
+def control_frontier_chart(frontier: pl.DataFrame, *, title: str, subtitle: str = "",
+                           measure: str = "recovery_time") -> alt.LayerChart:
+    """The control-delay frontier (:func:`relakit.metastability.control_frontier`) against
+    the control loop's mean delay, one line per spike size. ``measure="recovery_time"``:
+    the mean time from the spike's end to recovery over the replications that recovered,
+    with Student t 95 % bars; ``measure="p_recover"``: the share of runs that recovered,
+    with Clopper-Pearson 95 % bars (the frontier is where it falls below 1/2). Each
+    point's tooltip has the recovered count and its interval."""
+    if measure not in ("recovery_time", "p_recover"):
+        raise ValueError(f"measure: expected recovery_time or p_recover, got {measure!r}")
+    share = measure == "p_recover"
+    mean, lo_col, hi_col = (("p_recover", "p_low", "p_high") if share else
+                            ("recovery_mean_s", None, None))
+    frame = frontier.with_columns(pl.format("{}x", "size").alias("trigger"))
+    if share:
+        frame = frame.with_columns(pl.col(lo_col).alias("lo"), pl.col(hi_col).alias("hi"))
+    else:
+        frame = frame.with_columns(
+            (pl.col("recovery_mean_s") - pl.col("recovery_mean_s_ci")).alias("lo"),
+            (pl.col("recovery_mean_s") + pl.col("recovery_mean_s_ci")).alias("hi"))
     x = alt.X("delay_s:Q", title="control-loop delay, clock-bound mean (s)")
     color = alt.Color("trigger:N", title="spike (x the base rate)")
     dash = alt.StrokeDash("trigger:N", title="spike (x the base rate)")
     base = alt.Chart(frame).encode(x=x, color=color, strokeDash=dash)  # one legend, both
-    y_title = "recovery time after the spike (s)"
+    y_title = ("share of runs recovered" if share else "recovery time after the spike (s)")
+    y_scale = alt.Scale(domain=[0, 1]) if share else alt.Undefined
     line = base.mark_line(point=True).encode(
-        y=alt.Y("recovery_mean_s:Q", title=y_title),
+        y=alt.Y(f"{mean}:Q", title=y_title, scale=y_scale),
         tooltip=[alt.Tooltip("trigger:N"), alt.Tooltip("delay_s:Q", format=".1f"),
                  alt.Tooltip("scrape_s:Q"), alt.Tooltip("window_s:Q"),
                  alt.Tooltip("recovered:Q"), alt.Tooltip("replications:Q"),
                  alt.Tooltip("p_low:Q", title="P(recovered) 95 % low", format=".2f"),
-                 alt.Tooltip("recovery_mean_s:Q", format=".3g")])
-    bars = base.mark_errorbar(ticks=True).encode(y=alt.Y("lo:Q", title=y_title), y2="hi:Q")
-    sub = subtitle or "bars: Student t 95 % intervals over the runs that recovered"
-    return alt.layer(bars, line, title=alt.TitleParams(text=title, subtitle=sub)).properties(
+                 alt.Tooltip(f"{mean}:Q", format=".3g")])
+    bars = base.mark_errorbar(ticks=True).encode(y=alt.Y("lo:Q", title=y_title, scale=y_scale),
+                                                  y2="hi:Q")
+    sub = subtitle or ("bars: Clopper-Pearson 95 % intervals" if share else
+                       "bars: Student t 95 % intervals over the runs that recovered")
+    layers = [bars, line]
+    if share:  # the frontier's level: half the runs saved
+        layers.append(alt.Chart(pl.DataFrame({"half": [0.5]})).mark_rule(
+            strokeDash=[4, 3], color=PALETTE["neutral"]["reference"]).encode(
+            y=alt.Y("half:Q", scale=y_scale)))
+    return alt.layer(*layers, title=alt.TitleParams(text=title, subtitle=sub)).properties(
         width=420, height=260)

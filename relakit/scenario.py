@@ -38,6 +38,7 @@ from relakit.sim.spec import (  # noqa: F401 - the data plane's names, as scenar
     Fault,
     FleetSpec,
     Hedge,
+    Initial,
     Metrics,
     Mitigations,
     Retries,
@@ -62,6 +63,7 @@ class Scenario:
     controls: Controls = Controls()
     mitigations: Mitigations = Mitigations()
     metrics: Metrics = Metrics()
+    initial: Initial = Initial()  # the state the run starts from (empty: idle)
     policy: object = None  # relakit.control.Policy: closes the loop on the flags
     clocks: object = None  # relakit.control.Clocks
     chain: object = None  # relakit.chain.Chain: closes the loop on the nodes
@@ -126,6 +128,14 @@ class Scenario:
         if self.faults:
             lines.append(f"{len(self.faults)} fault(s) on node(s) " + ", ".join(
                 sorted({str(f.node) for f in self.faults})))
+        if not self.initial.empty:
+            lines.append(f"starts with {sum(self.initial.queue)} request(s) at the nodes "
+                         f"({list(self.initial.queue)}) and {self.initial.pending_retries} "
+                         "retry(ies) pending")
+        r = self.mitigations.retries
+        if r.max_attempts > 1:
+            lines.append(f"retries: up to {r.max_attempts} attempts on "
+                         f"{', '.join(r.retry_on)}; a timed-out attempt: {r.on_timeout}")
         if self.replications > 1:
             lines.append(f"{self.replications} replications")
         return lines
@@ -195,7 +205,7 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
         r.fail(other, "(top level)")
     r.only({"name", "duration_s", "seed", "warmup_s", "workload", "fleet", "faults", "metrics",
             "controls", "mitigations", "policy", "clocks", "chain", "control_plane",
-            "data_plane", "agents", *ROLLOUT_KEYS, *EXPERIMENT_KEYS})
+            "data_plane", "agents", "initial", *ROLLOUT_KEYS, *EXPERIMENT_KEYS})
     design = _experiment(r)
     if design["warmup_auto"]:  # the data plane counts from 0; the cut is made on the series
         r = Reader({k: v for k, v in r.data.items() if k != "warmup_s"}, r.source)

@@ -41,6 +41,9 @@ SERVICE_PARAMS = {
 SERVICE_KINDS = tuple(SERVICE_PARAMS)
 ROUTINGS = ("random", "round_robin", "jsq", "p2c")
 CANCELS = ("queued", "started", "never")
+# what a client does with an attempt past its deadline (mitigations.retries.on_timeout):
+# abandon it, or keep listening (its late answer still answers the request)
+ON_TIMEOUT = ("abandon", "keep_listening")
 
 
 @dataclass(frozen=True)
@@ -109,5 +112,6 @@ class Flags:
 FLAG_NAMES = tuple(f.name for f in fields(Flags))
 
 __all__ = ["ANSWERED", "BREAKER_STATES", "CANCELS", "FAILED", "FLAG_NAMES", "Flags", "NOT_OK",
+           "ON_TIMEOUT",
            "OUTCOMES", "POLICY_FLAGS", "ROLLOUT_KEYS", "ROUTINGS", "SERVICE_KINDS",
            "SERVICE_PARAMS", "SHEDDABLE", "STRESS_LEVELS", "TIERS", "TIER_MIX"]

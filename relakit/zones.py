@@ -79,8 +79,15 @@ def zone_scenario(sc, zone: int):
     metrics = sc.metrics
     if metrics.phase_s:
         metrics = dataclasses.replace(metrics, phase_s=metrics.phase_s[lo:hi])
+    initial = sc.initial
+    if not initial.empty:  # its nodes' queues; the pending retries by the zone's share
+        m = initial.pending_retries
+        base = [int(m * x) for x in f.zone_mix]
+        extra = m - sum(base)  # (the rounding's rest to the first zones)
+        initial = dataclasses.replace(initial, queue=initial.queue[lo:hi],
+                                      pending_retries=base[zone] + (zone < extra))
     return dataclasses.replace(sc, name=f"{sc.name}[zone {zone}]", fleet=fleet, faults=faults,
-                               metrics=metrics,
+                               metrics=metrics, initial=initial,
                                workload=dataclasses.replace(sc.workload, arrival=arrival))
 
 

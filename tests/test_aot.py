@@ -27,13 +27,13 @@ from test_kernel_specialised import (
 from relakit.scenario import load_scenario
 from relakit.sim import aot
 from relakit.sim import kernel as K
-from relakit.sim import mitigated as M
-from relakit.sim import plain as P
+from relakit.sim import loops as M
+from relakit.sim import loops as P
 from relakit.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
-LOOPS = P.loops  # (the tests below wrap it)
-MITIGATED_LOOPS = M.loops
+LOOPS = P.plain_loops  # (the tests below wrap it)
+MITIGATED_LOOPS = M.mitigated_loops
 
 
 def test_make_setup_built_the_loops_for_these_sources():
@@ -42,13 +42,14 @@ def test_make_setup_built_the_loops_for_these_sources():
                               "(it compiles the plain loops ahead of time)")
     module = aot.load()
     assert module is not None and Path(module.__file__) == path
-    simple, general = P.loops()
+    simple, general = P.plain_loops()
     assert simple == module.advance_plain_simple and general == module.advance_plain
-    assert M.loops() == (module.advance_mitigated, module.advance_mitigated_fanout)
+    assert M.mitigated_loops() == (module.advance_mitigated, module.advance_mitigated_fanout)
 
 
-def _spy(monkeypatch, module, loops):
-    """``module.loops`` replaced by ``loops`` noting what it returns, in the list returned."""
+def _spy(monkeypatch, name, loops):
+    """``relakit.sim.loops.<name>`` replaced by ``loops`` noting what it returns, in the
+    list returned."""
     used = []
 
     def spying():
@@ -56,13 +57,13 @@ def _spy(monkeypatch, module, loops):
         used.append(pair)
         return pair
 
-    monkeypatch.setattr(module, "loops", spying)
+    monkeypatch.setattr(P, name, spying)
     return used
 
 
 def _fleet(sc, use_aot: bool, monkeypatch, records=True, steps=(5.0, 12.5, 20.0)):
     monkeypatch.setenv("RELAKIT_AOT", "1" if use_aot else "0")
-    used = _spy(monkeypatch, P, LOOPS)
+    used = _spy(monkeypatch, "plain_loops", LOOPS)
     fleet = Fleet(load_scenario(sc), record_requests=records)
     for t in steps:
         fleet.advance(t)
@@ -143,16 +144,16 @@ def test_the_switch_takes_yes_or_no_and_nothing_else(monkeypatch):
         assert aot.enabled() is on
     monkeypatch.setenv("RELAKIT_AOT", "nope")
     with pytest.raises(ValueError, match=r"RELAKIT_AOT='nope': must be 1 or 0"):
-        P.loops()
+        P.plain_loops()
 
 
 def test_a_build_for_other_sources_is_never_loaded(monkeypatch):
     assert aot.load() is not None
     monkeypatch.setattr(aot, "digest", lambda: "0123456789ab")
     assert aot.built_path() is None and aot.load() is None
-    assert P.loops() == (K.specialised(frozenset(), simple=True),
+    assert P.plain_loops() == (K.specialised(frozenset(), simple=True),
                          K.specialised(frozenset(), settled=True))
-    assert M.loops() == (M.advance_mitigated(), M.advance_mitigated_fanout())
+    assert M.mitigated_loops() == (M.advance_mitigated(), M.advance_mitigated_fanout())
 
 
 def test_a_failed_build_leaves_nothing_and_a_good_one_replaces_the_old(monkeypatch, tmp_path):
@@ -193,7 +194,7 @@ def test_a_failed_build_leaves_nothing_and_a_good_one_replaces_the_old(monkeypat
 def test_built_mitigated_loop_equals_numbas_bit_for_bit(make, monkeypatch):
     sc = make()
     module = aot.load()
-    used = _spy(monkeypatch, M, MITIGATED_LOOPS)
+    used = _spy(monkeypatch, "mitigated_loops", MITIGATED_LOOPS)
     runs = {}
     for flag in ("1", "0"):
         monkeypatch.setenv("RELAKIT_AOT", flag)

@@ -31,6 +31,6 @@ def test_mitigated_split_stops_when_another_kernel_ran(bounds, monkeypatch):
     from relakit.sim import fleet
 
     # were mitigated_ok to refuse plain stretches, the general kernel would take them
-    monkeypatch.setattr(fleet, "mitigated_ok", lambda cfg, st: False)
+    monkeypatch.setattr(fleet, "mitigated_ok", lambda *a, **k: False)
     with pytest.raises(SystemExit, match=r"ran \['general'\], not mitigated alone"):
         bounds.mitigated_split(rounds=1, requests=2e4)

@@ -21,7 +21,7 @@ def _run(code: str) -> list[str]:
 def test_importing_the_kernels_imports_no_numba_until_one_is_used():
     out = _run("""
 import sys
-from relakit.sim import kernel, plain
+from relakit.sim import kernel, loops
 from relakit.control import policy
 before = 'numba' in sys.modules
 key = kernel.event_key(5, kernel.EV_DONE, 7)  # a stand-in called: numba now

@@ -18,7 +18,7 @@ from test_kernel_specialised import _run, assert_integers_stay_integers, started
 
 from relakit.scenario import load_scenario
 from relakit.sim import kernel as K
-from relakit.sim import mitigated as M
+from relakit.sim import loops as M
 from relakit.sim.fleet import Fleet
 
 
@@ -137,34 +137,6 @@ def _assert_same(a, b, simple=False, one_call=True):
     LEAN_USER); with ``simple`` (the simple plain loop ran too), the call rows likewise
     (kernel.LEAN_CALL)."""
     assert_same(a, b, lean=True if simple else (("usr_i", "usr_f") if one_call else ()))
-
-
-@pytest.mark.parametrize("records", [True, False], ids=["records", "no-records"])
-@pytest.mark.parametrize("make", [_m_fleet, _m_started, _m_never, _m_schedule, _m_trace,
-                                  _m_single, _m_weighted, _m_fanout, _m_fanout_p2c,
-                                  _m_fanout_wide],
-                         ids=["fleet-tiers-budget", "cancel-started-2-hedges-wrong",
-                              "cancel-never-jitter-p2c", "schedule-jsq", "trace-round-robin",
-                              "single-node", "weighted-random", "fanout-3-tiers-budget",
-                              "fanout-2-p2c-started-schedule", "fanout-wider-than-nodes"])
-def test_mitigated_loop_equals_general(make, records, monkeypatch):
-    sc = make()
-    fast, used = _run(sc, True, records, monkeypatch=monkeypatch)
-    general, used_general = _run(sc, False, records, monkeypatch=monkeypatch)
-    assert used["general"] == 0 and used["plain"] == 0 and used["mitigated"] >= 3
-    assert used_general["mitigated"] == 0
-    fanout = sc["workload"]["fanout"]
-    assert used["fanout"] == (used["mitigated"] if fanout > 1 else 0)  # the loop for it
-    assert fast.n_arrived > 5_000
-    fc = fast.st.fleet_c
-    if sc.get("controls", {}).get("hedge_enabled") and sc["fleet"]["nodes"] > 1:
-        assert fc[K.F_HEDGES] > 100 and fc[K.F_HEDGES_WON] > 0
-    if "retries" in sc.get("mitigations", {}):
-        assert fc[K.F_RETRIES] > 0
-    assert fast.st.cnt[:, :, K.ERROR].sum() > 0 and fast.st.cnt[:, :, K.TIMEOUT].sum() > 0
-    _assert_same(fast, general, one_call=fanout == 1)
-    if records:  # the records are the user requests, one row each
-        assert fast.st.is_[K.IS_NREC] > 0.99 * fast.n_arrived - fast.users_in_flight
 
 
 def test_mitigated_scenarios_meet_what_they_are_for(monkeypatch):

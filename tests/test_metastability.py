@@ -50,8 +50,12 @@ def test_triggers_are_written_into_the_scenario_and_bad_ones_refused():
     assert sc["duration_s"] == 500
     slow = with_trigger(node(), "slowdown", 3, 20, 60, 500)
     assert slow["faults"] == [{"node": 0, "start_s": 60, "end_s": 80, "slowdown": 3.0}]
-    with pytest.raises(ValueError, match="trigger: expected one of spike, slowdown"):
+    with pytest.raises(ValueError, match="trigger: expected one of spike, slowdown, start"):
         with_trigger(node(), "start_state", 2, 20, 60, 500)
+    full = with_trigger(node(), "start", 101, 5, 60, 500)
+    assert full["initial"] == {"queue": 101, "pending_retries": 5} and full["duration_s"] == 500
+    with pytest.raises(ValueError, match="whole numbers"):
+        with_trigger(node(), "start", 2.5, 0, 60, 500)
     with pytest.raises(ValueError, match="size"):
         with_trigger(node(), "spike", -1, 20, 60, 500)
     with pytest.raises(ValueError, match="factor >= 1"):
@@ -109,3 +113,19 @@ def test_a_slowdown_trigger_traps_the_node_in_both_simulation_and_ctmc():
         "slowdown", [1.0, 3.0], [60.0], rec, start_s=60, collapsed_level=95)
     p = dict(zip(ctmc["size"], ctmc["p_recover"], strict=True))
     assert p[1.0] > 0.99 and p[3.0] < 0.01
+
+
+def test_a_start_state_trigger_recovers_from_little_and_not_from_full():
+    """``start``: the run begins with size requests queued (and duration_s retries due);
+    the simulation and the CTMC started there agree on both sides of the trap."""
+    base = node(rate=7.0, places=100, deadline_ms=5000, attempts=3, interval=1.0)
+    rec = Recovery(level=10, hold_s=10, within_s=300)
+    m = basin_map(base, "start", [20, 101], [0, 30], rec, replications=4, workers=1)
+    got = {(r["size"], r["duration_s"]): r["recovered"] for r in m.cells.to_dicts()}
+    assert got[(20.0, 0.0)] == 4 and got[(101.0, 0.0)] == 0 and got[(101.0, 30.0)] == 0
+    ctmc = ctmc_recovery_map(
+        dict(arrival_rate=7.0, service_rate=10.0, servers=1, queue_limit=100,
+             timeout_s=5.0, max_attempts=3, retry_limit=60),
+        "start", [20, 101], [0, 30], rec, start_s=0, collapsed_level=95)
+    p = {(r["size"], r["duration_s"]): r["p_recover"] for r in ctmc.to_dicts()}
+    assert p[(20.0, 0.0)] > 0.99 and p[(101.0, 0.0)] < 0.01 and p[(101.0, 30.0)] < 0.01

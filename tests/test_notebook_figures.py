@@ -419,3 +419,12 @@ def test_basin_chart_layers_and_control_frontier_legend():
     spec = plots.control_frontier_chart(frontier, title="f").to_dict()
     for view in _layers(spec):  # colour and dash on every layer: one legend, not two
         assert view["encoding"]["color"]["field"] == view["encoding"]["strokeDash"]["field"]
+    shares = frontier.with_columns(p_recover=pl.lit(1.0), p_high=pl.lit(1.0))
+    spec = plots.control_frontier_chart(shares, title="f", measure="p_recover").to_dict()
+    ys = {v["mark"]["type"] if isinstance(v["mark"], dict) else v["mark"]:
+          v["encoding"]["y"] for v in _layers(spec)}
+    assert ys["line"]["field"] == "p_recover" and ys["line"]["scale"]["domain"] == [0, 1]
+    assert ys["errorbar"]["field"] == "lo" and "Clopper" in spec["title"]["subtitle"]
+    assert ys["rule"]["field"] == "half"  # the level half the runs saved
+    with pytest.raises(ValueError, match="measure: expected"):
+        plots.control_frontier_chart(frontier, title="f", measure="p")

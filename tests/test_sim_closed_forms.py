@@ -14,23 +14,10 @@ from conftest import make_scenario
 
 import relakit
 from relakit.analytic import fanout_success, mg1_mean_response, mmc, prob_any_slow, service_moments
-from relakit.sim.reference import kernel_streams, mmc_reference
 
 
 def _all(result):
     return result.summary.filter(result.summary["tier"] == "all").row(0, named=True)
-
-
-@pytest.mark.parametrize("nodes", [1, 4])
-def test_kernel_matches_python_reference_request_for_request(nodes):
-    sc = make_scenario(rate=650.0 * nodes, duration=60, nodes=nodes, servers=8, seed=11)
-    req = relakit.simulate(sc).requests
-    arrival, latency, demand = mmc_reference(650.0 * nodes, 10.0, 8, 60, kernel_streams(11),
-                                             nodes=nodes)
-    assert req.height == len(arrival) > 30000 * nodes
-    np.testing.assert_allclose(req["arrival_s"].to_numpy(), arrival, rtol=1e-12)
-    np.testing.assert_allclose(req["latency_ms"].to_numpy(), latency, rtol=1e-9)
-    np.testing.assert_allclose(req["service_ms"].to_numpy(), demand, rtol=1e-12)
 
 
 # (servers, utilisation, requests per run, seeds). At 0.95 one run's p99 wanders by

@@ -17,7 +17,7 @@ from pathlib import Path
 from warm_kernel_cache import MITIGATED, PLAIN  # (tools/: the warm cache's scenarios)
 
 import relakit
-from relakit.sim import aot, mitigated
+from relakit.sim import aot, loops
 from relakit.sim import kernel as K
 
 
@@ -33,10 +33,10 @@ def main() -> None:
     force = "--force" in sys.argv[1:]
     if aot.built_path() is not None and not force:
         return
-    simple = K.specialised(frozenset(), simple=True)  # (relakit.sim.plain.loops)
+    simple = K.specialised(frozenset(), simple=True)  # (relakit.sim.loops.plain_loops)
     settled = K.specialised(frozenset(), settled=True)
     plain_sig = signature(simple, PLAIN)
-    one_call, fanout = mitigated.advance_mitigated(), mitigated.advance_mitigated_fanout()
+    one_call, fanout = loops.advance_mitigated(), loops.advance_mitigated_fanout()
     mitigated_sig = signature(one_call, MITIGATED)
     path = aot.build({"advance_plain_simple": (simple, plain_sig),
                       "advance_plain": (settled, plain_sig),

@@ -1,10 +1,10 @@
 """Fill NUMBA_CACHE_DIR with the kernels runs use (``make setup`` runs it).
 
 relakit.sim.fleet picks, when flags, controls or faults change, the plain kernel
-(relakit.sim.plain: no mechanism on; its simple specialisation for fan-out 1,
+(relakit.sim.loops: no mechanism on; its simple specialisation for fan-out 1,
 exponential demand, Poisson arrivals and uniform routing, the other plain
 stretches; ~5-20 s each to compile from an empty cache on this machine), the lean
-mitigated specialisations (relakit.sim.mitigated: hedging, deadlines, retries, node
+mitigated specialisations (relakit.sim.loops: hedging, deadlines, retries, node
 errors; for requests of one call and of several; ~25 s each) or the general one
 (relakit.sim.kernel.advance: any other mechanism; ~30-60 s). Compiled once here,
 every later process (tests, sweep workers, notebooks) sharing the cache directory

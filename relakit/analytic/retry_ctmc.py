@@ -33,9 +33,13 @@ request, as the simulation does). The pool is truncated at ``retry_limit``: a to
 would exceed it is lost, and the stationary mass on the boundary is reported (and warned
 about when not negligible).
 
-``on_timeout="keep_listening"`` (a late answer still answers the request) breaks the
-"decided at arrival" argument and needs a model of its own: it is refused by name until it
-has one (the simulation side waits for issue 34 part 1 as well).
+``on_timeout="keep_listening"`` (the kernel has it: a late answer still answers the
+request, and the copies still queued for it are withdrawn) is not expressible in (n, r)
+and is refused by name. With one FCFS server an attempt's retries queue behind it, so its
+late answer always comes first and withdraws them: a retry then costs a queue place but
+never service, and the jobs an attempt finds are no longer the work ahead of it (some of
+them will be withdrawn before they start). Its sojourn, and so its fate, depends on how
+many retries each request ahead has queued: a state per request, not a count.
 """
 
 from __future__ import annotations
@@ -90,6 +94,13 @@ def _retry_allowed(p: np.ndarray, levels: int) -> np.ndarray:
         return np.zeros_like(p)
     powers = p[:, None] ** np.arange(levels)[None, :]
     return powers[:, :-1].sum(axis=1) / powers.sum(axis=1)
+
+
+def retry_allowed_share(p, levels: int) -> np.ndarray:
+    """The CTMC's share of doomed retries allowed one more attempt, per doom probability
+    ``p`` (array), for ``levels = max_attempts - 1`` retry levels (see :func:`_retry_allowed`):
+    public for ``benchmarks/ctmc_drain_ablation.py``, which switches it off and on."""
+    return _retry_allowed(np.asarray(p, dtype=float), levels)
 
 
 @dataclass
@@ -238,7 +249,10 @@ def retry_generator(arrival_rate: float, service_rate: float, servers: int, queu
     k_ph = as_int("phases", phases, 1)
     if on_timeout not in ON_TIMEOUT:
         raise ValueError(f"on_timeout: expected one of {', '.join(ON_TIMEOUT)}, got "
-                         f"{on_timeout!r} (keep_listening needs its own model: issue 34)")
+                         f"{on_timeout!r} (keep_listening is not expressible in (jobs, "
+                         "retries): a late answer withdraws its request's queued retries, so "
+                         "the jobs an attempt finds are not its wait; simulate it: "
+                         "mitigations.retries.on_timeout)")
     b0 = as_nonnegative("backoff_s", backoff_s)
     bmax = as_nonnegative("backoff_max_s", backoff_max_s)
     if not isinstance(jitter, bool):

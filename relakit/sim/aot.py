@@ -6,14 +6,14 @@ on relakit. Measured here (2-core VM, fresh processes, 3 runs): numpy 0.13 s,
 polars 0.25 s, ``import numba`` 0.34 s, numba's CPU target set-up 0.54 s (its
 lowering registries, and scipy.linalg, imported by ``numba.np.arraymath`` to look
 for a BLAS), loading the cached loop 0.04 s, the run itself 0.01 s. numba's
-``pycc`` compiles the two plain specialisations of ``kernel.advance``
-(:mod:`relakit.sim.plain`) and its two lean mitigated ones
-(:mod:`relakit.sim.mitigated`) into a CPython extension module that needs no numba to
-load (numpy only): ``make setup`` builds it (``tools/build_aot.py``) after warming numba's
-cache, and :func:`relakit.sim.plain.loops` and :func:`relakit.sim.mitigated.loops` call it when it
-is there. Everything else (the general kernel, the helpers Python calls for varying
-rates and probes, the controller's step) stays numba's and is compiled or loaded on
-first use, numba imported then (:mod:`relakit.jit`).
+``pycc`` compiles the two plain specialisations of ``kernel.advance`` and its two lean
+mitigated ones (:mod:`relakit.sim.loops`) into a CPython extension module that needs no
+numba to load (numpy only): ``make setup`` builds it (``tools/build_aot.py``) after
+warming numba's cache, and :func:`relakit.sim.loops.plain_loops` and
+:func:`relakit.sim.loops.mitigated_loops` call it when it is there. Everything else
+(the general kernel, the helpers Python calls for varying rates and probes, the
+controller's step) stays numba's and is compiled or loaded on first use, numba
+imported then (:mod:`relakit.jit`).
 
 Same code, same results: the module is compiled from the very functions numba
 compiles (the loops' ``py_func``, their SIMPLE and ONE_CALL constants and
@@ -56,7 +56,7 @@ HERE = Path(__file__).parent
 BUILD_DIR = HERE / "_aot"
 #: the files the compiled loops' code comes from (relative to relakit/sim): what every
 #: kernel inlines, the loops' own files, and how they are decorated and built
-SOURCES = (*cachename.INLINED, "plain.py", "mitigated.py", "aot.py", "../jit.py")
+SOURCES = (*cachename.INLINED, "loops.py", "aot.py", "../jit.py")
 #: the prefixes of a build's file name, this one's first (older builds were "plain_")
 PREFIXES = ("loops_", "plain_")
 
@@ -165,7 +165,7 @@ def build(exports: dict, force: bool = False) -> Path | None:
 
 class _loop_flags:
     """pycc compiling with the loops' numba flags: ``noalias`` (every array argument's
-    data marked noalias for LLVM; relakit.sim.plain says why that holds) and numpy's
+    data marked noalias for LLVM; relakit.sim.fleet's pools say why that holds) and numpy's
     error model. pycc makes its own ``Flags()`` inside ``compile()`` and takes no
     options, so its module's ``Flags`` is swapped for the call's duration; a numba
     whose pycc differs keeps its defaults (slower, the same numbers)."""

@@ -12,7 +12,7 @@ name and a recompile (the old entry stays on disk until ``make clean-cache``).
 
 The same copy of the function can carry compile-time constants: globals of
 its own copy of the module namespace, which numba reads as constants and
-whose branches it prunes (``plain.SIMPLE``).
+whose branches it prunes (``kernel.SIMPLE``).
 """
 
 from __future__ import annotations

@@ -18,9 +18,15 @@ from numpy.lib.array_utils import byte_bounds
 
 from relakit.sim import kernel as K
 from relakit.sim.longtable import fleet_columns, node_columns
-from relakit.sim.mitigated import mitigated_allowed, mitigated_ok, run_mitigated
-from relakit.sim.plain import plain_ok, run_plain
-from relakit.sim.rng import new_state
+from relakit.sim.loops import (
+    leaves,
+    mitigated_allowed,
+    mitigated_ok,
+    plain_ok,
+    run_mitigated,
+    run_plain,
+)
+from relakit.sim.rng import exponential_py, new_state, uniform_py
 from relakit.sim.spec import DataPlane
 from relakit.vocab import BREAKER_STATES, TIERS, Flags
 
@@ -82,6 +88,7 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
     cfg_i[K.CI_MAX_ATTEMPTS] = mit.retries.max_attempts
     cfg_i[K.CI_JITTER] = int(mit.retries.jitter)
     cfg_i[K.CI_RETRY_MASK] = sum(1 << K.OUTCOMES.index(o) for o in mit.retries.retry_on)
+    cfg_i[K.CI_KEEP_LISTENING] = int(mit.retries.on_timeout == "keep_listening")
     cfg_i[K.CI_DEGRADED_FANOUT] = mit.degraded.fanout or 0
     cfg_i[K.CI_BREAKER_MASK] = _tier_mask(mit.breaker.reject_tiers)
     cfg_i[K.CI_FAILOVER] = int(sc.controls.isolation == "failover")
@@ -121,6 +128,111 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
                     np.ascontiguousarray(load[:, 1]),
                     np.asarray(sc.metrics.latency_buckets_s, dtype=np.float64), phase,
                     dep_node, dep_share)
+
+
+# ---- initial state (scenario key ``initial``) ---------------------------------------
+def _heap_push_py(st: K.State, t: float, key: int) -> None:
+    """The kernel's own heap push, called from Python (a start state is seeded once): it
+    also counts the event by kind, as the loop's choice reads (``IS_EVENTS``)."""
+    K.heap_push(st.heap_t, st.heap_k, st.is_, float(t), np.int64(key))
+
+
+def _event_key_py(ident: int, kind: int, gen: int) -> int:
+    return int(K.event_key(np.int64(ident), np.int64(kind), np.int64(gen)))
+
+
+def seed_initial(cfg: K.Config, st: K.State, queue, pending: int) -> None:
+    """Write a start state into a fleet's arrays at t = 0, before the first kernel call:
+    ``queue[i]`` one-call requests at node i whose first attempt was sent at 0 (the
+    first ``servers`` in service, the rest queued in order, each with its deadline),
+    and ``pending`` requests whose first attempt failed just before 0, each retry due
+    after one backoff (the kernel's: ``backoff_ms`` times a full-jitter draw). The rows
+    are what the loop's arrival and send sections write, so every specialisation may
+    take over. Demands come from the ``copy_service`` stream, tiers from the tier mix
+    in proportion (no draw): the arrival and service streams stay in step with the same
+    run started idle. Python, not the loop: nothing is compiled for it."""
+    cfg_f, cfg_i, isv = cfg.cfg_f, cfg.cfg_i, st.is_
+    ji, jf, ci, cf, ui, uf = st.job_i, st.job_f, st.call_i, st.call_f, st.usr_i, st.usr_f
+    ni, nf = st.node_i, st.node_f
+    total = sum(queue) + pending
+    kind, a, b, c = (int(cfg_i[K.CI_SVC_KIND]), float(cfg_f[K.CF_SVC_A]),
+                     float(cfg_f[K.CF_SVC_B]), float(cfg_f[K.CF_SVC_C]))
+    deadline = float(cfg_f[K.CF_DEADLINE])
+    tq_h, tq_c = (int(x) for x in st.tq_n[K.TQ_TIMEOUT])
+    cap = st.tq_t.shape[1]
+    rows = [(node, True) for node, n in enumerate(queue) for _ in range(n)]
+    rows += [(-1, False)] * pending
+    for r, (node, sent) in enumerate(rows):
+        tier = int(np.searchsorted(cfg.tier_cum, (r + 0.5) / total, side="right"))
+        tier = min(tier, len(K.TIERS) - 1)
+        if kind == K.S_EXP:
+            demand = exponential_py(st.rng, K.RNG_COPY_SERVICE, a) if sent else 0.0
+        else:
+            demand = float(K.draw_service(st.rng, K.RNG_COPY_SERVICE, kind, a, b, c)) \
+                if sent else 0.0
+        isv[K.IS_USR_FREE_N] -= 1
+        u = int(st.usr_free[isv[K.IS_USR_FREE_N]])
+        isv[K.IS_USER_SEQ] += 1
+        isv[K.IS_IN_FLIGHT_USERS] += 1
+        for col, value in K.LEAN_USER:
+            ui[u, col] = value
+        ui[u, K.UI_TIER] = tier
+        uf[u, K.UF_DEMAND] = demand
+        uf[u, K.UF_T_ARRIVAL] = 0.0
+        isv[K.IS_CALL_FREE_N] -= 1
+        call = int(st.call_free[isv[K.IS_CALL_FREE_N]])
+        ci[call, K.CL_USER] = u
+        ci[call, K.CL_ATTEMPTS] = 1
+        ci[call, K.CL_HEDGES] = 0
+        ci[call, K.CL_COPIES] = 1 if sent else 0
+        ci[call, K.CL_FIRST] = -1
+        ci[call, K.CL_TIER] = tier
+        ci[call, K.CL_LAST_NODE] = -1
+        cf[call, K.CLF_DEMAND] = demand
+        st.fleet_c[K.F_ATTEMPTS] += 1
+        if not sent:  # its retry, after the backoff of a first attempt (full jitter)
+            backoff = min(float(cfg_f[K.CF_BACKOFF]), float(cfg_f[K.CF_BACKOFF_MAX]))
+            if cfg_i[K.CI_JITTER] != 0:
+                backoff *= uniform_py(st.rng, K.RNG_JITTER)
+            st.fleet_c[K.F_RETRIES] += 1
+            _heap_push_py(st, backoff, _event_key_py(call, K.EV_RETRY, ci[call, K.CL_GEN]))
+            continue
+        isv[K.IS_JOB_FREE_N] -= 1
+        j = int(st.job_free[isv[K.IS_JOB_FREE_N]])
+        ci[call, K.CL_FIRST] = j
+        ji[j, K.JI_CALL] = call
+        ji[j, K.JI_GEN] += 1
+        ji[j, K.JI_CLIENT] = K.C_WAITING
+        ji[j, K.JI_HEDGE] = 0
+        ji[j, K.JI_TIER] = tier
+        ji[j, K.JI_SIB] = -1
+        ji[j, K.JI_NODE] = node
+        ji[j, K.JI_DEGRADED] = 0
+        jf[j, K.JF_T_NODE] = 0.0
+        jf[j, K.JF_DEMAND] = demand
+        if deadline < np.inf:
+            slot = (tq_h + tq_c) % cap
+            st.tq_t[K.TQ_TIMEOUT, slot] = deadline
+            st.tq_k[K.TQ_TIMEOUT, slot] = _event_key_py(j, K.EV_TIMEOUT, ji[j, K.JI_GEN])
+            tq_c += 1
+        if ni[node, K.NI_BUSY] < ni[node, K.NI_SERVERS]:  # into service at once
+            ji[j, K.JI_STATE] = K.J_SERVING
+            jf[j, K.JF_T_START] = 0.0
+            ni[node, K.NI_BUSY] += 1
+            _heap_push_py(st, demand * nf[node, K.NF_SLOWDOWN],
+                          _event_key_py(j, K.EV_DONE, ji[j, K.JI_GEN]))
+        else:  # at the queue's tail
+            ji[j, K.JI_STATE] = K.J_QUEUED
+            ji[j, K.JI_NEXT] = -1
+            tail = ni[node, K.NI_QTAIL]
+            ji[j, K.JI_PREV] = tail
+            if tail >= 0:
+                ji[tail, K.JI_NEXT] = j
+            else:
+                ni[node, K.NI_QHEAD] = j
+            ni[node, K.NI_QTAIL] = j
+            ni[node, K.NI_QLEN] += 1
+    st.tq_n[K.TQ_TIMEOUT, 1] = tq_c
 
 
 def _grow_rows(a: np.ndarray, rows: int, fill=0) -> np.ndarray:
@@ -166,7 +278,9 @@ class Fleet:
         fanout = scenario.workload.fanout
         clients = scenario.workload.clients
         n_clients = 0 if clients is None else clients.total
-        jobs = max(64, 4 * sum(scenario.fleet.servers) + 8 * fanout)
+        initial = getattr(scenario, "initial", None)
+        seeded = 0 if initial is None else sum(initial.queue) + initial.pending_retries
+        jobs = max(64, 4 * sum(scenario.fleet.servers) + 8 * fanout, 2 * seeded)
         users = max(64, jobs)
         heap = 2 * jobs + users + n_clients  # every closed client thinking: a heap event each
         n_buckets = len(scenario.metrics.latency_buckets_s) + 1
@@ -234,8 +348,12 @@ class Fleet:
             lat_sum=np.zeros((len(K.TIERS), 2)),
         )
         self._choice = None  # the loop the next call runs (_kernel), None: choose again
+        self._owed = (False, False)  # marks a call cut short for room left to the next (_mark)
+        self.st.fs[K.FS_MARK] = self.st.fs[K.FS_MARK_GENERAL] = -np.inf  # (no row is old)
         self.set_flags(scenario.controls.flags)
         K.start(self.cfg, self.st)
+        if seeded:
+            seed_initial(self.cfg, self.st, initial.queue, initial.pending_retries)
         self._check_disjoint()
 
     # ---- time -------------------------------------------------------------------
@@ -249,8 +367,13 @@ class Fleet:
             raise ValueError(f"cannot advance to {t_s} s: the fleet is already at {self.now} s")
         while True:
             kernel, t_stop, change = self._kernel(float(t_s))
+            left = self._leaves()
+            self.st.is_[K.IS_DRAIN] = self._drain(kernel, left)
             status = kernel(self.cfg, self.st, self.out, t_stop)
-            if status != K.DONE:
+            self._mark(left, status, t_stop)
+            if status == K.SETTLED:
+                self._choice = None
+            elif status != K.DONE:
                 self._grow(status)
             elif change:  # the fault-schedule change due next, in Python (see _kernel),
                 # after the room the general kernel asks for first (a crash may end every
@@ -262,13 +385,50 @@ class Fleet:
             elif t_stop >= t_s:
                 return self
 
+    def _leaves(self) -> tuple[bool, bool]:
+        """What the next call may leave for the plain and the lean loops (``loops.leaves``),
+        or what a call cut short by growth (:meth:`_mark`) might have: O(nodes)."""
+        plain, general = leaves(self.cfg, self.st)
+        return plain or self._owed[0], general or self._owed[1]
+
+    def _drain(self, kernel, left: tuple[bool, bool]) -> int:
+        """``kernel.IS_DRAIN`` for the next call: 1 (2) when the plain (lean mitigated)
+        loop would take it but for rows still live from when a mechanism ran (IS_OLD,
+        IS_OLD_GENERAL), so that the call stops (``kernel.SETTLED``) once they are free
+        and the leaner loop takes the rest of the stretch."""
+        isv = self.st.is_
+        if not self.specialise or kernel is run_plain:
+            return 0
+        if not left[0] and isv[K.IS_OLD] > 0:
+            return 1
+        return 2 if (kernel is K.run and isv[K.IS_OLD_GENERAL] > 0 and not left[1]
+                     and mitigated_ok(self.cfg, self.st, rows=False)) else 0
+
+    def _mark(self, left: tuple[bool, bool], status: int, t_stop: float) -> None:
+        """After a call that may have left something (``left``, :meth:`_leaves`): every row
+        live now was made by ``t_stop`` (the loop ran every event up to it) and counts as
+        old (``kernel.IS_OLD``) until the loop frees it. A call cut short for room marks
+        nothing: its stretch goes on in the next call, which owes its marks."""
+        if status != K.DONE:
+            self._owed = left
+            return
+        self._owed = (False, False)
+        st = self.st
+        isv = st.is_
+        live = (st.job_i.shape[0] - isv[K.IS_JOB_FREE_N]) + (st.usr_i.shape[0]
+                                                              - isv[K.IS_USR_FREE_N])
+        for leaves_it, mark, old in zip(left, (K.FS_MARK, K.FS_MARK_GENERAL),
+                                        (K.IS_OLD, K.IS_OLD_GENERAL), strict=True):
+            if leaves_it:
+                st.fs[mark] = t_stop
+                isv[old] = live
+
     def _kernel(self, t_s: float):
         """(kernel, time to run it to, whether a fault-schedule change is then due) for the
-        next stretch. Three kernels: the plain specialisations of the event loop
-        (relakit.sim.plain: no mechanism this stretch may meet, nothing one left
-        pending), the lean mitigated ones (relakit.sim.mitigated: hedging with a fixed
-        delay, deadlines, retries, node errors, or what they left pending) and the
-        general one. A fault-schedule change in a
+        next stretch. Three specialisations of the event loop (relakit.sim.loops): the
+        plain ones (no mechanism this stretch may meet, nothing one left pending), the
+        lean mitigated ones (hedging with a fixed delay, deadlines, retries, node errors,
+        or what they left pending) and the general one. A fault-schedule change in a
         stretch the mitigated ones may run (their faults crash nothing) splits it: the loop
         runs to the double before the change (the general kernel takes a change before
         any event at its time), the change is applied in Python (``K.schedule_step``),
@@ -294,21 +454,21 @@ class Fleet:
 
     def _choose(self):
         """(kernel, whether to keep it): the leanest loop the state allows (``plain_ok``,
-        ``mitigated_ok``: a pass over the heap and the pools), kept until :meth:`_rechoose`
-        unless a leaner one was refused only for rows still live (a hedge copy, a
-        degraded job): those drain by themselves, so the choice is made again next call.
-        Measured on rela-ramp in closed loop (cProfile, records off, second run in one
-        process, loaded machine): asked before every call, ``mitigated_ok`` ran 463 times,
-        12.3 s of 70.1 s; kept, 17 times, 0.4 s of 30.0 s."""
+        ``mitigated_ok``: O(nodes), from the controls and the counts the loop keeps),
+        kept until :meth:`_rechoose` unless a leaner one was refused only for rows still
+        live (a hedge copy, a degraded job): those drain by themselves, so the choice is
+        made again next call. Measured on rela-ramp in closed loop (cProfile, records off,
+        second run in one process, loaded machine): with row scans asked before every
+        call, ``mitigated_ok`` ran 463 times, 12.3 s of 70.1 s; kept, 17 times, 0.4 s."""
         cfg, st = self.cfg, self.st
-        if plain_ok(cfg, st):
-            return run_plain, True
         features = K.features_of(cfg, st)
+        if plain_ok(cfg, st, features):
+            return run_plain, True
         settled = st.fs[K.FS_NEXT_SCHED] == np.inf
-        if mitigated_ok(cfg, st):  # (a schedule change ends its stretch: _kernel)
+        if mitigated_ok(cfg, st, features):  # (a schedule change ends its stretch: _kernel)
             return run_mitigated, bool(features) or not settled
         # the general kernel ends a failover itself, and the schedule in its loop
-        return K.run, (bool(features) and not mitigated_allowed(cfg, st)
+        return K.run, (bool(features) and not mitigated_allowed(cfg, st, features)
                           and not st.node_i[:, K.NI_FAILOVER].any())
 
     def _rechoose(self) -> None:

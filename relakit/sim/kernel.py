@@ -127,21 +127,24 @@ BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = (BREAKER_STATES.index(b) for b
 #   queue limit, excess sent elsewhere); BREAKER: the door check per arrival;
 # DEGRADED: partial fan-out and the cheaper service factor; PROBES: the next probe's
 # time among the rare-event times compared at every event.
+# KEEP_LISTENING: a timed-out attempt's client goes on listening (retries.on_timeout:
+#   keep_listening): its late answer answers the call while the call lives (C_LATE below).
 FEATURES = ("hedging", "deadlines", "retries", "errors", "intake", "breaker", "degraded",
-            "probes", "clients")
+            "probes", "keep_listening", "clients")
 # the mechanisms of the lean (mitigated) specialisations: ``specialised(LEAN_FEATURES,
-# lean=True)``, for the stretches ``mitigated.mitigated_ok`` accepts
+# lean=True)``, for the stretches ``loops.mitigated_ok`` accepts
 LEAN_FEATURES = frozenset({"hedging", "deadlines", "retries", "errors"})
 HEDGING = DEADLINES = RETRIES = ERRORS = INTAKE = BREAKER = DEGRADED = PROBES = True
+KEEP_LISTENING = True
 CLIENTS = True  # (see "closed clients" below)
-# Two more, for the leanest stretches (``plain.plain_ok``; ``specialised(..., settled=True)``):
+# Two more, for the leanest stretches (``loops.plain_ok``; ``specialised(..., settled=True)``):
 # LEFTOVERS: the loop may meet what a mechanism left pending (ring timers; hedge, retry,
 #   timeout and move events; copies that are hedges, given up on, ending or moving;
 #   failovers) or a fault-schedule change. False only where none is (a plain stretch):
 #   every copy is then its call's only one, a first attempt, served, and its completion
 #   the only event.
 # SIMPLE: besides, one call to one node per request, exponential demand, a constant
-#   rate, uniform routing over every node and no retry budget (``plain.simple_ok``): the
+#   rate, uniform routing over every node and no retry budget (``loops.simple_ok``): the
 #   request's call and user rows are written only at return (LEAN_CALL, LEAN_USER), and
 #   a copy that meets no queue and an idle server starts at once (``direct``).
 LEFTOVERS = True
@@ -169,7 +172,8 @@ RESENDS = True
 _COUNT = range(64)
 
 # status returned by advance
-DONE, GROW_POOLS, GROW_RECORDS, GROW_SAMPLES, *_ = _COUNT
+DONE, GROW_POOLS, GROW_RECORDS, GROW_SAMPLES, SETTLED, *_ = _COUNT
+# SETTLED: the last row a leaner loop waited for is free (IS_DRAIN): the caller chooses again
 
 # Event kinds a timer carries. Heap key = generation << 32 | id << EV_BITS | kind (a
 # stale generation means: ignore). EV_DONE: a copy's service ends (or its rejection
@@ -191,7 +195,7 @@ ID_MASK = (1 << (32 - EV_BITS)) - 1
 # cfg_i: model scalars (int)
 (CI_SVC_KIND, CI_ROUTING, CI_FANOUT, CI_RECORD, CI_CONST_RATE, CI_QUEUE_LIMIT, CI_CANCEL,
  CI_MAX_HEDGES, CI_MAX_ATTEMPTS, CI_JITTER, CI_RETRY_MASK, CI_DEGRADED_FANOUT,
- CI_BREAKER_MASK, CI_FAILOVER, CI_ELSEWHERE,
+ CI_BREAKER_MASK, CI_FAILOVER, CI_ELSEWHERE, CI_KEEP_LISTENING,
  N_CI, *_) = _COUNT
 
 # ---- closed clients (CLIENTS) ----------------------------------------------------------
@@ -211,14 +215,23 @@ N_CF = CF_THINK + 3 * len(TIERS)
 
 # st.fs: state scalars (float)
 (FS_NOW, FS_NEXT_ARRIVAL, FS_NEXT_SAMPLE, FS_NEXT_SCHED, FS_WRR_TOTAL, FS_HEDGE_DELAY,
- FS_NEXT_NODE_SAMPLE, FS_NEXT_PROBE,
+ FS_NEXT_NODE_SAMPLE, FS_NEXT_PROBE, FS_MARK, FS_MARK_GENERAL,
  N_FS, *_) = _COUNT
 # st.is_: state scalars (int)
 (IS_HEAP_N, IS_JOB_FREE_N, IS_USR_FREE_N, IS_CALL_FREE_N, IS_NREC, IS_NSAMPLE, IS_RR,
  IS_SCHED_POS, IS_STAMP, IS_N_ELIGIBLE, IS_EQUAL_WEIGHTS, IS_SHED_MASK, IS_IN_FLIGHT_USERS,
  IS_HEDGE_ON, IS_DEGRADED_ON, IS_BREAKER, IS_BUDGET_BUCKET, IS_USER_SEQ,
- IS_MAX_NODE_SAMPLE,
- N_IS, *_) = _COUNT
+ IS_MAX_NODE_SAMPLE, IS_OLD, IS_OLD_GENERAL, IS_DRAIN, IS_EVENTS,
+ *_) = _COUNT
+N_IS = IS_EVENTS + N_EVENT_KINDS  # IS_EVENTS + kind: its events on the heap (not EV_DONE's)
+# What a mechanism left, kept as it changes (relakit.sim.loops chooses the loop from it in
+# O(nodes)): the heap's events by kind, and the rows live at the end of the last stretch
+# that could leave anything for the plain loops (FS_MARK: its end; IS_OLD: those rows
+# still live) or for the lean ones (FS_MARK_GENERAL, IS_OLD_GENERAL). Every row was made
+# (JF_T_NODE, UF_T_ARRIVAL) by the end of the stretch it was live at, after it if not:
+# the loop counts the old ones down as they free (LEFTOVERS only: the plain loops run
+# when none is left), Fleet sets the marks (Fleet._mark). IS_DRAIN: 1 (2) when a leaner
+# loop waits only for IS_OLD (IS_OLD_GENERAL) to reach 0: the loop then returns SETTLED.
 # Timers with one fixed delay fall due in the order they are set, so they wait in FIFO
 # rings (st.tq_t / st.tq_k; row 0 attempt timeouts, row 1 fixed-delay hedges) instead of
 # the heap: O(1) each, and the heap stays small. st.tq_n[q] = (head, count).
@@ -246,8 +259,9 @@ NC_WRONG, NC_CANCELLED, NC_PROBES, NC_PROBE_FAILURES, N_NC, *_ = _COUNT
 # due now; a SERVING job's outcome is drawn when its DONE event fires
 J_FREE, J_QUEUED, J_SERVING, J_ENDING, J_MOVING, *_ = _COUNT
 # what the client makes of a job: still waiting on it, gave up on it (timeout), or
-# no longer needs it (another copy answered)
-C_WAITING, C_TIMED_OUT, C_LOST, *_ = _COUNT
+# no longer needs it (another copy answered); C_LATE (keep_listening only): past its
+# deadline, its retry sent or due, yet still listened to (a late answer answers the call)
+C_WAITING, C_TIMED_OUT, C_LOST, C_LATE, *_ = _COUNT
 # JF_DEMAND: service seconds before slowdown; NO_DEMAND until drawn (a copy's, at its start)
 JF_T_NODE, JF_T_START, JF_DEMAND, N_JF, *_ = _COUNT
 NO_DEMAND = -1.0
@@ -389,13 +403,13 @@ def lean_users(call_i, call_f, call_free, call_free_n, usr_i, usr_f):
 
 
 # ---- heap -------------------------------------------------------------------
-@njit(cache=True, error_model="numpy")
-def heap_push(ht, hk, isv, t, key):
-    """Push for the rare paths (rejections, crashes, failover); the loop has its own."""
-    i = isv[IS_HEAP_N]
-    isv[IS_HEAP_N] = i + 1
-    while i > 0:
-        parent = (i - 1) >> 1
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def sift_up(ht, hk, i, one, t, key):
+    """File (t, key) in the heap whose new slot is ``i``: the one push, inlined in the loop
+    with ``i`` and ``one`` converted by its ``ROW`` (unsigned in the settled loops: no
+    negative-index fix-up) and called as is by :func:`heap_push`."""
+    while i >= one:
+        parent = (i - one) >> one
         if ht[parent] <= t:
             break
         ht[i] = ht[parent]
@@ -403,6 +417,17 @@ def heap_push(ht, hk, isv, t, key):
         i = parent
     ht[i] = t
     hk[i] = key
+
+
+@njit(cache=True, error_model="numpy")
+def heap_push(ht, hk, isv, t, key):
+    """Push for the rare paths (rejections, crashes, failover)."""
+    kind = key & EV_MASK
+    if kind != EV_DONE:
+        isv[IS_EVENTS + kind] += 1
+    i = isv[IS_HEAP_N]
+    isv[IS_HEAP_N] = i + 1
+    sift_up(ht, hk, i, 1, t, key)
 
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
@@ -902,8 +927,8 @@ def think_time(cfg_i, cfg_f, rng, tier):
 def client_starts(cfg, st):
     """Every closed client begins thinking at t = 0: its first send after a think time,
     drawn in client order from the clients stream, in Python as the kernel would
-    (:func:`think_time`); the sends go onto the empty heap sorted (a sorted array is a
-    heap). Once per run, O(clients)."""
+    (:func:`think_time`); the sends go onto the heap sorted with whatever it holds (a
+    sorted array is a heap). Once per run, O(clients)."""
     ci, cf = cfg.cfg_i, cfg.cfg_f
     pops = [int(ci[CI_CLIENTS + k]) for k in range(len(TIERS))]
     total = sum(pops)
@@ -919,12 +944,17 @@ def client_starts(cfg, st):
             times[client] = draw_service_py(g, kind, a, b, c)
             client += 1
     st.rng[RNG_CLIENTS] = np.array(g.s, dtype=np.uint64)
-    if st.is_[IS_HEAP_N] != 0 or st.heap_t.shape[0] < total:
-        raise RuntimeError("client_starts: the heap must be empty and hold every client")
-    order = np.argsort(times, kind="stable")
-    st.heap_t[:total] = times[order]
-    st.heap_k[:total] = (order.astype(np.int64) << EV_BITS) | EV_THINK
-    st.is_[IS_HEAP_N] = total
+    n = int(st.is_[IS_HEAP_N])  # (a start state's events, if any: kept, in time order)
+    if st.heap_t.shape[0] < n + total:
+        raise RuntimeError("client_starts: the heap must hold every client")
+    t_all = np.concatenate([st.heap_t[:n], times])
+    k_all = np.concatenate([st.heap_k[:n], (np.arange(total, dtype=np.int64) << EV_BITS)
+                            | EV_THINK])
+    order = np.argsort(t_all, kind="stable")
+    st.heap_t[:n + total] = t_all[order]
+    st.heap_k[:n + total] = k_all[order]
+    st.is_[IS_HEAP_N] = n + total
+    st.is_[IS_EVENTS + EV_THINK] += total  # (the loops count their heap events by kind)
 
 
 def draw_service_py(g, kind, a, b, c):
@@ -1088,6 +1118,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     max_hedges = cfg_i[CI_MAX_HEDGES]
     cancel = cfg_i[CI_CANCEL]
     retry_mask = cfg_i[CI_RETRY_MASK]
+    keep_listening = KEEP_LISTENING and cfg_i[CI_KEEP_LISTENING] != 0
     # fixed-delay hedges fall due in order (a ring); adaptive ones may not (the heap)
     hedge_queue = TQ_HEDGE if cfg_f[CF_HEDGE_Q] == 0.0 else TQ_HEAP
     budget_ratio = cfg_f[CF_BUDGET_RATIO]
@@ -1118,7 +1149,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
         RNG_ARRIVALS, 3]
     v0, v1, v2, v3 = rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1], rng[RNG_SERVICE, 2], rng[
         RNG_SERVICE, 3]
-    # the scalars every event touches live in locals (registers), as in relakit.sim.plain:
+    # the scalars every event touches live in locals (registers):
     # in isv numba reloads them after every store to another int64 array (it may alias).
     # Written back before a helper that reads them (HELPER_SYNC below) and on return.
     hn = isv[IS_HEAP_N]
@@ -1129,6 +1160,9 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     user_seq = isv[IS_USER_SEQ]
     in_flight = isv[IS_IN_FLIGHT_USERS]
     stamp = isv[IS_STAMP]
+    n_old, n_old_g = isv[IS_OLD], isv[IS_OLD_GENERAL]  # (rows live at the marks: IS_OLD)
+    drain = isv[IS_DRAIN] if LEFTOVERS else 0
+    mark, mark_g = fs[FS_MARK], fs[FS_MARK_GENERAL]
     to_h, to_n = tq_n[TQ_TIMEOUT, 0], tq_n[TQ_TIMEOUT, 1]  # the rings' (head, count)
     he_h, he_n = tq_n[TQ_HEDGE, 0], tq_n[TQ_HEDGE, 1]
     budget_bucket = isv[IS_BUDGET_BUCKET]
@@ -1137,7 +1171,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     # the next rare event's times (fault schedule, samples, probe), reloaded after one
     t_fleet = fs[FS_NEXT_SAMPLE]
     t_node = fs[FS_NEXT_NODE_SAMPLE]
-    t_sched = fs[FS_NEXT_SCHED] if LEFTOVERS else np.inf  # (none due: plain.plain_ok)
+    t_sched = fs[FS_NEXT_SCHED] if LEFTOVERS else np.inf  # (none due: loops.plain_ok)
     t_probe = fs[FS_NEXT_PROBE] if PROBES else np.inf
     t_rare = min(min(t_fleet, t_probe), min(t_node, t_sched))
     # the error draws' and the routing draws' streams in locals too (e*, r*)
@@ -1232,6 +1266,9 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
         if t > t_end:
             now = max(now, t_end)
             break
+        if drain != 0 and (n_old if drain == 1 else n_old_g) == 0:
+            status = SETTLED  # (IS_DRAIN) a leaner loop may take it from here
+            break
         # room for the worst case of one event, checked before touching anything
         if (job_free_n < room or usr_free_n < 2 or call_free_n < room
                 or heap_cap - hn < heap_room or tq_cap - to_n < room
@@ -1251,6 +1288,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
         res_hedge = 0
         res_correct = 1
         res_degraded = 0
+        res_late = False  # (keep_listening) the copy is past its deadline, still listened to
         fin_u = -1  # user request whose client sees its outcome now
         fin_outcome = OK
         fin_j = -1  # (SIMPLE) its copy, whose row stands in for the user's and call's
@@ -1276,6 +1314,8 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             he_n -= 1
         elif t_heap <= t_arr:  # ---- a timed event from the heap
             key = heap_k[0]
+            if LEFTOVERS and (key & EV_MASK) != EV_DONE:  # (IS_EVENTS)
+                isv[IS_EVENTS + (key & EV_MASK)] -= 1
             # pop the heap's top: sift the last entry down from the root
             hn -= 1
             if hn > 0:
@@ -1363,8 +1403,12 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                     if outcome != OK or correct == 0:
                         node_c[node, NC_PROBE_FAILURES] += 1
                 elif node >= 0:  # the server's own count
-                    seen = TIMEOUT if (client == C_TIMED_OUT and outcome == OK) else outcome
+                    seen = TIMEOUT if (outcome == OK and (client == C_TIMED_OUT or (
+                        KEEP_LISTENING and client == C_LATE))) else outcome
                     cnt[ROW(node), ROW(job_i[jr, JI_TIER]), seen] += 1
+                if KEEP_LISTENING and client == C_LATE:  # its client still listens
+                    res_late = True
+                    client = C_WAITING
                 if client == C_WAITING:
                     res_c = job_i[jr, JI_CALL]
                     res_outcome = outcome
@@ -1377,11 +1421,17 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 job_i[jr, JI_GEN] += 1
                 job_free[ROW(job_free_n)] = j
                 job_free_n += 1
+                if LEFTOVERS and n_old > 0:  # (IS_OLD)
+                    n_old -= job_f[jr, JF_T_NODE] <= mark
+                    n_old_g -= job_f[jr, JF_T_NODE] <= mark_g
             elif kind == EV_TIMEOUT:  # the client stops waiting for a copy
                 j = ident
                 if (job_i[j, JI_GEN] & GEN_MASK) != gen or job_i[j, JI_CLIENT] != C_WAITING:
                     continue
                 job_i[j, JI_CLIENT] = C_TIMED_OUT  # the server goes on working on it
+                if KEEP_LISTENING and keep_listening:  # and its client goes on listening
+                    job_i[j, JI_CLIENT] = C_LATE
+                    res_late = True
                 res_c = job_i[j, JI_CALL]
                 res_outcome = TIMEOUT
                 res_node = job_i[j, JI_NODE]
@@ -1545,21 +1595,28 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             fin_j = res_job  # (its row is intact until the send section reuses it)
         elif res_c >= 0:
             c = res_c
+            # keep_listening: a copy past its deadline leaves the count of copies awaited
+            # (a retry may follow) but stays in the call's list, listened to, until it ends
+            late_end = KEEP_LISTENING and res_late and res_outcome != TIMEOUT
             prev = -1  # the copy no longer counts among its call's copies: unlink it
             j2 = call_i[c, CL_FIRST]
+            if KEEP_LISTENING and res_late and not late_end:
+                j2 = res_job  # (listened to: not unlinked)
             while j2 != res_job:
                 prev = j2
                 j2 = job_i[j2, JI_SIB]
-            if prev < 0:
+            if KEEP_LISTENING and res_late and not late_end:
+                pass
+            elif prev < 0:
                 call_i[c, CL_FIRST] = job_i[res_job, JI_SIB]
             else:
                 job_i[prev, JI_SIB] = job_i[res_job, JI_SIB]
-            copies = call_i[c, CL_COPIES] - 1
+            copies = call_i[c, CL_COPIES] - (0 if late_end else 1)
             call_i[c, CL_COPIES] = copies
             done = -1
             if res_outcome == OK:
                 done = OK
-            elif copies == 0:  # nothing else outstanding: retry, or the call fails
+            elif copies == 0 and not late_end:  # nothing else outstanding: retry, or fail
                 done = res_outcome
                 attempts = call_i[c, CL_ATTEMPTS]
                 if RETRIES and (retry_mask >> res_outcome) & 1 and attempts < max_attempts:
@@ -1587,11 +1644,15 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             if done >= 0:  # the call is over: settle its other copies, then its user
                 if done == OK and res_hedge != 0:
                     fleet_c[F_HEDGES_WON] += 1
-                # its other copies: only hedges (a retry follows its copy's end)
-                j2 = call_i[c, CL_FIRST] if HEDGING or LEFTOVERS else -1
+                # its other copies: hedges, late copies (a retry follows its copy's end)
+                j2 = call_i[c, CL_FIRST] if HEDGING or LEFTOVERS or KEEP_LISTENING else -1
                 while j2 >= 0:
                     nxt = job_i[j2, JI_SIB]
                     job_i[j2, JI_SIB] = -1
+                    if KEEP_LISTENING and job_i[j2, JI_CLIENT] == C_LATE:
+                        job_i[j2, JI_CLIENT] = C_TIMED_OUT  # nobody listens now; never
+                        j2 = nxt  # cancelled (as an abandoned copy is not)
+                        continue
                     job_i[j2, JI_CLIENT] = C_LOST
                     state = job_i[j2, JI_STATE]
                     node = job_i[j2, JI_NODE]
@@ -1621,6 +1682,9 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                         job_i[j2, JI_GEN] += 1
                         job_free[job_free_n] = j2
                         job_free_n += 1
+                        if n_old > 0:  # (IS_OLD)
+                            n_old -= job_f[j2, JF_T_NODE] <= mark
+                            n_old_g -= job_f[j2, JF_T_NODE] <= mark_g
                     j2 = nxt
                 if ONE_CALL:  # its request ends with it: the user row's values are its
                     fin_u = call_i[c, CL_USER]  # call's (LEAN_USER)
@@ -1724,6 +1788,9 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             usr_i[ROW(u), UI_GEN] += 1
             usr_free[ROW(usr_free_n)] = u
             usr_free_n += 1
+            if LEFTOVERS and n_old > 0:  # (IS_OLD)
+                n_old -= usr_f[ROW(u), UF_T_ARRIVAL] <= mark
+                n_old_g -= usr_f[ROW(u), UF_T_ARRIVAL] <= mark_g
             # ---- (CLIENTS) a closed client's request ended: it thinks, then sends again
             if CLIENTS and has_clients and usr_i[u, UI_CLIENT] >= 0:
                 client = usr_i[u, UI_CLIENT]
@@ -1921,19 +1988,10 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                     s *= svc_factor  # the cheaper path, at a loss of quality
                     job_i[jr, JI_DEGRADED] = 1
                 if not RESENDS:  # (settled) the event set no other timer: onto the heap
-                    # now, sifted up at unsigned positions, not through pend and tail 5
-                    tp = t + s
-                    hu = np.uint64(hn)  # (names of their own: tail 5's are signed)
+                    # now (sifted up at unsigned positions), not through pend and the filing
+                    sift_up(heap_t, heap_k, ROW(hn), ROW(1), t + s,
+                            event_key(j, EV_DONE, job_i[jr, JI_GEN]))
                     hn += 1
-                    while hu > U0:
-                        up = (hu - U1) >> U1
-                        if heap_t[up] <= tp:
-                            break
-                        heap_t[hu] = heap_t[up]
-                        heap_k[hu] = heap_k[up]
-                        hu = up
-                    heap_t[hu] = tp
-                    heap_k[hu] = event_key(j, EV_DONE, job_i[jr, JI_GEN])
                 else:
                     pend_t[n_pend] = t + s
                     pend_k[n_pend] = event_key(j, EV_DONE, job_i[jr, JI_GEN])
@@ -1941,18 +1999,10 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
 
         # ---- tail 5: file the heap timers this event set, in the order set (sift up)
         for i in range(n_pend):
-            tp = pend_t[i]
-            hi = hn
-            hn = hi + 1
-            while hi > 0:
-                parent = (hi - 1) >> 1
-                if heap_t[parent] <= tp:
-                    break
-                heap_t[hi] = heap_t[parent]
-                heap_k[hi] = heap_k[parent]
-                hi = parent
-            heap_t[hi] = tp
-            heap_k[hi] = pend_k[i]
+            sift_up(heap_t, heap_k, ROW(hn), ROW(1), pend_t[i], pend_k[i])
+            hn += 1
+            if LEFTOVERS and (pend_k[i] & EV_MASK) != EV_DONE:  # (IS_EVENTS)
+                isv[IS_EVENTS + (pend_k[i] & EV_MASK)] += 1
     if SIMPLE:
         lean_rows(job_i, job_f, call_i, call_f, usr_i, usr_f, True)  # (written back)
     if ONE_CALL:
@@ -1965,6 +2015,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     isv[IS_USER_SEQ] = user_seq
     isv[IS_IN_FLIGHT_USERS] = in_flight
     isv[IS_STAMP] = stamp
+    isv[IS_OLD], isv[IS_OLD_GENERAL] = n_old, n_old_g
     isv[IS_BUDGET_BUCKET] = budget_bucket
     tq_n[TQ_TIMEOUT, 0], tq_n[TQ_TIMEOUT, 1] = to_h, to_n
     tq_n[TQ_HEDGE, 0], tq_n[TQ_HEDGE, 1] = he_h, he_n
@@ -2003,7 +2054,7 @@ def specialised(features: frozenset, settled: bool = False, simple: bool = False
                 lean: bool = False, one_call: bool = False):
     """``advance`` compiled with every mechanism not in ``features`` switched off; with
     ``settled``, for a stretch nothing a mechanism left is pending in (:data:`LEFTOVERS`
-    False: ``plain.plain_ok``), and with ``simple`` too, for a simple one (:data:`SIMPLE`).
+    False: ``loops.plain_ok``), and with ``simple`` too, for a simple one (:data:`SIMPLE`).
 
     The same code object as :func:`advance` under a copy of this module's globals in
     which the FEATURES constants not named are False: numba reads globals as
@@ -2047,7 +2098,7 @@ def features_of(cfg, st) -> frozenset:
     raise error rates or crash nodes within one, so faults with an error or wrong-answer
     rate count from the start, and crashing ones as intake). Rows that only slow a
     node (``fleet.service_scale``, slow faults) are no mechanism: both kernels read the
-    slowdown; a pending schedule change is the general kernel's (``plain.plain_ok``)."""
+    slowdown; a pending schedule change is the general kernel's (``loops.plain_ok``)."""
     cfg_f, cfg_i, isv, ni, nf = cfg.cfg_f, cfg.cfg_i, st.is_, st.node_i, st.node_f
     faults = cfg.fault_f.shape[0] > 0
     fault_errors = faults and bool((cfg.fault_f[:, 2] > 0).any() or (cfg.fault_f[:, 4] > 0).any())
@@ -2071,6 +2122,8 @@ def features_of(cfg, st) -> frozenset:
         on.add("degraded")
     if cfg_f[CF_PROBE_RATE] > 0.0:
         on.add("probes")
+    if cfg_i[CI_KEEP_LISTENING] != 0:
+        on.add("keep_listening")
     if cfg_i[CI_CLIENTS:CI_CLIENTS + len(TIERS)].any():
         on.add("clients")
     return frozenset(on)

@@ -21,7 +21,7 @@ latencies, the edges and their neighbours, against the numba-compiled
 definition).
 
 Both tables are module globals, which numba freezes into the compiled kernels
-as constants: an edit here must rename the kernels' cache entries (plain.py
+as constants: an edit here must rename the kernels' cache entries (cachename.py
 digests this file with kernel.py and rng.py).
 """
 

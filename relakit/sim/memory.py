@@ -34,6 +34,9 @@ def run_memory(sc, record_requests: bool) -> dict:
     # all (measured: mmc-demo, 1.3 M requests, 270 MB over the run without records)
     records = requests * 1.05 * 200 if record_requests else 0.0
     jobs = 4 * sum(sc.fleet.servers) + 8 * sc.workload.fanout
+    initial = getattr(sc, "initial", None)  # a start state's requests hold rows from t = 0
+    if initial is not None:
+        jobs = max(jobs, 2 * (sum(initial.queue) + initial.pending_retries))
     pools = jobs * (K.N_JI + K.N_JF + K.N_CL + K.N_CLF + K.N_UI + K.N_UF + 12) * 8
     if sc.workload.clients is not None:  # a heap slot (time and key) per thinking client
         pools += sc.workload.clients.total * 16

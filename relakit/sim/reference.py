@@ -83,3 +83,226 @@ def mmc_reference(rate_rps: float, mean_ms: float, servers: int, duration_s: flo
     if record:
         return done_arrival, done_latency, done_demand
     return completed
+
+
+def retry_node_reference(rate_rps: float, mean_ms: float, servers: int, queue_limit: int | None,
+                         deadline_s: float, max_attempts: int, backoff_s: float,
+                         backoff_max_s: float, jitter: bool, duration_s: float, seed: int,
+                         on_timeout: str = "abandon", initial_queue: int = 0,
+                         pending_retries: int = 0, tiers=(1.0, 0.0, 0.0)):
+    """One node, FCFS, Poisson arrivals and exponential demand, a per-attempt deadline,
+    retries on timeout (``retry_on: [timeout]``) and a start state, written from the
+    scenario language's definitions, not from the kernel's code. Returns each user
+    request that ended by ``duration_s``, in the order they ended: (arrival_s,
+    latency_ms, outcome, attempts).
+
+    It draws what the kernel draws, stream by stream (:func:`kernel_streams`): at an
+    arrival its tier and first-attempt demand, then the next gap; a retry's demand when
+    it starts (``copy_service``), a full-jitter factor at each retry decision
+    (``retry_jitter``); a start state's demands (``copy_service``, in node order, then
+    nothing for the pending retries) and the pending retries' jitter, before anything
+    else. Semantics: an attempt past its deadline is abandoned (the server still serves
+    it) or, with ``keep_listening``, still listened to while its request lives; the
+    request fails (timeout) at the deadline of its last attempt, answers at the first OK
+    of any copy listened to; a copy of an answered request still queued is dropped from
+    the queue (``hedge.cancel: queued``), except abandoned and late ones; an attempt
+    meeting a full queue fails at once (error, not retried)."""
+    st = kernel_streams(seed)
+    rand, rand_svc, rand_copy = st["arrivals"].random, st["service"].random, \
+        st["copy_service"].random
+    rand_jit = st["retry_jitter"].random
+    mean_s = mean_ms / 1000.0
+    gap = 1.0 / rate_rps
+    log = math.log
+    cum0, cum1 = tiers[0], tiers[0] + tiers[1]
+    heap: list = []  # (time, order: 0 heap events first at a tie, seq, kind, ident)
+    seq = [0]
+
+    def push(t, order, kind, ident):
+        seq[0] += 1
+        heapq.heappush(heap, (t, order, seq[0], kind, ident))
+
+    jobs: dict = {}  # id -> dict(call, state: queued/serving/done, client, demand)
+    calls: dict = {}  # id -> dict(arrival, attempts, copies: [job ids listened to],
+    #   waiting: copies within their deadline, alive)
+    queue: list = []
+    busy = [0]
+    out = []
+    nid = [0]
+
+    def new_id():
+        nid[0] += 1
+        return nid[0]
+
+    def backoff(attempts):
+        b = min(backoff_s * 2.0 ** (attempts - 1), backoff_max_s)
+        return b * rand_jit() if jitter else b
+
+    def start_next(t):
+        while queue and busy[0] < servers:
+            j = queue.pop(0)
+            job = jobs[j]
+            if job["demand"] is None:
+                job["demand"] = -mean_s * log(1.0 - rand_copy())
+            job["state"] = "serving"
+            busy[0] += 1
+            push(t + job["demand"], 0, "done", j)
+
+    def end_call(c, t, outcome):
+        call = calls[c]
+        call["alive"] = False
+        for j2 in call["copies"]:
+            job = jobs[j2]
+            if job["client"] == "late":
+                job["client"] = "abandoned"
+            elif job["client"] == "waiting":
+                job["client"] = "lost"
+                if job["state"] == "queued":
+                    queue.remove(j2)
+                    job["state"] = "done"
+        out.append((call["arrival"], (t - call["arrival"]) * 1000.0, outcome, call["attempts"]))
+
+    def send(c, t, demand):
+        call = calls[c]
+        call["attempts"] += 1
+        j = new_id()
+        jobs[j] = {"call": c, "state": "queued", "client": "waiting", "demand": demand}
+        push(t + deadline_s, 1, "timeout", j)
+        if queue_limit is not None and busy[0] >= servers and len(queue) >= queue_limit:
+            jobs[j]["state"] = "done"  # refused: the call fails (an error is not retried)
+            end_call(c, t, "error")
+            return
+        call["copies"].append(j)
+        call["waiting"] += 1
+        queue.append(j)
+
+    def new_call(t, tier):
+        c = new_id()
+        calls[c] = {"arrival": t, "attempts": 0, "copies": [], "waiting": 0, "alive": True,
+                    "tier": tier}
+        return c
+
+    total = initial_queue + pending_retries
+    for r in range(initial_queue):
+        c = new_call(0.0, r)
+        send(c, 0.0, -mean_s * log(1.0 - rand_copy()))
+    for _ in range(pending_retries):
+        c = new_call(0.0, 0)
+        calls[c]["attempts"] = 1
+        push(backoff(1), 0, "retry", c)
+    del total
+    start_next(0.0)
+    t_arr = -gap * log(1.0 - rand())
+    while True:
+        t_ev = heap[0][0] if heap else math.inf
+        t = min(t_arr, t_ev)
+        if t > duration_s:
+            break
+        if t_ev <= t_arr:
+            _, _, _, kind, ident = heapq.heappop(heap)
+            if kind == "done":
+                job = jobs[ident]
+                job["state"] = "done"
+                busy[0] -= 1
+                call = calls[job["call"]]
+                if call["alive"] and job["client"] in ("waiting", "late"):
+                    end_call(job["call"], t, "ok")
+                start_next(t)
+            elif kind == "timeout":
+                job = jobs[ident]
+                call = calls[job["call"]]
+                if job["client"] != "waiting" or job["state"] == "done" or not call["alive"]:
+                    continue
+                call["waiting"] -= 1
+                if on_timeout == "keep_listening":
+                    job["client"] = "late"
+                else:
+                    job["client"] = "abandoned"
+                    call["copies"].remove(ident)
+                if call["waiting"] == 0:
+                    if call["attempts"] < max_attempts:
+                        push(t + backoff(call["attempts"]), 0, "retry", job["call"])
+                    else:
+                        end_call(job["call"], t, "timeout")
+            else:  # a retry falls due
+                if calls[ident]["alive"]:
+                    send(ident, t, None)
+                    start_next(t)
+            continue
+        x = rand()
+        _tier = 0 if x < cum0 else (1 if x < cum1 else 2)
+        demand = -mean_s * log(1.0 - rand_svc())
+        t_arr = t - gap * log(1.0 - rand())
+        c = new_call(t, _tier)
+        send(c, t, demand)
+        start_next(t)
+    return out
+
+
+def ctmc_ablation_drain(timeout_s: float, doom: str, delay: str, count: str, seed: int,
+                        cap_s: float, arrival_rps: float = 9.5, service_rps: float = 10.0,
+                        capacity: int = 101, max_attempts: int = 5) -> float:
+    """Seconds for a full node to drain (<= 1 job, no retry pending; nan: not by ``cap_s``)
+    in a small model of one FCFS exponential server with per-attempt deadlines and retries
+    at the deadline, with each of :func:`relakit.analytic.retry_ctmc`'s approximations
+    switched on or off: ``doom`` ``exact`` (an attempt times out iff its own sojourn,
+    services drawn as they come, passes the deadline) or ``prob`` (the CTMC's coin of
+    probability ``doom_probability(n found)``, independent of the services that then
+    drain the queue); ``delay`` ``det`` (a retry at the deadline) or ``exp`` (after an
+    exponential delay of that mean); ``count`` ``exact`` (at most ``max_attempts``) or
+    ``share`` (a doomed retry retries again with the CTMC's stationary share). Started
+    with ``capacity`` first attempts sent at 0 and no retry pending: the kernel's
+    ``initial: {queue: capacity}``, the CTMC's state (capacity, 0). ``exact det exact`` is
+    the kernel's node (``benchmarks/ctmc_drain_ablation.py`` compares their drains)."""
+    import random
+
+    import numpy as np
+
+    from relakit.analytic.retry_ctmc import doom_probability, retry_allowed_share
+
+    for name, v, allowed in (("doom", doom, ("exact", "prob")), ("delay", delay, ("det", "exp")),
+                             ("count", count, ("exact", "share"))):
+        if v not in allowed:
+            raise ValueError(f"{name}: expected one of {', '.join(allowed)}, got {v!r}")
+    rng = random.Random(seed)
+    p_doom = doom_probability(np.arange(capacity + 1), 1, service_rps, timeout_s, 256)
+    again = retry_allowed_share(p_doom, max_attempts - 1)
+    deps, last = [], 0.0  # departure times of the jobs in the node (FCFS: increasing)
+    for _ in range(capacity):
+        last += rng.expovariate(service_rps)
+        deps.append(last)
+    retries: list = []  # (time due, attempt number)
+    if doom == "exact":  # the start's attempts that will time out retry at the deadline
+        retries = [(timeout_s if delay == "det" else rng.expovariate(1 / timeout_s), 2)
+                   for d in deps if d > timeout_s]
+        heapq.heapify(retries)
+    gone = 0
+    t_arr = rng.expovariate(arrival_rps)
+    while True:
+        t = min(t_arr, retries[0][0] if retries else math.inf)
+        if t > cap_s:
+            return math.nan
+        while gone < len(deps) and deps[gone] <= t:
+            gone += 1
+        n = len(deps) - gone
+        if n <= 1 and not retries:  # drained at the departure that left <= 1 job
+            return deps[gone - 1] if gone > 0 else t
+        if retries and retries[0][0] <= t_arr:
+            attempt = heapq.heappop(retries)[1]
+        else:
+            attempt = 1
+            t_arr = t + rng.expovariate(arrival_rps)
+        if n >= capacity:
+            continue  # dropped (not retried)
+        d = max(t, deps[-1] if n else t) + rng.expovariate(service_rps)
+        deps.append(d)
+        doomed = (d - t > timeout_s) if doom == "exact" else rng.random() < p_doom[n]
+        if not doomed:
+            continue
+        retry = attempt < max_attempts if count == "exact" else (
+            attempt == 1 or rng.random() < again[n])
+        if retry:
+            wait = timeout_s if delay == "det" else rng.expovariate(1 / timeout_s)
+            heapq.heappush(retries, (t + wait, attempt + 1))
+        if gone > 10_000:
+            deps, gone = deps[gone:], 0

@@ -193,6 +193,14 @@ def exponential_py(s: np.ndarray, k: int, mean: float) -> float:
     return -mean * math.log(1.0 - u)
 
 
+def uniform_py(s: np.ndarray, k: int) -> float:
+    """:func:`uniform` from Python, on row k of a state array (advanced in place)."""
+    g = XoshiroPy.from_words(s[k])
+    u = g.random()
+    s[k] = np.array(g.s, dtype=np.uint64)
+    return u
+
+
 class XoshiroPy:
     """The same generator in pure Python; ``random()`` matches :func:`uniform`.
 

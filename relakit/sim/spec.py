@@ -23,6 +23,7 @@ from relakit.vocab import (  # noqa: F401 - re-exported
     CANCELS,
     FAILED,
     NOT_OK,
+    ON_TIMEOUT,
     ROUTINGS,
     SERVICE_PARAMS,
     SHEDDABLE,
@@ -145,6 +146,24 @@ class Retries:
     budget_ratio: float | None = None  # retries / first attempts over the window; None: none
     budget_window_s: float = 10.0
     retry_on: tuple[str, ...] = FAILED
+    # abandon: an attempt past its deadline is given up on (the server still serves it);
+    # keep_listening: its late answer still answers the request until the request ends
+    on_timeout: str = "abandon"
+
+
+@dataclass(frozen=True)
+class Initial:
+    """The state a run starts from (``initial:``): per node, requests already there at
+    t = 0 (each a one-call request whose first attempt was sent at 0: the first
+    ``servers`` in service, the rest queued), and requests whose first attempt failed
+    just before 0, their retry due after one backoff. Empty: the run starts idle."""
+
+    queue: tuple[int, ...] = ()  # per node; () : none
+    pending_retries: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.queue) and self.pending_retries == 0
 
 
 @dataclass(frozen=True)
@@ -284,6 +303,7 @@ class DataPlane(Protocol):
     controls: Controls
     mitigations: Mitigations
     metrics: Metrics
+    initial: Initial
 
 
 def read_data_plane(r: Reader, base_dir: Path, control=None) -> dict:
@@ -309,12 +329,15 @@ def read_data_plane(r: Reader, base_dir: Path, control=None) -> dict:
     name = r.data.get("name", "scenario")
     if not isinstance(name, str) or not name:
         r.fail(f"expected a non-empty string, got {name!r}", "name")
+    seed = r.number("seed", 1, lo=0, hi=SEED_MAX, integer=True)
+    controls = _controls(r.sub("controls"), duration)
+    mitigations = _mitigations(r.sub("mitigations"), fleet.nodes, workload.fanout)
+    _check_on_timeout(r.sub("mitigations").sub("retries"), mitigations.retries, workload)
     return dict(
-        name=name, duration_s=duration,
-        seed=r.number("seed", 1, lo=0, hi=SEED_MAX, integer=True), workload=workload,
-        fleet=fleet, faults=faults, warmup_s=warmup,
-        controls=_controls(r.sub("controls"), duration),
-        mitigations=_mitigations(r.sub("mitigations"), fleet.nodes, workload.fanout),
+        name=name, duration_s=duration, seed=seed, workload=workload,
+        fleet=fleet, faults=faults, warmup_s=warmup, controls=controls,
+        mitigations=mitigations,
+        initial=_initial(r.sub("initial"), fleet, workload, mitigations.retries),
         metrics=_metrics(r.sub("metrics"), fleet.nodes, r.number("seed", 1, lo=0, integer=True),
                          clocks),
         policy=policy, clocks=clocks, chain=chain, source=r.source,
@@ -407,11 +430,12 @@ def _mitigations(r: Reader, nodes: int, fanout: int) -> Mitigations:
     )
     t = r.sub("retries")
     t.only({"max_attempts", "backoff_ms", "backoff_max_ms", "jitter", "budget_ratio",
-            "budget_window_s", "retry_on"})
+            "budget_window_s", "retry_on", "on_timeout"})
     retry_on = t.data.get("retry_on", list(FAILED))
     if not isinstance(retry_on, list) or any(v not in RETRYABLE for v in retry_on):
         t.fail(f"expected a list from {', '.join(RETRYABLE)}, got {retry_on!r}", "retry_on")
     retries = Retries(
+        on_timeout=t.choice("on_timeout", ON_TIMEOUT, "abandon"),
         max_attempts=t.number("max_attempts", 1, lo=1, hi=100, integer=True),
         backoff_ms=t.number("backoff_ms", 10.0, lo=0),
         backoff_max_ms=t.number("backoff_max_ms", 1000.0, lo=0),
@@ -435,6 +459,51 @@ def _mitigations(r: Reader, nodes: int, fanout: int) -> Mitigations:
     breaker = Breaker(reject_tiers=_tiers(b, "reject_tiers", SHEDDABLE),
                       half_open_admit=b.number("half_open_admit", 0.1, lo=0, hi=1))
     return Mitigations(hedge=hedge, retries=retries, degraded=degraded, breaker=breaker)
+
+
+def _check_on_timeout(r: Reader, retries: Retries, workload: Workload) -> None:
+    """keep_listening changes a run only where an attempt can time out and be retried:
+    refused by name elsewhere rather than silently meaning abandon."""
+    if retries.on_timeout != "keep_listening":
+        return
+    if workload.deadline_ms is None:
+        r.fail("keep_listening listens past an attempt's deadline; give "
+               "workload.deadline_ms, or use on_timeout: abandon", "on_timeout")
+    if retries.max_attempts < 2 or "timeout" not in retries.retry_on:
+        r.fail("keep_listening listens to a timed-out attempt while its retry runs; give "
+               "retries.max_attempts >= 2 and 'timeout' in retries.retry_on, or use "
+               "on_timeout: abandon", "on_timeout")
+
+
+def _initial(r: Reader, fleet: FleetSpec, workload: Workload, retries: Retries) -> Initial:
+    """``initial: {queue: N | [N per node], pending_retries: M}``; every request must fit
+    (servers + queue_limit per node) and a pending retry needs retries to happen."""
+    r.only({"queue", "pending_retries"})
+    if not r.data:
+        return Initial()
+    queue = r.data.get("queue", 0)
+    if isinstance(queue, list):
+        if len(queue) != fleet.nodes:
+            r.fail(f"a list must have one entry per node ({fleet.nodes}), got {len(queue)}",
+                   "queue")
+        queue = _items(r, "queue", queue, lo=0, hi=10**7, integer=True)
+    else:
+        queue = (r.number("queue", 0, lo=0, hi=10**7, integer=True),) * fleet.nodes
+    pending = r.number("pending_retries", 0, lo=0, hi=10**7, integer=True)
+    if (any(queue) or pending) and workload.fanout != 1:
+        r.fail(f"initial requests are one call each; the workload's fan-out is "
+               f"{workload.fanout} (use fanout: 1)")
+    if fleet.queue_limit is not None:
+        for i, (n, c) in enumerate(zip(queue, fleet.servers, strict=True)):
+            if n > c + fleet.queue_limit:
+                r.fail(f"{n} requests at node {i} do not fit its {c} server(s) and "
+                       f"fleet.queue_limit {fleet.queue_limit}; allowed: at most "
+                       f"{c + fleet.queue_limit}", "queue")
+    if pending and (retries.max_attempts < 2 or not retries.retry_on):
+        r.fail(f"{pending} pending retries need retries: give "
+               "mitigations.retries.max_attempts >= 2, or pending_retries: 0",
+               "pending_retries")
+    return Initial(queue=queue, pending_retries=pending)
 
 
 def _metrics(r: Reader, nodes: int, seed: int, clocks=None) -> Metrics:

@@ -1,0 +1,174 @@
+"""Every specialisation of the one event loop that Fleet may choose equals the general
+loop, bit for bit; the general loop equals the pure-Python reference where it covers.
+
+One parametrised test. Each case runs twice: through the loops ``Fleet`` picks
+(``relakit.sim.loops``: simple, plain, the lean mitigated one-call and fan-out ones,
+the general one) and through the general loop alone (``Fleet.specialise`` off):
+
+* a shipped scenario (``params/scenarios``, those ``benchmarks/reference_runs.py``
+  hashes) through ``relakit.simulate``: every table it returns must hash the same
+  (``reference_runs.tables``: column names, dtypes, every value's bytes);
+* a synthetic fleet aimed at one loop's paths (routings, demand laws, fan-out, tiers,
+  cancel policies, schedules), in several calls as a control plane makes them, with
+  and without per-request records: every state and output array must be equal, but
+  one event's scratch arrays (``loops.SCRATCH``) and the rows the lean loops leave
+  unwritten for requests that ended in them (``kernel.LEAN_CALL``, ``LEAN_USER``).
+
+Each case also checks which loops ran and that the mechanisms did something, so the
+equality is not vacuous; :func:`test_the_shipped_scenarios_run_every_loop_but_the_fanout_one`
+checks which loops the shipped set runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_scenario
+from test_kernel_mitigated import (
+    _m_fanout,
+    _m_fanout_p2c,
+    _m_fanout_wide,
+    _m_fleet,
+    _m_never,
+    _m_schedule,
+    _m_single,
+    _m_started,
+    _m_trace,
+    _m_weighted,
+)
+from test_kernel_specialised import (
+    _assert_same,
+    _p_fleet,
+    _p_jsq,
+    _p_p2c,
+    _p_scaled,
+    _p_simple_fleet,
+    _p_single,
+    _p_trace,
+    _p_weighted_random,
+    _run,
+    count_loops,
+)
+
+import relakit
+from relakit.sim import kernel as K
+from relakit.sim.reference import kernel_streams, mmc_reference
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("reference_runs",
+                                               ROOT / "benchmarks" / "reference_runs.py")
+reference_runs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(reference_runs)
+SHIPPED = sorted(json.loads(reference_runs.STORE.read_text())["runs"])
+LOOPS = ("simple", "plain", "mitigated", "fanout", "general")
+
+# synthetic cases: (factory, the loop it is for). "simple" and "plain": the plain loops run
+# it all (in the simple one exactly for "simple"); "one-call", "fanout": the lean loop
+SYNTHETIC = {
+    "mm8": (_p_single, "simple"), "simple-fleet-tiers": (_p_simple_fleet, "simple"),
+    "service-scale": (_p_scaled, "simple"), "weighted-fanout-tiers": (_p_fleet, "plain"),
+    "p2c-lognormal": (_p_p2c, "plain"), "jsq-pareto": (_p_jsq, "plain"),
+    "trace-round-robin": (_p_trace, "plain"), "weighted-random": (_p_weighted_random, "plain"),
+    "m-fleet-tiers-budget": (_m_fleet, "one-call"),
+    "m-cancel-started-2-hedges-wrong": (_m_started, "one-call"),
+    "m-cancel-never-jitter-p2c": (_m_never, "one-call"),
+    "m-schedule-jsq": (_m_schedule, "one-call"), "m-trace-round-robin": (_m_trace, "one-call"),
+    "m-single-node": (_m_single, "one-call"), "m-weighted-random": (_m_weighted, "one-call"),
+    "m-fanout-3-tiers-budget": (_m_fanout, "fanout"),
+    "m-fanout-2-p2c-started-schedule": (_m_fanout_p2c, "fanout"),
+    "m-fanout-wider-than-nodes": (_m_fanout_wide, "fanout"),
+}
+CASES = ([f"shipped:{s}" for s in SHIPPED]
+         + [f"{n}:{r}" for n in SYNTHETIC for r in ("records", "no-records")])
+
+
+@pytest.fixture(autouse=True)
+def _numba_loops(monkeypatch):
+    """numba's loops (the ones built ahead of time are compared with them in test_aot)."""
+    monkeypatch.setenv("RELAKIT_AOT", "0")
+
+
+@functools.cache
+def _shipped(stem: str) -> tuple[dict, dict, dict]:
+    """(tables' hashes through the chosen loops, through the general loop alone, calls
+    of each loop in the first run) for a shipped scenario, once a process."""
+    runs = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RELAKIT_AOT", "0")
+        for specialise in (True, False):
+            calls = count_loops(mp, specialise)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result = relakit.simulate(reference_runs.SCENARIOS / f"{stem}.yaml", workers=1)
+            runs.append((reference_runs.tables(result, stem), calls))
+    (fast, used), (general, used_general) = runs
+    assert sum(used_general[k] for k in LOOPS if k != "general") == 0
+    return fast, general, used
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_specialisation_equals_the_general_loop(case, monkeypatch):
+    name, how = case.split(":")
+    if name == "shipped":
+        fast, general, used = _shipped(how)
+        assert fast and set(fast) == set(general)
+        assert [t for t in fast if fast[t] != general[t]] == []
+        assert sum(used.values()) > 0
+        return
+    make, loop = SYNTHETIC[name]
+    sc, records = make(), how == "records"
+    fast, used = _run(sc, True, records, monkeypatch=monkeypatch)
+    general, used_general = _run(sc, False, records, monkeypatch=monkeypatch)
+    assert used["general"] == 0 and used_general["plain"] == used_general["mitigated"] == 0
+    if loop in ("simple", "plain"):
+        assert used["plain"] >= 3 and used["mitigated"] == 0
+        assert used["simple"] == (used["plain"] if loop == "simple" else 0)
+        assert fast.n_arrived > 10_000
+        assert fast.out.sample_t.shape == general.out.sample_t.shape
+        _assert_same(fast, general, lean=loop == "simple")
+    else:
+        assert used["plain"] == 0 and used["mitigated"] >= 3
+        assert used["fanout"] == (used["mitigated"] if loop == "fanout" else 0)
+        assert fast.n_arrived > 5_000
+        fc = fast.st.fleet_c
+        if sc.get("controls", {}).get("hedge_enabled") and sc["fleet"]["nodes"] > 1:
+            assert fc[K.F_HEDGES] > 100 and fc[K.F_HEDGES_WON] > 0
+        if "retries" in sc.get("mitigations", {}):
+            assert fc[K.F_RETRIES] > 0
+        assert fast.st.cnt[:, :, K.ERROR].sum() > 0 and fast.st.cnt[:, :, K.TIMEOUT].sum() > 0
+        _assert_same(fast, general, lean=("usr_i", "usr_f") if loop == "one-call" else ())
+    if records:  # the records are the user requests, one row each
+        assert fast.st.is_[K.IS_NREC] > 0.99 * fast.n_arrived - fast.users_in_flight
+
+
+def test_the_shipped_scenarios_run_every_loop_but_the_fanout_one():
+    """So the shipped cases above hold every loop Fleet may choose to the general one; no
+    shipped scenario fans out under mitigations alone, so the lean fan-out loop is held
+    to it by the synthetic ``m-fanout-*`` cases (which assert that it ran)."""
+    ran = {k for stem in SHIPPED for k, n in _shipped(stem)[2].items() if n > 0}
+    assert set(LOOPS) - {"fanout"} <= ran, sorted(ran)
+    assert {loop for _, loop in SYNTHETIC.values()} >= {"simple", "plain", "one-call", "fanout"}
+
+
+@pytest.mark.parametrize("specialise", [True, False], ids=["chosen-loops", "general-loop"])
+@pytest.mark.parametrize("nodes", [1, 4])
+def test_the_loops_match_the_python_reference_request_for_request(nodes, specialise,
+                                                                   monkeypatch):
+    """Poisson arrivals, exponential service, random routing over equal nodes: the
+    reference (relakit/sim/reference.py) draws the same numbers in the same order."""
+    calls = count_loops(monkeypatch, specialise)
+    sc = make_scenario(rate=650.0 * nodes, duration=60, nodes=nodes, servers=8, seed=11)
+    req = relakit.simulate(sc).requests
+    assert calls["general"] == 0 if specialise else calls["general"] > 0
+    arrival, latency, demand = mmc_reference(650.0 * nodes, 10.0, 8, 60, kernel_streams(11),
+                                             nodes=nodes)
+    assert req.height == len(arrival) > 30000 * nodes
+    np.testing.assert_allclose(req["arrival_s"].to_numpy(), arrival, rtol=1e-12)
+    np.testing.assert_allclose(req["latency_ms"].to_numpy(), latency, rtol=1e-9)
+    np.testing.assert_allclose(req["service_ms"].to_numpy(), demand, rtol=1e-12)
