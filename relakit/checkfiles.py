@@ -68,6 +68,39 @@ def kind_of(data) -> str:
     return "unknown"
 
 
+#: what a lab run summary holds (tests/test_lab_front.py writes it, notebook 07 reads it)
+LAB_RUN_KEYS = ("t0_s", "step_s", "high_end_s", "end_s", "capacity_rps", "clocks", "wrk",
+                "signals")
+
+
+def _is_lab_run(path: Path) -> bool:
+    import json
+
+    if path.suffix.lower() != ".json" or path.stat().st_size > 10_000_000:
+        return False
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "wrk" in data and "status" not in data
+
+
+def _check_lab_run(path: Path) -> list[C.Finding]:
+    """Every key of a lab run summary there, the times numbers in order."""
+    import json
+
+    data = json.loads(path.read_text())
+    lost = [k for k in LAB_RUN_KEYS if k not in data]
+    if lost:
+        return [C.Finding(C.ERROR, str(path), lost[0], f"missing; a lab run summary holds "
+                                                       f"{', '.join(LAB_RUN_KEYS)}")]
+    times = [data[k] for k in ("t0_s", "step_s", "high_end_s", "end_s")]
+    if not all(isinstance(t, int | float) for t in times) or times != sorted(times):
+        return [C.Finding(C.ERROR, str(path), "step_s", "expected t0_s <= step_s <= "
+                                                        "high_end_s <= end_s, in seconds")]
+    return []
+
+
 def _is_trace(path: Path) -> bool:
     if path.is_dir() or path.suffix.lower() in TRACE_SUFFIXES:
         return True
@@ -122,6 +155,10 @@ def _one(raw, findings: list, kinds: dict, loaded: dict) -> None:
         if table is not None:
             kinds[raw] = table
             findings.extend(_check_table(table, path))
+            return
+        if _is_lab_run(path):  # before traces: a JSON file too
+            kinds[raw] = "lab run"
+            findings.extend(_check_lab_run(path))
             return
         if _is_trace(path):
             kinds[raw] = "trace"

@@ -604,14 +604,38 @@ LAB_SERIES = ("requests_total", "latency_seconds_bucket", "latency_seconds_sum",
               "latency_seconds_count", "in_flight", "busy_seconds_total", "flag")
 
 
-def check_lab(policy, clocks) -> list[Finding]:
-    """The agent's policy against the data plane's metric names; the lab's clocks."""
+def check_lab(policy, clocks, buckets_s=None) -> list[Finding]:
+    """The agent's policy against the data plane's metric names; the lab's clocks; its
+    thresholds against the latency histogram's buckets (``buckets_s``, seconds)."""
     series = [("nodes", n, None, None, None) for n in LAB_SERIES]
     return (check_policy(policy)
             + check_signals(policy, series, missing=ERROR, what="the lab's data plane",
                             labels=False)
             + [Finding(f.severity, "lab", "--" + f.key.replace("_", "-"), f.message)
-               for f in check_clocks(clocks, needs_rates=policy_needs_rates(policy))])
+               for f in check_clocks(clocks, needs_rates=policy_needs_rates(policy))]
+            + ([] if buckets_s is None else check_bucket_edges(policy, buckets_s)))
+
+
+def check_bucket_edges(policy, buckets_s) -> list[Finding]:
+    """A warning for each condition whose threshold on a histogram quantile sits on a
+    bucket bound: the quantile is read by interpolating inside a bucket, so it crosses a
+    bound as soon as a hair over the quantile's share lies past it (the live lab entered
+    survival at 37 % load on RelA's 250 ms, a bucket edge, in 1 run of 8)."""
+    out = []
+    for c in policy.conditions:
+        sig = policy.signals[c.signal]
+        if sig.kind != "histogram_quantile":
+            continue
+        edge = next((b for b in buckets_s
+                     if math.isclose(b * sig.scale, c.threshold, rel_tol=1e-9)), None)
+        if edge is not None:
+            out.append(Finding(
+                WARNING, policy.source, f"conditions.{c.name}.threshold",
+                f"{c.threshold:g} sits on the latency histogram's bucket bound {edge:g} s: "
+                f"{c.signal} crosses it once a hair over {1 - sig.q:.3g} of requests lies "
+                "past the bound, so noise decides; move the threshold inside a bucket or "
+                "the buckets (--buckets) off it"))
+    return out
 
 
 # ---- a trace, before a replay ------------------------------------------------------------------

@@ -19,7 +19,7 @@ from relakit.io import folder_name
 from relakit.progress import Progress
 from relakit.scenario import ScenarioError, load_scenario
 from relakit.validate import SEED_MAX
-from relakit.vocab import TIERS
+from relakit.vocab import ROUTINGS, TIERS
 
 MAX_WORKERS = 1024
 
@@ -65,6 +65,22 @@ def _time(text: str) -> float:
 
 def _instances(text: str) -> int:
     return _number(text, lo=1, hi=64, integer=True)
+
+
+def _port(text: str) -> int:
+    return _number(text, lo=0, hi=65_535, integer=True)
+
+
+def _queue_limit(text: str) -> int:
+    return _number(text, lo=0, hi=1_000_000, integer=True)
+
+
+def _buckets(text: str) -> tuple[float, ...]:
+    """Latency bucket bounds in seconds, comma-separated, positive and rising."""
+    bounds = tuple(_positive(b.strip()) for b in text.split(","))
+    if any(b <= a for a, b in zip(bounds, bounds[1:], strict=False)):
+        raise argparse.ArgumentTypeError(f"{text!r}: bounds must rise, e.g. 0.05,0.1,0.2,0.5")
+    return bounds
 
 
 def _phases(text: str) -> list[tuple[float, float]]:
@@ -556,7 +572,11 @@ def _lab(args) -> int:
             work, policy=None if args.no_policy else args.policy, chain=args.chain,
             instances=args.instances, agents=args.agents, lease_s=args.lease_s,
             renew_s=args.renew_s, clocks={"scrape_s": args.scrape_s, "window_s": args.window_s,
-                                          "eval_s": args.eval_s, "poll_s": args.poll_s})
+                                          "eval_s": args.eval_s, "poll_s": args.poll_s},
+            front={"front_port": args.front_port, "routing": args.routing,
+                   "tier_header": args.tier_header, "keepalive_s": args.keepalive_s,
+                   "queue_limit": args.queue_limit, "deadline_ms": args.deadline_ms,
+                   "buckets_s": args.buckets})
     if args.action == "down":
         return lifecycle.down(work)
     if args.action == "load":
@@ -827,8 +847,9 @@ def build_parser() -> argparse.ArgumentParser:
     up = action("up", "start the config server, the data-plane instances, Prometheus and "
                       "the agent; runs until Ctrl-C or `relakit lab down`")
     up.add_argument("--instances", type=_instances, default=3, help="data-plane instances")
-    up.add_argument("--policy", default="params/policies/rela.yaml",
-                    help="the agent's policy YAML")
+    up.add_argument("--policy", default="params/policies/rela-lab.yaml",
+                    help="the agent's policy YAML (the default is RelA's, fitted to the "
+                         "lab's service: docs/lab.md)")
     up.add_argument("--no-policy", action="store_true", help="no policy (then give --chain)")
     up.add_argument("--chain", default=None,
                     help="a containment chain YAML the agent runs too (it isolates and "
@@ -848,12 +869,26 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the agent's evaluation interval, seconds")
     up.add_argument("--poll-s", type=_positive, default=1.0,
                     help="the instances' and load generator's config poll interval, seconds")
+    up.add_argument("--front-port", type=_port, default=8780,
+                    help="the front door's port on 127.0.0.1 (0: any free port)")
+    up.add_argument("--routing", choices=ROUTINGS, default="random",
+                    help="how the front picks an instance (as fleet.routing)")
+    up.add_argument("--tier-header", default="X-Tier",
+                    help="the request header that names the tier (or ?tier=)")
+    up.add_argument("--keepalive-s", type=_positive, default=75.0,
+                    help="idle keep-alive of the front and the instances, seconds")
+    up.add_argument("--queue-limit", type=_queue_limit, default=None,
+                    help="waiting places per instance (fleet.queue_limit; default none)")
+    up.add_argument("--deadline-ms", type=_positive, default=None,
+                    help="server-side timeout per request, ms (workload.deadline_ms)")
+    up.add_argument("--buckets", type=_buckets, default=None,
+                    help="latency histogram bucket bounds, seconds, comma-separated, rising")
     ld = action("load", "send open-loop load to the running lab, phase by phase")
     ld.add_argument("--phases", type=_phases, default="10:50,20:200,10:50",
                     help="seconds:rate pairs (rate in requests/s), run in order")
     rec = action("record", "save what Prometheus scraped, for `relakit replay`")
-    rec.add_argument("--since", type=_positive, default=120.0,
-                     help="how far back to record, seconds")
+    rec.add_argument("--since", type=_positive, default=None,
+                     help="how far back to record, seconds (default: the whole run)")
     rec.add_argument("--out", metavar="DIR", default=None,
                      help=OUT_HELP + "recorded.json (default: the lab's --dir)")
     action("down", "stop the lab, whatever happened to the process that started it")

@@ -539,7 +539,9 @@ def control_summary(decisions: pl.DataFrame, timeline: pl.DataFrame, controller,
     from relakit.control.controller import time_in_mode
 
     changes = []
-    for r in decisions.filter(pl.col("action") != "hold").iter_rows(named=True):
+    from relakit.control.audit import NO_CHANGE
+
+    for r in decisions.filter(~pl.col("action").is_in(NO_CHANGE)).iter_rows(named=True):
         run = max(r["breaches"], 1) if r["action"] in ("enter", "preempt") else max(
             r["clears"], 1)
         first = r["decided_at_s"] - (run - 1) * controller.clocks.eval_s

@@ -268,7 +268,9 @@ def ok_share_per_bin(requests: pl.DataFrame, bin_s: float = 1.0, time_col: str =
 def mode_entered_at(decisions: pl.DataFrame, mode: str, origin: float = 0.0) -> float:
     """When the controller first entered ``mode`` (decision time minus ``origin``;
     nan if it never did)."""
-    d = decisions.filter((pl.col("action") != "hold") & (pl.col("mode") == mode))
+    from relakit.control.audit import NO_CHANGE
+
+    d = decisions.filter(~pl.col("action").is_in(NO_CHANGE) & (pl.col("mode") == mode))
     return float(d["decided_at_s"].min() - origin) if d.height else float("nan")
 
 

@@ -1908,3 +1908,39 @@ def control_frontier_chart(frontier: pl.DataFrame, *, title: str, subtitle: str 
             y=alt.Y("half:Q", scale=y_scale)))
     return alt.layer(*layers, title=alt.TitleParams(text=title, subtitle=sub)).properties(
         width=420, height=260)
+
+
+# ---- the lab driven by an external tool (notebook 07) ------------------------------------------
+def signals_against_thresholds(signals: pl.DataFrame, thresholds: pl.DataFrame,
+                               timeline: pl.DataFrame, shade=None, domain=None,
+                               titles: dict | None = None) -> alt.VConcatChart:
+    """One panel per signal (``signals``: time_s, signal, value) with the policy's
+    thresholds on it as dashed rules (``thresholds``: signal, condition, threshold), the
+    mode below, on one time axis; ``shade`` (start_s, end_s) greys a phase (an
+    overload) on every panel."""
+    titles = titles or {}
+    signals = signals.with_columns(pl.col("value").fill_nan(None))  # a gap breaks the line
+    domain = domain or (float(signals["time_s"].min()), float(signals["time_s"].max()))
+    panels = []
+    for name in signals["signal"].unique(maintain_order=True).to_list():
+        one = signals.filter(pl.col("signal") == name)
+        layers = []
+        if shade is not None:
+            layers.append(alt.Chart(pl.DataFrame({"start_s": [shade[0]], "end_s": [shade[1]]}))
+                          .mark_rect(color=NEUTRAL["outage"], opacity=0.6)
+                          .encode(x=_time_x("start_s", domain), x2="end_s:Q"))
+        layers.append(alt.Chart(one).mark_line(color=CATEGORY[0], clip=True).encode(
+            x=_time_x("time_s", domain), y=alt.Y("value:Q", title=titles.get(name, name)),
+            tooltip=["time_s:Q", "value:Q"]))
+        rules = thresholds.filter(pl.col("signal") == name)
+        if rules.height:
+            layers.append(alt.Chart(rules).mark_rule(color=NEUTRAL["reference"],
+                                                     strokeDash=[5, 3]).encode(
+                y="threshold:Q", tooltip=["condition:N", "threshold:Q"]))
+            layers.append(alt.Chart(rules).mark_text(align="left", dx=4, dy=-6,
+                                                     color=NEUTRAL["note"]).encode(
+                x=alt.value(0), y="threshold:Q", text="condition:N"))
+        panels.append(alt.layer(*layers).properties(width=PANEL_WIDTH, height=110,
+                                                     title=titles.get(name, name)))
+    panels.append(mode_timeline(timeline, domain=domain))
+    return alt.vconcat(*panels).resolve_scale(x="shared")

@@ -30,6 +30,7 @@ OUTPUT_WORDS = re.compile(r"out|output|dest|report|write|save|folder|dir", re.I)
 #: options whose name says output but which are not a place to write: what they are
 NOT_A_PLACE = {("lab up", "--dir"), ("lab load", "--dir"), ("lab record", "--dir"),
                ("lab down", "--dir"),  # the lab acted on (its state.json), not an output
+               ("lab up", "--routing"),  # how the front picks an instance ("rOUTing")
                ("calibrate", "--report"),  # a switch; a DIR after it is deprecated
                ("simulate", "--figure")}  # a format; the figure goes into --out
 

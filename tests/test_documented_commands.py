@@ -39,6 +39,8 @@ EXCLUDED = (
                  "example, which runs here"),
     ("make test", "make test runs this test: it would run itself"),
     ("relakit lab ", "starts servers; tests/test_lab*.py start, check and stop the lab"),
+    ("wrk ", "needs a running lab's front; tests/test_lab_front.py runs this very line (its "
+             "port, connections, duration and tier changed) against one"),
     ("--scheduler tcp://", "needs a Dask scheduler listening; tests/test_sweep.py runs a "
                            "sweep on a local Dask cluster"),
     ("--seed SEED", "a pattern with a seed the reader supplies"),

@@ -21,7 +21,9 @@ from relakit.control import signal_matrix
 from relakit.lab import Agent, Lab, LabSpec, run_load
 from relakit.openloop import replay
 
-RELA = ROOT / "params" / "policies" / "rela.yaml"
+# the lab's shipped policy (rela.yaml's 250 ms p99 sits at the lab's no-load p99: with
+# it, survival was entered before the step in about 1 run of 8)
+RELA = ROOT / "params" / "policies" / "rela-lab.yaml"
 STEP_AT = 8.0
 
 
@@ -82,9 +84,12 @@ def test_the_agent_enters_survival_within_the_clock_bound(live):
     bound = step_delay(clk.scrape_s, clk.eval_s, clk.poll_s, clk.propagation_s,
                        enter_after=3, lead_s=clk.window_s)
     delay = enter["effective_at_s"][0] - (live["t0"] + STEP_AT)
-    assert 0 < delay <= bound.max + 1.0, (delay, bound.max)
+    tl = live["agent"].controller.timeline().with_columns(pl.col("time_s") - live["t0"] - STEP_AT)
+    assert 0 < delay <= bound.max + 1.0, (delay, bound.max, tl.filter(
+        pl.col("time_s").is_between(-2, delay + 1)).select(pl.all().round(2)).rows())
     reason = enter["reason"][0]
-    assert "entered survival" in reason and "p99_ms" in reason and "hedging suppressed" in reason
+    assert "entered survival" in reason and "hedging suppressed" in reason
+    assert "busy_servers" in reason or "in_system" in reason  # saturation, not a noisy p99
 
 
 def test_bronze_is_shed_while_gold_keeps_succeeding(live):
@@ -152,4 +157,4 @@ def test_prometheus_evaluates_the_signals_promql_to_the_same_values(live):
                 assert b == pytest.approx(a, rel=1e-6, abs=1e-9), (at, name, a, b)
                 compared.add(name)
     # error_ratio has no series at all here (the instances do not fail): empty both ways
-    assert {"p99_ms", "drop_ratio"} <= compared
+    assert {"p99_ms", "drop_ratio", "busy_servers", "offered_rps", "ok_ratio"} <= compared

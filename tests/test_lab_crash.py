@@ -32,7 +32,7 @@ def _cli(*args, **kw) -> subprocess.CompletedProcess:
 
 
 def _ports(state: dict) -> list[int]:
-    urls = [state["config_url"], state["prom_url"], *state["instance_urls"]]
+    urls = [state["config_url"], state["prom_url"], state["front_url"], *state["instance_urls"]]
     return [int(u.rsplit(":", 1)[1]) for u in urls]
 
 
@@ -57,7 +57,7 @@ def _all_cmdlines() -> list[bytes]:
 def _up(work: Path, *args: str) -> tuple[subprocess.Popen, dict]:
     """`relakit lab up` in the background, once every process it starts is recorded."""
     up = subprocess.Popen([sys.executable, "-m", "relakit.cli", "lab", "up", "--dir",
-                           str(work), *args], cwd=ROOT,
+                           str(work), "--front-port", "0", *args], cwd=ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     state_file = work / "state.json"
     deadline = time.time() + 120
@@ -93,9 +93,9 @@ def test_down_stops_every_process_of_a_lab_whose_up_was_killed(tmp_path):
         token = state["token"].encode()
         assert len(token) >= 16 and not any(token in c for c in _all_cmdlines())
         records = state["processes"]
-        assert [r["name"] for r in records] == ["config", "instance0", "instance1", "prometheus",
-                                                "agent0", "agent1"]
-        agents, records = records[4:], records[:4]
+        assert [r["name"] for r in records] == ["config", "instance0", "instance1", "front",
+                                                "prometheus", "agent0", "agent1"]
+        agents, records = records[5:], records[:5]
         ports = _ports(state)
         assert all(_accepts(p) for p in ports)
         second = _cli("lab", "up", "--dir", str(work))  # one lab per folder

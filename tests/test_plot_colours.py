@@ -121,6 +121,11 @@ def _figures(tmp_path):
         "queueing_tails": plots.queueing_tails(tails, servers=8),
         "ok_share_over_time": plots.ok_share_over_time(shares),
         "alert_timeline": plots.alert_timeline(alerts, (0.0, 60.0), timeline),
+        "signals_against_thresholds": plots.signals_against_thresholds(
+            pl.DataFrame({"time_s": [0.0, 1.0, 2.0] * 2, "signal": ["busy"] * 3 + ["p99"] * 3,
+                          "value": [0.5, 0.9, 0.95, 200.0, 800.0, 900.0]}),
+            pl.DataFrame({"signal": ["busy"], "condition": ["saturated"], "threshold": [0.85]}),
+            timeline, shade=(1.0, 2.0), domain=(0.0, 60.0)),
     }
     from relakit.experiment import simulate
 

@@ -93,7 +93,7 @@ def test_a_failing_apt_for_the_wanted_python_packages_does_not_stop_the_set_up(t
     failing (no network, say), the set-up goes on, saying .venv will use PATH's python3."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for prog in ("prometheus", "promtool"):
+    for prog in ("prometheus", "promtool", "wrk"):
         _wrapper(bindir / prog, "exit 0")
     apt_log = tmp_path / "apt.log"
     _wrapper(bindir / "apt-get", f'echo "$@" >> {apt_log}; exit 100')
@@ -117,7 +117,7 @@ def test_without_root_a_missing_browser_stops_the_test_set_up_only(tmp_path):
 
     bindir = tmp_path / "bin"  # PATH: these, and only the tools the script calls
     bindir.mkdir()
-    for prog in ("prometheus", "promtool"):
+    for prog in ("prometheus", "promtool", "wrk"):
         _wrapper(bindir / prog, "exit 0")
     _wrapper(bindir / "id", "echo 1000")  # not root
     _wrapper(bindir / "sudo", "exit 1")  # and no passwordless sudo

@@ -2,7 +2,8 @@
 # The system packages relakit's set-up needs. Called by every Makefile target that sets up.
 #
 # Required: Prometheus and promtool (Debian's package `prometheus`), which the tests and the
-# live lab start; with --browser (`make test`) also Chromium and its WebDriver (Debian's
+# live lab start; wrk (Debian's `wrk`), the external load tool the lab's front is tested
+# with (tests/test_lab_front.py, docs/lab.md's example); with --browser (`make test`) also Chromium and its WebDriver (Debian's
 # `chromium`, `chromium-driver`), which the browser test drives headless against JupyterLab
 # (tests/test_browser.py), so `make lab` and `make run` do not need them.
 # Installed when missing and we may (root, or passwordless sudo); otherwise this stops at
@@ -15,11 +16,11 @@
 # from PATH, as before.
 set -euo pipefail
 # program -> the Debian package that installs it
-declare -A package=([prometheus]=prometheus [promtool]=prometheus [chromium]=chromium
-                    [chromedriver]=chromium-driver)
+declare -A package=([prometheus]=prometheus [promtool]=prometheus [wrk]=wrk
+                    [chromium]=chromium [chromedriver]=chromium-driver)
 missing=()   # programs
 packages=()  # the packages that install them, each once
-progs=(prometheus promtool)
+progs=(prometheus promtool wrk)
 [ "${1:-}" = --browser ] && progs+=(chromium chromedriver)
 for prog in "${progs[@]}"; do
   command -v "$prog" >/dev/null 2>&1 && continue
@@ -48,7 +49,7 @@ if [ ${#missing[@]} -gt 0 ]; then  # required: install them, or stop with the co
     echo "relakit: error: ${missing[*]} missing (Debian packages: ${packages[*]}); install them with: sudo apt-get install ${packages[*]}" >&2
     exit 1
   elif [ "$may_apt" -eq 0 ]; then
-    echo "relakit: error: ${missing[*]} missing and no apt-get here; install Prometheus 2.x (prometheus, promtool) and Chromium with its chromedriver so that they are on PATH" >&2
+    echo "relakit: error: ${missing[*]} missing and no apt-get here; install Prometheus 2.x (prometheus, promtool), wrk and Chromium with its chromedriver so that they are on PATH" >&2
     exit 1
   fi
   echo "relakit: installing Debian's ${packages[*]} (${missing[*]} missing)" >&2

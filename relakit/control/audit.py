@@ -32,29 +32,53 @@ def empty_decisions() -> pl.DataFrame:
     return pl.DataFrame(schema=DECISION_COLUMNS)
 
 
+#: audit actions that change no mode: a mode held, an entry deferred by its cooldown
+NO_CHANGE = ("hold", "defer")
+
+
 def audit_table(policy: P.Policy, clocks: Clocks, times, values, modes, events, runs,
-                ages) -> pl.DataFrame:
-    """Rows for every evaluation that changes or holds a mode, with reasons in words."""
+                ages, since: int = 0) -> pl.DataFrame:
+    """Rows for every evaluation that changes or holds a mode, or whose due entry into a
+    mode its cooldown held off, with reasons in words; from evaluation ``since`` on
+    (the rows before it are what an earlier call returned)."""
     sig_index = {k: i for i, k in enumerate(policy.signals)}
     conds = {c.name: c for c in policy.conditions}
     names = [m.name for m in policy.modes]
     m = len(names)
+    modes, events = np.asarray(modes), np.asarray(events)
     prev_modes = np.concatenate([[P.NORMAL], modes[:-1]])
-    keep = np.flatnonzero((modes != P.NORMAL) | (modes != prev_modes))
+    changed = modes != prev_modes
+    keep = np.flatnonzero((modes != P.NORMAL) | changed | (events == P.EV_DEFER))
+    keep = keep[keep >= since]
     rows = []
-    entered_at = {}
-    for k in range(times.size):  # entry times, for dwell in the reasons
-        if modes[k] != P.NORMAL and (k == 0 or modes[k] != prev_modes[k]):
-            entered_at[k] = times[k]
-    last_entry = -np.inf
-    keep_set = set(keep.tolist())
-    for k in range(times.size):
-        if k in entered_at:
-            last_entry = entered_at[k]
-        if k not in keep_set:
-            continue
+    entries = np.flatnonzero((modes != P.NORMAL) & changed)  # entry times: dwell in reasons
+    # when each mode was last left (policy.step's state_f): an exit, a maximum duration
+    # or an escalation starts its cooldown; a preemption does not
+    left = np.flatnonzero(changed & (prev_modes != P.NORMAL) & (events != P.EV_PREEMPT))
+    for k in keep.tolist():
         mode, prev, t = int(modes[k]), int(prev_modes[k]), float(times[k])
+        e = np.searchsorted(entries, k, side="right") - 1
+        last_entry = float(times[entries[e]]) if e >= 0 else -np.inf
         ev = int(events[k])
+        if ev == P.EV_DEFER:
+            held, exit_at, by_max = _deferred(policy, runs[k], times, prev_modes, events,
+                                              left[left <= k], t)
+            md = policy.modes[held]
+            cond = _reporting_condition(md, conds, values[k], sig_index, leaving=False)
+            value = float(values[k][sig_index[cond.signal]])
+            breaches, clears = int(runs[k][held]), int(runs[k][m + held])
+            why = (f"after its maximum duration of {md.max_duration_s:g} s, "
+                   if by_max else "")
+            reason = (f"{md.name} due ({cond.describe(value)} for {breaches} evaluations) "
+                      f"but held by its cooldown of {md.cooldown_s:g} s {why}until "
+                      f"{exit_at + md.cooldown_s:.1f} s (left at {exit_at:.1f} s); "
+                      f"{'staying ' + ('normal' if mode == P.NORMAL else names[mode])}")
+            rows.append((t, float(clocks.effective_at(t)), "policy", "defer",
+                         "normal" if mode == P.NORMAL else names[mode],
+                         "normal" if prev == P.NORMAL else names[prev], "fleet", cond.signal,
+                         value, cond.threshold, float(ages[k]), breaches, clears,
+                         json.dumps(policy.desired(mode), sort_keys=True), reason))
+            continue
         subject = mode if mode != P.NORMAL else prev
         md = policy.modes[subject]
         cond = _reporting_condition(md, conds, values[k], sig_index, leaving=mode == P.NORMAL)
@@ -72,6 +96,9 @@ def audit_table(policy: P.Policy, clocks: Clocks, times, values, modes, events, 
             action = "enter"
         reason = _reason(action, policy, mode, prev, cond, value, breaches, clears,
                          t - last_entry, values[k], sig_index, conds)
+        if action == "hold" and clears >= md.exit_after and t - last_entry < md.min_dwell_s:
+            reason += (f"; exit due, held by its minimum dwell until "
+                       f"{last_entry + md.min_dwell_s:.1f} s")
         rows.append((t, float(clocks.effective_at(t)), "policy", action,
                      "normal" if mode == P.NORMAL else names[mode],
                      "normal" if prev == P.NORMAL else names[prev], "fleet", cond.signal,
@@ -80,6 +107,20 @@ def audit_table(policy: P.Policy, clocks: Clocks, times, values, modes, events, 
     if not rows:
         return empty_decisions()
     return pl.DataFrame(rows, schema=DECISION_COLUMNS, orient="row")
+
+
+def _deferred(policy: P.Policy, run, times, prev_modes, events, left, t):
+    """The mode whose due entry its cooldown held off at ``t`` (the first in priority
+    order, as policy.step looks), when it was last left, and whether by its maximum
+    duration. ``left``: the evaluations at which a mode was left, up to ``t``'s."""
+    for i, md in enumerate(policy.modes):
+        if run[i] < md.enter_after:
+            continue
+        mine = left[prev_modes[left] == i]
+        if mine.size and t - float(times[mine[-1]]) < md.cooldown_s:
+            j = mine[-1]
+            return i, float(times[j]), int(events[j]) in (P.EV_MAX_DURATION, P.EV_ESCALATE)
+    raise AssertionError(f"no mode was held by its cooldown at {t}")  # step said one was
 
 
 def _reporting_condition(md: P.Mode, conds, row, sig_index, leaving: bool) -> P.Condition:
@@ -134,7 +175,7 @@ def format_audit(decisions: pl.DataFrame, holds: bool = False) -> str:
     skipped, left out unless asked for: its ``down`` and ``restart`` rows say when)."""
     lines = []
     for r in decisions.iter_rows(named=True):
-        if r["action"] in ("hold", "skip") and not holds:
+        if r["action"] in ("hold", "skip") and not holds:  # a deferral is shown
             continue
         eff, age = r["effective_at_s"], r["signal_age_s"]  # null: never takes effect
         lines.append(f"{r['decided_at_s']:9.1f} s → "

@@ -109,13 +109,15 @@ class Controller:
                                                                        events, runs)
         self.ages = sample_age(tsdb, times)
 
-    def decisions(self) -> pl.DataFrame:
-        if not len(self.times):
+    def decisions(self, since: int = 0) -> pl.DataFrame:
+        """The audit; ``since``: only the rows of evaluation ``since`` on (a row depends on
+        the evaluations up to its own, so earlier calls' rows stand as they were)."""
+        if len(self.times) <= since:
             return empty_decisions()
         return audit_table(self.policy, self.clocks, np.asarray(self.times),
                            np.vstack(self.values), np.asarray(self.modes),
                            np.asarray(self.events), np.vstack(self.runs),
-                           np.asarray(self.ages))
+                           np.asarray(self.ages), since=since)
 
     def timeline(self) -> pl.DataFrame:
         """Per evaluation: time_s, the mode, and every signal's value."""

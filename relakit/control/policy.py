@@ -46,9 +46,12 @@ FLAGS = POLICY_FLAGS  # relakit.vocab's: the flags a mode asserts
 # 2, ...; the name after a group's last member is its count, nothing counted by hand
 _COUNT = range(64)
 # events of one evaluation (what step returns beside the mode; EVENT_NAMES[event])
-EV_NONE, EV_HOLD, EV_ENTER, EV_EXIT, EV_MAX_DURATION, EV_PREEMPT, EV_ESCALATE, N_EVENTS, *_ = (
-    _COUNT)
-EVENT_NAMES = ("none", "hold", "enter", "exit", "max_duration", "preempt", "escalate")
+# EV_DEFER: a mode's entry was due (its breach run long enough) but its cooldown held it
+# off; the mode decided is the one that stands (normal, or the lower mode held)
+(EV_NONE, EV_HOLD, EV_ENTER, EV_EXIT, EV_MAX_DURATION, EV_PREEMPT, EV_ESCALATE, EV_DEFER,
+ N_EVENTS, *_) = _COUNT
+EVENT_NAMES = ("none", "hold", "enter", "exit", "max_duration", "preempt", "escalate",
+               "defer")
 assert len(EVENT_NAMES) == N_EVENTS
 # columns of Policy.compiled()'s mode_i (per mode: integers) and mode_f (seconds)
 MI_WHEN_ALL, MI_HAS_EXIT, MI_EXIT_ALL, MI_ENTER_AFTER, MI_EXIT_AFTER, MI_ESCALATE, N_MI, *_ = (
@@ -231,15 +234,18 @@ def step(state_i, state_f, t, sig_row, cond_sig, cond_op, cond_thr, when, exit_w
             event = EV_EXIT  # recovered
         else:
             stay = True
+    deferred = False  # a mode above the one that stands was due and held by its cooldown
     for k in range(m):  # priority order: the first match wins
         if stay and k == cur:
-            return cur, EV_HOLD
-        if state_i[k] >= mode_i[k, MI_ENTER_AFTER] and t - state_f[k] >= mode_f[k, MF_COOLDOWN]:
-            prev = state_i[current]
-            state_i[current] = k
-            state_f[entered_at] = t
-            return k, EV_PREEMPT if (stay and prev >= 0) else EV_ENTER
-    return NORMAL, event
+            return cur, EV_DEFER if deferred else EV_HOLD
+        if state_i[k] >= mode_i[k, MI_ENTER_AFTER]:
+            if t - state_f[k] >= mode_f[k, MF_COOLDOWN]:
+                prev = state_i[current]
+                state_i[current] = k
+                state_f[entered_at] = t
+                return k, EV_PREEMPT if (stay and prev >= 0) else EV_ENTER
+            deferred = True
+    return NORMAL, EV_DEFER if (deferred and event == EV_NONE) else event
 
 
 @njit(cache=True)

@@ -84,6 +84,9 @@ class Agent(threading.Thread):
         self.paused_at: float | None = None  # when a pause took hold (before a write)
         self.log = None  # a callable given each lease change as a line (the process's log)
         self._followed = False  # said once that it follows
+        # the audit as it is made: each evaluation's new rows appended (JSON lines) here
+        self.live_path = None
+        self._live = {"evals": 0, "t": -math.inf, "own": 0}
 
     def pause(self) -> None:
         """Freeze before the next write (as SIGSTOP would between decide and write)."""
@@ -121,6 +124,7 @@ class Agent(threading.Thread):
                     self._frozen()
                     for decision in decisions:
                         self._apply(client, decision)
+                    self._write_live()
                 except Exception as exc:  # the loop goes on; the error is kept
                     msg = f"{type(exc).__name__}: {exc}"
                     if self.log is not None and (not self.errors or self.errors[-1] != msg):
@@ -203,6 +207,29 @@ class Agent(threading.Thread):
                 self._row(t, "write_refused", f"{self.name}'s write refused (409): "
                           f"{r.json()['detail']}")
 
+    def _write_live(self) -> None:
+        """Append the rows decided since the last call to ``live_path`` (flushed: a
+        reader, or a kill, finds every decision made so far)."""
+        if self.live_path is None:
+            return
+        parts = []
+        if self.controller is not None:
+            parts.append(self.controller.decisions(since=self._live["evals"]))
+            self._live["evals"] = len(self.controller.times)
+        if self.chain is not None:
+            parts.append(self.chain.decisions().filter(pl.col("decided_at_s")
+                                                       > self._live["t"]))
+        if len(self.rows) > self._live["own"]:
+            parts.append(pl.DataFrame(self.rows[self._live["own"]:], schema=DECISION_COLUMNS))
+            self._live["own"] = len(self.rows)
+        new = pl.concat(parts).sort("decided_at_s", maintain_order=True) if parts else None
+        if self.times:
+            self._live["t"] = self.times[-1]
+        if new is not None and new.height:
+            with open(self.live_path, "a") as fh:
+                fh.write(new.write_ndjson())
+                fh.flush()
+
     def decisions(self) -> pl.DataFrame:
         """Every decider's audit and the agent's own rows, in decision order."""
         own = pl.DataFrame(self.rows, schema=DECISION_COLUMNS) if self.rows else \
@@ -247,6 +274,8 @@ def main(argv=None) -> int:
     agent = Agent(Lab.attach(a.dir), a.policy, source=a.source, chain=a.chain,
                   name=a.name, ha=a.ha)
     agent.log = log
+    agent.live_path = Path(a.dir) / f"decisions-{a.name}.jsonl"
+    agent.live_path.unlink(missing_ok=True)  # never an earlier run's rows
     log(f"{a.name} started (pid {os.getpid()}{', high availability' if a.ha else ''})")
     agent.start()
     while not stop.wait(0.5):

@@ -34,9 +34,11 @@ import httpx
 
 from relakit.control import TSDB, load_clocks
 from relakit.lab import procs
+from relakit.lab.dataplane import DEFAULT_BUCKETS_S
 from relakit.traces import parse_prometheus_json
 
 STATE = "state.json"
+ENDPOINTS = "endpoints.json"  # the URLs alone (0644): what a user's load tool reads
 TOKEN_ENV = "RELAKIT_LAB_TOKEN"
 
 SERIES = ("requests_total", "latency_seconds_bucket", "in_flight", "busy_seconds_total")
@@ -46,6 +48,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _wait_http(url: str, timeout_s: float = 20.0) -> None:
@@ -73,6 +84,15 @@ class LabSpec:
     clocks: dict = field(default_factory=lambda: {"scrape_s": 1, "window_s": 5, "eval_s": 1,
                                                   "poll_s": 1})
     prometheus: str = "/usr/bin/prometheus"
+    # the front door (relakit.lab.front): its port (0: a free one; `lab up` uses 8780 so a
+    # user's tool finds it run after run), routing as fleet.routing, the tier's header
+    front_port: int = 0
+    routing: str = "random"
+    tier_header: str = "X-Tier"
+    keepalive_s: float = 75.0  # idle keep-alive of the front and the instances
+    queue_limit: int | None = None  # waiting places per instance (fleet.queue_limit)
+    deadline_ms: float | None = None  # server-side timeout per request (deadline_ms)
+    buckets_s: tuple = DEFAULT_BUCKETS_S  # the latency histogram's bucket bounds
     lease_s: float = 5.0  # the config server's leader lease (agents with ha=True)
     renew_s: float = 1.5  # how often the leader renews it
 
@@ -93,6 +113,8 @@ class Lab:
         self.config_url = ""
         self.prom_url = ""
         self.instance_urls: list[str] = []
+        self.front_url = ""
+        self.started_at = time.time()  # `lab record` records from here by default
 
     def _spawn(self, args: list[str], name: str, env: dict | None = None) -> subprocess.Popen:
         with open(self.workdir / f"{name}.log", "w") as log:
@@ -115,12 +137,15 @@ class Lab:
             raise ValueError(f"{self.workdir}: a lab is already running here; stop it with "
                              f"`relakit lab down --dir {self.workdir}`")
         py = sys.executable
+        s = self.spec
+        if s.front_port and not port_free(s.front_port):
+            raise ValueError(f"front port {s.front_port} is in use on 127.0.0.1: give "
+                             "another with --front-port (0: any free port)")
         port = free_port()
         self.config_url = f"http://127.0.0.1:{port}"
         self._spawn([py, "-m", "relakit.lab.config_server", "--port", str(port),
                      "--lease-s", str(self.spec.lease_s)], "config",
                     env={**os.environ, TOKEN_ENV: self.token})
-        s = self.spec
         # ports in rising order: a recording's importer numbers instances by natural sort
         # of their names, which is then the instances' own order (node i is instance i)
         for i, p in enumerate(sorted({free_port() for _ in range(4 * s.instances)})[
@@ -132,11 +157,23 @@ class Lab:
                          str(s.slow_ms), "--slow-fraction", str(s.slow_fraction),
                          "--error-rate", str(s.error_rates[i] if s.error_rates else s.error_rate),
                          "--slowdown", str(s.slowdowns[i] if s.slowdowns else 1.0),
-                         "--seed", str(i)], f"instance{i}",
+                         "--seed", str(i), "--buckets", ",".join(f"{b:g}" for b in s.buckets_s),
+                         "--tier-header", s.tier_header, "--keepalive-s", str(s.keepalive_s)]
+                        + ([] if s.queue_limit is None else ["--queue-limit", str(s.queue_limit)])
+                        + ([] if s.deadline_ms is None else ["--deadline-ms", str(s.deadline_ms)]),
+                        f"instance{i}",
                         env={**os.environ, TOKEN_ENV: self.token})  # /repair needs it
+        fport = s.front_port or free_port()
+        self.front_url = f"http://127.0.0.1:{fport}"
+        self._spawn([py, "-m", "relakit.lab.front", "--port", str(fport), "--config-url",
+                     self.config_url, "--instances", ",".join(self.instance_urls),
+                     "--poll-s", str(self.clocks.poll_s), "--routing", s.routing,
+                     "--tier-header", s.tier_header, "--keepalive-s", str(s.keepalive_s)],
+                    "front")  # no token: the front writes nothing anywhere
         _wait_http(f"{self.config_url}/state")
         for u in self.instance_urls:
             _wait_http(f"{u}/metrics")
+        _wait_http(f"{self.front_url}/")
         pport = free_port()
         self.prom_url = f"http://127.0.0.1:{pport}"
         targets = [u.removeprefix("http://") for u in self.instance_urls]
@@ -195,11 +232,20 @@ class Lab:
 
         owner = procs.identity(os.getpid())
         self._wrote_state = True
-        return write_json({"config_url": self.config_url, "prom_url": self.prom_url,
-                           "instance_urls": self.instance_urls, "token": self.token,
+        public = {"front_url": self.front_url, "config_url": self.config_url,
+                  "prom_url": self.prom_url, "instance_urls": self.instance_urls,
+                  "tier_header": self.spec.tier_header}
+        if self.front_url:  # what a load tool needs, readable by anyone: no token in it
+            write_json(public, self.workdir / ENDPOINTS, mode=0o644)
+        return write_json({**public, "token": self.token,
                            "clocks": self.spec.clocks, "ready": self.ready, "owner": owner,
+                           "started_at": self.started_at,
                            "spec": {"instances": self.spec.instances,
                                     "servers": self.spec.servers,
+                                    "routing": self.spec.routing,
+                                    "queue_limit": self.spec.queue_limit,
+                                    "deadline_ms": self.spec.deadline_ms,
+                                    "buckets_s": list(self.spec.buckets_s),
                                     "lease_s": self.spec.lease_s,
                                     "renew_s": self.spec.renew_s},
                            "processes": self.records}, self.workdir / STATE, mode=0o600)
@@ -215,10 +261,13 @@ class Lab:
                              "file was not written by `lab up` (stop the lab with "
                              "`relakit lab down`)")
         known = {k: v for k, v in (state.get("spec") or {}).items()
-                 if k in ("instances", "servers", "lease_s", "renew_s")}
+                 if k in ("instances", "servers", "lease_s", "renew_s", "routing",
+                          "queue_limit", "deadline_ms", "buckets_s")}
         lab = cls(LabSpec(clocks=state["clocks"], **known), workdir=str(workdir))
         lab.config_url, lab.prom_url = state["config_url"], state["prom_url"]
         lab.instance_urls, lab.token = state["instance_urls"], state["token"]
+        lab.front_url = state.get("front_url", "")
+        lab.started_at = float(state.get("started_at", time.time() - 120.0))
         return lab
 
     def down(self) -> None:
@@ -242,6 +291,7 @@ class Lab:
         self.named.clear()
         if self._wrote_state:
             (self.workdir / STATE).unlink(missing_ok=True)
+            (self.workdir / ENDPOINTS).unlink(missing_ok=True)
 
     def __enter__(self) -> Lab:
         try:
@@ -319,6 +369,7 @@ def stop_lab(workdir, timeout_s: float = 10.0) -> dict:
     remaining = [r for r in owner + children if procs.is_same(r)]
     if not remaining:
         (Path(workdir) / STATE).unlink(missing_ok=True)
+        (Path(workdir) / ENDPOINTS).unlink(missing_ok=True)
     return {"stopped": stopped + more, "left_alone": alien + alien2, "remaining": remaining,
             "recorded": len(owner) + len(children)}
 

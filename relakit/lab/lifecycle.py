@@ -16,14 +16,17 @@ from relakit.validate import ScenarioError
 
 
 def up(work: Path, *, policy: str | None, chain: str | None, instances: int, agents: int,
-       lease_s: float, renew_s: float, clocks: dict) -> int:
+       lease_s: float, renew_s: float, clocks: dict, front: dict | None = None) -> int:
     """Start the lab in ``work`` and its agents (``policy`` None: the chain alone), run
-    until Ctrl-C or SIGTERM (``down``), then stop it and write the agents' audit."""
+    until Ctrl-C or SIGTERM (``down``), then stop it and write the agents' audit.
+    ``front``: LabSpec's front-door keys (port, routing, tier header, keep-alive, queue
+    limit, deadline, buckets); None values keep LabSpec's defaults."""
     import polars as pl
 
     from relakit.checks import check_lab, enforce
     from relakit.control import load_clocks, load_policy
     from relakit.io import write_parquet
+    from relakit.lab.dataplane import DEFAULT_BUCKETS_S
     from relakit.lab.lab import Lab, LabSpec
 
     if policy is None and chain is None:
@@ -34,21 +37,26 @@ def up(work: Path, *, policy: str | None, chain: str | None, instances: int, age
         from relakit.chain import load_chain
 
         load_chain(chain)  # a bad chain is refused before anything starts
+    front = {k: v for k, v in (front or {}).items() if v is not None}
     if pol is not None:
-        enforce(check_lab(pol, load_clocks({}, **clocks)))
+        enforce(check_lab(pol, load_clocks({}, **clocks),
+                          buckets_s=front.get("buckets_s", DEFAULT_BUCKETS_S)))
     if lease_s <= renew_s:
         raise ScenarioError(f"lab up: --lease-s {lease_s:g} must be longer than "
                             f"--renew-s {renew_s:g} (a leader renews its lease "
                             "before it expires)")
     work.mkdir(parents=True, exist_ok=True)
-    spec = LabSpec(instances=instances, clocks=clocks, lease_s=lease_s, renew_s=renew_s)
+    spec = LabSpec(instances=instances, clocks=clocks, lease_s=lease_s, renew_s=renew_s,
+                   **front)
     names = [f"agent{i}" for i in range(agents)]
     with Lab(spec, workdir=str(work)) as lab:
         for name in names:  # each a process of its own: one crash takes one agent down
             (work / f"decisions-{name}.parquet").unlink(missing_ok=True)
             lab.start_agent(name, policy, chain, ha=agents > 1)
         ha = f"; {agents} agents, lease {lease_s:g} s" if agents > 1 else ""
-        print(f"lab up: config {lab.config_url}, prometheus {lab.prom_url}, instances "
+        print(f"lab up: front {lab.front_url}/work (tier in the {spec.tier_header} header "
+              f"or ?tier=; routing {spec.routing}; URLs in {work / 'endpoints.json'}), "
+              f"config {lab.config_url}, prometheus {lab.prom_url}, instances "
               f"{', '.join(lab.instance_urls)}{ha}; Ctrl-C or "
               f"`relakit lab down --dir {work}`", flush=True)
         stop = []
@@ -126,13 +134,16 @@ def load(work: Path, phases: list[tuple[float, float]]) -> int:
     return 0
 
 
-def record(work: Path, out: Path, since_s: float) -> int:
-    """Save what the running lab's Prometheus scraped over the last ``since_s`` seconds,
-    in the trace importer's format (for ``relakit replay``)."""
+def record(work: Path, out: Path, since_s: float | None = None) -> int:
+    """Save what the running lab's Prometheus scraped over the last ``since_s`` seconds
+    (None: since the lab started), in the trace importer's format (for ``relakit
+    replay``)."""
     from relakit.lab.lab import Lab
 
     _require_running(work)
-    print(f"wrote {Lab.attach(work).record(out, time.time() - since_s)}")
+    lab = Lab.attach(work)
+    start = lab.started_at if since_s is None else time.time() - since_s
+    print(f"wrote {lab.record(out, start)}")
     return 0
 
 
