@@ -310,18 +310,32 @@ def _figure(sc, result, path) -> Path:
     ok = result.requests.filter(
         (result.requests["outcome"] == "ok") & (result.requests["arrival_s"] >= sc.warmup_s))
     curves = {"simulation": plots.latency_ccdf_frame(ok["latency_ms"].to_numpy())}
-    fl = sc.fleet
-    if fl.nodes == 1 and fl.service.kind == "exponential" and sc.workload.arrival.constant:
+    fl, wl = sc.fleet, sc.workload
+    plain = fl.nodes == 1 and fl.service.kind == "exponential"
+    clients = wl.clients
+    thinks = set() if clients is None else {(clients.think[t].kind, clients.think[t].mean_ms)
+                                            for t in clients.tiers}
+    if plain and wl.open and clients is None and wl.arrival.constant:
         import numpy as np
         import polars as pl
 
         from relakit.analytic import mmc
 
-        m = mmc(sc.workload.arrival.rates_rps[0], 1000.0 / fl.node_mean_ms[0], fl.servers[0])
+        m = mmc(wl.arrival.rates_rps[0], 1000.0 / fl.node_mean_ms[0], fl.servers[0])
         xs = curves["simulation"]["latency_ms"].to_numpy()
         sf = np.array([1.0 - m.response_cdf(x / 1000.0) for x in xs])
         curves[f"Erlang C (M/M/{fl.servers[0]})"] = pl.DataFrame(
             {"latency_ms": xs, "exceedance": sf})
+    elif plain and not wl.open and len(thinks) == 1 and next(iter(thinks))[0] == "exponential":
+        import polars as pl
+
+        from relakit.analytic import finite_source
+
+        m = finite_source(clients.total, next(iter(thinks))[1] / 1000.0,
+                          1000.0 / fl.node_mean_ms[0], fl.servers[0])
+        xs = curves["simulation"]["latency_ms"].to_numpy()
+        curves[f"M/M/{fl.servers[0]}//{clients.total}"] = pl.DataFrame(
+            {"latency_ms": xs, "exceedance": m.response_sf(xs / 1000.0)})
     chart = plots.latency_ccdf(curves, title=f"{sc.name}: response time, simulation vs closed form")
     return plots.save(chart, path)
 

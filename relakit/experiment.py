@@ -145,7 +145,10 @@ def run_once(sc: Scenario, seed: int | None = None, record_requests: bool = Fals
     else:
         sc = with_run_seed(sc, seed)
         cell = Cell("fleet", Fleet(sc, seed=seed, record_requests=record_requests))
-        if not has_deciders(sc):
+        if not has_deciders(sc) and sc.controls.schedule:
+            run_scheduled(cell.fleet, sc.controls.schedule, sc.duration_s)
+            result = cell.fleet.result()
+        elif not has_deciders(sc):
             run_open_loop([cell], sc.duration_s, progress)
             result = cell.fleet.result()
         else:
@@ -355,6 +358,17 @@ class Domain:
         info["control_plane"] = {**self.plane.summary(), "flags_applied": [
             {"time_s": t, "source": src, **f} for t, f, src in self.applied]}
         return timeline, decisions, info
+
+
+def run_scheduled(fleet: Fleet, schedule, duration_s: float) -> None:
+    """One fleet with ``controls.schedule``'s flags set at their times (no control plane:
+    a recorded one replayed, as ``relakit.calibration.flags.run_twin`` does)."""
+    for t, flags in schedule:
+        if t >= duration_s:
+            break
+        fleet.advance(max(float(t), fleet.now))
+        fleet.set_flags(fleet.flag_state().updated(**dict(flags)))
+    fleet.advance(duration_s)
 
 
 def run_open_loop(cells: list[Cell], duration_s: float, progress=None) -> None:

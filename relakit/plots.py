@@ -510,6 +510,15 @@ def run_dashboard(result, bin_s: float = 10.0) -> alt.VConcatChart:
         load = load.properties(title=alt.Title("Offered load", subtitle=[
             load.title.subtitle, f"the last bin leaves out the {left:,} requests still in "
                                  "flight at the end"]))
+    clients = (result.info or {}).get("clients")
+    if clients:  # a closed population: the load is what the clients sent, an outcome
+        sub = load.title.subtitle
+        sub = [line.replace("arrivals per second", "requests sent per second")
+               for line in (sub if isinstance(sub, list) else [sub])]
+        load = load.properties(title=alt.Title("Offered load", subtitle=[
+            *sub,
+            f"{clients['population']} closed clients ({clients['by_tier']}): the load they "
+            "offer is an outcome of the run, not an input (it falls as latency rises)"]))
     parts = [load]
     if result.requests is not None:
         parts.append(latency_over_time(result.requests, bin_s, domain=domain))

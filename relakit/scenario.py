@@ -96,8 +96,16 @@ class Scenario:
         a = wl.arrival
         rates = (f"{a.rates_rps[0]:g}" if a.constant else
                  f"{min(a.rates_rps):g}-{max(a.rates_rps):g}")
+        c = wl.clients
+        closed = "" if c is None else (
+            f"{c.total} closed clients ("
+            + ", ".join(f"{t} {c.population[t]} thinking {c.think[t].kind} "
+                        f"{c.think[t].mean_ms:g} ms" for t in c.tiers)
+            + "; what they offer is an outcome of the run)")
+        sent = (f"{a.kind} arrivals, {rates} req/s" + (f" and {closed}" if closed else "")
+                if wl.open else closed)
         lines = [f"{self.duration_s:g} s, seed {self.seed}, from {self.source}",
-                 f"workload: {a.kind} arrivals, {rates} req/s, fan-out {wl.fanout}, tiers "
+                 f"workload: {sent}, fan-out {wl.fanout}, tiers "
                  + ", ".join(
                      f"{t} {p:.0%}" for t, p in wl.tiers.items())
                  + (f", deadline {wl.deadline_ms:g} ms" if wl.deadline_ms else ""),
@@ -139,7 +147,8 @@ class Scenario:
 
     @property
     def offered_utilisation(self) -> float:
-        """Mean offered load (after warm-up) over fleet capacity, fan-out included."""
+        """Mean offered load (after warm-up) over fleet capacity, fan-out included: the
+        open arrivals' (a closed population's is an outcome of the run, not an input)."""
         rate = self.workload.arrival.mean_rate(self.duration_s, self.warmup_s)
         return rate * self.workload.fanout / self.fleet.capacity_rps
 
@@ -208,6 +217,12 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
                "(nodes per zone) or use scope: fleet", "policy.scope")
     if sc.fleet.zones:
         check_zoned(sc, r)
+    if sc.controls.schedule and (sc.policy is not None or sc.chain is not None
+                                 or sc.fleet.zones
+                                 or any(r.data.get(k) is not None for k in ROLLOUT_KEYS)):
+        r.fail("sets flags at fixed times, with no control plane: a policy, a chain, zones "
+               "or a rollout would set them too; drop one (a twin's recorded flags under a "
+               "policy: controls.schedule: null)", "controls.schedule")
     if any(r.data.get(k) is not None for k in ROLLOUT_KEYS):
         import dataclasses
 

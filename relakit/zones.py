@@ -56,6 +56,13 @@ def zone_seed(seed: int, zone: int) -> int:
 
 def zone_scenario(sc, zone: int):
     """The data plane of one zone: its nodes, its share of the arrivals, its faults."""
+    if sc.workload.clients is not None:
+        from relakit.validate import ScenarioError
+
+        raise ScenarioError(
+            f"{sc.source}: key 'workload.clients': a closed client population cannot be "
+            "split into cells (zones, or a rollout's fraction canary); give the cells' load "
+            "as workload.arrival, or use a tier canary")
     lo, hi = (int(x) for x in zone_offsets(sc)[zone:zone + 2])
     f = sc.fleet
     share = f.zone_mix[zone]

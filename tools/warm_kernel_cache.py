@@ -36,13 +36,16 @@ MITIGATED = {**PLAIN, "workload": {**PLAIN["workload"], "deadline_ms": 100},
              "faults": [{"node": 0, "start_s": 0, "end_s": 1, "error_rate": 0.01}]}
 MITIGATED_FANOUT = {**MITIGATED, "fleet": {**MITIGATED["fleet"], "nodes": 3},
                     "workload": {**MITIGATED["workload"], "fanout": 2}}
+# a closed client population: the general loop (relakit.sim.fleet: clients are its alone)
+CLIENTS = {**PLAIN, "workload": {"clients": {"population": 20,
+                                             "think": {"kind": "exponential", "mean_ms": 50}}}}
 # a queue limit is an admission check: the general kernel's
 GENERAL = {**MITIGATED, "fleet": {**MITIGATED["fleet"], "queue_limit": 50}}
 
 if __name__ == "__main__":
     for name, sc in (("plain, simple", PLAIN), ("plain", PLAIN_LOGNORMAL),
                      ("mitigated", MITIGATED), ("mitigated, fan-out", MITIGATED_FANOUT),
-                     ("general", GENERAL)):
+                     ("general", GENERAL), ("closed clients", CLIENTS)):
         t = time.perf_counter()
         relakit.simulate(sc, record_requests=False)
         print(f"kernel cache: {name} ready in {time.perf_counter() - t:.1f} s")

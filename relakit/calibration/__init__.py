@@ -34,6 +34,7 @@ from relakit.calibration.arrivals import ArrivalFit, fit_arrivals, rounded_tiers
 from relakit.calibration.client import DeadlineFit, RetryFit, fit_deadline, fit_retries
 from relakit.calibration.faults import FaultWindow, fit_faults
 from relakit.calibration.flags import FlagSchedule, from_decisions, from_gauges, run_twin
+from relakit.calibration.population import PopulationFit, fit_population, open_share
 from relakit.calibration.recording import CalibrationError, Recording, increments, read_recording
 from relakit.calibration.service import ServiceFit, busy_rate, fit_service
 from relakit.calibration.validation import Validation, validate
@@ -59,6 +60,7 @@ class Calibration:
     replay_flags: bool
     deadline: DeadlineFit | None = None
     retries: RetryFit | None = None
+    population: PopulationFit | None = None  # open or closed, tier by tier
     window_s: float = 0.0
     replications: int = 3
     seed: int = 1
@@ -85,6 +87,7 @@ class Calibration:
                  f"{self.recording.scrape_s:g} s, {sc.duration_s:g} s",
                  f"arrivals: mean {a.rates_rps.mean():.4g} req/s, peak {a.rates_rps.max():.4g} "
                  f"req/s in {a.bin_s:g} s bins ({a.source})",
+                 *([f"workload {self.population.note()}"] if self.population else []),
                  f"service: {self.service.kind}, mean {self.service.mean_ms:.3g} ms; servers "
                  f"{list(sc.fleet.servers)}; {len(self.faults)} fault window(s)"]
         tables, notes = [], [f"caution: {c}" for c in self.cautions]
@@ -127,6 +130,12 @@ class Calibration:
                         "mean_rps": float(self.arrivals.rates_rps.mean()),
                         "peak_rps": float(self.arrivals.rates_rps.max())},
             "tiers": self.arrivals.tiers,
+            "workload": None if self.population is None else {
+                "kind": self.population.kind, "note": self.population.note(),
+                "closed": {t: {"population": p.population, "population_ci": list(p.population_ci),
+                               "think_s": p.think_s, "think_ci": list(p.think_ci),
+                               "spread": p.spread}
+                           for t, p in self.population.tiers.items() if p.closed}},
             "service": {"kind": self.service.kind, "params": self.service.params,
                         "mean_ms": self.service.mean_ms, "scores": self.service.scores},
             "servers": [n.servers for n in self.service.nodes],
@@ -180,6 +189,17 @@ def calibrate(trace, nodes: list[int] | None = None, *, replay_flags=False,
     degraded = (schedule.degraded if schedule is not None
                 else (lambda t0, t1: np.zeros(np.size(t0), dtype=bool)))
     arrivals = fit_arrivals(rec, bin_s)
+    edges = np.append(arrivals.times_s, arrivals.end_s)
+    population = fit_population(rec, edges)
+    twin_arrivals = arrivals
+    if population.closed_tiers:  # the closed tiers' requests are the clients', not arrivals
+        open_t = population.open_tiers
+        shares = {t: arrivals.tiers[t] for t in open_t}
+        total = sum(shares.values())
+        twin_arrivals = replace(
+            arrivals, rates_rps=arrivals.rates_rps * open_share(rec, edges, population),
+            tiers={t: (shares[t] / total if t in shares and total > 0 else 0.0)
+                   for t in arrivals.tiers} if open_t else arrivals.tiers)
     service = fit_service(rec.nodes, degraded, source)
     windows = []
     for i, nd in enumerate(rec.nodes):
@@ -195,17 +215,19 @@ def calibrate(trace, nodes: list[int] | None = None, *, replay_flags=False,
     replaying = bool(replay_flags) and schedule is not None
     flags_note = ("none recorded" if schedule is None else
                   f"{len(schedule.changes)} change(s) recorded in {schedule.source}; "
-                  + ("replayed by `relakit calibrate --replay-flags` (flags.csv in the report)"
+                  + ("replayed: written below as controls.schedule, which `relakit simulate` "
+                     "sets as the validation did (flags.csv in the report)"
                      if replaying else "not replayed (give --replay-flags)"))
     text = twin_yaml(name=stem, source=source, origin_s=rec.origin_s,
-                     recording_end_s=rec.end_s, arrival=arrivals,
-                     tiers=rounded_tiers(arrivals.tiers), node_ids=node_ids, service=service,
+                     recording_end_s=rec.end_s, arrival=twin_arrivals,
+                     tiers=rounded_tiers(twin_arrivals.tiers), node_ids=node_ids, service=service,
                      weights=weights, weights_source="requests_total (all outcomes)",
                      faults=windows, scrape_s=rec.scrape_s, phases=phases, buckets=buckets,
-                     flags_note=flags_note, seed=seed, deadline=deadline, retries=retries)
+                     flags_note=flags_note, seed=seed, deadline=deadline, retries=retries,
+                     population=population, schedule=schedule if replaying else None)
     scenario = load_scenario(yaml.safe_load(text))
     return Calibration(text, scenario, rec, node_ids, arrivals, service, windows, schedule,
-                       replaying, deadline=deadline, retries=retries,
+                       replaying, deadline=deadline, retries=retries, population=population,
                        window_s=window_s or 5 * rec.scrape_s, replications=replications,
                        seed=seed, asked_flags=bool(replay_flags))
 

@@ -77,6 +77,7 @@ class NodeData:
     bounds: np.ndarray | None = None     # latency bucket upper bounds (s), +Inf last
     buckets: np.ndarray | None = None    # (S, B) cumulative bucket counts, filled
     lat_count: np.ndarray | None = None  # latency_seconds_count, filled
+    lat_sum: np.ndarray | None = None    # latency_seconds_sum, filled
 
     @property
     def dt(self) -> np.ndarray:
@@ -294,7 +295,8 @@ def _node(tgt: Target, from_zero: bool) -> NodeData:
         if v is not None:
             setattr(nd, attr, fill_gauge(v))
     for attr, name in (("busy_seconds", "busy_seconds_total"),
-                       ("lat_count", "latency_seconds_count")):
+                       ("lat_count", "latency_seconds_count"),
+                       ("lat_sum", "latency_seconds_sum")):
         v = _column(tgt, name)
         if v is not None:
             setattr(nd, attr, fill_counter(v))

@@ -30,7 +30,7 @@ def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float
               arrival, tiers: dict, node_ids: list[int], service, weights: np.ndarray,
               weights_source: str, faults: list, scrape_s: float, phases: list[float],
               buckets: list[float] | None, flags_note: str, seed: int = 1,
-              deadline=None, retries=None) -> str:
+              deadline=None, retries=None, population=None, schedule=None) -> str:
     svc = service
     lines = [
         f"# Twin of {source}, calibrated by `relakit calibrate` from its metrics alone.",
@@ -44,16 +44,40 @@ def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float
         f"target was scraped ({num(recording_end_s)} s)",
         f"seed: {seed}",
         "workload:",
-        f"  # requests per {num(arrival.bin_s)} s bin from {arrival.source}, as a step curve",
-        "  arrival:",
-        "    kind: trace",
-        "    interpolation: step",
-        "    points:",
     ]
-    lines += [f"      - [{num(t)}, {num(r, 5)}]" for t, r in
-              zip(arrival.times_s, arrival.rates_rps, strict=True)]
-    tier_text = ", ".join(f"{t}: {num(tiers[t], 4)}" for t in TIERS)
-    lines.append(f"  tiers: {{{tier_text}}}  # shares of {arrival.tier_source}")
+    closed = () if population is None else population.closed_tiers
+    opened = TIERS if population is None else population.open_tiers
+    if population is not None:
+        lines.append(f"  # workload: {population.kind}, tier by tier (relakit.calibration."
+                     "population: the rate against the latency)")
+    if opened:
+        lines += [f"  # requests per {num(arrival.bin_s)} s bin from {arrival.source}"
+                  + (f", the open tiers' ({', '.join(opened)}) share of each bin" if closed
+                     else "") + ", as a step curve",
+                  "  arrival:",
+                  "    kind: trace",
+                  "    interpolation: step",
+                  "    points:"]
+        lines += [f"      - [{num(t)}, {num(r, 5)}]" for t, r in
+                  zip(arrival.times_s, arrival.rates_rps, strict=True)]
+        tier_text = ", ".join(f"{t}: {num(tiers[t], 4)}" for t in TIERS)
+        lines.append(f"  tiers: {{{tier_text}}}  # shares of {arrival.tier_source}")
+    if closed:
+        lines += ["  clients:  # a closed population: X = N / (R + Z), fitted per tier "
+                  f"on {population.latency_source}", "    population:"]
+        for t in closed:
+            p = population.tiers[t]
+            lines.append(f"      {t}: {max(1, round(p.population))}  # N {p.population:.1f}, "
+                         f"95 % [{p.population_ci[0]:.1f}, {p.population_ci[1]:.1f}]")
+        lines.append("    think:  # exponential: the shape cannot be told from counters")
+        for t in closed:
+            p = population.tiers[t]
+            lines.append(f"      {t}: {{kind: exponential, mean_ms: {num(1000 * p.think_s, 4)}}}"
+                         f"  # Z, 95 % [{1000 * p.think_ci[0]:.0f}, {1000 * p.think_ci[1]:.0f}]"
+                         " ms")
+        for t in opened:
+            if t in population.tiers:
+                lines.append(f"    # {t}: open ({population.tiers[t].reason})")
     if deadline is not None and deadline.deadline_ms is not None:
         lines.append(f"  deadline_ms: {num(deadline.deadline_ms, 4)}  # per attempt: "
                      f"{deadline.note}")
@@ -90,6 +114,20 @@ def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float
                   f"  retries: {{max_attempts: {retries.max_attempts}}}  # {retries.note}"]
     elif retries is not None:
         lines.append(f"# mitigations.retries: none written: {retries.note}")
+    if schedule:  # the recorded flags the validation replays: the twin sets them itself
+        from relakit.vocab import Flags
+
+        changes, now = [], Flags()
+        for t, f in schedule.changes:  # each change written as the whole state it leaves
+            now = now.updated(**f)
+            if t < arrival.end_s:
+                changes.append((max(0.0, float(t)), now))
+        if changes:
+            lines += ["controls:",
+                      f"  schedule:  # the recorded flags, set at their times ({schedule.source})"]
+            lines += [f"    - {{at_s: {num(t, 9)}, hedge_enabled: {str(f.hedge_enabled).lower()}, "
+                      f"degraded_mode: {str(f.degraded_mode).lower()}, shed_tiers: "
+                      f"[{', '.join(f.shed_tiers)}], breaker: {f.breaker}}}" for t, f in changes]
     if faults:
         lines.append("faults:  # change points in each node's error ratio (PELT, binomial "
                      "cost); rate = excess over the node's usual level")

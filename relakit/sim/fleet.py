@@ -96,6 +96,12 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
     _in_path_config(cfg_f, cfg_i, sc)
     tier_cum = np.cumsum([wl.tiers[t] for t in TIERS])
     tier_cum[-1] = 1.0
+    if wl.clients is not None:  # closed clients: population and think per tier (CLIENTS)
+        for k, t in enumerate(TIERS):
+            cfg_i[K.CI_CLIENTS + k] = wl.clients.population[t]
+            tkind, ta, tb, tc = _service_params(wl.clients.think[t])
+            cfg_i[K.CI_THINK_KIND + k] = tkind
+            cfg_f[K.CF_THINK + 3 * k: K.CF_THINK + 3 * k + 3] = ta, tb, tc
     faults = sc.faults
     # a node's baseline error rate is a row that starts at 0, never ends, and no repair
     # clears (fault_i[:, 2] = 1); apply_faults combines it with the node's real faults
@@ -295,11 +301,13 @@ class Fleet:
         self.in_path = in_path(scenario)  # an in-path mechanism: its outcomes and series
         n = scenario.fleet.nodes
         fanout = scenario.workload.fanout
+        clients = scenario.workload.clients
+        n_clients = 0 if clients is None else clients.total
         initial = getattr(scenario, "initial", None)
         seeded = 0 if initial is None else sum(initial.queue) + initial.pending_retries
         jobs = max(64, 4 * sum(scenario.fleet.servers) + 8 * fanout, 2 * seeded)
         users = max(64, jobs)
-        heap = 2 * jobs + users
+        heap = 2 * jobs + users + n_clients  # every closed client thinking: a heap event each
         n_buckets = len(scenario.metrics.latency_buckets_s) + 1
         node_i = np.zeros((n, K.N_NI), np.int64)
         node_i[:, K.NI_SERVERS] = scenario.fleet.servers
@@ -320,6 +328,8 @@ class Fleet:
         node_f[:, K.NF_CL_PERIOD_MIN] = np.inf
         job_i = np.zeros((jobs, K.N_JI), np.int64)
         job_i[:, K.JI_SIB] = -1
+        usr_i = np.zeros((users, K.N_UI), np.int64)
+        usr_i[:, K.UI_CLIENT] = -1  # no closed client (every loop then holds the same rows)
         self.st = K.State(
             fs=np.zeros(K.N_FS), is_=np.zeros(K.N_IS, np.int64),
             rng=new_state(self.seed, K.N_STREAMS),  # one row per random stream
@@ -330,7 +340,7 @@ class Fleet:
             budget=np.zeros((K.N_BUDGET_ROWS, K.BUDGET_BUCKETS), np.int64),
             job_i=job_i, job_f=np.zeros((jobs, K.N_JF)),
             job_free=np.arange(jobs - 1, -1, -1, dtype=np.int64),
-            usr_i=np.zeros((users, K.N_UI), np.int64), usr_f=np.zeros((users, K.N_UF)),
+            usr_i=usr_i, usr_f=np.zeros((users, K.N_UF)),
             usr_free=np.arange(users - 1, -1, -1, dtype=np.int64),
             call_i=np.zeros((jobs, K.N_CL), np.int64), call_f=np.zeros((jobs, K.N_CLF)),
             call_free=np.arange(jobs - 1, -1, -1, dtype=np.int64),
@@ -352,6 +362,9 @@ class Fleet:
         self.st.fs[K.FS_HEDGE_DELAY] = self.cfg.cfg_f[K.CF_HEDGE_DELAY]
         samples = int(scenario.duration_s / scenario.metrics.interval_s) + 2
         expected = scenario.workload.arrival.mean_rate(scenario.duration_s) * scenario.duration_s
+        if clients is not None:  # at most N / Z a second (all answers instant)
+            expected += min(clients.max_rate(), scenario.fleet.capacity_rps / fanout) \
+                * scenario.duration_s
         records = int(expected * 1.05) + 1024 if record_requests else 0
         self.out = K.Output(
             metrics=np.zeros((samples, n, K.M_BUCKETS + n_buckets)),
@@ -571,6 +584,8 @@ class Fleet:
                               f"{pool}_free": _grown_pool(getattr(st, f"{pool}_free"),
                                                           isv[free_n], n, 2 * n)})
                 isv[free_n] += n
+                if pool == "usr":
+                    grown["usr_i"][n:, K.UI_CLIENT] = -1  # (as at the start)
         if short[2]:
             grown.update(_grown_rings(st.tq_t, st.tq_k, st.tq_n))
         return st._replace(**grown)

@@ -94,12 +94,13 @@ N_OUTCOMES = len(OUTCOMES)
 
 # random streams: st.rng[RNG_X] is stream "x" (see the module docstring); append only
 STREAMS = ("arrivals", "service", "copy_service", "routing", "reroute", "hedge_targets",
-           "errors", "retry_jitter", "half_open", "probes", "throttle")
+           "errors", "retry_jitter", "half_open", "probes", "throttle", "clients")
 (RNG_ARRIVALS, RNG_SERVICE, RNG_COPY_SERVICE, RNG_ROUTING, RNG_REROUTE, RNG_HEDGES, RNG_ERRORS,
  RNG_JITTER, RNG_HALF_OPEN, RNG_PROBES) = (STREAMS.index(n) for n in (
     "arrivals", "service", "copy_service", "routing", "reroute", "hedge_targets", "errors",
     "retry_jitter", "half_open", "probes"))
 RNG_THROTTLE = STREAMS.index("throttle")  # the client throttle's local rejection draws
+RNG_CLIENTS = STREAMS.index("clients")  # closed clients' think times (CLIENTS)
 N_STREAMS = len(STREAMS)
 
 SERVICE_KINDS = ("exponential", "deterministic", "lognormal", "pareto", "bimodal")
@@ -133,13 +134,14 @@ BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = (BREAKER_STATES.index(b) for b
 # the client's adaptive throttle per copy sent, a server's adaptive concurrency limit per
 # copy admitted and served, CoDel and the queue's discipline per dequeue.
 FEATURES = ("hedging", "deadlines", "retries", "errors", "intake", "breaker", "degraded",
-            "probes", "keep_listening", "throttle", "concurrency", "codel")
+            "probes", "keep_listening", "throttle", "concurrency", "codel", "clients")
 # the mechanisms of the lean (mitigated) specialisations: ``specialised(LEAN_FEATURES,
 # lean=True)``, for the stretches ``loops.mitigated_ok`` accepts
 LEAN_FEATURES = frozenset({"hedging", "deadlines", "retries", "errors"})
 HEDGING = DEADLINES = RETRIES = ERRORS = INTAKE = BREAKER = DEGRADED = PROBES = True
 KEEP_LISTENING = True
 THROTTLE = CONCURRENCY = CODEL = True
+CLIENTS = True  # (see "closed clients" below)
 # Two more, for the leanest stretches (``loops.plain_ok``; ``specialised(..., settled=True)``):
 # LEFTOVERS: the loop may meet what a mechanism left pending (ring timers; hedge, retry,
 #   timeout and move events; copies that are hedges, given up on, ending or moving;
@@ -182,7 +184,7 @@ DONE, GROW_POOLS, GROW_RECORDS, GROW_SAMPLES, SETTLED, *_ = _COUNT
 # stale generation means: ignore). EV_DONE: a copy's service ends (or its rejection
 # or crash is due); EV_TIMEOUT: its client stops waiting; EV_HEDGE, EV_RETRY: a call's
 # hedge or retry falls due; EV_MOVE: a job failed over from an isolated node arrives.
-EV_DONE, EV_TIMEOUT, EV_HEDGE, EV_RETRY, EV_MOVE, N_EVENT_KINDS, *_ = _COUNT
+EV_DONE, EV_TIMEOUT, EV_HEDGE, EV_RETRY, EV_MOVE, EV_THINK, N_EVENT_KINDS, *_ = _COUNT
 EV_BITS = 3
 EV_MASK = (1 << EV_BITS) - 1
 assert N_EVENT_KINDS <= 1 << EV_BITS
@@ -203,6 +205,21 @@ ID_MASK = (1 << (32 - EV_BITS)) - 1
  CI_BREAKER_MASK, CI_FAILOVER, CI_ELSEWHERE, CI_KEEP_LISTENING,
  CI_CL_ALGO, CI_CL_WINDOW, CI_CL_PERIOD, CI_CODEL, CI_DISCIPLINE,
  N_CI, *_) = _COUNT
+
+# ---- closed clients (CLIENTS) ----------------------------------------------------------
+# workload.clients: per tier a population of clients, each of which sends a request, waits
+# for its outcome (answer, error, drop, or its deadline after the retries configured),
+# thinks for a time drawn from its tier's think distribution (the service kinds), and
+# sends again. Client ids run gold first: 0 .. n_gold - 1, then silver, then bronze.
+# A client thinking has one EV_THINK event on the heap (ident: its id; never stale, so
+# generation 0); its request's user row holds its id (UI_CLIENT; -1: an open arrival).
+# cfg_i[CI_CLIENTS + tier]: the tier's population; cfg_i[CI_THINK_KIND + tier]: its think
+# kind; cfg_f[CF_THINK + 3 * tier + 0..2]: the kind's prepared parameters (as CF_SVC_*).
+CI_CLIENTS = N_CI
+CI_THINK_KIND = CI_CLIENTS + len(TIERS)
+N_CI = CI_THINK_KIND + len(TIERS)
+CF_THINK = N_CF
+N_CF = CF_THINK + 3 * len(TIERS)
 
 # st.fs: state scalars (float)
 (FS_NOW, FS_NEXT_ARRIVAL, FS_NEXT_SAMPLE, FS_NEXT_SCHED, FS_WRR_TOTAL, FS_HEDGE_DELAY,
@@ -273,7 +290,7 @@ CLF_DEMAND, N_CLF, *_ = _COUNT
 
 # st.usr_i / usr_f columns
 (UI_TIER, UI_REMAINING, UI_WORST, UI_CRIT, UI_FANOUT, UI_GEN, UI_ATTEMPTS, UI_HEDGES,
- UI_DEGRADED, UI_WRONG,
+ UI_DEGRADED, UI_WRONG, UI_CLIENT,
  N_UI, *_) = _COUNT
 # UF_DEMAND: its first call's first-attempt demand (s)
 UF_T_ARRIVAL, UF_DEMAND, N_UF, *_ = _COUNT
@@ -1011,6 +1028,60 @@ def dequeue_newest(ni, job_i, nr):
     return j
 
 
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def client_tier(cfg_i, client):
+    """A closed client's tier: its id's place among the tiers' populations (gold first)."""
+    tier = 0
+    end = cfg_i[CI_CLIENTS]
+    while client >= end and tier < len(TIERS) - 1:
+        tier += 1
+        end += cfg_i[CI_CLIENTS + tier]
+    return tier
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def think_time(cfg_i, cfg_f, rng, tier):
+    """A think time of the tier's clients (seconds), from the clients stream."""
+    p = CF_THINK + 3 * tier
+    return draw_service(rng, RNG_CLIENTS, cfg_i[CI_THINK_KIND + tier], cfg_f[p], cfg_f[p + 1],
+                        cfg_f[p + 2])
+
+
+@njit(cache=True, error_model="numpy")
+def client_think_starts(cfg_i, cfg_f, rng, total):
+    """Every closed client's first think time, in client order (gold first), drawn by
+    :func:`think_time` from the clients stream as the loop draws the later ones."""
+    times = np.empty(total)
+    client = 0
+    for tier in range(len(TIERS)):
+        for _ in range(cfg_i[CI_CLIENTS + tier]):
+            times[client] = think_time(cfg_i, cfg_f, rng, tier)
+            client += 1
+    return times
+
+
+def client_starts(cfg, st):
+    """Every closed client begins thinking at t = 0: its first send after a think time
+    (:func:`client_think_starts`); the sends go onto the heap sorted with whatever it
+    holds (a sorted array is a heap). Once per run, O(clients)."""
+    ci = cfg.cfg_i
+    total = int(ci[CI_CLIENTS:CI_CLIENTS + len(TIERS)].sum())
+    if total == 0:
+        return
+    times = client_think_starts(ci, cfg.cfg_f, st.rng, total)
+    n = int(st.is_[IS_HEAP_N])  # (a start state's events, if any: kept, in time order)
+    if st.heap_t.shape[0] < n + total:
+        raise RuntimeError("client_starts: the heap must hold every client")
+    t_all = np.concatenate([st.heap_t[:n], times])
+    k_all = np.concatenate([st.heap_k[:n], (np.arange(total, dtype=np.int64) << EV_BITS)
+                            | EV_THINK])
+    order = np.argsort(t_all, kind="stable")
+    st.heap_t[:n + total] = t_all[order]
+    st.heap_k[:n + total] = k_all[order]
+    st.is_[IS_HEAP_N] = n + total
+    st.is_[IS_EVENTS + EV_THINK] += total  # (the loops count their heap events by kind)
+
+
 def schedule_step(cfg, st):
     """The fault-schedule change due now (``fs[FS_NEXT_SCHED]``), applied as the loop's
     :func:`on_schedule` would (the same products in the same order, then the next change
@@ -1065,6 +1136,7 @@ def start(cfg, st):
     st.fs[FS_NEXT_PROBE] = next_probe(st.rng, rate, st.node_i.shape[0], 0.0) if rate > 0.0 \
         else np.inf
     st.node_f[:, NF_NEXT_SAMPLE] = cfg.phase
+    client_starts(cfg, st)
     # next_node_sample's minimum, in numpy: called from Python it needed a dispatcher of
     # its own (wrappers, a cache entry) beside the copy the loops compile in
     st.fs[FS_NEXT_NODE_SAMPLE] = st.node_f[:, NF_NEXT_SAMPLE].min(initial=np.inf)
@@ -1164,6 +1236,10 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     elsewhere = cfg_i[CI_ELSEWHERE] != 0
     breaker_mask = cfg_i[CI_BREAKER_MASK]
     has_load_errors = load_x.shape[0] > 0
+    has_clients = False  # (CLIENTS) a row a loop without clients wrote holds no client
+    for i in range(len(TIERS)):
+        if CLIENTS and cfg_i[CI_CLIENTS + i] > 0:
+            has_clients = True
     has_deps = False
     for i in range(dep_node.shape[0]):
         if dep_node[i] >= 0:
@@ -1348,6 +1424,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
         new_tier = 0  # (SIMPLE) the tier of the request arriving now
         direct = -1  # (SIMPLE) its copy, when it starts at once (see send)
         n_pend = 0  # timers to push once the event is done
+        thinker = -1  # (CLIENTS) the closed client sending now
 
         if t_heap <= t_arr and src == TQ_TIMEOUT:  # ---- a timer from a FIFO ring
             key = tq_k[TQ_TIMEOUT, to_h]
@@ -1514,6 +1591,8 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 send[0, 2] = job_i[j, JI_HEDGE]
                 send[0, 3] = j
                 n_send = 1
+            elif CLIENTS and kind == EV_THINK:  # a closed client ends its think: it sends (the
+                thinker = ident  # arrival section below)
             else:  # a hedge or retry timer of a call
                 c = ident
                 if (call_i[c, CL_GEN] & GEN_MASK) != gen:
@@ -1547,15 +1626,20 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 send[0, 2] = 1 if kind == EV_HEDGE else 0
                 send[0, 3] = -1
                 n_send = 1
-        else:  # ---- a user request arrives
-            usr_free_n -= 1
+        if t_heap > t_arr or (CLIENTS and thinker >= 0):  # ---- a user request arrives (or
+            usr_free_n -= 1  # a closed client sends: CLIENTS)
             u = usr_free[ROW(usr_free_n)]
             user_seq += 1
             in_flight += 1
-            x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
-            # branch-free: which tier is a coin toss, so a branch mispredicted often (+2.5 %,
-            # A/B on the mitigated fleet); the same tier, as tier_cum is cumulative
-            tier = (x >= tier_cum[0]) + (x >= tier_cum[1])
+            if CLIENTS and thinker >= 0:  # its tier is the client's; no arrival draw
+                tier = client_tier(cfg_i, thinker)
+            else:
+                x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
+                # branch-free: which tier is a coin toss, so a branch mispredicted often
+                # (+2.5 %, A/B on the mitigated fleet); the same tier, as tier_cum is cumulative
+                tier = (x >= tier_cum[0]) + (x >= tier_cum[1])
+            if CLIENTS:
+                usr_i[u, UI_CLIENT] = thinker
             # every call's first-attempt demand, for the scenario's full fan-out whatever
             # happens to the request next: the service stream stays in step across policies
             for i in range(fanout):
@@ -1632,7 +1716,9 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                         send[i, 2] = 0
                         send[i, 3] = -1
                 n_send = k
-            if SIMPLE or const_rate:
+            if CLIENTS and thinker >= 0:
+                pass  # the open arrivals' next time stands
+            elif SIMPLE or const_rate:
                 x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
                 t_arr = t - mean_gap * math.log(1.0 - x)
             else:  # through the array: the helper draws from it
@@ -1851,6 +1937,12 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             if LEFTOVERS and n_old > 0:  # (IS_OLD)
                 n_old -= usr_f[ROW(u), UF_T_ARRIVAL] <= mark
                 n_old_g -= usr_f[ROW(u), UF_T_ARRIVAL] <= mark_g
+            # ---- (CLIENTS) a closed client's request ended: it thinks, then sends again
+            if CLIENTS and has_clients and usr_i[u, UI_CLIENT] >= 0:
+                client = usr_i[u, UI_CLIENT]
+                pend_t[n_pend] = t + think_time(cfg_i, cfg_f, rng, client_tier(cfg_i, client))
+                pend_k[n_pend] = event_key(client, EV_THINK, 0)
+                n_pend += 1
 
         # ---- tail 3: send copies (first attempts, retries, hedges, failovers)
         for i in range(n_send):
@@ -2229,4 +2321,6 @@ def features_of(cfg, st) -> frozenset:
         on.add("concurrency")
     if cfg_i[CI_CODEL] != 0 or cfg_i[CI_DISCIPLINE] != D_FIFO:
         on.add("codel")
+    if cfg_i[CI_CLIENTS:CI_CLIENTS + len(TIERS)].any():
+        on.add("clients")
     return frozenset(on)

@@ -27,6 +27,9 @@ def run_memory(sc, record_requests: bool) -> dict:
     table = samples * (n * len(node_columns(sc.metrics.latency_buckets_s))
                        + len(fleet_columns())) * 80
     requests = sc.workload.arrival.mean_rate(sc.duration_s) * sc.duration_s
+    if sc.workload.clients is not None:  # at most N / Z a second, and the fleet's capacity
+        requests += min(sc.workload.clients.max_rate(),
+                        sc.fleet.capacity_rps / sc.workload.fanout) * sc.duration_s
     # the kernel's record arrays, then the requests table: about 200 bytes a request in
     # all (measured: mmc-demo, 1.3 M requests, 270 MB over the run without records)
     records = requests * 1.05 * 200 if record_requests else 0.0
@@ -35,5 +38,7 @@ def run_memory(sc, record_requests: bool) -> dict:
     if initial is not None:
         jobs = max(jobs, 2 * (sum(initial.queue) + initial.pending_retries))
     pools = jobs * (K.N_JI + K.N_JF + K.N_CL + K.N_CLF + K.N_UI + K.N_UF + 12) * 8
+    if sc.workload.clients is not None:  # a heap slot (time and key) per thinking client
+        pools += sc.workload.clients.total * 16
     return {"samples": samples, "grid": grid, "table": table, "records": records,
             "pools": pools, "total": grid + table + records + pools}

@@ -166,6 +166,8 @@ class SimulationResult:
             "in_flight_at_end": fleet.users_in_flight,
             "arrived_rps": fleet.n_arrived / max(fleet.now, 1e-12),
             "offered_utilisation": round(sc.offered_utilisation, 4),
+            # a closed population (workload.clients): its offered rate is an outcome
+            "clients": closed_clients_info(sc.workload.clients),
             "attempts": int(fc[K.F_ATTEMPTS]), "retries": int(fc[K.F_RETRIES]),
             "retries_denied": int(fc[K.F_RETRIES_DENIED]), "hedges": int(fc[K.F_HEDGES]),
             "hedges_won": int(fc[K.F_HEDGES_WON]),
@@ -278,6 +280,12 @@ class SimulationResult:
             share = i["in_flight_at_end"] / max(i["user_requests"], 1)
             tail.append(f"{i['in_flight_at_end']} requests ({share:.1%} of arrivals) were still "
                         "in flight at the end and are not counted above")
+        if i.get("clients"):
+            c = i["clients"]
+            tail.append(f"{c['population']} closed clients ({c['by_tier']}) sent "
+                        f"{i['offered_rps']:.1f} rps: in a closed population the offered load "
+                        "is an outcome of the run, not an input (it falls as latency rises; "
+                        f"at most {c['max_rps']:.4g} rps were every answer instant)")
         if i.get("steady_state") is False:
             why = (f"the offered load is {i['offered_utilisation']:.2f}x capacity with "
                    "unbounded queues" if i["offered_utilisation"] >= 1 else
@@ -286,6 +294,16 @@ class SimulationResult:
                         f"{i['arrived_rps']:.1f} rps, counted {i['offered_rps']:.1f} rps), so "
                         "these figures depend on the run's length")
         return head, rows, tail
+
+def closed_clients_info(clients) -> dict | None:
+    """A closed population's facts for the summary (None: no workload.clients)."""
+    if clients is None:
+        return None
+    return {"population": clients.total,
+            "by_tier": ", ".join(f"{t} {clients.population[t]}" for t in clients.tiers),
+            "think_ms": {t: clients.think[t].mean_ms for t in clients.tiers},
+            "max_rps": round(clients.max_rate(), 6)}
+
 
 def steady_state(info: dict, sc) -> bool:
     """False when the run cannot have settled: offered load at or over capacity with

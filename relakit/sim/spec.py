@@ -116,6 +116,9 @@ class Controls:
     breaker: str = "closed"
     isolation: str = "finish"  # work queued on a node made unroutable: finish | failover
     throttle_excess: str = "reject"  # over a node's intake limit: reject | elsewhere
+    # flags set at given times without a control plane (a recorded one, replayed):
+    # ((at_s, ((flag, value), ...)), ...) in time order
+    schedule: tuple = ()
 
     @property
     def shed_bronze(self) -> bool:
@@ -237,11 +240,47 @@ class Metrics:
 
 
 @dataclass(frozen=True)
+class Clients:
+    """A closed client population per tier (``workload.clients``): each client sends a
+    request, waits for its outcome, thinks for a time of its tier's think distribution
+    (the service kinds), and sends again. The rate it offers is an outcome of the run,
+    not an input: it falls as latency rises."""
+
+    population: dict  # tier -> clients (int), every tier present
+    think: dict  # tier -> Service, every tier present
+
+    @property
+    def total(self) -> int:
+        return sum(self.population.values())
+
+    @property
+    def tiers(self) -> tuple[str, ...]:
+        """The tiers with clients, in vocab order."""
+        return tuple(t for t in TIERS if self.population[t] > 0)
+
+    def max_rate(self) -> float:
+        """Requests a second if every answer were instant: the sum over tiers of N / Z
+        (the interactive law's bound X <= N / Z)."""
+        return sum(n / (self.think[t].mean_ms / 1000.0) for t, n in self.population.items()
+                   if n > 0)
+
+
+# an open workload's arrival when only clients are given: nothing arrives
+NO_ARRIVAL = Arrival("none", (0.0,), (0.0,))
+
+
+@dataclass(frozen=True)
 class Workload:
     arrival: Arrival
     tiers: dict
     fanout: int = 1
     deadline_ms: float | None = None
+    clients: Clients | None = None  # a closed population, instead of or beside arrival
+
+    @property
+    def open(self) -> bool:
+        """Whether an open (Poisson) arrival stream is part of the workload."""
+        return self.arrival.kind != "none"
 
 
 @dataclass(frozen=True)
@@ -338,13 +377,17 @@ def read_data_plane(r: Reader, base_dir: Path, control=None) -> dict:
         r.fail(f"{warmup} must be shorter than duration_s ({duration})", "warmup_s")
     fleet = _fleet(r.sub("fleet"))
     workload = _workload(r.sub("workload"), duration, fleet.nodes, base_dir)
+    if workload.clients is not None and fleet.zones:
+        r.fail("a closed client population in a zoned fleet is not modelled (each zone runs "
+               "its own kernel on its share of the open arrivals); drop fleet.zones or give "
+               "workload.arrival", "workload.clients")
     faults = _faults(r, fleet.nodes)
     policy, clocks, chain = control() if control is not None else (None, None, None)
     name = r.data.get("name", "scenario")
     if not isinstance(name, str) or not name:
         r.fail(f"expected a non-empty string, got {name!r}", "name")
     seed = r.number("seed", 1, lo=0, hi=SEED_MAX, integer=True)
-    controls = _controls(r.sub("controls"))
+    controls = _controls(r.sub("controls"), duration)
     mitigations = _mitigations(r.sub("mitigations"), fleet.nodes, workload.fanout)
     _check_on_timeout(r.sub("mitigations").sub("retries"), mitigations.retries, workload)
     if fleet.queue_discipline == "adaptive_lifo" and mitigations.codel is None:
@@ -376,9 +419,49 @@ def _tiers(r: Reader, key, default=()) -> tuple[str, ...]:
     return tuple(t for t in TIER_NAMES if t in value)
 
 
-def _controls(r: Reader) -> Controls:
+SCHEDULE_FLAGS = ("hedge_enabled", "degraded_mode", "shed_tiers", "breaker")
+
+
+def _schedule(r: Reader, duration: float) -> tuple:
+    """`controls.schedule: [{at_s, hedge_enabled, degraded_mode, shed_tiers, breaker}, ...]`:
+    the flags set at each time (the others left as they are), in time order, with no
+    control plane: what a recorded one did, replayed (relakit calibrate writes it)."""
+    raw = r.data.get("schedule")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        r.fail("expected a list of {at_s, and some of " + ", ".join(SCHEDULE_FLAGS) + "}",
+               "schedule")
+    out, last = [], 0.0
+    for i, item in enumerate(raw):
+        s = Reader(item, r.source, f"{r.path}.schedule[{i}]")
+        s.only({"at_s", *SCHEDULE_FLAGS})
+        at = s.number("at_s", lo=0.0, hi=duration)
+        if at < last:
+            s.fail(f"{at:g} is before the previous change ({last:g}): times must not "
+                   "decrease", "at_s")
+        last = at
+        flags = {}
+        for k in ("hedge_enabled", "degraded_mode"):
+            if k in s.data:
+                flags[k] = _flag(s, k)
+        if "shed_tiers" in s.data:
+            tiers = _tiers(s, "shed_tiers")
+            if "gold" in tiers:
+                s.fail("gold bypasses shedding and cannot be shed; allowed: silver, bronze",
+                       "shed_tiers")
+            flags["shed_tiers"] = tiers
+        if "breaker" in s.data:
+            flags["breaker"] = s.choice("breaker", BREAKER_STATES)
+        if not flags:
+            s.fail("sets no flag: give some of " + ", ".join(SCHEDULE_FLAGS))
+        out.append((at, tuple(flags.items())))  # (pairs: the dataclass stays hashable)
+    return tuple(out)
+
+
+def _controls(r: Reader, duration: float = math.inf) -> Controls:
     r.only({"hedge_enabled", "shed_bronze", "shed_tiers", "degraded_mode", "breaker",
-            "isolation", "throttle_excess"})
+            "isolation", "throttle_excess", "schedule"})
     shed = set(_tiers(r, "shed_tiers"))
     if _flag(r, "shed_bronze"):
         shed.add("bronze")
@@ -391,6 +474,7 @@ def _controls(r: Reader) -> Controls:
         breaker=r.choice("breaker", BREAKER_STATES, "closed"),
         isolation=r.choice("isolation", ("finish", "failover"), "finish"),
         throttle_excess=r.choice("throttle_excess", ("reject", "elsewhere"), "reject"),
+        schedule=_schedule(r, duration),
     )
 
 
@@ -732,7 +816,7 @@ def _service(r: Reader) -> Service:
 
 
 def _workload(r: Reader, duration: float, nodes: int, base_dir: Path) -> Workload:
-    r.only({"arrival", "tiers", "fanout", "deadline_ms"})
+    r.only({"arrival", "tiers", "fanout", "deadline_ms", "clients"})
     tiers_r = r.sub("tiers", dict(TIER_MIX))
     tiers_r.only(set(TIER_NAMES))
     tiers = {t: tiers_r.number(t, 0.0, lo=0, hi=1) for t in TIER_NAMES}
@@ -742,10 +826,69 @@ def _workload(r: Reader, duration: float, nodes: int, base_dir: Path) -> Workloa
     if fanout > nodes:
         r.fail(f"{fanout} sub-requests need {fanout} distinct nodes; the fleet has {nodes}",
                "fanout")
+    if "arrival" not in r.data and "clients" not in r.data:
+        r.fail("give 'arrival' (an open stream), 'clients' (a closed population: "
+               "{population, think}) or both", "arrival")
+    clients = _clients(r.sub("clients"), tiers) if "clients" in r.data else None
+    if ("tiers" in r.data and "arrival" not in r.data and clients is not None
+            and isinstance(r.data["clients"].get("population"), dict)):
+        r.fail("splits the open arrivals and a population given as one number; here there "
+               "are neither (clients.population is per tier), so it would be ignored: drop it",
+               "tiers")
     return Workload(
-        arrival=_arrival(r.sub("arrival"), duration, base_dir), tiers=tiers, fanout=fanout,
+        arrival=(_arrival(r.sub("arrival"), duration, base_dir) if "arrival" in r.data
+                 else NO_ARRIVAL), tiers=tiers, fanout=fanout,
         deadline_ms=r.number("deadline_ms", None, lo=0, lo_open=True, nullable=True),
+        clients=clients,
     )
+
+
+MAX_CLIENTS = 10_000_000  # a thinking client holds a heap slot: past this, memory, not a model
+
+
+def _clients(r: Reader, mix: dict) -> Clients:
+    """`clients: {population, think}`: a closed population. `population` is a whole number
+    (split over the tiers by workload.tiers, largest remainder first) or one per tier
+    (`{gold: 10, bronze: 30}`, tiers left out have none); `think` is a service kind
+    (`{kind: exponential, mean_ms: 1000}`) for every tier, or one per tier with clients."""
+    r.only({"population", "think"})
+    raw = r.data.get("population")
+    if isinstance(raw, dict):
+        p = r.sub("population")
+        p.only(set(TIERS))
+        pop = {t: p.number(t, 0, lo=0, hi=MAX_CLIENTS, integer=True) for t in TIERS}
+    elif isinstance(raw, int) and not isinstance(raw, bool):
+        n = r.number("population", lo=1, hi=MAX_CLIENTS, integer=True)
+        exact = {t: n * mix[t] for t in TIERS}
+        pop = {t: int(math.floor(exact[t])) for t in TIERS}
+        rest = sorted(TIERS, key=lambda t: (-(exact[t] - pop[t]), TIERS.index(t)))
+        for t in rest[: n - sum(pop.values())]:
+            pop[t] += 1
+    else:
+        r.fail(f"expected a whole number of clients (split by workload.tiers) or one per "
+               f"tier ({{{', '.join(f'{t}: N' for t in TIERS)}}}), got {raw!r}", "population")
+    if sum(pop.values()) < 1:
+        r.fail("no clients: give at least one", "population")
+    think_raw = r.data.get("think")
+    if not isinstance(think_raw, dict) or not think_raw:
+        r.fail(f"is required: a service kind for the think time ({{kind, mean_ms}}; kinds: "
+               f"{', '.join(SERVICE_PARAMS)}), or one per tier", "think")
+    if "kind" in think_raw:
+        one = _service(r.sub("think"))
+        think = {t: one for t in TIERS}
+    else:
+        t_r = r.sub("think")
+        t_r.only(set(TIERS))
+        think = {}
+        for t in TIERS:
+            if t in t_r.data:
+                think[t] = _service(t_r.sub(t))
+            elif pop[t] > 0:
+                t_r.fail(f"{pop[t]} {t} clients need a think time: give think.{t} "
+                         "(or one think for every tier)")
+        default = next(iter(think.values()))
+        think = {t: think.get(t, default) for t in TIERS}
+    return Clients(population=pop, think=think)
 
 
 def _arrival(r: Reader, duration: float, base_dir: Path) -> Arrival:

@@ -1,0 +1,151 @@
+"""The finite-source queue M/M/c//N: a closed population of N clients in front of c servers.
+
+Each client thinks for an exponential time of mean Z (``think_s``), sends one request,
+waits for its answer (exponential service of rate mu, FCFS, c servers) and thinks again.
+The number of requests at the servers is a birth-death chain on 0..N with birth rate
+(N - n) / Z and death rate min(n, c) mu; its stationary law gives everything here
+(Kleinrock, Queueing Systems I, 3.8 and 3.10; the machine-repairman model):
+
+* throughput X = sum_n p_n min(n, c) mu, mean requests at the servers L = sum_n n p_n,
+  mean response time R = L / X (Little), and the interactive response-time law
+  R = N / X - Z (a client's cycle is R + Z, so X (R + Z) = N), which holds for any
+  service and think distribution, not only this model's;
+* the response-time distribution by the arrival theorem: a request arriving finds the
+  servers as the stationary law of the same system with N - 1 clients; given n found,
+  its wait is 0 for n < c and Erlang(n - c + 1, c mu) otherwise, and its service Exp(mu).
+
+Rates are per second, times in seconds. The chain is computed in logarithms, so
+thousands of clients neither overflow nor underflow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._validate import as_int, as_positive
+
+__all__ = ["FiniteSource", "finite_source"]
+
+
+def _stationary(clients: int, think_s: float, service_rate: float, servers: int) -> np.ndarray:
+    """p_n, n = 0..clients, of the birth-death chain (normalised in logs)."""
+    n = np.arange(clients)
+    log_ratio = np.log((clients - n) / think_s) - np.log(np.minimum(n + 1, servers)
+                                                         * service_rate)
+    log_p = np.concatenate([[0.0], np.cumsum(log_ratio)])
+    log_p -= log_p.max()
+    p = np.exp(log_p)
+    return p / p.sum()
+
+
+@dataclass(frozen=True)
+class FiniteSource:
+    """Steady state of M/M/c//N (see the module docstring)."""
+
+    clients: int
+    think_s: float
+    service_rate: float
+    servers: int
+    p: np.ndarray = field(init=False, repr=False)  # P(n requests at the servers), n = 0..N
+
+    def __post_init__(self) -> None:
+        n = as_int("clients", self.clients, 1)
+        z = as_positive("think_s", self.think_s)
+        mu = as_positive("service_rate", self.service_rate)
+        c = as_int("servers", self.servers, 1)
+        object.__setattr__(self, "p", _stationary(n, z, mu, c))
+
+    @property
+    def throughput(self) -> float:
+        """X, requests per second completed (= sent)."""
+        n = np.arange(self.clients + 1)
+        return float(np.sum(self.p * np.minimum(n, self.servers)) * self.service_rate)
+
+    @property
+    def mean_in_system(self) -> float:
+        """L, requests queued or in service on average."""
+        return float(np.sum(self.p * np.arange(self.clients + 1)))
+
+    @property
+    def mean_response(self) -> float:
+        """R = L / X (seconds), equal to N / X - Z (the interactive response-time law)."""
+        return self.mean_in_system / self.throughput
+
+    @property
+    def mean_wait(self) -> float:
+        """Mean time queued before service (seconds): R - 1 / mu."""
+        return self.mean_response - 1.0 / self.service_rate
+
+    @property
+    def utilisation(self) -> float:
+        """Busy share of each server: X / (c mu)."""
+        return self.throughput / (self.servers * self.service_rate)
+
+    @property
+    def offered_rate(self) -> float:
+        """The rate the thinking clients send at, (N - L) / Z: equal to X. In a closed
+        population the offered load is an outcome (it falls as latency rises), not an
+        input."""
+        return (self.clients - self.mean_in_system) / self.think_s
+
+    def interactive_law_response(self, throughput: float) -> float:
+        """R = N / X - Z for a measured throughput X (seconds)."""
+        return self.clients / throughput - self.think_s
+
+    def _arrival_view(self) -> np.ndarray:
+        """P(an arriving request finds n at the servers), n = 0..N-1 (the arrival theorem:
+        the stationary law with N - 1 clients, equal to (N - n) p_n normalised)."""
+        n = np.arange(self.clients)
+        w = (self.clients - n) * self.p[:-1]
+        return w / w.sum()
+
+    def response_sf(self, t) -> np.ndarray:
+        """P(R > t) for the response time of a request (t in seconds, scalar or array)."""
+        from scipy import stats
+
+        t = np.atleast_1d(np.asarray(t, dtype=float))
+        mu, c = self.service_rate, self.servers
+        a = self._arrival_view()
+        no_wait = a[: min(c, self.clients)].sum()
+        out = no_wait * np.exp(-mu * t)
+        theta = c * mu
+        for n in range(c, self.clients):
+            if a[n] < 1e-300:
+                continue
+            k = n - c + 1
+            # P(W + S > t) = P(W > t) + E[exp(-mu (t - W)); W <= t], W ~ Erlang(k, theta)
+            tail = stats.gamma.sf(t, k, scale=1.0 / theta)
+            if theta > mu:
+                log_e = (k * math.log(theta / (theta - mu))
+                         + stats.gamma.logcdf(t, k, scale=1.0 / (theta - mu)) - mu * t)
+            else:  # c = 1: the integral is (mu t)^k / k!
+                with np.errstate(divide="ignore"):
+                    log_e = k * np.log(mu * t) - math.lgamma(k + 1) - mu * t
+            out = out + a[n] * (tail + np.exp(log_e))
+        return np.clip(out, 0.0, 1.0)
+
+    def response_quantile(self, q: float) -> float:
+        """The q-quantile of the response time (seconds), by bisection on :meth:`response_sf`."""
+        if not 0.0 < q < 1.0:
+            raise ValueError(f"q must be in (0, 1), got {q!r}")
+        lo, hi = 0.0, 1.0 / self.service_rate
+        while self.response_sf(hi)[0] > 1.0 - q:
+            hi *= 2.0
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            if self.response_sf(mid)[0] > 1.0 - q:
+                lo = mid
+            else:
+                hi = mid
+        return 0.5 * (lo + hi)
+
+
+def finite_source(clients: int, think_s: float, service_rate: float,
+                  servers: int = 1) -> FiniteSource:
+    """M/M/c//N: ``clients`` clients thinking ``think_s`` seconds on average, ``servers``
+    servers of rate ``service_rate`` (per second). Any load is stable: a closed population
+    cannot outgrow its servers' queue past N."""
+    return FiniteSource(clients, think_s, service_rate, servers)
