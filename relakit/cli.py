@@ -336,7 +336,13 @@ def _figure(sc, result, path) -> Path:
         xs = curves["simulation"]["latency_ms"].to_numpy()
         curves[f"M/M/{fl.servers[0]}//{clients.total}"] = pl.DataFrame(
             {"latency_ms": xs, "exceedance": m.response_sf(xs / 1000.0)})
-    chart = plots.latency_ccdf(curves, title=f"{sc.name}: response time, simulation vs closed form")
+    # the closed form and the simulation in their palette colours (PALETTE["source"]), as in
+    # every other figure that sets one beside the other
+    colors = {name: plots.CLOSED_FORM_COLOR for name in curves}
+    colors["simulation"] = plots.SIMULATION_COLOR
+    title = (f"{sc.name}: response time, simulation vs closed form" if len(curves) > 1 else
+             f"{sc.name}: response time (simulation; no closed form for this scenario)")
+    chart = plots.latency_ccdf(curves, title=title, colors=colors)
     return plots.save(chart, path)
 
 

@@ -116,6 +116,19 @@ def test_figure_option_writes_a_png_into_out(scenario, tmp_path, capsys):
     assert {p.name for p in (tmp_path / "out").iterdir()} == OUTPUTS | {"latency.png"}
 
 
+def test_figure_draws_simulation_and_closed_form_in_the_palette_source_colours(
+        scenario, tmp_path, capsys):
+    from relakit.plots import CATEGORY, CLOSED_FORM_COLOR, SIMULATION_COLOR
+
+    assert run(scenario, "--out", tmp_path / "out", "--figure", "svg") == 0
+    capsys.readouterr()
+    svg = (tmp_path / "out" / "latency.svg").read_text().lower()
+    # an M/M/4 node: the simulation beside Erlang C, each in its PALETTE["source"] colour
+    assert "erlang c (m/m/4)" in svg and "vs closed form" in svg
+    assert f'stroke="{SIMULATION_COLOR}"' in svg and f'stroke="{CLOSED_FORM_COLOR}"' in svg
+    assert not any(f'stroke="{c}"' in svg for c in CATEGORY[:2])  # not the generic series
+
+
 def test_figure_given_a_file_name_warns_and_still_writes_it(scenario, tmp_path, capsys):
     fig = tmp_path / "figs" / "mine.svg"  # the spelling before --out held every output
     assert run(scenario, "--out", tmp_path / "out", "--figure", fig) == 0
