@@ -570,22 +570,35 @@ def outcome_shares_by_run(runs: dict[str, pl.DataFrame], bin_s: float = 10.0, do
             .resolve_scale(x="shared", y="shared"))
 
 
+def _series_colors(names: list[str], colors: dict[str, str] | None) -> list[str]:
+    """One colour per series name: pinned ones from ``colors``, the rest the series colours
+    in order (skipping those already pinned)."""
+    pinned = colors or {}
+    unknown = sorted(set(pinned) - set(names))
+    if unknown:
+        raise ValueError(f"colors: no series named {unknown} (the series are {names})")
+    free = iter([c for c in list(CATEGORY) * 3 if c not in pinned.values()])
+    return [pinned[n] if n in pinned else next(free) for n in names]
+
+
 def compare_series(frame: pl.DataFrame, x: str, y: str, series: str, *, title: str,
                    x_title: str, y_title: str, subtitle: str | None = None, domain=None,
                    interpolate: str = "linear", rules: dict[str, float] | None = None,
-                   height: int = 200):
+                   height: int = 200, colors: dict[str, str] | None = None):
     """A few named series as lines on one chart, each its own colour and dash (so they
     stay apart in grey too); ``rules`` marks labelled instants (e.g. a fault's start).
+    ``colors`` pins a series' colour by name (a closed form and a simulation take
+    ``CLOSED_FORM_COLOR`` and ``SIMULATION_COLOR``); the others take the series colours.
     Nulls in ``y`` break the lines."""
     names = list(dict.fromkeys(frame[series].to_list()))
+    palette = _series_colors(names, colors)
     dashes = [[1, 0], [6, 3], [2, 2], [8, 2, 2, 2], [4, 4], [1, 3]]
     base = alt.Chart(frame).mark_line(interpolate=interpolate, strokeWidth=2,
                                       invalid="break-paths-show-domains").encode(
         x=_time_x(x, domain, x_title),
         y=alt.Y(f"{y}:Q", title=y_title),
         color=alt.Color(f"{series}:N", title=None, sort=names,
-                        scale=alt.Scale(domain=names,
-                                        range=(list(CATEGORY) * 3)[:len(names)])),
+                        scale=alt.Scale(domain=names, range=palette)),
         strokeDash=alt.StrokeDash(f"{series}:N", title=None, sort=names,
                                   scale=alt.Scale(domain=names,
                                                   range=(dashes * 3)[:len(names)])),
@@ -1531,7 +1544,7 @@ def compare_series_bands(frame: pl.DataFrame, x: str, y: str, series: str, *, ti
                          domain=None, interpolate: str = "linear",
                          rules: dict[str, float] | None = None, height: int = 200,
                          clip: tuple[float, float] | None = (0.0, float("inf")),
-                         clip_format=lambda v: f"{v:g}"):
+                         clip_format=lambda v: f"{v:g}", colors: dict[str, str] | None = None):
     """:func:`compare_series` of replicated series: each line is the mean over
     replications, shaded with its 95 % interval (``<y>_ci``, as
     :func:`relakit.replications.summarise_replications` names it) in the line's
@@ -1547,7 +1560,7 @@ def compare_series_bands(frame: pl.DataFrame, x: str, y: str, series: str, *, ti
     sub = f"{subtitle}; {note}" if subtitle else note
     chart = compare_series(frame, x, y, series, title=title, x_title=x_title,
                            y_title=y_title, subtitle=sub, domain=domain,
-                           interpolate=interpolate, rules=rules, height=height)
+                           interpolate=interpolate, rules=rules, height=height, colors=colors)
     names = list(dict.fromkeys(frame[series].to_list()))
     lo, hi = clip if clip is not None else (-float("inf"), float("inf"))
     band = frame.with_columns(
@@ -1557,8 +1570,7 @@ def compare_series_bands(frame: pl.DataFrame, x: str, y: str, series: str, *, ti
                                      invalid="break-paths-show-domains").encode(
         x=_time_x(x, domain, x_title), y=alt.Y("_low:Q", title=y_title, stack=None), y2="_high:Q",
         color=alt.Color(f"{series}:N", title=None, sort=names, legend=None,
-                        scale=alt.Scale(domain=names,
-                                        range=(list(CATEGORY) * 3)[:len(names)])))
+                        scale=alt.Scale(domain=names, range=_series_colors(names, colors))))
     # the band's legend off and the legends resolved apart: the lines' legend (colour and
     # dash) is the only one, so it shows the dashes that tell the series apart in grey
     # data altair hoisted to the layer chart (lines without rules share one frame) stays

@@ -428,3 +428,22 @@ def test_basin_chart_layers_and_control_frontier_legend():
     assert ys["rule"]["field"] == "half"  # the level half the runs saved
     with pytest.raises(ValueError, match="measure: expected"):
         plots.control_frontier_chart(frontier, title="f", measure="p")
+
+
+def test_compare_series_pins_a_closed_form_and_a_simulation_to_their_palette_colours():
+    frame = pl.DataFrame({"x": [0.0, 1.0] * 2, "y": [4.0, 3.0, 4.1, 2.9],
+                          "y_ci": [0.2, 0.2, None, None], "replications": [3, 3, None, None],
+                          "source": ["simulation"] * 2 + ["closed form"] * 2})
+    pinned = {"simulation": plots.SIMULATION_COLOR, "closed form": plots.CLOSED_FORM_COLOR}
+    spec = plots.compare_series_bands(frame, "x", "y", "source", title="t", x_title="x (s)",
+                                      y_title="y (rps)", colors=pinned).to_dict()
+    ranges = [v["encoding"]["color"]["scale"]["range"] for v in _layers(spec)
+              if "color" in v["encoding"] and "scale" in v["encoding"]["color"]]
+    assert ranges and all(r == [plots.SIMULATION_COLOR, plots.CLOSED_FORM_COLOR] for r in ranges)
+    free = plots.compare_series(frame, "x", "y", "source", title="t", x_title="x", y_title="y",
+                                colors={"closed form": plots.CATEGORY[0]}).to_dict()
+    line = next(v for v in _layers(free) if _mark(v) == "line")
+    assert line["encoding"]["color"]["scale"]["range"] == [plots.CATEGORY[1], plots.CATEGORY[0]]
+    with pytest.raises(ValueError, match="no series named"):
+        plots.compare_series(frame, "x", "y", "source", title="t", x_title="x", y_title="y",
+                             colors={"Erlang C": "#333333"})
