@@ -1931,12 +1931,16 @@ def control_frontier_chart(frontier: pl.DataFrame, *, title: str, subtitle: str 
 # ---- the lab driven by an external tool (notebook 07) ------------------------------------------
 def signals_against_thresholds(signals: pl.DataFrame, thresholds: pl.DataFrame,
                                timeline: pl.DataFrame, shade=None, domain=None,
-                               titles: dict | None = None) -> alt.VConcatChart:
+                               titles: dict | None = None,
+                               shade_label: str | None = None) -> alt.VConcatChart:
     """One panel per signal (``signals``: time_s, signal, value) with the policy's
     thresholds on it as dashed rules (``thresholds``: signal, condition, threshold), the
     mode below, on one time axis; ``shade`` (start_s, end_s) greys a phase (an
-    overload) on every panel."""
+    overload) on every panel, named by ``shade_label`` under the first panel's title (a
+    grey band nobody names reads as data)."""
     titles = titles or {}
+    if shade_label is not None and shade is None:
+        raise ValueError("signals_against_thresholds: shade_label names a shade; give shade too")
     signals = signals.with_columns(pl.col("value").fill_nan(None))  # a gap breaks the line
     domain = domain or (float(signals["time_s"].min()), float(signals["time_s"].max()))
     panels = []
@@ -1958,7 +1962,8 @@ def signals_against_thresholds(signals: pl.DataFrame, thresholds: pl.DataFrame,
             layers.append(alt.Chart(rules).mark_text(align="left", dx=4, dy=-6,
                                                      color=NEUTRAL["note"]).encode(
                 x=alt.value(0), y="threshold:Q", text="condition:N"))
-        panels.append(alt.layer(*layers).properties(width=PANEL_WIDTH, height=110,
-                                                     title=titles.get(name, name)))
+        sub = shade_label if shade_label is not None and not panels else alt.Undefined
+        panels.append(alt.layer(*layers).properties(
+            width=PANEL_WIDTH, height=110, title=alt.Title(titles.get(name, name), subtitle=sub)))
     panels.append(mode_timeline(timeline, domain=domain))
     return alt.vconcat(*panels).resolve_scale(x="shared")

@@ -447,3 +447,18 @@ def test_compare_series_pins_a_closed_form_and_a_simulation_to_their_palette_col
     with pytest.raises(ValueError, match="no series named"):
         plots.compare_series(frame, "x", "y", "source", title="t", x_title="x", y_title="y",
                              colors={"Erlang C": "#333333"})
+
+
+def test_a_shaded_phase_is_named_under_the_first_panel_title_only():
+    signals = pl.DataFrame({"time_s": [0.0, 1.0, 2.0] * 2, "signal": ["busy"] * 3 + ["p99"] * 3,
+                            "value": [0.5, 0.9, 0.95, 200.0, 800.0, 900.0]})
+    rules = pl.DataFrame({"signal": ["busy"], "condition": ["saturated"], "threshold": [0.85]})
+    timeline = pl.DataFrame({"time_s": [0.0, 1.5], "mode": ["normal", "survival"]})
+    spec = plots.signals_against_thresholds(signals, rules, timeline, shade=(1.0, 2.0),
+                                            domain=(0.0, 3.0), shade_label="grey: the overload"
+                                            ).to_dict()
+    titles = [panel.get("title") for panel in spec["vconcat"]]
+    assert titles[0]["subtitle"] == "grey: the overload"
+    assert all("grey: the overload" not in json.dumps(t) for t in titles[1:])
+    with pytest.raises(ValueError, match="shade_label names a shade"):
+        plots.signals_against_thresholds(signals, rules, timeline, shade_label="grey")
