@@ -1896,13 +1896,22 @@ def control_frontier_chart(frontier: pl.DataFrame, *, title: str, subtitle: str 
     mean, lo_col, hi_col = (("p_recover", "p_low", "p_high") if share else
                             ("recovery_mean_s", None, None))
     frame = frontier.with_columns(pl.format("{}x", "size").alias("trigger"))
+    # the spikes drawn at one delay are set apart a little (a dodge), so their bars do not
+    # hide one another; the tooltip keeps the delay itself
+    sizes = sorted(frame["size"].unique().to_list())
+    span = float(frame["delay_s"].max() - frame["delay_s"].min()) or 1.0
+    dodge = 0.012 * span
+    offsets = {z: (i - (len(sizes) - 1) / 2) * dodge for i, z in enumerate(sizes)}
+    frame = frame.with_columns(
+        (pl.col("delay_s") + pl.col("size").replace_strict(offsets, return_dtype=pl.Float64))
+        .alias("delay_drawn_s"))
     if share:
         frame = frame.with_columns(pl.col(lo_col).alias("lo"), pl.col(hi_col).alias("hi"))
     else:
         frame = frame.with_columns(
             (pl.col("recovery_mean_s") - pl.col("recovery_mean_s_ci")).alias("lo"),
             (pl.col("recovery_mean_s") + pl.col("recovery_mean_s_ci")).alias("hi"))
-    x = alt.X("delay_s:Q", title="control-loop delay, clock-bound mean (s)")
+    x = alt.X("delay_drawn_s:Q", title="control-loop delay, clock-bound mean (s)")
     color = alt.Color("trigger:N", title="spike (x the base rate)")
     dash = alt.StrokeDash("trigger:N", title="spike (x the base rate)")
     base = alt.Chart(frame).encode(x=x, color=color, strokeDash=dash)  # one legend, both
@@ -1919,11 +1928,17 @@ def control_frontier_chart(frontier: pl.DataFrame, *, title: str, subtitle: str 
                                                   y2="hi:Q")
     sub = subtitle or ("bars: Clopper-Pearson 95 % intervals" if share else
                        "bars: Student t 95 % intervals over the runs that recovered")
+    if len(sizes) > 1:
+        sub += f"; spikes at one delay drawn up to {dodge * (len(sizes) - 1) / 2:.2g} s apart"
     layers = [bars, line]
     if share:  # the frontier's level: half the runs saved
         layers.append(alt.Chart(pl.DataFrame({"half": [0.5]})).mark_rule(
             strokeDash=[4, 3], color=PALETTE["neutral"]["reference"]).encode(
             y=alt.Y("half:Q", scale=y_scale)))
+        layers.append(alt.Chart(pl.DataFrame({"half": [0.5], "label": ["half the runs saved"]}))
+                      .mark_text(align="right", baseline="bottom", dy=-3,
+                                 color=NEUTRAL["note"])
+                      .encode(x=alt.value(420), y=alt.Y("half:Q", scale=y_scale), text="label:N"))
     return alt.layer(*layers, title=alt.TitleParams(text=title, subtitle=sub)).properties(
         width=420, height=260)
 

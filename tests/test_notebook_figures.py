@@ -426,6 +426,15 @@ def test_basin_chart_layers_and_control_frontier_legend():
     assert ys["line"]["field"] == "p_recover" and ys["line"]["scale"]["domain"] == [0, 1]
     assert ys["errorbar"]["field"] == "lo" and "Clopper" in spec["title"]["subtitle"]
     assert ys["rule"]["field"] == "half"  # the level half the runs saved
+    assert ys["text"]["field"] == "half"  # ... and it says so
+    # two spikes at one delay: drawn apart (a dodge, told in the subtitle), tooltip exact
+    views = _layers(spec)
+    line = next(v for v in views if _mark(v) == "line")
+    rows = _data(plots.control_frontier_chart(shares, title="f", measure="p_recover"), line)
+    drawn = sorted(r["delay_drawn_s"] for r in rows)
+    assert drawn[0] < 6.0 < drawn[1] and all(r["delay_s"] == 6.0 for r in rows)
+    assert "drawn up to" in spec["title"]["subtitle"]
+    assert any(t.get("field") == "delay_s" for t in line["encoding"]["tooltip"])
     with pytest.raises(ValueError, match="measure: expected"):
         plots.control_frontier_chart(frontier, title="f", measure="p")
 
