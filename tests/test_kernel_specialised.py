@@ -153,8 +153,10 @@ def _p_scaled():  # per-node service scales: slowdown rows from t = 0, no mechan
 def count_loops(monkeypatch, specialise=True) -> dict:
     """Fleets run with (``specialise``) or without the loops Fleet picks, counting the
     calls of each loop in the dict returned: plain (``run_plain``), simple, mitigated
-    (``run_mitigated``), fanout (its fan-out loop), general (``kernel.advance``)."""
-    calls = {"plain": 0, "general": 0, "simple": 0, "mitigated": 0, "fanout": 0}
+    (``run_mitigated``), fanout (its fan-out loop), in_path (``run_in_path``), general
+    (``kernel.advance``)."""
+    calls = {"plain": 0, "general": 0, "simple": 0, "mitigated": 0, "fanout": 0,
+             "in_path": 0}
 
     def counting(kernel, name):
         def run(*args):
@@ -169,6 +171,7 @@ def count_loops(monkeypatch, specialise=True) -> dict:
     monkeypatch.setattr(fleet_module, "run_mitigated", counting(M.run_mitigated, "mitigated"))
     one_call, fanout = M.mitigated_loops()
     monkeypatch.setattr(M, "mitigated_loops", lambda: (one_call, counting(fanout, "fanout")))
+    monkeypatch.setattr(fleet_module, "run_in_path", counting(P.run_in_path, "in_path"))
     monkeypatch.setattr(K, "advance", counting(general_advance, "general"))
     return calls
 
