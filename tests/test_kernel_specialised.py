@@ -333,8 +333,15 @@ def test_plain_loops_are_specialisations_of_the_one_loop():
         assert scope["SIMPLE"] is is_simple and scope["LEFTOVERS"] is False
         assert not any(scope[f.upper()] for f in K.FEATURES)
     assert K.advance.py_func.__globals__["LEFTOVERS"] is True
-    with pytest.raises(ValueError, match="runs no mechanism"):
+    with pytest.raises(ValueError, match=r"a settled loop runs \[.codel.* not \[.hedging.\]"):
         K.specialised(frozenset({"hedging"}), settled=True)
+    with pytest.raises(ValueError, match="a simple loop runs no mechanism"):
+        K.specialised(frozenset({"codel"}), simple=True)
+    # the in-path settled loop: their constants on, the plain loop's others (loops.in_path_ok)
+    scope = K.specialised(frozenset({"codel"}), settled=True).py_func.__globals__
+    assert scope["CODEL"] and not scope["THROTTLE"] and not scope["LEFTOVERS"]
+    assert scope["ENDS_EARLY"] and scope["RESENDS"] and not scope["SIMPLE"]
+    assert not settled.py_func.__globals__["ENDS_EARLY"]
 
 
 def test_simple_loop_compiles_without_the_helpers_it_never_calls():
