@@ -210,3 +210,31 @@ def test_the_loops_match_the_python_reference_request_for_request(nodes, special
     np.testing.assert_allclose(req["arrival_s"].to_numpy(), arrival, rtol=1e-12)
     np.testing.assert_allclose(req["latency_ms"].to_numpy(), latency, rtol=1e-9)
     np.testing.assert_allclose(req["service_ms"].to_numpy(), demand, rtol=1e-12)
+
+
+def _toggle_concurrency(fleet, t):
+    """Between steps: the concurrency limit off at 5 s (CoDel alone, then nothing) and on
+    again at 12.5 s, so in-path stretches hand over to other in-path feature sets and to
+    the leaner loops with the copies they refused still ending."""
+    fleet.cfg.cfg_i[K.CI_CL_ALGO] = K.CL_NONE if t == 5.0 else K.CL_AIMD
+    if t == 5.0 and "codel-off" in fleet.scenario.name:
+        fleet.cfg.cfg_i[K.CI_CODEL] = 0
+        fleet.cfg.cfg_i[K.CI_DISCIPLINE] = K.D_FIFO
+    fleet._rechoose()
+
+
+@pytest.mark.parametrize("codel_off", [False, True], ids=["codel-stays", "codel-off"])
+def test_in_path_loops_hand_over_bit_for_bit(codel_off, monkeypatch):
+    sc = _ip({"concurrency_limit": {"algorithm": "aimd", "initial": 10, "max": 40,
+                                    "latency_ms": 30},
+              "codel": {"target_ms": 5, "interval_ms": 50}}, queue_discipline="adaptive_lifo")()
+    sc["name"] = "codel-off" if codel_off else "codel-stays"
+    fast, used = _run(sc, True, True, between=_toggle_concurrency, monkeypatch=monkeypatch)
+    general, _ = _run(sc, False, True, between=_toggle_concurrency, monkeypatch=monkeypatch)
+    assert used["general"] == 0 and used["in_path"] >= 2
+    if codel_off:
+        assert used["plain"] + used["mitigated"] > 0  # nothing on: a leaner loop ran
+    assert fast.st.node_c[:, K.NC_REJECTED].sum() > 100
+    # (the rows the leaner loops leave unwritten: kernel.LEAN_CALL, LEAN_USER)
+    _assert_same(fast, general, lean=True if used["simple"] else
+                 ("usr_i", "usr_f") if used["mitigated"] else ())
