@@ -6,12 +6,12 @@ Variants, rounds interleaved so every variant sees the same machine load:
 
 * ``plain``: no mechanism (the plain specialisations, as runs take them);
 * ``general, plain``: the same fleet through the general kernel (``Fleet.specialise =
-  False``): the loop a run with an in-path mechanism takes today (``Fleet`` picks the
-  general kernel for any mechanism the lean loops do not run);
+  False``): the loop a run with an in-path mechanism took before the in-path settled
+  loop (``loops.in_path_ok``, 3487556);
 * ``client_throttle``, ``concurrency aimd``, ``concurrency gradient``, ``codel``,
-  ``codel + adaptive_lifo``: each alone, as runs take them, and the same through
-  ``kernel.specialised`` on exactly the mechanisms on (``spec:`` rows), which is what
-  choosing the loop from ``features_of`` alone (issue 30's open rest) would give.
+  ``codel + adaptive_lifo``: each alone, as runs take them (the in-path settled loop
+  since 3487556), and the same through ``kernel.specialised`` on exactly the mechanisms
+  on (``spec:`` rows: the general loop's LEFTOVERS kept).
 
 At utilisation 0.9 no mechanism refuses much: the figures are the cost of deciding,
 not of what the decisions save. Rates are user requests per CPU second of a whole

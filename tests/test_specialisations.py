@@ -66,7 +66,7 @@ _spec = importlib.util.spec_from_file_location("reference_runs",
 reference_runs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(reference_runs)
 SHIPPED = sorted(json.loads(reference_runs.STORE.read_text())["runs"])
-LOOPS = ("simple", "plain", "mitigated", "fanout", "general")
+LOOPS = ("simple", "plain", "mitigated", "fanout", "in_path", "general")
 
 # synthetic cases: (factory, the loop it is for). "simple" and "plain": the plain loops run
 # it all (in the simple one exactly for "simple"); "one-call", "fanout": the lean loop
@@ -84,6 +84,37 @@ SYNTHETIC = {
     "m-fanout-2-p2c-started-schedule": (_m_fanout_p2c, "fanout"),
     "m-fanout-wider-than-nodes": (_m_fanout_wide, "fanout"),
 }
+
+
+def _ip(mitigations: dict, rate: float = 3600.0, **fleet):
+    """The in-path loop's cases (``loops.in_path_ok``): four nodes of 8 servers at 10 ms
+    (capacity 3200/s), overloaded so that each mechanism refuses, with tiers, several
+    calls and records as the others."""
+    def make():
+        sc = make_scenario(rate=rate, duration=20, nodes=4, servers=8, warmup=2,
+                           tiers={"gold": 0.2, "silver": 0.3, "bronze": 0.5})
+        sc["mitigations"] = mitigations
+        sc["fleet"].update(fleet)
+        return sc
+    return make
+
+
+SYNTHETIC.update({
+    "ip-throttle": (_ip({"client_throttle": {"k": 1.5, "window_s": 2, "cost_us": 100}}),
+                    "in-path"),
+    "ip-aimd": (_ip({"concurrency_limit": {"algorithm": "aimd", "initial": 10, "max": 40,
+                                           "latency_ms": 30, "cost_us": 50}}), "in-path"),
+    "ip-gradient-jsq": (_ip({"concurrency_limit": {"algorithm": "gradient", "initial": 10,
+                                                   "max": 40, "window": 20}},
+                            routing="jsq"), "in-path"),
+    "ip-codel-adaptive-lifo": (_ip({"codel": {"target_ms": 5, "interval_ms": 50,
+                                              "cost_us": 50}},
+                                  queue_discipline="adaptive_lifo"), "in-path"),
+    "ip-all-three-lifo": (_ip({"client_throttle": {"k": 2, "window_s": 2},
+                               "concurrency_limit": {"algorithm": "aimd", "latency_ms": 30},
+                               "codel": {"target_ms": 5, "interval_ms": 100}},
+                              queue_discipline="lifo"), "in-path"),
+})
 CASES = ([f"shipped:{s}" for s in SHIPPED]
          + [f"{n}:{r}" for n in SYNTHETIC for r in ("records", "no-records")])
 
@@ -126,7 +157,13 @@ def test_every_specialisation_equals_the_general_loop(case, monkeypatch):
     fast, used = _run(sc, True, records, monkeypatch=monkeypatch)
     general, used_general = _run(sc, False, records, monkeypatch=monkeypatch)
     assert used["general"] == 0 and used_general["plain"] == used_general["mitigated"] == 0
-    if loop in ("simple", "plain"):
+    if loop == "in-path":  # the settled loop with the in-path mechanisms on
+        assert used["in_path"] >= 3 and used["plain"] == used["mitigated"] == 0
+        refused = fast.st.fleet_c[K.F_THROTTLED] + fast.st.node_c[:, K.NC_REJECTED].sum()
+        assert fast.n_arrived > 10_000 and refused > 100, refused
+        assert fast.st.cnt[:, :, K.OK].sum() > 10_000
+        _assert_same(fast, general)
+    elif loop in ("simple", "plain"):
         assert used["plain"] >= 3 and used["mitigated"] == 0
         assert used["simple"] == (used["plain"] if loop == "simple" else 0)
         assert fast.n_arrived > 10_000
@@ -152,8 +189,9 @@ def test_the_shipped_scenarios_run_every_loop_but_the_fanout_one():
     shipped scenario fans out under mitigations alone, so the lean fan-out loop is held
     to it by the synthetic ``m-fanout-*`` cases (which assert that it ran)."""
     ran = {k for stem in SHIPPED for k, n in _shipped(stem)[2].items() if n > 0}
-    assert set(LOOPS) - {"fanout"} <= ran, sorted(ran)
-    assert {loop for _, loop in SYNTHETIC.values()} >= {"simple", "plain", "one-call", "fanout"}
+    assert set(LOOPS) - {"fanout", "in_path"} <= ran, sorted(ran)
+    assert {loop for _, loop in SYNTHETIC.values()} >= {"simple", "plain", "one-call", "fanout",
+                                                         "in-path"}
 
 
 @pytest.mark.parametrize("specialise", [True, False], ids=["chosen-loops", "general-loop"])
@@ -172,3 +210,31 @@ def test_the_loops_match_the_python_reference_request_for_request(nodes, special
     np.testing.assert_allclose(req["arrival_s"].to_numpy(), arrival, rtol=1e-12)
     np.testing.assert_allclose(req["latency_ms"].to_numpy(), latency, rtol=1e-9)
     np.testing.assert_allclose(req["service_ms"].to_numpy(), demand, rtol=1e-12)
+
+
+def _toggle_concurrency(fleet, t):
+    """Between steps: the concurrency limit off at 5 s (CoDel alone, then nothing) and on
+    again at 12.5 s, so in-path stretches hand over to other in-path feature sets and to
+    the leaner loops with the copies they refused still ending."""
+    fleet.cfg.cfg_i[K.CI_CL_ALGO] = K.CL_NONE if t == 5.0 else K.CL_AIMD
+    if t == 5.0 and "codel-off" in fleet.scenario.name:
+        fleet.cfg.cfg_i[K.CI_CODEL] = 0
+        fleet.cfg.cfg_i[K.CI_DISCIPLINE] = K.D_FIFO
+    fleet._rechoose()
+
+
+@pytest.mark.parametrize("codel_off", [False, True], ids=["codel-stays", "codel-off"])
+def test_in_path_loops_hand_over_bit_for_bit(codel_off, monkeypatch):
+    sc = _ip({"concurrency_limit": {"algorithm": "aimd", "initial": 10, "max": 40,
+                                    "latency_ms": 30},
+              "codel": {"target_ms": 5, "interval_ms": 50}}, queue_discipline="adaptive_lifo")()
+    sc["name"] = "codel-off" if codel_off else "codel-stays"
+    fast, used = _run(sc, True, True, between=_toggle_concurrency, monkeypatch=monkeypatch)
+    general, _ = _run(sc, False, True, between=_toggle_concurrency, monkeypatch=monkeypatch)
+    assert used["general"] == 0 and used["in_path"] >= 2
+    if codel_off:
+        assert used["plain"] + used["mitigated"] > 0  # nothing on: a leaner loop ran
+    assert fast.st.node_c[:, K.NC_REJECTED].sum() > 100
+    # (the rows the leaner loops leave unwritten: kernel.LEAN_CALL, LEAN_USER)
+    _assert_same(fast, general, lean=True if used["simple"] else
+                 ("usr_i", "usr_f") if used["mitigated"] else ())

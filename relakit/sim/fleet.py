@@ -19,10 +19,12 @@ from numpy.lib.array_utils import byte_bounds
 from relakit.sim import kernel as K
 from relakit.sim.longtable import fleet_columns, node_columns
 from relakit.sim.loops import (
+    in_path_ok,
     leaves,
     mitigated_allowed,
     mitigated_ok,
     plain_ok,
+    run_in_path,
     run_mitigated,
     run_plain,
 )
@@ -377,6 +379,7 @@ class Fleet:
             lat_sum=np.zeros((len(K.TIERS), 2)),
         )
         self._choice = None  # the loop the next call runs (_kernel), None: choose again
+        self._after_in_path = False  # the last call ran the in-path loop (loops.in_path_ok)
         self._owed = (False, False)  # marks a call cut short for room left to the next (_mark)
         self.st.fs[K.FS_MARK] = self.st.fs[K.FS_MARK_GENERAL] = -np.inf  # (no row is old)
         self.set_flags(scenario.controls.flags)
@@ -399,6 +402,7 @@ class Fleet:
             left = self._leaves()
             self.st.is_[K.IS_DRAIN] = self._drain(kernel, left)
             status = kernel(self.cfg, self.st, self.out, t_stop)
+            self._after_in_path = kernel is run_in_path
             self._mark(left, status, t_stop)
             if status == K.SETTLED:
                 self._choice = None
@@ -493,6 +497,8 @@ class Fleet:
         features = K.features_of(cfg, st)
         if plain_ok(cfg, st, features):
             return run_plain, True
+        if in_path_ok(cfg, st, features, self._after_in_path):
+            return run_in_path, True
         settled = st.fs[K.FS_NEXT_SCHED] == np.inf
         if mitigated_ok(cfg, st, features):  # (a schedule change ends its stretch: _kernel)
             return run_mitigated, bool(features) or not settled

@@ -138,6 +138,9 @@ FEATURES = ("hedging", "deadlines", "retries", "errors", "intake", "breaker", "d
 # the mechanisms of the lean (mitigated) specialisations: ``specialised(LEAN_FEATURES,
 # lean=True)``, for the stretches ``loops.mitigated_ok`` accepts
 LEAN_FEATURES = frozenset({"hedging", "deadlines", "retries", "errors"})
+# the in-path mechanisms, which a settled loop may run (``specialised(..., settled=True)``,
+# ``loops.in_path_ok``): each decides at once and leaves nothing on the heap but completions
+IN_PATH_FEATURES = frozenset({"throttle", "concurrency", "codel"})
 HEDGING = DEADLINES = RETRIES = ERRORS = INTAKE = BREAKER = DEGRADED = PROBES = True
 KEEP_LISTENING = True
 THROTTLE = CONCURRENCY = CODEL = True
@@ -164,6 +167,9 @@ ONE_CALL = False
 # retries, moves). One name, not ``LEFTOVERS or HEDGING or RETRIES``: numba prunes a
 # branch on one constant, not on an expression of several
 RESENDS = True
+# derived too: a copy may end without being served (refused by intake, an in-path
+# mechanism, or anything a mechanism left): False only in a settled loop without those
+ENDS_EARLY = True
 # derived too: how the loop converts a row index where it indexes (ROW: ``unsigned`` in the
 # settled and simple loops, ``as_is`` elsewhere). With a signed index numba adds a
 # negative-index fix-up (a sign test and an add of the length) to every access; the
@@ -1480,7 +1486,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 outcome = job_i[jr, JI_OUTCOME]
                 correct = 1
                 probe = PROBES and job_i[jr, JI_CALL] < 0  # a correctness probe: its own dice
-                if not (LEFTOVERS or INTAKE) or job_i[jr, JI_STATE] == J_SERVING:
+                if not ENDS_EARLY or job_i[jr, JI_STATE] == J_SERVING:
                     nr = ROW(node)  # (a serving copy has one)
                     busy = node_i[nr, NI_BUSY]
                     node_f[nr, NF_BUSY_AREA] += busy * (t - node_f[nr, NF_LAST_T])
@@ -2259,8 +2265,11 @@ def specialised(features: frozenset, settled: bool = False, simple: bool = False
     unknown = set(features) - set(FEATURES)
     if unknown:
         raise ValueError(f"unknown kernel features {sorted(unknown)}; known: {FEATURES}")
-    if (settled or simple) and features:
-        raise ValueError(f"a settled or simple loop runs no mechanism, not {sorted(features)}")
+    if simple and features:
+        raise ValueError(f"a simple loop runs no mechanism, not {sorted(features)}")
+    if settled and not set(features) <= IN_PATH_FEATURES:
+        raise ValueError(f"a settled loop runs {sorted(IN_PATH_FEATURES)} only, "
+                         f"not {sorted(features)}")
     if (lean or one_call) and not set(features) <= LEAN_FEATURES:
         raise ValueError(f"a lean loop runs {sorted(LEAN_FEATURES)} only, not {sorted(features)}")
     lean = lean or one_call
@@ -2273,8 +2282,12 @@ def specialised(features: frozenset, settled: bool = False, simple: bool = False
                             LEFTOVERS=not (settled or simple), SIMPLE=simple,
                             ONE_CALL=one_call,
                             ROW=unsigned if settled or simple else as_is,
+                            # (codel: its drops and the completions tail 4 sets reach
+                            # the heap in the general loop's order, through pend)
                             RESENDS=not (settled or simple) or bool(
-                                {"hedging", "retries"} & set(names)),
+                                {"hedging", "retries", "codel"} & set(names)),
+                            ENDS_EARLY=not (settled or simple) or bool(
+                                ({"intake"} | IN_PATH_FEATURES) & set(names)),
                             **{f.upper(): f in names for f in FEATURES})
         # noalias (relakit.jit): the settled loops gain from it (plain M/M/8 +4 %, 50 nodes
         # +2 %), the general one did not (1.00 in an A/B of 7 rounds)

@@ -11,6 +11,11 @@ stretch may run, and the compiled loop to call for it.
   nothing the general loop alone handles pending (:func:`mitigated_ok`). A fault
   schedule that crashes nothing is allowed: ``Fleet.advance`` runs to just before a
   change, applies it in Python (``kernel.schedule_step``) and goes on.
+* **in-path** (``specialised(features, settled=True)``, features some of
+  ``kernel.IN_PATH_FEATURES``): the plain loop with the client throttle, the concurrency
+  limit or CoDel on (:func:`in_path_ok`). They decide at once and leave nothing on the
+  heap but completions (a refused copy's is due at once), so a stretch of them is
+  plain but for the copies they end unserved (``kernel.ENDS_EARLY``).
 * anything else: the general loop (``kernel.run``).
 
 They are the same code (numba prunes what the constants decide), read and write the
@@ -65,6 +70,33 @@ def plain_ok(cfg: K.Config, st: K.State, features: frozenset | None = None) -> b
     was live when a mechanism last could act (``kernel.IS_OLD``). O(nodes)."""
     return (st.is_[K.IS_OLD] == 0 and st.fs[K.FS_NEXT_SCHED] == np.inf
             and not leaves(cfg, st, features)[0])
+
+
+def in_path_ok(cfg: K.Config, st: K.State, features: frozenset,
+               after_in_path: bool = False) -> bool:
+    """True when the next call may run the in-path settled loop: some in-path mechanism
+    is on and no other (``features``), and :func:`plain_ok` holds but for them: no timer
+    in the rings or event on the heap but completions, no failover or schedule change
+    due, and no row live from when another mechanism could act (``kernel.IS_OLD``; rows
+    the last call left are allowed when that call was this loop, ``after_in_path``: it
+    chose with none older, and leaves copies only it or the general loop may end)."""
+    if not features or not features <= K.IN_PATH_FEATURES:
+        return False
+    isv = st.is_
+    return ((isv[K.IS_OLD] == 0 or after_in_path) and st.fs[K.FS_NEXT_SCHED] == np.inf
+            and not st.tq_n[:, 1].any() and not st.node_i[:, K.NI_FAILOVER].any()
+            and not any(isv[K.IS_EVENTS + k] for k in range(K.EV_DONE + 1, K.N_EVENT_KINDS)))
+
+
+def run_in_path(cfg: K.Config, st: K.State, out: K.Output, t_end: float) -> int:
+    """The settled loop on the in-path mechanisms on (:func:`in_path_ok`), called as
+    ``kernel.run`` is. numba's (not built ahead of time: docs/performance.md)."""
+    return in_path_loop(K.features_of(cfg, st))(*cfg, *st, *out, t_end)
+
+
+def in_path_loop(features: frozenset):
+    """The settled specialisation on ``features`` (some of ``kernel.IN_PATH_FEATURES``)."""
+    return K.specialised(features, settled=True)
 
 
 def simple_ok(cfg: K.Config, st: K.State) -> bool:
