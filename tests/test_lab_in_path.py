@@ -334,3 +334,26 @@ def test_a_policys_local_flags_reach_the_lab_through_the_config_server(tmp_path)
             time.sleep(0.2)
         assert limits() == [2.0, 2.0]  # clamped from the initial 4 within a poll
         assert put({"concurrency_max": None}).status_code == 200
+
+
+def test_lab_up_refuses_a_mitigation_it_cannot_run_and_a_flag_without_its_mechanism(
+        tmp_path, capsys):
+    """Both before anything starts, in one line naming the file and the key."""
+    from relakit.cli import main
+
+    bad = tmp_path / "codel.yaml"
+    bad.write_text(LIMIT.read_text() + "  codel: {target_ms: 5}\n")
+    work = tmp_path / "lab"
+    code = main(["lab", "up", "--dir", str(work), "--mitigations", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{bad}: key 'mitigations.codel'" in err
+    policy = tmp_path / "policy.yaml"  # the lab's policy, its survival capping the limit
+    text = (ROOT / "params" / "policies" / "rela-lab.yaml").read_text()
+    policy.write_text(text.replace("assert: {shed_bronze: true,",
+                                   "assert: {concurrency_max: 2, shed_bronze: true,"))
+    code = main(["lab", "up", "--dir", str(work), "--policy", str(policy),
+                 "--mitigations", str(THROTTLE)])
+    err = capsys.readouterr().err
+    assert code == 2 and "concurrency_max" in err and "mitigations.concurrency_limit" in err, err
+    assert not (work / "state.json").exists()
