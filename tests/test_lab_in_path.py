@@ -20,8 +20,10 @@ lab-throttle.yaml) through ``relakit.simulate``, replicated.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -29,11 +31,10 @@ import polars as pl
 import pytest
 from conftest import ROOT
 
-import relakit
 from relakit.lab import Lab, LabSpec
 from relakit.lab.in_path import ClientThrottle, ConcurrencyLimit, lab_mitigations
 from relakit.lab.load import run_load
-from relakit.replications import replication_seeds
+from relakit.measured import measure_runs, tier_latencies, twin_measure
 from relakit.scenario import load_scenario
 from relakit.stats import prediction_interval
 from relakit.validate import ScenarioError
@@ -71,30 +72,24 @@ def run_live(path, mitigations: bool = True, seed: int = 0) -> dict:
         prom = {name: lab.promql(f"sum({name})", time.time())
                 for name in ("rejected_total", "concurrency_limit")}
     req = pl.DataFrame(recs).with_columns(t_s=pl.col("start_s") - t0)
+    keep = os.environ.get("RELAKIT_KEEP_IN_PATH_RUN")  # a folder: data/lab-in-path
+    if keep:  # notebook 07 reads it: every request, t_s from the load's start
+        from relakit.io import write_parquet
+
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        write_parquet(req.drop("start_s"),
+                      Path(keep) / f"{Path(path).stem}-{'on' if mitigations else 'off'}.parquet")
     return {"requests": req.filter(pl.col("t_s") >= sc.warmup_s), "metrics": metrics,
             "prom": prom, "rate": req.height / sc.duration_s}
 
 
-def per_tier(req: pl.DataFrame, time_col: str) -> dict:
-    """Per tier (and all): requests, the share ok, p50 and p99 of the ok latencies (ms)."""
-    out = {}
-    for tier in (*TIERS, "all"):
-        d = req if tier == "all" else req.filter(pl.col("tier") == tier)
-        ok = d.filter(pl.col("outcome") == "ok")["latency_ms"].to_numpy()
-        out[tier] = {"requests": d.height, "ok": ok.size / max(d.height, 1),
-                     "p50_ms": float(np.quantile(ok, 0.5)) if ok.size else math.nan,
-                     "p99_ms": float(np.quantile(ok, 0.99)) if ok.size else math.nan,
-                     "outcomes": dict(d["outcome"].value_counts().iter_rows())}
-    return out
+def per_tier(run: dict) -> dict:
+    """A live run's numbers per tier (relakit.measured.tier_latencies), after warm-up."""
+    return tier_latencies(run["requests"], 0.0, "t_s")
 
 
-def simulated(path, n: int = REPLICATIONS) -> list[dict]:
-    sc = load_scenario(path)
-    runs = []
-    for seed in replication_seeds(sc.seed, n):
-        r = relakit.simulate(load_scenario(path, overrides={"seed": seed}), record_requests=True)
-        runs.append(per_tier(r.requests.filter(pl.col("arrival_s") >= sc.warmup_s), "arrival_s"))
-    return runs
+def outcomes(req: pl.DataFrame) -> dict:
+    return dict(req["outcome"].value_counts().iter_rows())
 
 
 def _count(text: str, name: str) -> float:
@@ -177,14 +172,14 @@ def limited():
 
 @pytest.fixture(scope="module")
 def limit_twin():
-    return simulated(LIMIT)
+    return measure_runs(LIMIT, twin_measure(load_scenario(LIMIT).warmup_s), REPLICATIONS)
 
 
 @live_only
 def test_at_twice_capacity_the_limit_refuses_and_gold_stays_fast(limited):
-    live = per_tier(limited["requests"], "t_s")
+    live = per_tier(limited)
     assert limited["rate"] > 0.9 * 80  # the generator kept up with the scenario's rate
-    out = live["all"]["outcomes"]
+    out = outcomes(limited["requests"])
     assert set(out) <= {"ok", "rejected"}, out  # refused at once, nothing waited to time out
     assert out["rejected"] > 0.3 * live["all"]["requests"]
     assert live["all"]["ok"] * 80 >= 0.85 * 40  # goodput >= 85 % of the fleet's capacity
@@ -200,8 +195,8 @@ def test_at_twice_capacity_the_limit_refuses_and_gold_stays_fast(limited):
 @live_only
 def test_without_the_limit_the_queue_grows_until_requests_time_out():
     off = run_live(LIMIT, mitigations=False, seed=1)
-    live = per_tier(off["requests"], "t_s")["all"]
-    assert live["ok"] < 0.05 and live["outcomes"].get("timeout", 0) > 0.9 * live["requests"]
+    live = per_tier(off)["all"]
+    assert live["ok"] < 0.05 and live["timeout"] > 0.9, live
     assert _count(off["metrics"], "in_flight") > 200  # still queued at the end
     assert "rejected_total" not in off["metrics"] and "concurrency_limit" not in off["metrics"]
     assert math.isnan(off["prom"]["rejected_total"])  # no series without the mechanism
@@ -218,19 +213,18 @@ OK_SHARE_ABS = 0.03  # live success share beyond one simulated run's 95 % predic
 
 @live_only
 def test_the_live_limit_beside_its_simulated_twin(limited, limit_twin):
-    live = per_tier(limited["requests"], "t_s")
+    live = per_tier(limited)
     for tier in (*TIERS, "all"):
-        sims = [s[tier] for s in limit_twin]
-        ok = prediction_interval([s["ok"] for s in sims])
+        ok = prediction_interval(limit_twin.values(f"{tier}_ok"))
         assert ok.low - OK_SHARE_ABS <= live[tier]["ok"] <= ok.high + OK_SHARE_ABS, (
             tier, live[tier]["ok"], ok)
-        p50 = np.mean([s["p50_ms"] for s in sims])
+        p50 = limit_twin.interval(f"{tier}_p50_ms").mean
         assert LATENCY_RATIO[0] <= live[tier]["p50_ms"] / p50 <= LATENCY_RATIO[1], (
             tier, live[tier]["p50_ms"], p50)
-        pi = prediction_interval([s["p99_ms"] for s in sims])
+        pi = prediction_interval(limit_twin.values(f"{tier}_p99_ms"))
         assert P99_RATIO[0] * pi.low <= live[tier]["p99_ms"] <= P99_RATIO[1] * pi.high, (
             tier, live[tier]["p99_ms"], pi)
-        assert np.mean([s["outcomes"].get("rejected", 0) > 0 for s in sims]) == 1.0
+        assert min(limit_twin.values(f"{tier}_rejected")) > 0.3  # it refuses in every run
 
 
 # ---- the client throttle, live and simulated ------------------------------------------------
@@ -260,15 +254,18 @@ def test_the_throttled_clients_send_k_times_what_is_accepted_live_as_simulated(t
     assert throttled_lab["rate"] > 0.9 * 100
     live = sent_per_accepted(req)
     assert abs(live / 2.0 - 1) <= 0.10, live  # k = 2 (the simulator's test: +-7 %, 5 runs)
-    sims = []
-    for seed in replication_seeds(load_scenario(THROTTLE).seed, REPLICATIONS):
-        r = relakit.simulate(load_scenario(THROTTLE, overrides={"seed": seed}),
-                             record_requests=True)
-        sims.append(r.requests.filter(pl.col("arrival_s") >= 10.0))
-    pi = prediction_interval([sent_per_accepted(s) for s in sims])
+    warm = load_scenario(THROTTLE).warmup_s
+
+    def measure(result) -> dict:
+        after = result.requests.filter(pl.col("arrival_s") >= warm)
+        return {"ratio": sent_per_accepted(after),
+                "throttled": float((after["outcome"] == "throttled").mean())}
+
+    sims = measure_runs(THROTTLE, measure, REPLICATIONS)
+    pi = prediction_interval(sims.values("ratio"))
     assert pi.low - 0.1 <= live <= pi.high + 0.1, (live, pi)
     throttled = (req["outcome"] == "throttled").mean()
-    sim_thr = prediction_interval([(s["outcome"] == "throttled").mean() for s in sims])
+    sim_thr = prediction_interval(sims.values("throttled"))
     assert sim_thr.low - 0.03 <= throttled <= sim_thr.high + 0.03, (throttled, sim_thr)
 
 
