@@ -71,6 +71,7 @@ def run_live(path, mitigations: bool = True, seed: int = 0) -> dict:
         time.sleep(2 * lab.clocks.scrape_s)
         prom = {name: lab.promql(f"sum({name})", time.time())
                 for name in ("rejected_total", "concurrency_limit")}
+        recorded = {s.label("__name__") for s in lab.tsdb(sc.duration_s + 5)}  # the agent's
     req = pl.DataFrame(recs).with_columns(t_s=pl.col("start_s") - t0)
     keep = os.environ.get("RELAKIT_KEEP_IN_PATH_RUN")  # a folder: data/lab-in-path
     if keep:  # notebook 07 reads it: every request, t_s from the load's start
@@ -80,7 +81,7 @@ def run_live(path, mitigations: bool = True, seed: int = 0) -> dict:
         write_parquet(req.drop("start_s"),
                       Path(keep) / f"{Path(path).stem}-{'on' if mitigations else 'off'}.parquet")
     return {"requests": req.filter(pl.col("t_s") >= sc.warmup_s), "metrics": metrics,
-            "prom": prom, "rate": req.height / sc.duration_s}
+            "prom": prom, "rate": req.height / sc.duration_s, "recorded": recorded}
 
 
 def per_tier(run: dict) -> dict:
@@ -187,6 +188,7 @@ def test_at_twice_capacity_the_limit_refuses_and_gold_stays_fast(limited):
     # counted under the simulator's names, per instance, and scraped by Prometheus
     assert _count(limited["metrics"], "rejected_total") >= out["rejected"]
     assert limited["prom"]["rejected_total"] >= out["rejected"]
+    assert {"rejected_total", "concurrency_limit"} <= limited["recorded"]  # as the agent reads
     gauges = [float(line.split()[1]) for line in limited["metrics"].splitlines()
               if line.startswith("concurrency_limit ")]
     assert len(gauges) == 2 and all(1.0 <= g <= 100.0 for g in gauges), gauges
@@ -200,6 +202,7 @@ def test_without_the_limit_the_queue_grows_until_requests_time_out():
     assert _count(off["metrics"], "in_flight") > 200  # still queued at the end
     assert "rejected_total" not in off["metrics"] and "concurrency_limit" not in off["metrics"]
     assert math.isnan(off["prom"]["rejected_total"])  # no series without the mechanism
+    assert "requests_total" in off["recorded"] and "rejected_total" not in off["recorded"]
 
 
 # what a live request adds to the simulated one: its HTTP round trips through Python on

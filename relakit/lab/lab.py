@@ -41,7 +41,9 @@ STATE = "state.json"
 ENDPOINTS = "endpoints.json"  # the URLs alone (0644): what a user's load tool reads
 TOKEN_ENV = "RELAKIT_LAB_TOKEN"
 
-SERIES = ("requests_total", "latency_seconds_bucket", "in_flight", "busy_seconds_total")
+SERIES = ("requests_total", "latency_seconds_bucket", "in_flight", "busy_seconds_total",
+          *("rejected_total", "concurrency_limit"))  # the second: with a concurrency limit
+# (relakit.lab.in_path), as the simulator's series
 
 
 def free_port() -> int:

@@ -46,7 +46,9 @@ def up(work: Path, *, policy: str | None, chain: str | None, instances: int, age
     if pol is not None:  # a policy's local flag needs its mechanism here too
         enforce(check_local_flags(_LabScenario(pol, mit, mitigations or "--mitigations")))
         enforce(check_lab(pol, load_clocks({}, **clocks),
-                          buckets_s=front.get("buckets_s", DEFAULT_BUCKETS_S)))
+                          buckets_s=front.get("buckets_s", DEFAULT_BUCKETS_S),
+                          extra_series=("rejected_total", "concurrency_limit")
+                          if "concurrency_limit" in mit else ()))
     if lease_s <= renew_s:
         raise ScenarioError(f"lab up: --lease-s {lease_s:g} must be longer than "
                             f"--renew-s {renew_s:g} (a leader renews its lease "
