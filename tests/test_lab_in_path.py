@@ -71,14 +71,15 @@ def run_live(path, mitigations: bool = True, seed: int = 0) -> dict:
         time.sleep(2 * lab.clocks.scrape_s)
         prom = {name: lab.promql(f"sum({name})", time.time())
                 for name in ("rejected_total", "concurrency_limit")}
-        recorded = {s.label("__name__") for s in lab.tsdb(sc.duration_s + 5)}  # the agent's
+        recorded = {r["metric"]["__name__"]  # what the agent and `lab record` read
+                    for r in lab.query_raw(sc.duration_s + 5)["data"]["result"]}
     req = pl.DataFrame(recs).with_columns(t_s=pl.col("start_s") - t0)
     keep = os.environ.get("RELAKIT_KEEP_IN_PATH_RUN")  # a folder: data/lab-in-path
     if keep:  # notebook 07 reads it: every request, t_s from the load's start
         from relakit.io import write_parquet
 
         Path(keep).mkdir(parents=True, exist_ok=True)
-        write_parquet(req.drop("start_s"),
+        write_parquet(req,
                       Path(keep) / f"{Path(path).stem}-{'on' if mitigations else 'off'}.parquet")
     return {"requests": req.filter(pl.col("t_s") >= sc.warmup_s), "metrics": metrics,
             "prom": prom, "rate": req.height / sc.duration_s, "recorded": recorded}
