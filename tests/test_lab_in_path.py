@@ -358,3 +358,35 @@ def test_lab_up_refuses_a_mitigation_it_cannot_run_and_a_flag_without_its_mechan
     err = capsys.readouterr().err
     assert code == 2 and "concurrency_max" in err and "mitigations.concurrency_limit" in err, err
     assert not (work / "state.json").exists()
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="the set-up installs wrk")
+@live_only
+def test_a_policys_throttle_k_reaches_the_load_generator_and_the_front(throttled_lab):
+    """A throttle_k so large that nothing is ever throttled once a request was accepted,
+    served by the config server: at five times capacity neither the generator nor the
+    front throttles after their first second (before any accept, the SRE rule refuses
+    (requests - k 0) / (requests + 1) whatever k is, as the simulator's does)."""
+    import subprocess
+
+    lab = throttled_lab["lab"]
+    auth = {"Authorization": f"Bearer {lab.token}"}
+    assert httpx.put(f"{lab.config_url}/state", headers=auth,
+                     json={"flags": {"throttle_k": 1e6}}).status_code == 200
+    try:
+        time.sleep(2 * lab.clocks.poll_s)  # the front's next poll
+        wrk = subprocess.Popen(["wrk", "-t1", "-c10", "-d5s", "--timeout", "10s", "-s",
+                                str(ROOT / "tools" / "wrk-think.lua"), "-H", "X-Tier: gold",
+                                f"{lab.front_url}/work", "--", "100"],
+                               stdout=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        before = _count(httpx.get(f"{lab.front_url}/metrics").text, "client_throttled_total")
+        wrk.communicate(timeout=60)
+        after = _count(httpx.get(f"{lab.front_url}/metrics").text, "client_throttled_total")
+        assert after == before, (before, after)
+        t0 = time.time()
+        recs = pl.DataFrame(run_load(lab, [(4.0, 100.0)], seed=4))
+        out = outcomes(recs.filter(pl.col("start_s") >= t0 + 1.0))
+        assert "throttled" not in out and out.get("ok", 0) > 0, out
+    finally:
+        httpx.put(f"{lab.config_url}/state", headers=auth, json={"flags": {"throttle_k": None}})

@@ -57,17 +57,20 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
     routable = {"set": set(range(len(lab.instance_urls)))}
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=100)
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+        async def refresh():
+            try:
+                state = (await client.get(f"{lab.config_url}/state")).json()
+                flags.update(state["flags"])
+                out = {int(k) for k, v in state.get("instances", {}).items()
+                       if not v.get("routable", True)}
+                routable["set"] = set(range(len(lab.instance_urls))) - out
+            except (httpx.HTTPError, KeyError, ValueError):
+                pass
+
         async def poll_flags():
             while True:
-                try:
-                    state = (await client.get(f"{lab.config_url}/state")).json()
-                    flags.update(state["flags"])
-                    out = {int(k) for k, v in state.get("instances", {}).items()
-                           if not v.get("routable", True)}
-                    routable["set"] = set(range(len(lab.instance_urls))) - out
-                except (httpx.HTTPError, KeyError, ValueError):
-                    pass
                 await asyncio.sleep(lab.clocks.poll_s)
+                await refresh()
 
         async def call(url, tier):
             if throttle is not None:  # ---- the client's adaptive throttle (issue 33)
@@ -124,6 +127,7 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
                             "hedged": any(h for _, h in results),
                             "instance": lab.instance_urls.index(targets[0])})
 
+        await refresh()  # the flags in force before the first request (a policy's throttle_k)
         poller = asyncio.create_task(poll_flags())
         inflight = []
         t = time.time()
