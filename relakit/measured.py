@@ -304,10 +304,10 @@ def step_measure(step_s: float, survival_window=(5.0, 15.0), gap_s: float = 3.0,
 def tier_latencies(requests: pl.DataFrame, start_s: float = 0.0, time_col: str = "arrival_s",
                    origin: float = 0.0) -> dict:
     """Per tier and ``all``, of the requests starting at ``start_s`` or later (seconds after
-    ``origin``; ``time_col`` as :func:`tier_outcomes`): ``requests``, the shares ``ok``,
-    ``rejected``, ``throttled`` and ``timeout``, and ``p50_ms``, ``p99_ms`` of the ok
-    requests' latency (linear quantiles; nan without one)."""
-    from relakit.vocab import TIERS
+    ``origin``; ``time_col`` as :func:`tier_outcomes`): ``requests``, the share of each
+    outcome (relakit.vocab.OUTCOMES: ``ok``, ``rejected``, ...), and ``p50_ms``, ``p99_ms``
+    of the ok requests' latency (linear quantiles; nan without one)."""
+    from relakit.vocab import OUTCOMES, TIERS
 
     w = _since(requests, time_col, origin).filter(pl.col("t") >= start_s)
     out = {}
@@ -317,7 +317,7 @@ def tier_latencies(requests: pl.DataFrame, start_s: float = 0.0, time_col: str =
         n = max(d.height, 1)
         out[tier] = {"requests": d.height,
                      **{o: float((d["outcome"] == o).sum() / n)
-                        for o in ("ok", "rejected", "throttled", "timeout")},
+                        for o in OUTCOMES},
                      "p50_ms": float(ok.quantile(0.5, "linear")) if ok.len() else float("nan"),
                      "p99_ms": float(ok.quantile(0.99, "linear")) if ok.len() else float("nan")}
     return out
