@@ -174,35 +174,19 @@ def increase(target: Target, cols: np.ndarray, t_eval: np.ndarray, range_s: floa
     A series' NaN samples are samples it does not have (it did not exist yet), unless
     ``nan_samples`` (every row is a sample, a NaN value included, as PromQL's series
     store holds them); ``cut`` (T,) excludes samples at or after it (not written yet).
-    Only the samples some window holds are read (a closed loop asks at one instant of a
-    long history): :func:`extrapolated_rate` over them, the columns as one block.
     """
-    t_eval = np.atleast_1d(np.asarray(t_eval, dtype=float))
-    cols = np.asarray(cols, dtype=np.int64)
-    out = np.full((t_eval.size, cols.size), np.nan)
-    if cols.size == 0 or t_eval.size == 0:
-        return out
-    a = int(np.searchsorted(target.times, t_eval.min() - range_s, side="left"))
-    b = int(np.searchsorted(target.times, t_eval.max(), side="right"))
-    times, v = target.times[a:b], target.values[a:b][:, cols].T  # (columns, samples)
-    if nan_samples or not np.isnan(v).any():
-        lo, hi = window_bounds(times, t_eval, range_s, cut)
-        return extrapolated_rate(times, v, lo, hi, t_eval, range_s, as_rate, counter).T
-    for k in range(cols.size):  # a series missing samples: its own samples only
-        ok = ~np.isnan(v[k])
-        lo, hi = window_bounds(times[ok], t_eval, range_s, cut)
-        out[:, k] = extrapolated_rate(times[ok], v[k:k + 1, ok], lo, hi, t_eval, range_s,
-                                      as_rate, counter)[0]
-    return out
+    return increases([(target, cols)], t_eval, range_s, as_rate, counter, nan_samples,
+                     cut)[0]
 
 
 def increases(parts: list, t_eval, range_s: float, as_rate: bool = False,
-              counter: bool = True) -> list:
+              counter: bool = True, nan_samples: bool = False, cut=None) -> list:
     """:func:`increase` of several targets' columns (``parts``: (target, columns) pairs),
-    a (T, len(columns)) array each. Targets holding the same samples' times over the
-    windows (a fleet scraped together) are one block, one call: a closed loop asks at
-    one instant, thousands of times a run, and a call's cost is its numpy calls, not
-    its columns (rela-ramp: 50 calls an evaluation, one per target and selector)."""
+    a (T, len(columns)) array each. Only the samples some window holds are read (a
+    closed loop asks at one instant of a long history), and targets scraped at the same
+    instants are one block, one :func:`extrapolated_rate`: a call costs its numpy calls,
+    not its columns, and a closed loop asks thousands of times a run (rela-ramp: 50
+    target-and-selector pairs an evaluation)."""
     t_eval = np.atleast_1d(np.asarray(t_eval, dtype=float))
     blocks: list = []  # (times, [part indices])
     for i, (tgt, _) in enumerate(parts):
@@ -215,19 +199,28 @@ def increases(parts: list, t_eval, range_s: float, as_rate: bool = False,
             blocks.append((tgt.times, [i]))
     out: list = [None] * len(parts)
     for times, members in blocks:
+        a = b = 0
         if t_eval.size:  # (only the samples some window holds)
-            a = int(np.searchsorted(times, t_eval.min() - range_s, side="left"))
-            b = int(np.searchsorted(times, t_eval.max(), side="right"))
+            a = int(times.searchsorted(t_eval.min() - range_s, side="left"))
+            b = int(times.searchsorted(t_eval.max(), side="right"))
+        times = times[a:b]
+        rows = [parts[i][0].values[a:b, np.asarray(parts[i][1], dtype=np.int64)].T
+                for i in members]
+        v = rows[0] if len(rows) == 1 else np.concatenate(rows)  # (columns, samples)
+        if nan_samples or not np.isnan(v).any():
+            lo, hi = window_bounds(times, t_eval, range_s, cut)
+            res = extrapolated_rate(times, v, lo, hi, t_eval, range_s, as_rate, counter)
         else:
-            a = b = 0
-        vals = [parts[i][0].values[a:b][:, parts[i][1]] for i in members]
-        block = vals[0] if len(vals) == 1 else np.concatenate(vals, axis=1)
-        res = increase(Target(-1, times[a:b], block, []), np.arange(block.shape[1]), t_eval,
-                       range_s, as_rate, counter)
+            res = np.full((v.shape[0], t_eval.size), np.nan)
+            for k in range(v.shape[0]):  # a series missing samples: its own samples only
+                ok = ~np.isnan(v[k])
+                lo, hi = window_bounds(times[ok], t_eval, range_s, cut)
+                res[k] = extrapolated_rate(times[ok], v[k:k + 1, ok], lo, hi, t_eval,
+                                           range_s, as_rate, counter)[0]
         at = 0
-        for i, v in zip(members, vals, strict=True):
-            out[i] = res[:, at:at + v.shape[1]]
-            at += v.shape[1]
+        for i, r in zip(members, rows, strict=True):
+            out[i] = res[at:at + r.shape[0]].T
+            at += r.shape[0]
     return out
 
 
