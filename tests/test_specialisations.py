@@ -3,7 +3,8 @@ loop, bit for bit; the general loop equals the pure-Python reference where it co
 
 One parametrised test. Each case runs twice: through the loops ``Fleet`` picks
 (``relakit.sim.loops``: simple, plain, the lean mitigated one-call and fan-out ones,
-the in-path settled and simple ones, the general one) and through the general loop alone (``Fleet.specialise`` off):
+the in-path settled and simple ones, the general one) and through the general loop alone
+(``Fleet.specialise`` off):
 
 * a shipped scenario (``params/scenarios``, those ``benchmarks/reference_runs.py``
   hashes) through ``relakit.simulate``: every table it returns must hash the same
@@ -252,3 +253,57 @@ def test_in_path_loops_hand_over_bit_for_bit(codel_off, monkeypatch):
     # (the rows the leaner loops leave unwritten: kernel.LEAN_CALL, LEAN_USER)
     _assert_same(fast, general, lean=True if used["simple"] or used["in_path_simple"] else
                  ("usr_i", "usr_f") if used["mitigated"] else ())
+
+
+def test_a_refused_copy_live_when_the_simple_in_path_loop_returns(monkeypatch):
+    """The records buffer grown a row at a time, so the loops return (GROW_RECORDS) after
+    every request's end: a copy CoDel dropped in that event (at the node a completion
+    freed) is live, its end due, when the simple in-path loop returns and enters again
+    (its rows as ``kernel.lean_rows`` writes and checks them). The run equals the general
+    loop's, grown the same way, bit for bit."""
+    from relakit.sim import loops as P
+    from relakit.sim.fleet import Fleet
+
+    def grow(self, status):
+        if status != K.GROW_RECORDS:
+            return grow_as_is(self, status)
+        out = self.out
+        self.out = out._replace(rec_f=np.concatenate([out.rec_f, np.zeros((1, 3))]),
+                                rec_i=np.concatenate([out.rec_i, np.zeros((1, 7), np.int32)]))
+        self._check_disjoint()
+
+    def few_records(self):  # (Fleet's records buffer, four rows at the start)
+        self.out = self.out._replace(rec_f=self.out.rec_f[:4].copy(),
+                                     rec_i=self.out.rec_i[:4].copy())
+
+    grow_as_is, init_as_is = Fleet._grow, Fleet.__init__
+
+    def init(self, *args, **kwargs):
+        init_as_is(self, *args, **kwargs)
+        few_records(self)
+
+    monkeypatch.setattr(Fleet, "_grow", grow)
+    monkeypatch.setattr(Fleet, "__init__", init)
+    sc = _ip({"codel": {"target_ms": 5, "interval_ms": 50}}, rate=4800.0,
+             queue_discipline="adaptive_lifo")()
+    sc["duration_s"], sc["warmup_s"] = 4, 0
+    ending = []  # live refused copies at each return of the simple in-path loop
+    loops_as_is = P.in_path_loops
+
+    def watched(features):
+        simple, settled = loops_as_is(features)
+
+        def run(*args):
+            status = simple(*args)
+            job_i = args[len(K.Config._fields) + K.State._fields.index("job_i")]
+            ending.append(int((job_i[:, K.JI_STATE] == K.J_ENDING).sum()))
+            return status
+        return run, settled
+
+    monkeypatch.setattr(P, "in_path_loops", watched)
+    fast, used = _run(sc, True, True, steps=(1.0, 2.5, 4.0), monkeypatch=monkeypatch)
+    general, _ = _run(sc, False, True, steps=(1.0, 2.5, 4.0), monkeypatch=monkeypatch)
+    assert used["general"] == 0 and used["in_path_simple"] == used["in_path"] > 1000
+    assert sum(1 for n in ending if n > 0) > 10, ending[:50]
+    assert fast.st.node_c[:, K.NC_CODEL_DROPPED].sum() > 100
+    _assert_same(fast, general, lean=True)
