@@ -162,6 +162,9 @@ def judge_tier(tier: str, counts: np.ndarray, r: np.ndarray, bin_s: float) -> Ti
 
     total = counts.sum()
     ok = np.isfinite(r) & (counts > 0)
+    sent = np.flatnonzero(counts > 0)  # the first and last bins it sent in are partial (a
+    if sent.size > 2:  # load test starting or ending inside one): a false rate each
+        ok[[sent[0], sent[-1]]] = False
     if total < MIN_REQUESTS or ok.sum() < 5:
         return TierPopulation(tier, False, f"{total:.0f} requests in {ok.sum()} bins: too few "
                                            "to judge")
@@ -283,6 +286,8 @@ def judge_stepped(tier: str, counts: np.ndarray, r: np.ndarray, edges: np.ndarra
     for s in starts:
         near[max(s - 1, 0):s + 1] = True
     use = ~near & np.isfinite(r) & (counts > 0)
+    sent = np.flatnonzero(counts > 0)
+    use[[sent[0], sent[-1]]] = False  # partial bins, as in judge_tier
     steps = (f"{len(bounds) - 1} phases (rate steps at "
              f"{', '.join(f'{edges[s]:g}' for s in starts)} s)")
     rate_cv = float((counts / bin_s).std() / (counts / bin_s).mean())
@@ -327,10 +332,14 @@ def judge_stepped(tier: str, counts: np.ndarray, r: np.ndarray, edges: np.ndarra
         ends = [float((x * (rr + z)).mean()) for z in z_ci]
         phases.append(Phase(t0, n_hat, (min(n_hat - half, *ends), max(n_hat + half, *ends)),
                             int(m.sum())))
-        noise = 1.0 / math.sqrt(max(counts[m].mean(), 1.0))  # a count's own relative noise
-        spreads.append(math.sqrt(max(0.0, (nb.std() / nb.mean()) ** 2 - noise ** 2)))
+        # per bin: its squared relative deviation from the phase's N, less a Poisson
+        # count's own (1 / c), weighted by its count (a phase of 2 clients is mostly noise)
+        c = counts[m]
+        spreads.append((c * ((nb - n_hat) / n_hat) ** 2 - 1.0, c))
     peak = max(phases, key=lambda q: q.population)
-    spread = max(spreads) if spreads else math.nan
+    spread = (math.sqrt(max(0.0, np.concatenate([d for d, _ in spreads]).sum()
+                            / np.concatenate([c for _, c in spreads]).sum()))
+              if spreads else math.nan)
     fit = TierPopulation(tier, False, "", peak.population, peak.population_ci, z_hat, z_ci,
                          spread, rate_cv, phases)
     told = f"Z {1000 * z_hat:.0f} ms [{1000 * z_ci[0]:.0f}, {1000 * z_ci[1]:.0f}] from {shared[0]}"

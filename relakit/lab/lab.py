@@ -41,8 +41,8 @@ STATE = "state.json"
 ENDPOINTS = "endpoints.json"  # the URLs alone (0644): what a user's load tool reads
 TOKEN_ENV = "RELAKIT_LAB_TOKEN"
 
-SERIES = ("requests_total", "latency_seconds_bucket", "latency_seconds_sum", "latency_seconds_count",
-          "in_flight", "busy_seconds_total")
+SERIES = ("requests_total", "latency_seconds_bucket", "latency_seconds_sum",
+          "latency_seconds_count", "in_flight", "busy_seconds_total")
 
 
 def free_port() -> int:
