@@ -125,3 +125,21 @@ def test_a_stepped_run_is_the_same_in_one_call_or_many_and_loop_forced(monkeypat
         n = whole.st.is_[K.IS_NREC]
         assert n == other.st.is_[K.IS_NREC] > 5_000
         assert np.array_equal(whole.out.rec_f[:n], other.out.rec_f[:n])
+
+
+def test_the_figure_draws_no_single_closed_form_for_a_schedule(tmp_path, capsys):
+    """M/M/c//N holds per phase, not over a run whose N steps: `simulate --figure` draws
+    the simulation alone and says so, where a constant population gets M/M/c//N."""
+    import yaml
+
+    from relakit.cli import main
+
+    for name, population in (("stepped", [[0, 20], [30, 60]]), ("constant", 20)):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(stepped(population, duration=60)))
+        assert main(["simulate", str(path), "--out", str(tmp_path / name), "--figure",
+                     "svg"]) == 0
+        capsys.readouterr()
+        svg = (tmp_path / name / "latency.svg").read_text().lower()
+        assert ("m/m/4//" in svg) == (name == "constant"), name
+        assert ("no closed form" in svg) == (name == "stepped"), name
