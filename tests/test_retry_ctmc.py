@@ -195,3 +195,13 @@ def test_workload_bad_inputs_are_refused_by_name(kwargs, name):
     with pytest.raises(ValueError, match=name) as err:
         retry_ctmc(**args)
     assert "\n" not in str(err.value)
+
+
+def test_workload_deadline_past_a_full_queue_never_dooms():
+    # 12 s against at most 101 jobs at 10/s, one level per job: no attempt can time out,
+    # so no retry is ever made and the levels are M/M/1/K (a level past the capacity
+    # would be unreachable and, kept, would take the stationary mass)
+    m = retry_ctmc(9.5, 10.0, 1, 100, 12.0, 5, model="workload", retry_limit=20)
+    assert m.params["levels"] == 102 and not m.doom.any() and m.states == 102
+    by_level = np.bincount(m.levels, weights=m.stationary)
+    assert np.abs(by_level - mmck(9.5, 10.0, 1, 101)).max() < 1e-10

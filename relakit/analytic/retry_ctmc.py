@@ -33,6 +33,27 @@ request, as the simulation does). The pool is truncated at ``retry_limit``: a to
 would exceed it is lost, and the stationary mass on the boundary is reported (and warned
 about when not negligible).
 
+**The doom coin, and the workload model (``model="workload"``, one server).** The
+count model decides each attempt's fate by a coin of probability ``P(S_n > T)``,
+independent of the services that then drain the queue; consecutive attempts really share
+those services, so their fates are strongly correlated. At a timeout near the full
+queue's work (10 s against 101 jobs at 10/s) the coin keeps a full node full ~10^5 s where
+the node drains in minutes (docs/performance.md, "Metastability"). The workload model
+carries the node's work instead of its count: ``phases`` levels per mean service time
+(level rate ``phases * service_rate``), a job's exponential service a Geometric number of
+levels (mean ``phases``, so its time is exactly exponential), the deadline
+``round(timeout_s * service_rate * phases)`` levels. An attempt that finds ``w`` levels
+and brings ``S`` is doomed iff ``w + S`` passes the deadline: decided by the work ahead
+of it, which then drains level by level, with no coin. With ``phases=1`` (the default) a
+level is a job, so the count is exact (the queue limit too) and the deadline counts
+service completions: an attempt is doomed iff it finds at least ``mu * T`` jobs. Finer
+levels sharpen the work but lose the count: the queue limit and the job count are then
+read off the work (``w`` levels hold 1 + Binomial(w - 1, 1/phases) jobs; a state's
+``jobs`` is E[min(jobs, capacity) | w] and an attempt is dropped with P(jobs >= capacity
+| w)), a soft limit whose bias grows with ``phases`` (measured in docs/performance.md:
+the convergent chain would need (jobs, work, retries), ~10^6 states). Retries return as
+in the count model (exponential delay, attempt share).
+
 ``on_timeout="keep_listening"`` (the kernel has it: a late answer still answers the
 request, and the copies still queued for it are withdrawn) is not expressible in (n, r)
 and is refused by name. With one FCFS server an attempt's retries queue behind it, so its
@@ -319,6 +340,8 @@ def retry_generator(arrival_rate: float, service_rate: float, servers: int, queu
         q_levels = 1.0 if math.isinf(tau) else 1.0 / k_ph
         deadline = 0 if math.isinf(tau) else max(int(round(tau * mu * k_ph)), 1)
         top, drop, jobs_of, doom = _workload_parts(cap, q_levels, deadline, never)
+        if not doom.any():  # the deadline is past any work the node can hold
+            rl = params["retry_limit"] = 0  # (kept, the pool would be unreachable)
         params |= {"levels": top + 1, "level_rate": mu / q_levels, "deadline_levels": deadline}
         n_lv, move = top + 1, _workload_moves(drop, doom, q_levels, deadline, never)
     else:
@@ -382,11 +405,11 @@ def _workload_parts(cap: int, q: float, deadline: int, never: bool):
     from scipy.stats import binom
 
     if q >= 1.0:  # one level per job: the level is the job count, exactly
-        top = max(cap, deadline + 1)
+        top = cap  # (a level past it is unreachable: it would hold the stationary mass)
         w = np.arange(top + 1)
         drop, jobs = (w >= cap).astype(float), np.minimum(w, cap).astype(float)
     else:
-        top = max(deadline + 1, cap)
+        top = cap
         while binom.sf(cap - 2, top - 1, q) < 1.0 - 1e-12:
             top += max(1, top // 50)
         w = np.arange(top + 1)
