@@ -437,7 +437,7 @@ def _workload_moves(drop, doom, q, deadline, never):
     def move(add, lv, rets, lam, orbit, again_share, level_rate):
         acc = 1.0 - drop[lv]
         share = np.divide(again_share, doom, out=np.zeros_like(doom), where=doom > 0)[lv]
-        for s, p in zip(sizes, p_s):
+        for s, p in zip(sizes, p_s, strict=True):
             doomed = (lv + s > deadline) & (not never)
             fresh, back = lam * acc * p, orbit * acc * p
             add(doomed, s, 1, fresh[doomed])  # a fresh attempt that will time out
