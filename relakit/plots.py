@@ -60,6 +60,10 @@ PALETTE = {
     "slice": {"canary": "#17becf", "rest": "#263c5a"},
     # a model's line drawn over a simulated map (the CTMC's 50 % recovery boundary)
     "boundary": {"CTMC": "#00bfff"},
+    # a paired difference's verdict against a baseline (notebook 11; "not significant" is
+    # neutral's), and who wins a cell of the in-path / control-plane frontier
+    "verdict": {"better": "#1b7837", "worse": "#b35806"},
+    "winner": {"in the path": "#01665e", "in a control plane": "#542788"},
     # what is not data: a reference (baseline, zero line), notes and their rules, shading
     "neutral": {"reference": "#000000", "note": "#555555", "grid": "#e6e6e6",
                 "outage": "#e0e0e0", "shade": "#bdbdbd", "not significant": "#8c8c8c",
@@ -1941,6 +1945,87 @@ def control_frontier_chart(frontier: pl.DataFrame, *, title: str, subtitle: str 
                       .encode(x=alt.value(420), y=alt.Y("half:Q", scale=y_scale), text="label:N"))
     return alt.layer(*layers, title=alt.TitleParams(text=title, subtitle=sub)).properties(
         width=420, height=260)
+
+
+# ---- in the path or in a control plane (notebook 11: relakit.rivals) ---------------------------
+def rival_differences_chart(table: pl.DataFrame, titles: dict[str, str], *, title: str,
+                            baseline: str, subtitle: str = "") -> alt.HConcatChart:
+    """One scenario's :func:`relakit.rivals.rival_table`: a panel per number (``titles``:
+    number -> words with units, in panel order), each variant's paired difference from
+    ``baseline`` with its 95 % interval, the point coloured by its verdict (better, worse,
+    not significant), a rule at 0. Variants keep the table's order on a shared y axis."""
+    variants = list(dict.fromkeys(table["variant"].to_list()))
+    verdicts = {**PALETTE["verdict"], "not significant": NEUTRAL["not significant"]}
+    frame = table.with_columns((pl.col("difference") - pl.col("difference_ci")).alias("lo"),
+                               (pl.col("difference") + pl.col("difference_ci")).alias("hi"))
+    y = alt.Y("variant:N", sort=variants, title=None, axis=alt.Axis(labelLimit=260))
+    panels = []
+    for i, (number, words) in enumerate(titles.items()):
+        part = frame.filter(pl.col("number") == number)
+        if part.height == 0:
+            raise ValueError(f"rival_differences_chart: no rows for number {number!r}")
+        base = alt.Chart(part).encode(y=y if i == 0 else y.axis(labels=False, ticks=False))
+        x = alt.X("difference:Q", title=[words, f"minus {baseline}"])
+        bars = base.mark_errorbar(ticks=True, color=NEUTRAL["note"]).encode(
+            x=alt.X("lo:Q", title=[words, f"minus {baseline}"]), x2="hi:Q")
+        points = base.mark_point(filled=True, size=70).encode(
+            x=x, color=alt.Color("verdict:N", title="paired difference (95 %)",
+                                 scale=_scale(verdicts, list(verdicts)),
+                                 legend=alt.Legend(orient="bottom")),
+            tooltip=[alt.Tooltip("variant:N"), alt.Tooltip("value:Q", format=".4g"),
+                     alt.Tooltip("value_ci:Q", title="± (95 %)", format=".2g"),
+                     alt.Tooltip("baseline:Q", title=baseline, format=".4g"),
+                     alt.Tooltip("difference:Q", format=".4g"),
+                     alt.Tooltip("difference_ci:Q", title="difference ±", format=".2g"),
+                     alt.Tooltip("verdict:N")])
+        zero = alt.Chart(pl.DataFrame({"zero": [0.0]})).mark_rule(
+            color=NEUTRAL["reference"], strokeDash=[3, 3]).encode(x="zero:Q")
+        panels.append(alt.layer(zero, bars, points).properties(width=150, height=alt.Step(18)))
+    sub = subtitle or (f"each variant minus {baseline}, paired by seed (common random "
+                       "numbers); bars: 95 % paired t intervals")
+    return alt.hconcat(*panels, spacing=8, title=alt.TitleParams(text=title, subtitle=sub)
+                       ).resolve_scale(y="shared", color="shared")
+
+
+def decision_frontier_chart(frontier: pl.DataFrame, *, number_title: str, title: str,
+                            subtitle: str = "") -> alt.LayerChart:
+    """:func:`relakit.rivals.decision_frontier` as a map: the decision's cost (% of the
+    mean service time) across, the control plane's mean delay down, each cell coloured by
+    its winner on the number compared (``number_title``, words with units), grey where
+    the paired difference is not significant, and written with the difference (in path
+    minus control plane) and its 95 % half-width."""
+    winners = {**PALETTE["winner"], "neither": NEUTRAL["not significant"]}
+    frame = frontier.with_columns(
+        (pl.col("cost_share") * 100).round(1).alias("cost_pct"),
+        pl.col("delay_s").round(1).alias("delay_drawn_s"),
+        pl.struct("difference", "difference_ci").map_elements(
+            lambda r: (f"{r['difference']:+.3g}\n"
+                       f"±{_fmt_like(r['difference_ci'], r['difference'])}"),
+            return_dtype=pl.String).alias("label"))
+    cells = alt.Chart(frame).encode(
+        x=alt.X("cost_pct:O", title="decision cost in the path (% of mean service time)",
+                axis=alt.Axis(labelAngle=0, grid=False)),
+        y=alt.Y("delay_drawn_s:O", title="control plane's mean delay (s)", sort="ascending",
+                axis=alt.Axis(grid=False)))
+    rect = cells.mark_rect(stroke=NEUTRAL["veil"], strokeWidth=1).encode(
+        color=alt.Color("winner:N", title=f"better {number_title} (paired 95 %)",
+                        scale=_scale(winners, list(winners)),
+                        legend=alt.Legend(orient="bottom", titleLimit=0)),
+        tooltip=[alt.Tooltip("cost_pct:O", title="cost (%)"),
+                 alt.Tooltip("cost_us:Q", title="cost (µs)", format=".0f"),
+                 alt.Tooltip("delay_s:Q", title="mean delay (s)", format=".1f"),
+                 alt.Tooltip("scrape_s:Q"), alt.Tooltip("eval_s:Q"),
+                 alt.Tooltip("in_path:Q", title="in the path", format=".4g"),
+                 alt.Tooltip("control_plane:Q", title="in a control plane", format=".4g"),
+                 alt.Tooltip("difference:Q", format=".3g"),
+                 alt.Tooltip("difference_ci:Q", title="±", format=".2g"),
+                 alt.Tooltip("winner:N")])
+    text = cells.mark_text(fontSize=10, lineBreak="\n", color=NEUTRAL["text light"]).encode(
+        text="label:N")
+    sub = subtitle or (f"cells: {number_title} in the path minus in a control plane, mean ± "
+                       "95 % paired half-width over the seeds both share")
+    return alt.layer(rect, text, title=alt.TitleParams(text=title, subtitle=sub)).properties(
+        width=alt.Step(96), height=alt.Step(50))
 
 
 # ---- the lab driven by an external tool (notebook 07) ------------------------------------------

@@ -4,7 +4,16 @@ path costs, measured over replications beside its closed form.
 :func:`decision_cost_sweep` runs a scenario with a server-side in-path mechanism at several
 decision costs (a share of the mean service time each) and tabulates the saturated goodput
 (mean and 95 % half-width over replications, common seeds at every cost) beside
-``relakit.analytic.decision_capacity``: c / (s + cost) per node. Notebook 11 draws it.
+``relakit.analytic.decision_capacity``: c / (s + cost) per node.
+
+The comparison itself: :func:`rival_variants` puts on one fleet the control plane alone
+(:data:`CONTROL`), each local mechanism alone and each with the control plane;
+:func:`rival_runs` runs them on the same seeds (common random numbers) and judges each run
+(:func:`run_numbers`: gold success, goodput, p99, time to recover, work wasted);
+:func:`rival_table` pairs every variant with the control plane alone
+(:func:`relakit.comparison.comparison_table`). :func:`decision_frontier` sweeps the
+decision's cost against the control plane's clocks and names the winner of each cell.
+Notebook 11 draws them.
 """
 
 from __future__ import annotations
@@ -13,7 +22,10 @@ import copy
 
 import polars as pl
 
-__all__ = ["SERVER_MECHANISMS", "decision_cost_sweep"]
+__all__ = ["CONTROL", "LOCAL_MECHANISMS", "NUMBERS", "NUMBER_TITLES", "SERVER_MECHANISMS",
+           "control_delay_s", "decision_cost_sweep", "decision_frontier", "rival_runs",
+           "rival_table", "rival_variants", "run_numbers", "sampled", "scaled_clocks",
+           "with_control", "with_local"]
 
 #: the in-path mechanisms whose decision costs server time (``cost_us``)
 SERVER_MECHANISMS = ("concurrency_limit", "codel")
@@ -55,4 +67,278 @@ def decision_cost_sweep(scenario: dict, mechanism: str, shares, replications: in
                      "closed_form_rps": sum(decision_capacity(int(c), mean_s, cost_us / 1e6)
                                             for c in sc.fleet.servers),
                      "replications": replications})
+    return pl.DataFrame(rows)
+
+
+# ---- the comparison, answered (issue 33, part 3) --------------------------------------------
+#: the local mechanisms set beside the control plane (:func:`with_local`)
+LOCAL_MECHANISMS = ("client_throttle", "concurrency_limit aimd", "concurrency_limit gradient",
+                    "codel + adaptive_lifo")
+#: the control plane on its own: every other variant is paired against it
+CONTROL = "RelA alone"
+#: what each run is judged on, and which way is better (+1: higher, -1: lower)
+NUMBERS = {"gold_success": 1, "goodput_rps": 1, "p99_ms": -1, "recovery_s": -1,
+           "wasted_share": -1}
+#: the numbers in words, with units
+NUMBER_TITLES = {"gold_success": "gold success", "goodput_rps": "goodput (rps)",
+                 "p99_ms": "p99 of ok requests (ms)", "recovery_s": "time to recover (s)",
+                 "wasted_share": "work wasted (share)"}
+
+
+def with_local(scenario: dict, mechanism: str, cost_us: float = 0.0) -> dict:
+    """A copy of ``scenario`` with one of :data:`LOCAL_MECHANISMS` on, its parameters
+    scaled to the fleet: the SRE book's throttle (k = 2 over a 10 s window); AIMD from as
+    many in flight as a node has servers, backing off on a timeout or a latency over ten
+    mean service times; the gradient controller from the same start; RPC CoDel (5 ms
+    target, 100 ms interval) with adaptive LIFO. ``cost_us``: the decision's cost (server
+    time for the server-side ones, client latency for the throttle)."""
+    from relakit.scenario import load_scenario
+
+    if mechanism not in LOCAL_MECHANISMS:
+        raise ValueError(f"mechanism {mechanism!r}: expected one of {', '.join(LOCAL_MECHANISMS)}")
+    if isinstance(cost_us, bool) or not isinstance(cost_us, int | float) or not cost_us >= 0:
+        raise ValueError(f"cost_us: a number of microseconds >= 0, got {cost_us!r}")
+    sc = load_scenario(scenario)
+    servers = int(max(sc.fleet.servers))
+    out = copy.deepcopy(scenario)
+    mit = out.setdefault("mitigations", {}) or {}
+    out["mitigations"] = mit
+    cost = {"cost_us": float(cost_us)}
+    if mechanism == "client_throttle":
+        mit["client_throttle"] = {"k": 2.0, "window_s": 10.0, **cost}
+    elif mechanism == "concurrency_limit aimd":
+        mit["concurrency_limit"] = {"algorithm": "aimd", "initial": servers,
+                                    "latency_ms": 10.0 * sc.fleet.service.mean_ms, **cost}
+    elif mechanism == "concurrency_limit gradient":
+        mit["concurrency_limit"] = {"algorithm": "gradient", "initial": servers, **cost}
+    else:
+        mit["codel"] = {"target_ms": 5.0, "interval_ms": 100.0, **cost}
+        out["fleet"] = {**out["fleet"], "queue_discipline": "adaptive_lifo"}
+    return out
+
+
+def with_control(scenario: dict, policy, clocks) -> dict:
+    """A copy of ``scenario`` under ``policy`` (a path or mapping) through ``clocks`` (a
+    mapping of relakit's clocks keys), its metrics sampled at the scrape interval (as a
+    control loop requires)."""
+    out = sampled(scenario, clocks["scrape_s"])
+    out["policy"], out["clocks"] = copy.deepcopy(policy), dict(clocks)
+    return out
+
+
+def sampled(scenario: dict, interval_s: float) -> dict:
+    """A copy of ``scenario`` with its metrics sampled every ``interval_s``: every variant
+    of one comparison on one grid, so times read off the series compare."""
+    out = copy.deepcopy(scenario)
+    out["metrics"] = {**(out.get("metrics") or {}), "interval_s": float(interval_s)}
+    return out
+
+
+def rival_variants(base: dict, policy, clocks, mechanisms=LOCAL_MECHANISMS) -> dict[str, dict]:
+    """The rivals on one fleet: :data:`CONTROL` (``base`` under ``policy`` through
+    ``clocks``), each of ``mechanisms`` alone (``<m> alone``: no control plane, the
+    fleet's flags as ``base`` sets them) and with the control plane (``<m> + RelA``),
+    every one's metrics sampled at the clocks' scrape interval. ``base`` must have
+    neither a policy nor clocks of its own (so no variant has one it was not given)."""
+    for key in ("policy", "clocks"):
+        if base.get(key) is not None:
+            raise ValueError(f"base scenario: key {key!r} must be unset (the variants add it)")
+    out = {CONTROL: with_control(base, policy, clocks)}
+    for m in mechanisms:
+        out[f"{m} alone"] = sampled(with_local(base, m), clocks["scrape_s"])
+        out[f"{m} + RelA"] = with_control(with_local(base, m), policy, clocks)
+    return out
+
+
+def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0) -> dict:
+    """One run judged on :data:`NUMBERS`:
+
+    * ``gold_success``: gold's ok share, after warm-up;
+    * ``goodput_rps``: ok requests per second after warm-up;
+    * ``p99_ms``: the 99th percentile of ok requests' latency (ms);
+    * ``recovery_s``: seconds from ``end_s`` (the trigger's end) until the share of
+      requests that did not end ok stays at or below ``level`` for ``hold_s``
+      (:func:`relakit.metastability.recovery_time` on :meth:`fleet_series`); a run that
+      never does counts the time left in it, with ``recovered`` 0;
+    * ``wasted_share``: copies the servers served that answered no client (served after
+      their client gave up, or after another copy had answered) over all copies served:
+      the servers' own ``requests_total`` (ok, error, timeout) against the requests that
+      ended ok or error. Needs fan-out 1 and no warm-up (both sides count the whole run);
+    * ``mode_entries``: how often the control plane entered a mode (its audit's ``enter``
+      and ``preempt`` rows; 0 without one): whether it acted at all.
+    """
+    from relakit.metastability import recovery_time
+
+    info = result.info
+    if info.get("warmup_s", 0.0):
+        raise ValueError("run_numbers: a scenario with warmup_s 0 (work is counted over the "
+                         "whole run)")
+    summary = result.summary
+    every = summary.filter(pl.col("tier") == "all").row(0, named=True)
+    gold = summary.filter(pl.col("tier") == "gold").row(0, named=True)
+    series = result.fleet_series()
+    t = series["time_s"].to_numpy()
+    failing = 1.0 - series["success_ratio"].fill_null(1.0).to_numpy()
+    rec = recovery_time(t, failing, end_s, level, hold_s)
+    served = (result.metrics.filter((pl.col("name") == "requests_total")
+                                    & pl.col("outcome").is_in(["ok", "error", "timeout"]))
+              .filter(pl.col("time_s") == pl.col("time_s").max().over("node"))["value"].sum())
+    answered = every["ok"] + every["error"]
+    entries = (0 if result.decisions is None else
+               result.decisions.filter(pl.col("action").is_in(["enter", "preempt"])).height)
+    return {"gold_success": gold["success_ratio"],
+            "goodput_rps": every["ok"] / (info["duration_s"] - info["warmup_s"]),
+            "p99_ms": every["p99_ms"],
+            "recovery_s": float(t[-1] - end_s) if rec != rec else rec,
+            "recovered": float(rec == rec),
+            "wasted_share": (served - answered) / served if served else 0.0,
+            "mode_entries": float(entries)}
+
+
+def _variant_runs(sc_dict: dict, seeds: list[int], end_s: float, level: float,
+                  hold_s: float) -> list[dict]:
+    """One variant's task: :func:`run_numbers` of each seed's run."""
+    import os
+    import warnings
+
+    from relakit.checks import RelakitWarning
+    from relakit.experiment import run_once
+    from relakit.scenario import load_scenario
+
+    os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+    sc = load_scenario(sc_dict)
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RelakitWarning)
+        for i, s in enumerate(seeds):
+            r = run_once(sc, int(s), record_requests=False)
+            out.append({"replication": i, "seed": int(s), **run_numbers(r, end_s, level, hold_s)})
+    return out
+
+
+def rival_runs(variants: dict[str, dict], end_s: float, replications: int = 3,
+               seed: int | None = None, level: float = 0.02, hold_s: float = 10.0,
+               workers: int | None = None) -> pl.DataFrame:
+    """Every variant (name -> scenario dict) run ``replications`` times on the same seeds
+    (common random numbers; :func:`relakit.replications.replication_seeds` of ``seed``,
+    default the first variant's), judged by :func:`run_numbers`: one row per variant and
+    replication, with ``tier`` "all" (the pairing key of
+    :func:`relakit.comparison.comparison_table`)."""
+    from relakit.replications import replication_seeds
+    from relakit.runner import run_tasks
+
+    if not variants:
+        raise ValueError("variants: need at least one")
+    first = next(iter(variants.values()))
+    seeds = replication_seeds(int(first.get("seed", 1) if seed is None else seed),
+                              int(replications))
+    names = list(variants)
+    parts = run_tasks([(_variant_runs, (variants[n], seeds, end_s, level, hold_s))
+                       for n in names], workers=workers, adaptive=True)
+    rows = [{"variant": n, "tier": "all", **r} for n, part in zip(names, parts, strict=True)
+            for r in part]
+    return pl.DataFrame(rows)
+
+
+def rival_table(runs: pl.DataFrame, baseline: str = CONTROL) -> pl.DataFrame:
+    """Every variant of :func:`rival_runs` against ``baseline``, per number of
+    :data:`NUMBERS`: the baseline's and the variant's means and 95 % half-widths, the
+    paired difference (variant - baseline, by replication:
+    :func:`relakit.comparison.comparison_table`) with its half-width, ``significant``
+    (the interval excludes 0) and ``verdict``: ``better``, ``worse`` (significant, in
+    the number's good or bad direction) or ``not significant``."""
+    from relakit.comparison import comparison_table
+
+    if baseline not in set(runs["variant"]):
+        raise ValueError(f"baseline {baseline!r}: not a variant of these runs")
+    base = runs.filter(pl.col("variant") == baseline).drop("variant")
+    frames = []
+    for name in runs["variant"].unique(maintain_order=True).to_list():
+        if name == baseline:
+            continue
+        t = comparison_table(base, runs.filter(pl.col("variant") == name).drop("variant"))
+        frames.append(t.filter(pl.col("number").is_in(list(NUMBERS)))
+                      .with_columns(pl.lit(name).alias("variant")))
+    good = pl.col("number").replace_strict(NUMBERS, return_dtype=pl.Int64)
+    verdict = (pl.when(pl.col("significant").fill_null(False).not_())
+               .then(pl.lit("not significant"))
+               .when(pl.col("difference") * good > 0).then(pl.lit("better"))
+               .otherwise(pl.lit("worse")))
+    return (pl.concat(frames).with_columns(verdict.alias("verdict"))
+            .rename({"a": "baseline", "a_ci": "baseline_ci", "b": "value", "b_ci": "value_ci"})
+            .select("variant", "number", "baseline", "baseline_ci", "value", "value_ci",
+                    "difference", "difference_ci", "significant", "verdict", "pairs"))
+
+
+def scaled_clocks(clocks: dict, factor: float) -> dict:
+    """``clocks`` with every period (scrape, window, evaluation, poll, propagation)
+    multiplied by ``factor``: the same control plane, faster or slower."""
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor > 0:
+        raise ValueError(f"clock factor: a number > 0, got {factor!r}")
+    return {k: float(v) * factor if k in ("scrape_s", "window_s", "eval_s", "poll_s",
+                                         "propagation_s") else v for k, v in clocks.items()}
+
+
+def control_delay_s(policy: dict, clocks: dict) -> float:
+    """The control plane's mean delay from a step to its actuation through ``clocks``
+    (:func:`relakit.analytic.step_delay`, the policy's first mode's ``enter_after``, the
+    signal's lead taken as half a window), as :func:`relakit.metastability.control_frontier`
+    reckons it."""
+    from relakit.analytic import step_delay
+
+    enter = int(policy["modes"][0].get("enter_after", 1))
+    return step_delay(clocks["scrape_s"], clocks["eval_s"], clocks["poll_s"],
+                      clocks.get("propagation_s", 0.0), enter,
+                      lead_s=clocks["window_s"] / 2).mean
+
+
+def decision_frontier(base: dict, policy: dict, clocks: dict, mechanism: str, cost_shares,
+                      clock_factors, end_s: float, number: str = "gold_success",
+                      replications: int = 3, seed: int | None = None, level: float = 0.02,
+                      hold_s: float = 10.0, workers: int | None = None) -> pl.DataFrame:
+    """Where each wins: ``mechanism`` deciding in the path at each decision cost (a share
+    of the mean service time, :data:`SERVER_MECHANISMS`' ``cost_us``) against ``policy``
+    deciding in a control plane through ``clocks`` scaled by each of ``clock_factors``
+    (:func:`scaled_clocks`), on ``base`` with the same seeds. One row per (cost, clocks):
+    both sides' ``number`` (one of :data:`NUMBERS`) with half-widths, the paired
+    difference in path - control plane (:func:`relakit.stats.paired_difference`),
+    ``significant`` and ``winner``: ``in the path``, ``in a control plane`` (significant,
+    better on ``number``) or ``neither``; ``delay_s``: :func:`control_delay_s`."""
+    from relakit.scenario import load_scenario
+    from relakit.stats import paired_difference, t_interval
+
+    if number not in NUMBERS:
+        raise ValueError(f"number {number!r}: one of {', '.join(NUMBERS)}")
+    if mechanism not in LOCAL_MECHANISMS or mechanism == "client_throttle":
+        raise ValueError(f"mechanism {mechanism!r}: a server-side one of "
+                         f"{', '.join(m for m in LOCAL_MECHANISMS if m != 'client_throttle')}")
+    mean_us = load_scenario(base).fleet.service.mean_ms * 1000.0
+    shares, factors = [float(s) for s in cost_shares], [float(f) for f in clock_factors]
+    variants = {f"path {s}": sampled(with_local(base, mechanism, s * mean_us),
+                                     clocks["scrape_s"]) for s in shares}
+    ladder = {f: scaled_clocks(clocks, f) for f in factors}
+    variants |= {f"control {f}": with_control(base, policy, ladder[f]) for f in factors}
+    runs = rival_runs(variants, end_s, replications, seed, level, hold_s, workers)
+
+    def values(name):
+        return runs.filter(pl.col("variant") == name).sort("replication")[number].to_numpy()
+
+    rows = []
+    for s in shares:
+        a = values(f"path {s}")
+        for f in factors:
+            b = values(f"control {f}")
+            d = paired_difference(a, b)
+            ia, ib = t_interval(a), t_interval(b)
+            iv = d.interval
+            win = ("neither" if not d.significant else
+                   "in the path" if iv.mean * NUMBERS[number] > 0 else "in a control plane")
+            rows.append({"cost_share": s, "cost_us": s * mean_us, "clock_factor": f,
+                         "delay_s": control_delay_s(policy, ladder[f]),
+                         "scrape_s": ladder[f]["scrape_s"], "eval_s": ladder[f]["eval_s"],
+                         "in_path": ia.mean, "in_path_ci": ia.half_width,
+                         "control_plane": ib.mean, "control_plane_ci": ib.half_width,
+                         "difference": iv.mean, "difference_ci": iv.half_width,
+                         "significant": bool(d.significant), "winner": win,
+                         "replications": int(a.size)})
     return pl.DataFrame(rows)

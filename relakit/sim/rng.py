@@ -65,17 +65,6 @@ def seed_words(seed: int) -> list[int]:
 _JUMP = (0x180EC6D33CFD0ABA, 0xD5A61266F0C9392C, 0xA9582618E03FC9AA, 0x39ABDC4529B1661C)
 
 
-def stream_words(seed: int, n_streams: int) -> list[list[int]]:
-    """Four words per stream: the seed's state, then each one jumped 2**128 draws on
-    (the pure-Python twin of :func:`new_state`, which the reference uses)."""
-    g = XoshiroPy(seed)
-    words = []
-    for _ in range(n_streams):
-        words.append(list(g.s))
-        g.jump()
-    return words
-
-
 def new_state(seed: int, n_streams: int = 1) -> np.ndarray:
     """The kernel's generator state: one row of four words per stream, row k + 1 being
     row k jumped (:func:`jump_words`)."""

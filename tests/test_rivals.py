@@ -1,0 +1,230 @@
+"""relakit.rivals (issue 33, part 3): the in-path mechanisms against the control plane.
+
+What one run is judged on (run_numbers) is checked against counters it does not read
+(the servers' own timeout count, the summary), the variants against what they must and
+must not carry, the pairing and the verdicts against relakit.stats, the frontier's winner
+rule on runs whose numbers are known, and both figures against the palette.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import ROOT, make_scenario
+
+import relakit
+from relakit import plots
+from relakit import rivals as rv
+from relakit.analytic import step_delay
+from relakit.stats import paired_difference
+from relakit.validate import load_yaml
+
+POLICY = load_yaml(ROOT / "params" / "policies" / "rela.yaml", "policy")[0]
+CLOCKS = load_yaml(ROOT / "params" / "clocks" / "rela.yaml", "clocks")[0]
+
+
+def fleet(rate=300.0, deadline_ms=None, duration=40.0, **kw) -> dict:
+    """Two nodes of two 10 ms servers (400 rps), tiers for the policy."""
+    sc = make_scenario(rate=rate, duration=duration, nodes=2, servers=2, deadline_ms=deadline_ms,
+                       tiers={"gold": 0.1, "silver": 0.3, "bronze": 0.6}, **kw)
+    sc.pop("faults")
+    return sc
+
+
+def server_timeouts(r) -> int:
+    """Copies the servers themselves counted as finished after their client gave up."""
+    m = r.metrics.filter((pl.col("name") == "requests_total") & (pl.col("outcome") == "timeout"))
+    return int(m.filter(pl.col("time_s") == pl.col("time_s").max())["value"].sum())
+
+
+def test_run_numbers_no_waste_without_deadlines_and_the_servers_timeouts_with_them():
+    calm = relakit.simulate(fleet(rate=300.0))
+    n = rv.run_numbers(calm, end_s=10.0)
+    assert n["wasted_share"] == 0.0  # every copy served answered its waiting client
+    row = calm.summary.filter(pl.col("tier") == "all").row(0, named=True)
+    gold = calm.summary.filter(pl.col("tier") == "gold").row(0, named=True)
+    assert n["goodput_rps"] == pytest.approx(row["ok"] / 40.0)
+    assert n["gold_success"] == gold["success_ratio"] and n["p99_ms"] == row["p99_ms"]
+    assert n["mode_entries"] == 0.0
+    # overloaded with a deadline, no retries, no hedges: the only copies served for nobody
+    # are those the servers finished after their client gave up
+    hot = relakit.simulate(fleet(rate=600.0, deadline_ms=50))
+    n = rv.run_numbers(hot, end_s=10.0)
+    served = hot.metrics.filter((pl.col("name") == "requests_total")
+                                & pl.col("outcome").is_in(["ok", "error", "timeout"]))
+    served = int(served.filter(pl.col("time_s") == pl.col("time_s").max())["value"].sum())
+    assert server_timeouts(hot) > 100
+    assert n["wasted_share"] == pytest.approx(server_timeouts(hot) / served, rel=1e-12)
+
+
+def test_recovery_time_after_a_spike_and_the_time_left_when_never():
+    spike = fleet(arrival={"kind": "spike", "rate_rps": 200, "peak_rps": 800, "start_s": 10,
+                           "width_s": 10}, deadline_ms=50, duration=60.0)
+    r = relakit.simulate(spike)
+    n = rv.run_numbers(r, end_s=20.0, level=0.02, hold_s=5.0)
+    assert n["recovered"] == 1.0 and 0.0 < n["recovery_s"] < 40.0, n  # the backlog drains
+    s = r.fleet_series().with_columns((1 - pl.col("success_ratio").fill_null(1.0)).alias("fail"))
+    at = 20.0 + n["recovery_s"]
+    assert s.filter((pl.col("time_s") >= at) & (pl.col("time_s") <= at + 5.0))["fail"].max() <= 0.02
+    assert s.filter(pl.col("time_s") < at)["fail"][-1] > 0.02  # failing until just before
+    # twice the capacity throughout: the share failing never falls to 2 %
+    n = rv.run_numbers(relakit.simulate(fleet(rate=800.0, deadline_ms=50, duration=60.0)),
+                       end_s=20.0, level=0.02, hold_s=5.0)
+    assert n["recovered"] == 0.0 and n["recovery_s"] == pytest.approx(60.0 - 20.0), n
+    with pytest.raises(ValueError, match="warmup_s 0"):
+        rv.run_numbers(relakit.simulate(fleet(warmup=5.0)), end_s=10.0)
+
+
+def test_variants_carry_what_their_names_say():
+    base = fleet()
+    v = rv.rival_variants(base, POLICY, CLOCKS)
+    assert list(v) == [rv.CONTROL, *[f"{m} {s}" for m in rv.LOCAL_MECHANISMS
+                                     for s in ("alone", "+ RelA")]]
+    for name, sc in v.items():
+        assert sc["metrics"]["interval_s"] == CLOCKS["scrape_s"]  # one sample grid
+        assert ("policy" in sc) == (name == rv.CONTROL or name.endswith("+ RelA")), name
+        mit = sc.get("mitigations") or {}
+        local = [k for k in ("client_throttle", "concurrency_limit", "codel") if k in mit]
+        assert len(local) == (0 if name == rv.CONTROL else 1), name
+        relakit.scenario.load_scenario(sc)  # every variant is a valid scenario
+    assert v["codel + adaptive_lifo alone"]["fleet"]["queue_discipline"] == "adaptive_lifo"
+    assert v["concurrency_limit gradient alone"]["mitigations"]["concurrency_limit"][
+        "algorithm"] == "gradient"
+    assert base.get("mitigations") in (None, {})  # the base is not changed
+    with pytest.raises(ValueError, match="'policy' must be unset"):
+        rv.rival_variants({**base, "policy": POLICY}, POLICY, CLOCKS)
+    with pytest.raises(ValueError, match="mechanism 'lifo'"):
+        rv.with_local(base, "lifo")
+    with pytest.raises(ValueError, match="cost_us"):
+        rv.with_local(base, "codel + adaptive_lifo", -1.0)
+    assert rv.with_local(base, "concurrency_limit aimd", 250.0)["mitigations"][
+        "concurrency_limit"]["cost_us"] == 250.0
+
+
+def _runs(numbers: dict[str, dict[str, list[float]]]) -> pl.DataFrame:
+    rows = []
+    for variant, cols in numbers.items():
+        k = len(next(iter(cols.values())))
+        for i in range(k):
+            rows.append({"variant": variant, "tier": "all", "replication": i, "seed": i,
+                         **{n: cols.get(n, [1.0] * k)[i] for n in rv.NUMBERS}})
+    return pl.DataFrame(rows)
+
+
+def test_rival_table_pairs_by_seed_and_names_the_direction():
+    base = {"gold_success": [0.5, 0.7, 0.6, 0.9], "p99_ms": [100.0, 300.0, 200.0, 150.0]}
+    runs = _runs({rv.CONTROL: base,
+                  # better gold (+0.1 paired, though the spread across seeds is wider)
+                  "up": {"gold_success": [0.61, 0.79, 0.70, 1.0], "p99_ms": base["p99_ms"]},
+                  # higher p99 is worse
+                  "slow": {"gold_success": base["gold_success"],
+                           "p99_ms": [110.0, 311.0, 209.0, 161.0]}})
+    t = rv.rival_table(runs)
+    assert t.height == 2 * len(rv.NUMBERS) and set(t["variant"]) == {"up", "slow"}
+
+    def row(v, n):
+        return t.filter((pl.col("variant") == v) & (pl.col("number") == n)).row(0, named=True)
+
+    up = row("up", "gold_success")
+    d = paired_difference(np.array([0.61, 0.79, 0.70, 1.0]), np.array(base["gold_success"]))
+    assert up["difference"] == pytest.approx(d.interval.mean)
+    assert up["difference_ci"] == pytest.approx(d.interval.half_width)
+    assert up["verdict"] == "better" and up["baseline"] == pytest.approx(0.675)
+    assert row("slow", "p99_ms")["verdict"] == "worse"
+    assert row("slow", "gold_success")["verdict"] == "not significant"
+    assert row("up", "p99_ms")["verdict"] == "not significant"
+    with pytest.raises(ValueError, match="baseline 'nobody'"):
+        rv.rival_table(runs, baseline="nobody")
+
+
+def test_frontier_names_the_winner_from_the_paired_difference(monkeypatch):
+    # in the path: gold success 0.9 less 0.2 per share of cost; the control plane: 0.95 less
+    # 0.1 per clock factor; per seed noise that leaves the paired difference a 95 %
+    # half-width of 0.066 (t with 2 degrees of freedom)
+    noise = {"path": [0.0, 0.01, -0.01], "control": [0.02, -0.02, 0.0]}
+
+    def fake_runs(variants, end_s, replications, seed, level, hold_s, workers):
+        rows = []
+        for name in variants:
+            side, x = name.split(" ")
+            mean = 0.9 - 0.2 * float(x) if side == "path" else 0.95 - 0.1 * float(x)
+            rows += [{"variant": name, "replication": i, "gold_success": mean + e}
+                     for i, e in enumerate(noise[side])]
+        return pl.DataFrame(rows)
+
+    monkeypatch.setattr(rv, "rival_runs", fake_runs)
+    factors = [0.5, 1.5, 2.0, 4.0]
+    f = rv.decision_frontier(fleet(), POLICY, CLOCKS, "concurrency_limit aimd", [0.0, 1.0],
+                             factors, end_s=20.0, replications=3)
+    win = {(r["cost_share"], r["clock_factor"]): r["winner"] for r in f.iter_rows(named=True)}
+    # differences: 0.9 - 0.9 (n.s.), 0.9 - 0.8, 0.7 - 0.9, 0.7 - 0.75 (n.s.), 0.7 - 0.55
+    assert win[(0.0, 0.5)] == "neither" and win[(0.0, 1.5)] == "in the path"
+    assert win[(1.0, 0.5)] == "in a control plane" and win[(1.0, 2.0)] == "neither"
+    assert win[(1.0, 4.0)] == "in the path"
+    cell = f.filter((pl.col("cost_share") == 1.0) & (pl.col("clock_factor") == 2.0)).row(0)
+    cell = dict(zip(f.columns, cell, strict=True))
+    assert cell["difference"] == pytest.approx(-0.05) and not cell["significant"]
+    assert (f["delay_s"].unique().sort().to_list()
+            == sorted(rv.control_delay_s(POLICY, rv.scaled_clocks(CLOCKS, k)) for k in factors))
+    assert f.filter(pl.col("cost_share") == 1.0)["cost_us"][0] == pytest.approx(10_000.0)
+    with pytest.raises(ValueError, match="server-side"):
+        rv.decision_frontier(fleet(), POLICY, CLOCKS, "client_throttle", [0.0], [1.0], 20.0)
+    with pytest.raises(ValueError, match="number 'p50'"):
+        rv.decision_frontier(fleet(), POLICY, CLOCKS, "codel + adaptive_lifo", [0.0], [1.0],
+                             20.0, number="p50")
+
+
+def test_scaled_clocks_scale_the_control_delay():
+    one = rv.control_delay_s(POLICY, CLOCKS)
+    enter = POLICY["modes"][0]["enter_after"]
+    assert one == pytest.approx(step_delay(CLOCKS["scrape_s"], CLOCKS["eval_s"], CLOCKS["poll_s"],
+                                           0.0, enter, lead_s=CLOCKS["window_s"] / 2).mean)
+    assert rv.control_delay_s(POLICY, rv.scaled_clocks(CLOCKS, 2.0)) == pytest.approx(2 * one)
+    with pytest.raises(ValueError, match="clock factor"):
+        rv.scaled_clocks(CLOCKS, 0)
+
+
+def test_a_small_comparison_end_to_end():
+    """Two variants on a spike, the same seeds: a local limit against RelA alone."""
+    spike = fleet(arrival={"kind": "spike", "rate_rps": 250, "peak_rps": 700, "start_s": 10,
+                           "width_s": 15}, deadline_ms=100, duration=60.0)
+    v = rv.rival_variants(spike, POLICY, CLOCKS, ["concurrency_limit aimd"])
+    runs = rv.rival_runs({k: v[k] for k in (rv.CONTROL, "concurrency_limit aimd alone")},
+                         end_s=25.0, replications=3)
+    assert runs.height == 6
+    assert (runs.filter(pl.col("variant") == rv.CONTROL)["seed"].to_list()
+            == runs.filter(pl.col("variant") != rv.CONTROL)["seed"].to_list())
+    t = rv.rival_table(runs)
+    assert (t["pairs"] == 3).all() and t.height == len(rv.NUMBERS)
+    # the limit refuses what it cannot serve at once: far less work wasted than RelA's
+    # queue, which serves copies whose clients gave up
+    w = t.filter(pl.col("number") == "wasted_share").row(0, named=True)
+    assert w["value"] < w["baseline"] and w["verdict"] == "better", w
+
+
+def test_figures_use_the_palette():
+    table = pl.DataFrame({"variant": ["a", "b", "a", "b"], "number": ["gold_success"] * 2
+                          + ["p99_ms"] * 2, "difference": [0.1, 0.0, -5.0, 3.0],
+                          "difference_ci": [0.02, 0.05, 1.0, 1.0], "value": [0.9, 0.8, 50, 58],
+                          "value_ci": [0.01] * 4, "baseline": [0.8, 0.8, 55, 55],
+                          "verdict": ["better", "not significant", "better", "worse"]})
+    spec = plots.rival_differences_chart(
+        table, {"gold_success": "gold success", "p99_ms": "p99 (ms)"}, title="t",
+        baseline=rv.CONTROL).to_dict()
+    scale = spec["hconcat"][0]["layer"][2]["encoding"]["color"]["scale"]
+    assert dict(zip(scale["domain"], scale["range"], strict=True)) == {
+        **plots.PALETTE["verdict"], "not significant": plots.NEUTRAL["not significant"]}
+    with pytest.raises(ValueError, match="no rows for number 'goodput_rps'"):
+        plots.rival_differences_chart(table, {"goodput_rps": "goodput"}, title="t",
+                                      baseline=rv.CONTROL)
+    frontier = pl.DataFrame({"cost_share": [0.0, 0.5], "cost_us": [0.0, 5000.0],
+                             "delay_s": [4.35, 4.35], "scrape_s": [1.5] * 2, "eval_s": [0.2] * 2,
+                             "in_path": [0.85, 0.74], "control_plane": [0.97, 0.97],
+                             "difference": [-0.12, -0.23], "difference_ci": [0.02, 0.02],
+                             "winner": ["in a control plane", "neither"]})
+    spec = plots.decision_frontier_chart(frontier, number_title="gold success",
+                                         title="t").to_dict()
+    scale = spec["layer"][0]["encoding"]["color"]["scale"]
+    assert dict(zip(scale["domain"], scale["range"], strict=True)) == {
+        **plots.PALETTE["winner"], "neither": plots.NEUTRAL["not significant"]}
