@@ -171,6 +171,7 @@ def test_workload_start_distribution_is_the_work_of_the_jobs_queued():
     assert lv.min() == 31 and p[p > 0][0] == pytest.approx(nbinom.pmf(0, 31, 0.5), rel=1e-12)
     one = retry_ctmc(9.5, 10.0, 1, 30, 1.0, 3, phases=1, model="workload", retry_limit=40)
     assert np.flatnonzero(one.initial(31, 0)).tolist() == [one.state(31, 0)]
+    assert 0 <= m.state(31, 40) < m.states and m.jobs[m.state(31, 40)] >= 31 - 1e-6
     with pytest.raises(ValueError, match="from_set: a start distribution"):
         m.first_passage(p * 2, lambda j, r: j <= 1)
 

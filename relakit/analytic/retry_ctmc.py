@@ -192,7 +192,7 @@ class RetryCTMC:
                              f"({jobs}, {retries})")
         if self.params["model"] == "workload":
             per_level = self.jobs[:: r + 1]
-            jobs = int(np.searchsorted(per_level, jobs - 1e-9))
+            jobs = min(int(np.searchsorted(per_level, jobs - 1e-9)), per_level.size - 1)
         return int(jobs * (r + 1) + retries)
 
     def initial(self, jobs: int, retries: int = 0) -> np.ndarray:
