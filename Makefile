@@ -33,12 +33,12 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.base
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (relakit)"
 	touch $@
 
-# the kernels runs use (plain, simple plain, mitigated and general; the control plane's policy step and
-# PromQL functions) compiled once into the shared cache (again after a kernel edit): tests,
+# the kernels runs use (plain, simple plain, mitigated and general; the control plane's policy step)
+# compiled once into the shared cache (again after a kernel edit): tests,
 # sweep workers and notebooks then load instead of compiling
 $(NUMBA_CACHE_DIR)/.warm: $(VENV)/.installed relakit/sim/kernel.py relakit/sim/loops.py \
 		relakit/sim/rng.py relakit/sim/latency_bins.py relakit/sim/cachename.py relakit/vocab.py \
-		relakit/control/tsdb.py relakit/control/policy.py tools/warm_kernel_cache.py
+		relakit/control/policy.py tools/warm_kernel_cache.py
 	$(BIN)/python tools/warm_kernel_cache.py
 	touch $@
 

@@ -655,10 +655,11 @@ LAB_SERIES = ("requests_total", "latency_seconds_bucket", "latency_seconds_sum",
               "latency_seconds_count", "in_flight", "busy_seconds_total", "flag")
 
 
-def check_lab(policy, clocks, buckets_s=None) -> list[Finding]:
-    """The agent's policy against the data plane's metric names; the lab's clocks; its
-    thresholds against the latency histogram's buckets (``buckets_s``, seconds)."""
-    series = [("nodes", n, None, None, None) for n in LAB_SERIES]
+def check_lab(policy, clocks, buckets_s=None, extra_series=()) -> list[Finding]:
+    """The agent's policy against the data plane's metric names (``extra_series``: those of
+    the lab's in-path mechanisms, when on); the lab's clocks; its thresholds against the
+    latency histogram's buckets (``buckets_s``, seconds)."""
+    series = [("nodes", n, None, None, None) for n in (*LAB_SERIES, *extra_series)]
     return (check_policy(policy)
             + check_signals(policy, series, missing=ERROR, what="the lab's data plane",
                             labels=False)

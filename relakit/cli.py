@@ -582,7 +582,7 @@ def _lab(args) -> int:
             front={"front_port": args.front_port, "routing": args.routing,
                    "tier_header": args.tier_header, "keepalive_s": args.keepalive_s,
                    "queue_limit": args.queue_limit, "deadline_ms": args.deadline_ms,
-                   "buckets_s": args.buckets})
+                   "buckets_s": args.buckets}, mitigations=args.mitigations)
     if args.action == "down":
         return lifecycle.down(work)
     if args.action == "load":
@@ -889,6 +889,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="server-side timeout per request, ms (workload.deadline_ms)")
     up.add_argument("--buckets", type=_buckets, default=None,
                     help="latency histogram bucket bounds, seconds, comma-separated, rising")
+    up.add_argument("--mitigations", metavar="SCENARIO", default=None,
+                    help="a scenario YAML: the lab runs its mitigations.client_throttle "
+                         "(load generator, front) and .concurrency_limit (instances); any "
+                         "other mitigation in it is refused (docs/lab.md)")
     ld = action("load", "send open-loop load to the running lab, phase by phase")
     ld.add_argument("--phases", type=_phases, default="10:50,20:200,10:50",
                     help="seconds:rate pairs (rate in requests/s), run in order")

@@ -22,7 +22,9 @@ The chain measures (:func:`chain_measure`: :func:`success_after`,
 run, and :func:`step_measure` (:func:`tier_outcomes`, :func:`window_rates`,
 :func:`ok_share_per_bin`, :func:`mode_entered_at`) what notebook 07 asks of a
 load step, applied alike to the live record and to each simulated
-replication; defined once here so a test pins them.
+replication; defined once here so a test pins them. :func:`tier_latencies` and
+:func:`twin_measure` are what a live run with an in-path mechanism and its simulated
+twin are compared on (tests/test_lab_in_path.py, notebook 07).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from relakit.stats import Interval, PairedDifference, paired_difference, t_inter
 
 __all__ = ["MeasuredRuns", "chain_measure", "isolated_nodes", "measure_runs", "mode_entered_at",
            "ok_share_per_bin", "paired", "paired_ratio", "pm", "requests_to", "step_measure",
-           "success_after", "tier_outcomes", "window_rates"]
+           "success_after", "tier_latencies", "tier_outcomes", "twin_measure", "window_rates"]
 
 
 def pm(iv: Interval, fmt: str = ".3f") -> str:
@@ -295,5 +297,41 @@ def step_measure(step_s: float, survival_window=(5.0, 15.0), gap_s: float = 3.0,
         out.update({f"gap_{k}": v for k, v in gap.items()})
         out["ok_share"] = ok_share_per_bin(req, bin_s)
         return out
+
+    return measure
+
+
+def tier_latencies(requests: pl.DataFrame, start_s: float = 0.0, time_col: str = "arrival_s",
+                   origin: float = 0.0) -> dict:
+    """Per tier and ``all``, of the requests starting at ``start_s`` or later (seconds after
+    ``origin``; ``time_col`` as :func:`tier_outcomes`): ``requests``, the share of each
+    outcome (relakit.vocab.OUTCOMES: ``ok``, ``rejected``, ...), and ``p50_ms``, ``p99_ms``
+    of the ok requests' latency (linear quantiles; nan without one)."""
+    from relakit.vocab import OUTCOMES, TIERS
+
+    w = _since(requests, time_col, origin).filter(pl.col("t") >= start_s)
+    out = {}
+    for tier in (*TIERS, "all"):
+        d = w if tier == "all" else w.filter(pl.col("tier") == tier)
+        ok = d.filter(pl.col("outcome") == "ok")["latency_ms"]
+        n = max(d.height, 1)
+        out[tier] = {"requests": d.height,
+                     **{o: float((d["outcome"] == o).sum() / n)
+                        for o in OUTCOMES},
+                     "p50_ms": float(ok.quantile(0.5, "linear")) if ok.len() else float("nan"),
+                     "p99_ms": float(ok.quantile(0.99, "linear")) if ok.len() else float("nan")}
+    return out
+
+
+def twin_measure(start_s: float):
+    """The measure a live run's simulated twin takes (for :func:`measure_runs`; the live
+    record gets :func:`tier_latencies` itself): ``<tier>_<number>`` for every number
+    :func:`tier_latencies` gives, from ``start_s`` (the warm-up's end) on."""
+
+    def measure(result) -> dict:
+        if result.requests is None:
+            raise ValueError("twin_measure needs per-request records (record_requests=True)")
+        return {f"{tier}_{k}": v for tier, row in
+                tier_latencies(result.requests, start_s).items() for k, v in row.items()}
 
     return measure

@@ -22,6 +22,8 @@ import copy
 
 import polars as pl
 
+from relakit.vocab import ANSWERED
+
 __all__ = ["CONTROL", "LOCAL_MECHANISMS", "NUMBERS", "NUMBER_TITLES", "SERVER_MECHANISMS",
            "control_delay_s", "decision_cost_sweep", "decision_frontier", "rival_runs",
            "rival_table", "rival_variants", "run_numbers", "sampled", "scaled_clocks",
@@ -181,7 +183,7 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0)
     failing = 1.0 - series["success_ratio"].fill_null(1.0).to_numpy()
     rec = recovery_time(t, failing, end_s, level, hold_s)
     served = (result.metrics.filter((pl.col("name") == "requests_total")
-                                    & pl.col("outcome").is_in(["ok", "error", "timeout"]))
+                                    & pl.col("outcome").is_in(ANSWERED))
               .filter(pl.col("time_s") == pl.col("time_s").max().over("node"))["value"].sum())
     answered = every["ok"] + every["error"]
     entries = (0 if result.decisions is None else

@@ -153,10 +153,10 @@ def _p_scaled():  # per-node service scales: slowdown rows from t = 0, no mechan
 def count_loops(monkeypatch, specialise=True) -> dict:
     """Fleets run with (``specialise``) or without the loops Fleet picks, counting the
     calls of each loop in the dict returned: plain (``run_plain``), simple, mitigated
-    (``run_mitigated``), fanout (its fan-out loop), in_path (``run_in_path``), general
-    (``kernel.advance``)."""
+    (``run_mitigated``), fanout (its fan-out loop), in_path (``run_in_path``),
+    in_path_simple (its simple loop), general (``kernel.advance``)."""
     calls = {"plain": 0, "general": 0, "simple": 0, "mitigated": 0, "fanout": 0,
-             "in_path": 0}
+             "in_path": 0, "in_path_simple": 0}
 
     def counting(kernel, name):
         def run(*args):
@@ -172,6 +172,13 @@ def count_loops(monkeypatch, specialise=True) -> dict:
     one_call, fanout = M.mitigated_loops()
     monkeypatch.setattr(M, "mitigated_loops", lambda: (one_call, counting(fanout, "fanout")))
     monkeypatch.setattr(fleet_module, "run_in_path", counting(P.run_in_path, "in_path"))
+    in_path_loops = P.in_path_loops
+
+    def counted_in_path_loops(features):
+        simple_ip, settled_ip = in_path_loops(features)
+        return counting(simple_ip, "in_path_simple"), settled_ip
+
+    monkeypatch.setattr(P, "in_path_loops", counted_in_path_loops)
     monkeypatch.setattr(K, "advance", counting(general_advance, "general"))
     return calls
 
@@ -335,12 +342,15 @@ def test_plain_loops_are_specialisations_of_the_one_loop():
     assert K.advance.py_func.__globals__["LEFTOVERS"] is True
     with pytest.raises(ValueError, match=r"a settled loop runs \[.codel.* not \[.hedging.\]"):
         K.specialised(frozenset({"hedging"}), settled=True)
-    with pytest.raises(ValueError, match="a simple loop runs no mechanism"):
-        K.specialised(frozenset({"codel"}), simple=True)
+    with pytest.raises(ValueError, match=r"a simple loop runs \[.codel.* not \[.retries.\]"):
+        K.specialised(frozenset({"retries"}), simple=True)
     # the in-path settled loop: their constants on, the plain loop's others (loops.in_path_ok)
     scope = K.specialised(frozenset({"codel"}), settled=True).py_func.__globals__
     assert scope["CODEL"] and not scope["THROTTLE"] and not scope["LEFTOVERS"]
     assert scope["ENDS_EARLY"] and scope["RESENDS"] and not scope["SIMPLE"]
+    scope = K.specialised(frozenset({"throttle"}), simple=True).py_func.__globals__
+    assert scope["THROTTLE"] and not scope["CODEL"] and scope["SIMPLE"]
+    assert scope["ENDS_EARLY"] and not scope["RESENDS"] and not scope["LEFTOVERS"]
     assert not settled.py_func.__globals__["ENDS_EARLY"]
 
 

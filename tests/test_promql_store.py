@@ -111,40 +111,6 @@ def test_shared_sub_expressions_give_the_answers_computed_alone(tmp_path, monkey
     assert shared.filter(pl.col("alert") == "A")["firing_at"].drop_nulls().len() > 0
 
 
-def test_window_rate_equals_the_compiled_increase_bit_for_bit():
-    """promql's rate/increase/delta (numpy, a block of series at once) against the
-    TSDB's compiled extrapolatedRate, on series with counter resets (one and several in
-    a window), NaN samples, negative values, windows of 0, 1 and 2 samples and a cut."""
-    from relakit.control import promql_functions as fn
-    from relakit.control.tsdb import Target, increase
-
-    rng = np.random.default_rng(7)
-    times = np.sort(rng.choice(np.arange(0.0, 4000.0, 0.5), 900, replace=False))
-    series = []
-    for k in range(9):
-        v = np.cumsum(rng.exponential(3.0, times.size))
-        for at in rng.choice(times.size, k, replace=False):  # k counter resets
-            v[at:] -= v[at] - rng.uniform(0, 2)
-        if k % 3 == 0:
-            v[rng.choice(times.size, 5, replace=False)] = np.nan
-        if k == 4:
-            v -= 50.0
-        series.append(v)
-    te = np.sort(rng.uniform(-100.0, 4200.0, 700))
-    for rng_s, cut in ((1.0, None), (60.0, None), (300.0, te - 20.0), (2000.0, None)):
-        lo, hi = fn.window_bounds(times, te, rng_s, cut)
-        assert (hi - lo + 1 <= 1).any() and (hi - lo + 1 == 2).any() or rng_s > 100
-        for f, as_rate, counter in (("rate", True, True), ("increase", False, True),
-                                    ("delta", False, False)):
-            got = fn.extrapolated_rate(times, series, lo, hi, te, rng_s, as_rate, counter)
-            for v, row in zip(series, got, strict=True):
-                want = increase(Target(-1, times, v[:, None], [()]), np.array([0]), te, rng_s,
-                                as_rate=as_rate, counter=counter, nan_samples=True,
-                                cut=cut)[:, 0]
-                np.testing.assert_array_equal(row, want, err_msg=f"{f} [{rng_s}]")
-    assert np.isfinite(got).sum() > 1000
-
-
 @pytest.mark.parametrize("layout", ["periodic", "shuffled"])
 def test_series_keys_wider_than_a_word_are_still_told_apart(tmp_path, monkeypatch, layout):
     """A store whose key codes do not fit 63 bits numbers series by a hash of the codes,

@@ -3,7 +3,8 @@ loop, bit for bit; the general loop equals the pure-Python reference where it co
 
 One parametrised test. Each case runs twice: through the loops ``Fleet`` picks
 (``relakit.sim.loops``: simple, plain, the lean mitigated one-call and fan-out ones,
-the general one) and through the general loop alone (``Fleet.specialise`` off):
+the in-path settled and simple ones, the general one) and through the general loop alone
+(``Fleet.specialise`` off):
 
 * a shipped scenario (``params/scenarios``, those ``benchmarks/reference_runs.py``
   hashes) through ``relakit.simulate``: every table it returns must hash the same
@@ -66,7 +67,7 @@ _spec = importlib.util.spec_from_file_location("reference_runs",
 reference_runs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(reference_runs)
 SHIPPED = sorted(json.loads(reference_runs.STORE.read_text())["runs"])
-LOOPS = ("simple", "plain", "mitigated", "fanout", "in_path", "general")
+LOOPS = ("simple", "plain", "mitigated", "fanout", "in_path", "in_path_simple", "general")
 
 # synthetic cases: (factory, the loop it is for). "simple" and "plain": the plain loops run
 # it all (in the simple one exactly for "simple"); "one-call", "fanout": the lean loop
@@ -86,12 +87,14 @@ SYNTHETIC = {
 }
 
 
-def _ip(mitigations: dict, rate: float = 3600.0, **fleet):
-    """The in-path loop's cases (``loops.in_path_ok``): four nodes of 8 servers at 10 ms
+def _ip(mitigations: dict, rate: float = 3600.0, service=None, **fleet):
+    """The in-path loops' cases (``loops.in_path_ok``): four nodes of 8 servers at 10 ms
     (capacity 3200/s), overloaded so that each mechanism refuses, with tiers, several
-    calls and records as the others."""
+    calls and records as the others; in the simple in-path loop unless the routing or
+    the demand law (``service``) is not simple (``loops.simple_ok``)."""
     def make():
         sc = make_scenario(rate=rate, duration=20, nodes=4, servers=8, warmup=2,
+                           service=service,
                            tiers={"gold": 0.2, "silver": 0.3, "bronze": 0.5})
         sc["mitigations"] = mitigations
         sc["fleet"].update(fleet)
@@ -99,21 +102,32 @@ def _ip(mitigations: dict, rate: float = 3600.0, **fleet):
     return make
 
 
-SYNTHETIC.update({
+SYNTHETIC.update({  # "in-path-simple": the simple in-path loop; "in-path": the settled one
     "ip-throttle": (_ip({"client_throttle": {"k": 1.5, "window_s": 2, "cost_us": 100}}),
-                    "in-path"),
+                    "in-path-simple"),
     "ip-aimd": (_ip({"concurrency_limit": {"algorithm": "aimd", "initial": 10, "max": 40,
-                                           "latency_ms": 30, "cost_us": 50}}), "in-path"),
+                                           "latency_ms": 30, "cost_us": 50}}),
+                "in-path-simple"),
+    "ip-gradient": (_ip({"concurrency_limit": {"algorithm": "gradient", "initial": 10,
+                                               "max": 40, "window": 20}}), "in-path-simple"),
     "ip-gradient-jsq": (_ip({"concurrency_limit": {"algorithm": "gradient", "initial": 10,
                                                    "max": 40, "window": 20}},
                             routing="jsq"), "in-path"),
+    "ip-codel-fifo": (_ip({"codel": {"target_ms": 5, "interval_ms": 50}}, rate=4800.0),
+                      "in-path-simple"),
     "ip-codel-adaptive-lifo": (_ip({"codel": {"target_ms": 5, "interval_ms": 50,
                                               "cost_us": 50}},
-                                  queue_discipline="adaptive_lifo"), "in-path"),
+                                  queue_discipline="adaptive_lifo"), "in-path-simple"),
     "ip-all-three-lifo": (_ip({"client_throttle": {"k": 2, "window_s": 2},
                                "concurrency_limit": {"algorithm": "aimd", "latency_ms": 30},
                                "codel": {"target_ms": 5, "interval_ms": 100}},
-                              queue_discipline="lifo"), "in-path"),
+                              queue_discipline="lifo"), "in-path-simple"),
+    "ip-all-three-adaptive-lognormal": (_ip(
+        {"client_throttle": {"k": 2, "window_s": 2, "cost_us": 100},
+         "concurrency_limit": {"algorithm": "aimd", "latency_ms": 30, "cost_us": 50},
+         "codel": {"target_ms": 5, "interval_ms": 100}},
+        service={"kind": "lognormal", "mean_ms": 10, "cv": 1.5},
+        queue_discipline="adaptive_lifo"), "in-path"),
 })
 CASES = ([f"shipped:{s}" for s in SHIPPED]
          + [f"{n}:{r}" for n in SYNTHETIC for r in ("records", "no-records")])
@@ -157,12 +171,13 @@ def test_every_specialisation_equals_the_general_loop(case, monkeypatch):
     fast, used = _run(sc, True, records, monkeypatch=monkeypatch)
     general, used_general = _run(sc, False, records, monkeypatch=monkeypatch)
     assert used["general"] == 0 and used_general["plain"] == used_general["mitigated"] == 0
-    if loop == "in-path":  # the settled loop with the in-path mechanisms on
+    if loop.startswith("in-path"):  # the settled or simple loop, in-path mechanisms on
         assert used["in_path"] >= 3 and used["plain"] == used["mitigated"] == 0
+        assert used["in_path_simple"] == (used["in_path"] if loop == "in-path-simple" else 0)
         refused = fast.st.fleet_c[K.F_THROTTLED] + fast.st.node_c[:, K.NC_REJECTED].sum()
         assert fast.n_arrived > 10_000 and refused > 100, refused
         assert fast.st.cnt[:, :, K.OK].sum() > 10_000
-        _assert_same(fast, general)
+        _assert_same(fast, general, lean=loop == "in-path-simple")
     elif loop in ("simple", "plain"):
         assert used["plain"] >= 3 and used["mitigated"] == 0
         assert used["simple"] == (used["plain"] if loop == "simple" else 0)
@@ -189,9 +204,9 @@ def test_the_shipped_scenarios_run_every_loop_but_the_fanout_one():
     shipped scenario fans out under mitigations alone, so the lean fan-out loop is held
     to it by the synthetic ``m-fanout-*`` cases (which assert that it ran)."""
     ran = {k for stem in SHIPPED for k, n in _shipped(stem)[2].items() if n > 0}
-    assert set(LOOPS) - {"fanout", "in_path"} <= ran, sorted(ran)
+    assert set(LOOPS) - {"fanout", "in_path", "in_path_simple"} <= ran, sorted(ran)
     assert {loop for _, loop in SYNTHETIC.values()} >= {"simple", "plain", "one-call", "fanout",
-                                                         "in-path"}
+                                                         "in-path", "in-path-simple"}
 
 
 @pytest.mark.parametrize("specialise", [True, False], ids=["chosen-loops", "general-loop"])
@@ -236,5 +251,59 @@ def test_in_path_loops_hand_over_bit_for_bit(codel_off, monkeypatch):
         assert used["plain"] + used["mitigated"] > 0  # nothing on: a leaner loop ran
     assert fast.st.node_c[:, K.NC_REJECTED].sum() > 100
     # (the rows the leaner loops leave unwritten: kernel.LEAN_CALL, LEAN_USER)
-    _assert_same(fast, general, lean=True if used["simple"] else
+    _assert_same(fast, general, lean=True if used["simple"] or used["in_path_simple"] else
                  ("usr_i", "usr_f") if used["mitigated"] else ())
+
+
+def test_a_refused_copy_live_when_the_simple_in_path_loop_returns(monkeypatch):
+    """The records buffer grown a row at a time, so the loops return (GROW_RECORDS) after
+    every request's end: a copy CoDel dropped in that event (at the node a completion
+    freed) is live, its end due, when the simple in-path loop returns and enters again
+    (its rows as ``kernel.lean_rows`` writes and checks them). The run equals the general
+    loop's, grown the same way, bit for bit."""
+    from relakit.sim import loops as P
+    from relakit.sim.fleet import Fleet
+
+    def grow(self, status):
+        if status != K.GROW_RECORDS:
+            return grow_as_is(self, status)
+        out = self.out
+        self.out = out._replace(rec_f=np.concatenate([out.rec_f, np.zeros((1, 3))]),
+                                rec_i=np.concatenate([out.rec_i, np.zeros((1, 7), np.int32)]))
+        self._check_disjoint()
+
+    def few_records(self):  # (Fleet's records buffer, four rows at the start)
+        self.out = self.out._replace(rec_f=self.out.rec_f[:4].copy(),
+                                     rec_i=self.out.rec_i[:4].copy())
+
+    grow_as_is, init_as_is = Fleet._grow, Fleet.__init__
+
+    def init(self, *args, **kwargs):
+        init_as_is(self, *args, **kwargs)
+        few_records(self)
+
+    monkeypatch.setattr(Fleet, "_grow", grow)
+    monkeypatch.setattr(Fleet, "__init__", init)
+    sc = _ip({"codel": {"target_ms": 5, "interval_ms": 50}}, rate=4800.0,
+             queue_discipline="adaptive_lifo")()
+    sc["duration_s"], sc["warmup_s"] = 4, 0
+    ending = []  # live refused copies at each return of the simple in-path loop
+    loops_as_is = P.in_path_loops
+
+    def watched(features):
+        simple, settled = loops_as_is(features)
+
+        def run(*args):
+            status = simple(*args)
+            job_i = args[len(K.Config._fields) + K.State._fields.index("job_i")]
+            ending.append(int((job_i[:, K.JI_STATE] == K.J_ENDING).sum()))
+            return status
+        return run, settled
+
+    monkeypatch.setattr(P, "in_path_loops", watched)
+    fast, used = _run(sc, True, True, steps=(1.0, 2.5, 4.0), monkeypatch=monkeypatch)
+    general, _ = _run(sc, False, True, steps=(1.0, 2.5, 4.0), monkeypatch=monkeypatch)
+    assert used["general"] == 0 and used["in_path_simple"] == used["in_path"] > 1000
+    assert sum(1 for n in ending if n > 0) > 10, ending[:50]
+    assert fast.st.node_c[:, K.NC_CODEL_DROPPED].sum() > 100
+    _assert_same(fast, general, lean=True)

@@ -11,8 +11,7 @@ every later process (tests, sweep workers, notebooks) sharing the cache director
 loads them in about a second. One scenario of each kind is
 enough: every scenario gives the kernels the same argument types. A short closed
 loop with RelA's policy and one with a chain fill in the control plane's compiled
-pieces too (the policy's step, relakit.control.tsdb's increase and
-histogram_quantile: ~2-4 s to compile).
+piece too (the policy's step; its PromQL functions are numpy).
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ from relakit.control.promql_values import (  # noqa: F401  (re-exported as above
     set_operation,
     vector_scalar,
 )
-from relakit.control.tsdb import TSDB, window
+from relakit.control.tsdb import TSDB, extrapolated_rate, window, window_bounds
 
 DEFAULT_SUBQUERY_STEP_S = 60.0  # a step-less subquery's step: the global evaluation_interval
 _BLOCK = 64  # series per array operation of a window function (bounds its temporaries)
@@ -469,7 +469,7 @@ class Evaluator:
         if f == "absent_over_time":
             seen = np.zeros(te.size, dtype=bool)
             for (_, times, _), cut in zip(m.series, m.cut, strict=True):
-                lo, hi = fn.window_bounds(times, te, rng, cut)
+                lo, hi = window_bounds(times, te, rng, cut)
                 seen |= hi >= lo
             arg = node.args[0]
             lab = absent_labels(arg) if isinstance(arg, Selector) else ()
@@ -480,11 +480,15 @@ class Evaluator:
         done: dict = {}
         for ks in groups.values():
             times, cut = m.series[ks[0]][1], m.cut[ks[0]]
-            lo, hi = fn.window_bounds(times, te, rng, cut)
+            lo, hi = window_bounds(times, te, rng, cut)
             if f in ("rate", "increase", "delta"):
                 ok = hi - lo >= 1  # (v is NaN elsewhere already)
                 for k, row in self._rates(f, m, ks, lo, hi):
                     done[k] = (row, ok.copy())
+            elif f in ("deriv", "predict_linear"):
+                ok = hi - lo >= 1
+                for k, row in _regressions(f, m, ks, lo, hi, t, scalars):
+                    done[k] = (np.where(ok, row, np.nan), ok.copy())
             else:
                 for k in ks:
                     v, ok = self._window_function(node, f, m.series[k][1:], lo, hi, te,
@@ -522,7 +526,7 @@ class Evaluator:
                 yield k, hit[1]
         for at in range(0, len(todo), _BLOCK):
             part = todo[at:at + _BLOCK]
-            v = fn.extrapolated_rate(m.series[part[0]][1], [m.series[k][2] for k in part], lo,
+            v = extrapolated_rate(m.series[part[0]][1], [m.series[k][2] for k in part], lo,
                                      hi, te, rng, f == "rate", f != "delta")
             for k, row in zip(part, v, strict=True):
                 if keys:
@@ -561,13 +565,6 @@ class Evaluator:
             v = fn.quantile_window(values, lo, n, scalars[0])
         elif f in ("changes", "resets"):
             v = fn.changes(values, lo, hi, f == "resets")
-        elif f == "deriv":
-            slope, _ = fn.regression(times, values, lo, n, times[np.clip(lo, 0, max(
-                times.size - 1, 0))] if times.size else te)
-            v, ok = slope, n >= 2
-        elif f == "predict_linear":
-            slope, icept = fn.regression(times, values, lo, n, t)
-            v, ok = slope * scalars[0] + icept, n >= 2
         elif f == "holt_winters":
             sf, tf = scalars
             bad = ~((sf > 0) & (sf < 1)) | ~((tf > 0) & (tf < 1))
@@ -577,6 +574,21 @@ class Evaluator:
         else:
             raise AssertionError(f)
         return v, ok
+
+
+def _regressions(f: str, m: _Matrix, ks: list, lo, hi, t, scalars):
+    """(k, values) of ``deriv``/``predict_linear`` for the matrix's series ``ks``
+    (sampled at the same instants), a block of series at a time."""
+    times, n = m.series[ks[0]][1], hi - lo + 1
+    if f == "deriv":  # x from the window's first sample
+        at = times[np.clip(lo, 0, max(times.size - 1, 0))] if times.size else m.end
+    else:
+        at = t
+    for i in range(0, len(ks), _BLOCK):
+        part = ks[i:i + _BLOCK]
+        slope, icept = fn.regression(times, [m.series[k][2] for k in part], lo, n, at)
+        rows = slope if f == "deriv" else slope * scalars[0] + icept
+        yield from zip(part, rows, strict=True)
 
 
 def evaluate(expr, tsdb: TSDB, t_eval) -> Vector | np.ndarray:

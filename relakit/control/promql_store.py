@@ -24,6 +24,7 @@ a batch's working arrays.
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,7 +158,7 @@ def _read(lf: pl.LazyFrame, path: Path | None, key: list, full_check) -> list[Se
         else:
             counts += np.bincount(ids, minlength=n_series)
     start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    times, values = np.empty(start[-1]), np.empty(start[-1])
+    times, values = _buffer(int(start[-1])), _buffer(int(start[-1]))
     cursor = start[:-1].copy()
     pieces = _pieces(parts)  # (the second reading's batches need not end where the first's do)
     next(pieces)
@@ -178,6 +179,15 @@ def _read(lf: pl.LazyFrame, path: Path | None, key: list, full_check) -> list[Se
                if c >= 0}
         _check_le(sorted(les), full_check)
     return _series(codes, strings, key, times, values, start)
+
+
+def _buffer(n: int) -> np.ndarray:
+    """n float64 in ordinary pages (anonymous memory, which the kernel zeroes as it is
+    first written). Why not ``np.empty``: numpy advises the kernel to back an array of
+    over 4 MB with huge pages, and where memory is fragmented (a busy machine, THP
+    ``defrag=madvise``) the first write of each then waits for the kernel to compact
+    memory: reading 4 nodes cost 0.15-0.25 s more system time (docs/performance.md)."""
+    return np.frombuffer(mmap.mmap(-1, max(n, 1) * 8), dtype=np.float64)[:n]
 
 
 def _plain_schema(schema) -> bool:
@@ -471,12 +481,19 @@ def _place(s, p, t, v, cursor, times, values):
     if t.size == 0:
         return
     if p and np.bincount(s).max() == 1:
-        k = -(-t.size // p)
-        dest = (cursor[s][None, :] + np.arange(k)[:, None]).ravel()[:t.size]
-        times[dest] = t
-        values[dest] = v
-        cursor[s] += t.size // p
-        cursor[s[:t.size % p]] += 1
+        # the whole periods as a (periods x series) matrix written series by series: a
+        # run of places per series, read down a column (~2x faster than writing each
+        # row across every series' buffer, 4 nodes: 0.4 -> 0.2 s)
+        k, rest = divmod(t.size, p)
+        if k:
+            dest = cursor[s][:, None] + np.arange(k)[None, :]
+            times[dest] = t[:k * p].reshape(k, p).T
+            values[dest] = v[:k * p].reshape(k, p).T
+            cursor[s] += k
+        if rest:
+            times[cursor[s[:rest]]] = t[k * p:]
+            values[cursor[s[:rest]]] = v[k * p:]
+            cursor[s[:rest]] += 1
         return
     if p:
         s = np.resize(s, t.size)

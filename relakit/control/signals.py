@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from relakit.control.tsdb import TSDB, bucket_quantile, increase, over_time
+from relakit.control.tsdb import TSDB, bucket_quantile, increases, over_time
 from relakit.validate import Reader
 
 KINDS = ("rate", "ratio", "histogram_quantile", "gauge")  # and "promql" (``promql:`` key)
@@ -118,11 +118,9 @@ class Signal:
         return np.where(count > 0, value, np.nan)
 
     def _rates(self, tsdb, sel, t_eval, window_s):
-        def per(tgt, idx):
-            r = increase(tgt, idx, t_eval, window_s, as_rate=True)
-            return _nansum_rows(r)
-
-        return self._combine(self._per_target(tsdb, sel, per), "sum", t_eval.size)
+        parts = [(tgt, tgt.select(sel.metric, **sel.labels)) for tgt in self._targets(tsdb, sel)]
+        rates = increases(parts, t_eval, window_s, as_rate=True)
+        return self._combine([_nansum_rows(r) for r in rates], "sum", t_eval.size)
 
     def _gauge(self, tsdb, t_eval, window_s):
         def per(tgt, idx):
@@ -135,11 +133,11 @@ class Signal:
         bucket = Selector(self.selector.metric + "_bucket", self.selector.labels,
                           self.selector.source)
         per_target = []  # (bounds, (T, B) windowed bucket increases) per target
-        for tgt in self._targets(tsdb, bucket):
-            idx, bounds, onehot = tgt.buckets(bucket.metric, **bucket.labels)
-            if idx.size == 0:
-                continue
-            inc = increase(tgt, idx, t_eval, window_s)
+        found = [(tgt, *tgt.buckets(bucket.metric, **bucket.labels))
+                 for tgt in self._targets(tsdb, bucket)]
+        found = [f for f in found if f[1].size]
+        incs = increases([(tgt, idx) for tgt, idx, _, _ in found], t_eval, window_s)
+        for (_, _, bounds, onehot), inc in zip(found, incs, strict=True):
             # sum by (le): series with the same bound and other labels add up
             by_le = np.nan_to_num(inc) @ onehot
             by_le[np.isnan(inc).all(axis=1)] = np.nan

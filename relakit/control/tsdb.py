@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from relakit.jit import njit, register_jitable
-
 LABELS = ("tier", "outcome", "le")
 
 
@@ -158,6 +156,14 @@ def _per_series(fn, target: Target, cols: np.ndarray, t_eval, *args) -> np.ndarr
     return out
 
 
+def window_bounds(times, te, rng, cut=None):
+    """First and last sample index in [te - rng, te] (and before ``cut``) per instant."""
+    lo, hi = window(times, te, rng)
+    if cut is not None:
+        hi = np.minimum(hi, np.searchsorted(times, cut, side="left") - 1)
+    return lo, hi
+
+
 def increase(target: Target, cols: np.ndarray, t_eval: np.ndarray, range_s: float,
              as_rate: bool = False, counter: bool = True, nan_samples: bool = False,
              cut: np.ndarray | None = None) -> np.ndarray:
@@ -169,118 +175,110 @@ def increase(target: Target, cols: np.ndarray, t_eval: np.ndarray, range_s: floa
     ``nan_samples`` (every row is a sample, a NaN value included, as PromQL's series
     store holds them); ``cut`` (T,) excludes samples at or after it (not written yet).
     """
+    return increases([(target, cols)], t_eval, range_s, as_rate, counter, nan_samples,
+                     cut)[0]
+
+
+def increases(parts: list, t_eval, range_s: float, as_rate: bool = False,
+              counter: bool = True, nan_samples: bool = False, cut=None) -> list:
+    """:func:`increase` of several targets' columns (``parts``: (target, columns) pairs),
+    a (T, len(columns)) array each. Only the samples some window holds are read (a
+    closed loop asks at one instant of a long history), and targets scraped at the same
+    instants are one block, one :func:`extrapolated_rate`: a call costs its numpy calls,
+    not its columns, and a closed loop asks thousands of times a run (rela-ramp: 50
+    target-and-selector pairs an evaluation)."""
     t_eval = np.atleast_1d(np.asarray(t_eval, dtype=float))
-    cols = np.asarray(cols, dtype=np.int64)
-    out = np.empty((t_eval.size, cols.size))
-    if cols.size:
-        cut = np.full(t_eval.size, np.inf) if cut is None else np.asarray(cut, dtype=float)
-        _increase_kernel(target.times, target.values, cols, t_eval, float(range_s),
-                         bool(as_rate), bool(counter), bool(nan_samples), cut, out)
+    blocks: list = []  # (times, [part indices])
+    for i, (tgt, _) in enumerate(parts):
+        for times, members in blocks:
+            if times is tgt.times or (times.size == tgt.times.size
+                                      and np.array_equal(times, tgt.times)):
+                members.append(i)
+                break
+        else:
+            blocks.append((tgt.times, [i]))
+    out: list = [None] * len(parts)
+    for times, members in blocks:
+        a = b = 0
+        if t_eval.size:  # (only the samples some window holds)
+            a = int(times.searchsorted(t_eval.min() - range_s, side="left"))
+            b = int(times.searchsorted(t_eval.max(), side="right"))
+        times = times[a:b]
+        rows = [parts[i][0].values[a:b, np.asarray(parts[i][1], dtype=np.int64)].T
+                for i in members]
+        v = rows[0] if len(rows) == 1 else np.concatenate(rows)  # (columns, samples)
+        if nan_samples or not np.isnan(v).any():
+            lo, hi = window_bounds(times, t_eval, range_s, cut)
+            res = extrapolated_rate(times, v, lo, hi, t_eval, range_s, as_rate, counter)
+        else:
+            res = np.full((v.shape[0], t_eval.size), np.nan)
+            for k in range(v.shape[0]):  # a series missing samples: its own samples only
+                ok = ~np.isnan(v[k])
+                lo, hi = window_bounds(times[ok], t_eval, range_s, cut)
+                res[k] = extrapolated_rate(times[ok], v[k:k + 1, ok], lo, hi, t_eval,
+                                           range_s, as_rate, counter)[0]
+        at = 0
+        for i, r in zip(members, rows, strict=True):
+            out[i] = res[at:at + r.shape[0]].T
+            at += r.shape[0]
     return out
 
 
-@njit(cache=True, error_model="numpy")
-def _increase_kernel(times, values, cols, t_eval, range_s, as_rate, counter, nan_samples,
-                     cut, out):
-    """Prometheus' ``extrapolatedRate``, one evaluation time and column at a time.
+def extrapolated_rate(times, series, lo, hi, te, rng, is_rate: bool, is_counter: bool):
+    """Prometheus' ``extrapolatedRate`` (``rate``/``increase``; ``delta`` with
+    ``is_counter`` false) of several series sampled at the same ``times`` (a list of
+    value arrays, or the rows of one array), at every instant at once: a (series, T)
+    array, NaN where a window holds fewer than two samples. ``lo``/``hi``: each
+    instant's first and last sample (:func:`window_bounds`).
 
-    Compiled: a closed-loop run evaluates its signals every few simulated seconds, at one
-    instant, over a few samples per series; as numpy array operations each call cost
-    ~0.15 ms of call overhead (the chain's Sentinel spent 80 % of a run there). Every
-    sum and product is made in Prometheus' order (``extrapolatedRate``), so the
-    result equals its to the last bit on the same samples (tests/test_control.py; and
-    promtool's, tests/test_promql.py).
-    """
-    # with every row a sample, a window's samples are lo..hi-1 and its counter resets
-    # are counted by prefix sums, so the sample-by-sample walk (Prometheus' order of
-    # additions) runs only over windows that hold a reset
-    prefix = nan_samples and counter
-    drops = np.zeros((times.size + 1 if prefix else 1, cols.size), dtype=np.int64)
-    if prefix:
-        for k in range(cols.size):
-            for j in range(1, times.size):
-                drops[j + 1, k] = drops[j, k] + (values[j, cols[k]] < values[j - 1, cols[k]])
-    for i in range(t_eval.size):
-        te = t_eval[i]
-        start = te - range_s
-        lo = _bisect(times, start, False)  # the window's first sample
-        hi = min(_bisect(times, te, True), _bisect(times, cut[i], False))  # one past its last
-        for k in range(cols.size):
-            if nan_samples and hi - lo >= 2 and (not counter or drops[hi, k] == drops[lo + 1, k]):
-                out[i, k] = _extrapolate(times, values, cols[k], lo, hi - 1, hi - lo,
-                                         values[hi - 1, cols[k]] - values[lo, cols[k]], start,
-                                         te, range_s, as_rate, counter)
-            else:
-                out[i, k] = _window_increase(times, values, cols[k], lo, hi, start, te,
-                                             range_s, as_rate, counter, nan_samples)
-
-
-@register_jitable(error_model="numpy")
-def _bisect(a, x, right):
-    """``np.searchsorted(a, x, side="right" if right else "left")`` for sorted ``a``,
-    written out as ``relakit.sim.kernel.bisect_right`` is (numba's adds ~1 s to a cold
-    compile); not that one, because the control plane never imports the kernel."""
-    lo, hi = 0, a.size
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if a[mid] < x or (right and a[mid] == x):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@register_jitable(error_model="numpy")
-def _window_increase(times, values, c, lo, hi, start, te, range_s, as_rate, counter,
-                     nan_samples):
-    """One series' increase over the samples lo..hi-1 it has (NaN ones skipped unless
-    ``nan_samples``)."""
-    first_j, last_j, count = -1, -1, 0
-    for j in range(lo, hi):
-        if nan_samples or values[j, c] == values[j, c]:
-            if first_j < 0:
-                first_j = j
-            last_j = j
-            count += 1
-    if count < 2:
-        return np.nan
-    first, last = values[first_j, c], values[last_j, c]
-    result = last - first
-    if counter:  # counter resets: a drop adds back the value before it
-        prev = first
-        for j in range(first_j + 1, last_j + 1):
-            x = values[j, c]
-            if nan_samples or x == x:
-                if x < prev:
-                    result += prev
-                prev = x
-    return _extrapolate(times, values, c, first_j, last_j, count, result, start, te, range_s,
-                        as_rate, counter)
-
-
-@register_jitable(error_model="numpy")
-def _extrapolate(times, values, c, first_j, last_j, count, result, start, te, range_s,
-                 as_rate, counter):
-    """extrapolatedRate's tail: the increase ``result`` over samples first_j..last_j
-    (``count`` of them) stretched towards the window's edges."""
-    first = values[first_j, c]
-    t_first, t_last = times[first_j], times[last_j]
-    sampled = t_last - t_first
-    to_start = t_first - start
-    to_end = te - t_last
-    avg_gap = sampled / (count - 1)
-    # counters cannot go below zero: never extrapolate past the zero point
-    if counter and result > 0 and first >= 0:
-        to_zero = sampled * (first / result)
-        if to_zero < to_start:
-            to_start = to_zero
-    threshold = avg_gap * 1.1
-    interval = sampled + (to_start if to_start < threshold else avg_gap / 2)
-    interval = interval + (to_end if to_end < threshold else avg_gap / 2)
-    factor = interval / sampled
-    if as_rate:
-        factor = factor / range_s
-    return result * factor
+    Every float operation is Prometheus', in its order, so the bits are the same
+    (tests/test_control.py against a sample-by-sample transcription of its Go): the
+    increase is last - first, plus, in sample order, the value before each counter reset
+    in the window (found among the series' resets, which are few); the extrapolation's
+    terms are the same for every series (they depend on times only) except the clamp at
+    the counter's zero point. Why numpy rather than a compiled loop: PromQL and the
+    control plane then never load numba (~0.45 s of CPU and ~145 MB in a fresh process),
+    and a whole block of series is one array operation."""
+    if times.size == 0 or len(series) == 0:
+        return np.full((len(series), te.size), np.nan)
+    n = hi - lo + 1
+    ok = n >= 2
+    a, b = np.where(ok, lo, 0), np.where(ok, hi, 0)
+    block = isinstance(series, np.ndarray)
+    first = series[:, a] if block else np.stack([v[a] for v in series])
+    result = (series[:, b] if block else np.stack([v[b] for v in series])) - first
+    with np.errstate(all="ignore"):
+        if is_counter:
+            rows = (np.flatnonzero((series[:, 1:] < series[:, :-1]).any(axis=1)) if block
+                    else range(len(series)))
+            for r in rows:
+                v = series[r]
+                drops = np.flatnonzero(v[1:] < v[:-1]) + 1  # the sample after each reset
+                if drops.size == 0:
+                    continue
+                k0 = np.searchsorted(drops, a + 1, side="left")
+                k1 = np.searchsorted(drops, b + 1, side="left")
+                k1 = np.where(ok, k1, k0)
+                for k in range(int((k1 - k0).max(initial=0))):
+                    on = k0 + k < k1
+                    j = drops[np.minimum(k0 + k, drops.size - 1)]
+                    result[r, on] += v[j[on] - 1]
+        t_first, t_last = times[a], times[b]
+        sampled = t_last - t_first
+        to_start = t_first - (te - rng)
+        to_end = te - t_last
+        avg_gap = sampled / (n - 1)
+        if is_counter:  # counters cannot go below zero: never extrapolate past that point
+            to_zero = sampled * (first / result)
+            to_start = np.where((result > 0) & (first >= 0) & (to_zero < to_start), to_zero,
+                                to_start)
+        threshold = avg_gap * 1.1
+        interval = sampled + np.where(to_start < threshold, to_start, avg_gap / 2)
+        interval = interval + np.where(to_end < threshold, to_end, avg_gap / 2)
+        factor = interval / sampled
+        if is_rate:
+            factor = factor / rng
+        return np.where(ok, result * factor, np.nan)
 
 
 def over_time(target: Target, cols: np.ndarray, t_eval: np.ndarray, range_s: float,
@@ -318,43 +316,31 @@ def bucket_quantile(q: float, upper: np.ndarray, counts: np.ndarray) -> np.ndarr
     ``upper`` holds the bucket bounds (ascending, the last +Inf); ``counts`` is
     (T, B). Follows Prometheus' bucketQuantile: monotonic fix-up, linear
     interpolation in the bucket, the highest finite bound when the rank falls
-    in +Inf, NaN without observations.
+    in +Inf, NaN without observations. Every row at once, each with bucketQuantile's
+    float operations in its order (the same bits: tests/test_control.py).
     """
     upper = np.asarray(upper, dtype=float)
     counts = np.asarray(counts, dtype=float)
     out = np.full(counts.shape[0], np.nan)
-    if upper.size < 2 or not np.isinf(upper[-1]):
-        return out
-    _bucket_quantile_kernel(float(q), upper, counts, np.empty(counts.shape[1]), out)
-    return out
-
-
-@njit(cache=True, error_model="numpy")
-def _bucket_quantile_kernel(q, upper, counts, row, out):
-    """One row at a time, in bucketQuantile's order of operations (compiled for the
-    reason :func:`_increase_kernel` is); ``row`` is scratch space of one row."""
     n_b = upper.size
-    for i in range(counts.shape[0]):
-        running = 0.0
-        for j in range(n_b):  # missing buckets count 0; counts never decrease along le
-            x = counts[i, j]
-            x = 0.0 if x != x else x
-            running = x if x > running or j == 0 else running
-            row[j] = running
-        total = row[n_b - 1]
-        if not total > 0:
-            continue  # no observations: NaN
-        rank = q * total
-        b = n_b - 1  # the first bucket (+Inf excluded) holding the rank
-        for j in range(n_b - 1):
-            if row[j] >= rank:
-                b = j
-                break
-        if b == n_b - 1:
-            out[i] = upper[n_b - 2]  # in +Inf: the highest finite bound
-        elif b == 0 and upper[0] <= 0:
-            out[i] = upper[0]
-        else:
-            start = upper[b - 1] if b > 0 else 0.0
-            below = row[b - 1] if b > 0 else 0.0
-            out[i] = start + (upper[b] - start) * ((rank - below) / (row[b] - below))
+    if n_b < 2 or not np.isinf(upper[-1]) or counts.shape[0] == 0:
+        return out
+    # missing buckets count 0; counts never decrease along le (ensureMonotonic)
+    row = np.maximum.accumulate(np.where(np.isnan(counts), 0.0, counts), axis=1)
+    total = row[:, -1]
+    rank = q * total
+    hit = row[:, :-1] >= rank[:, None]
+    b = np.where(hit.any(axis=1), hit.argmax(axis=1), n_b - 1)  # the rank's bucket
+    seen = total > 0  # no observations: NaN
+    inf = seen & (b == n_b - 1)
+    out[inf] = upper[n_b - 2]  # in +Inf: the highest finite bound
+    low = seen & (b == 0) & (upper[0] <= 0)
+    out[low] = upper[0]
+    mid = np.flatnonzero(seen & ~inf & ~low)
+    bm = b[mid]
+    prev = np.maximum(bm - 1, 0)
+    start = np.where(bm > 0, upper[prev], 0.0)
+    below = np.where(bm > 0, row[mid, prev], 0.0)
+    with np.errstate(all="ignore"):
+        out[mid] = start + (upper[bm] - start) * ((rank[mid] - below) / (row[mid, bm] - below))
+    return out

@@ -41,7 +41,7 @@ from relakit.control.audit import DECISION_COLUMNS, empty_decisions
 from relakit.control.decider import Decision
 from relakit.control.signals import policy_reach_s
 from relakit.lab.lab import Lab
-from relakit.vocab import POLICY_FLAGS
+from relakit.vocab import LOCAL_FLAGS, POLICY_FLAGS
 
 
 class Agent(threading.Thread):
@@ -192,7 +192,7 @@ class Agent(threading.Thread):
             client.post(f"{self.lab.instance_urls[i]}/repair", headers=auth)
         body = {}
         if decision.flags is not None:
-            body["flags"] = decision.flags.as_dict(POLICY_FLAGS)  # what the server serves
+            body["flags"] = decision.flags.as_dict(POLICY_FLAGS + LOCAL_FLAGS)  # served
         if decision.nodes is not None:  # level-triggered; the server records changes only
             body["instances"] = {str(i): {"routable": bool(r)}
                                  for i, r in enumerate(decision.nodes["routable"])

@@ -2,7 +2,9 @@
 
 Versioned state; reads for the data plane; writes for the controller, guarded
 by a token and validated (an unknown flag or a non-boolean value is rejected
-with a clear error); a history of every change.
+with a clear error); a history of every change. Beside the policy's booleans it serves
+the in-path mechanisms' parameters (``throttle_k``, ``concurrency_max``: a number >= 1,
+or null for the scenario's own).
 
 High availability: one lease (``/lease``, ``/lease/acquire``, ``/lease/renew``),
 held by one agent for ``--lease-s`` seconds and renewed by it; every acquisition
@@ -26,9 +28,12 @@ import time
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel
 
-from relakit.vocab import POLICY_FLAGS
+from relakit.vocab import LOCAL_FLAGS, POLICY_FLAGS, Flags
 
 FLAGS = POLICY_FLAGS  # relakit.vocab's: what a policy asserts
+# and the in-path mechanisms' parameters a policy may set (issue 33): a number >= 1, or
+# null for the lab's own (its scenario's); served to the instances and the load generator
+LOCAL = LOCAL_FLAGS
 
 
 class FlagUpdate(BaseModel):
@@ -46,7 +51,8 @@ class LeaseRequest(BaseModel):
 
 def make_app(token: str, lease_s: float = 10.0) -> FastAPI:
     app = FastAPI(title="relakit config server")
-    state = {"version": 0, "flags": {f: False for f in FLAGS}, "instances": {}}
+    state = {"version": 0, "flags": {**{f: False for f in FLAGS}, **{f: None for f in LOCAL}},
+             "instances": {}}
     history: list[dict] = []
     lease = {"holder": None, "epoch": 0, "expires_at": 0.0, "lease_s": lease_s}
     terms: list[dict] = []  # every acquisition: epoch, holder, time
@@ -109,12 +115,17 @@ def make_app(token: str, lease_s: float = 10.0) -> FastAPI:
                             "epoch": update.epoch, "current_epoch": lease["epoch"]})
             raise HTTPException(409, f"stale epoch {update.epoch}: the lease is "
                                      f"{lease['holder']}'s at epoch {lease['epoch']}")
-        unknown = sorted(set(update.flags) - set(FLAGS))
+        unknown = sorted(set(update.flags) - set(FLAGS) - set(LOCAL))
         if unknown:
-            raise HTTPException(422, f"unknown flag(s) {unknown}; flags are {list(FLAGS)}")
-        bad = sorted(k for k, v in update.flags.items() if not isinstance(v, bool))
+            raise HTTPException(422, f"unknown flag(s) {unknown}; flags are "
+                                     f"{list(FLAGS + LOCAL)}")
+        bad = sorted(k for k, v in update.flags.items() if k in FLAGS and not isinstance(v, bool))
         if bad:
             raise HTTPException(422, f"flag(s) {bad} must be true or false")
+        try:  # vocab.Flags' own check: a number >= 1 or null
+            Flags(**{k: v for k, v in update.flags.items() if k in LOCAL})
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None
         for inst, ctl in update.instances.items():
             if not str(inst).isdigit() or not isinstance(ctl, dict) or set(ctl) - {
                     "routable"} or not all(isinstance(v, bool) for v in ctl.values()):
@@ -132,7 +143,7 @@ def make_app(token: str, lease_s: float = 10.0) -> FastAPI:
             changed["instances"] = inst_changed
         if changed:
             state["flags"] = {**state["flags"], **{k: v for k, v in changed.items()
-                                                   if k in FLAGS}}
+                                                   if k in FLAGS or k in LOCAL}}
             state["version"] += 1
             history.append({"version": state["version"], "time_s": time.time(),
                             "changed": changed, "reason": update.reason,

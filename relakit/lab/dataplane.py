@@ -12,6 +12,12 @@ not one of relakit.vocab's (or none) is refused with 400 before any metric is to
 so it makes no series. The fleet's ``queue_limit`` (waiting places: a request finding
 them full is an error, 503) and ``deadline_ms`` (answered 504 and counted a timeout when
 it passes; the instance finishes the work, as the simulator's server does) hold here.
+With a concurrency limit (``--concurrency-limit JSON``: a scenario's
+``mitigations.concurrency_limit``, see :mod:`relakit.lab.in_path`), a request that would
+take the instance's admitted requests over the limit is refused at once with 429 and
+counted ``rejected`` (``requests_total``, ``rejected_total``); the limit is the gauge
+``concurrency_limit`` and learns from each finished request, and a policy's
+``concurrency_max`` polled from the config server caps it.
 ``POST /repair`` mends its fault (error rate 0, no slowdown): the chain's repair, done
 live; like a write to the config server it needs the lab's token (``Authorization:
 Bearer``), since any local process could otherwise heal a fault an experiment injected.
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import sys
@@ -31,7 +38,8 @@ import httpx
 from fastapi import FastAPI, Header, HTTPException, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from relakit.vocab import POLICY_FLAGS
+from relakit.lab.in_path import ConcurrencyLimit
+from relakit.vocab import LOCAL_FLAGS, POLICY_FLAGS
 
 # the latency histogram's bucket bounds (s) unless told otherwise: fine enough between
 # 50 ms and 2 s that a p99 read from them is within a bucket's width of the clients'
@@ -59,7 +67,8 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
              slow_ms: float, slow_fraction: float, error_rate: float,
              degraded_factor: float = 0.5, seed: int = 0, slowdown: float = 1.0,
              token: str = "", buckets_s=DEFAULT_BUCKETS_S, queue_limit: int | None = None,
-             deadline_ms: float | None = None, tier_header: str = TIER_HEADER) -> FastAPI:
+             deadline_ms: float | None = None, tier_header: str = TIER_HEADER,
+             concurrency_limit: dict | None = None) -> FastAPI:
     app = FastAPI(title="relakit data plane")
     reg = CollectorRegistry()
     requests = Counter("requests", "requests by tier and outcome", ["tier", "outcome"],
@@ -70,6 +79,13 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
     busy = Counter("busy_seconds", "server-seconds spent serving", registry=reg)
     flag_gauge = Gauge("flag", "flags as the instance applies them", ["flag"], registry=reg)
     flags = {f: False for f in POLICY_FLAGS}  # relakit.vocab's
+    limiter = None if concurrency_limit is None else ConcurrencyLimit(**concurrency_limit)
+    if limiter is not None:  # its series only where it runs, as in the simulator
+        rejected = Counter("rejected", "requests refused by the concurrency limit",
+                           registry=reg)
+        limit_gauge = Gauge("concurrency_limit", "the adaptive concurrency limit",
+                            registry=reg)
+        limit_gauge.set_function(lambda: limiter.limit)
     sem = asyncio.Semaphore(servers)
     fault = {"error_rate": error_rate, "slowdown": slowdown}  # mended by POST /repair
     rng = random.Random(seed)
@@ -79,9 +95,12 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
             while True:
                 try:
                     state = (await client.get(f"{config_url}/state")).json()
-                    flags.update(state["flags"])
-                    for k, v in flags.items():
-                        flag_gauge.labels(k).set(int(v))
+                    got = state["flags"]
+                    flags.update({k: bool(got[k]) for k in POLICY_FLAGS if k in got})
+                    for k in POLICY_FLAGS:
+                        flag_gauge.labels(k).set(int(flags[k]))
+                    if limiter is not None:  # a policy's ceiling (None: the scenario's)
+                        limiter.set_ceiling(got.get(LOCAL_FLAGS[1]))
                 except (httpx.HTTPError, KeyError, ValueError):
                     pass  # keep the last state it knew
                 await asyncio.sleep(poll_s)
@@ -92,20 +111,25 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
 
     held = [0]  # requests admitted and not finished: in service or waiting for a server
 
-    async def serve() -> bool:
-        """Queue for a server, work, and say whether it failed (the fault's error rate)."""
+    async def serve(t0: float, late: list) -> bool:
+        """Queue for a server, work, and say whether it failed (the fault's error rate).
+        ``late``: set when its deadline passed first (the limit learns it as a failure)."""
         try:
             async with sem:
                 cost = (slow_ms if rng.random() < slow_fraction else mean_ms) / 1000.0
                 cost = rng.expovariate(1.0 / cost) * fault["slowdown"]
                 if flags["degraded_mode"]:
                     cost *= degraded_factor
+                if limiter is not None:  # deciding costs the server time (cost_us)
+                    cost += limiter.cost_s
                 await asyncio.sleep(cost)
                 busy.inc(cost)
             return rng.random() < fault["error_rate"]
         finally:
             held[0] -= 1
             in_flight.dec()
+            if limiter is not None:
+                limiter.learn(time.perf_counter() - t0, bool(late))
 
     @app.get("/work")
     async def work(request: Request, tier: str | None = None):
@@ -119,14 +143,20 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
         if queue_limit is not None and held[0] >= servers + queue_limit:
             requests.labels(tier, "error").inc()  # a full queue errors, as in the simulator
             return Response("queue full", status_code=503)
+        if limiter is not None and not limiter.admits(held[0]):
+            rejected.inc()  # over the instance's own limit: refused at once
+            requests.labels(tier, "rejected").inc()
+            return Response("rejected", status_code=429)
         held[0] += 1  # counted here, before any await: admission is exact under a burst
         in_flight.inc()
-        job = asyncio.ensure_future(serve())
+        late: list = []
+        job = asyncio.ensure_future(serve(t0, late))
         try:
             failed = await asyncio.wait_for(asyncio.shield(job), deadline_ms / 1000.0) \
                 if deadline_ms else await job
         except TimeoutError:  # the instance goes on with the work: wasted, as simulated
             job.add_done_callback(lambda f: f.cancelled() or f.exception())
+            late.append(True)
             latency.labels(tier).observe(time.perf_counter() - t0)
             requests.labels(tier, "timeout").inc()
             return Response("deadline", status_code=504)
@@ -165,6 +195,9 @@ def main() -> None:
     ap.add_argument("--deadline-ms", type=float, default=None)
     ap.add_argument("--tier-header", default=TIER_HEADER)
     ap.add_argument("--keepalive-s", type=float, default=75.0)
+    ap.add_argument("--concurrency-limit", type=json.loads, default=None,
+                    help="mitigations.concurrency_limit as JSON, every key given "
+                         "(relakit.lab.in_path.lab_mitigations)")
     a = ap.parse_args()
     token = os.environ.pop("RELAKIT_LAB_TOKEN", "")
     if not token:
@@ -173,7 +206,7 @@ def main() -> None:
                    a.error_rate, seed=a.seed, slowdown=a.slowdown, token=token,
                    buckets_s=[float(b) for b in a.buckets.split(",")],
                    queue_limit=a.queue_limit, deadline_ms=a.deadline_ms,
-                   tier_header=a.tier_header)
+                   tier_header=a.tier_header, concurrency_limit=a.concurrency_limit)
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning",
                 timeout_keep_alive=a.keepalive_s)
 

@@ -11,6 +11,14 @@ series. While the ``hedge_enabled`` flag is on, a call unanswered after the hedg
 is copied to a second instance and the first answer wins (the simulator's hedge, with
 ``cancel: never``).
 
+With a client throttle (``--client-throttle JSON``: a scenario's
+``mitigations.client_throttle``, see :mod:`relakit.lab.in_path`) the front is the
+clients' library: every call it would send is first judged by one SRE throttle, and one
+it refuses is answered 429 ``throttled`` at once, never sent; an instance's 200 or 500
+is an accept. ``GET /metrics`` then serves ``client_throttled_total`` and
+``client_requests_total{tier,outcome}`` (what the front answered), scraped by the
+lab's Prometheus. The ``throttle_k`` the config server serves (a policy's) replaces k.
+
 Idle keep-alive connections stay open ``keepalive_s`` (75 s by default, longer than the
 think time of any client it was tried with; uvicorn's own default, 5 s, cut clients
 that think longer). It is a raw ASGI app on uvicorn, no framework: at 200 requests/s
@@ -22,13 +30,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
+import time
 from urllib.parse import parse_qs
 
 import httpx
 
 from relakit.lab.dataplane import TIER_HEADER, tier_of
-from relakit.vocab import ROUTINGS
+from relakit.lab.in_path import ClientThrottle
+from relakit.vocab import OUTCOMES, ROUTINGS, TIERS
 
 KEEPALIVE_S = 75.0  # idle keep-alive, seconds (the issue's clients thought up to 60 s)
 HEDGE_DELAY_S = 0.1  # as relakit.lab.load's generator
@@ -46,7 +57,8 @@ class Front:
         self.routable = list(range(len(self.urls)))
         self.outstanding = [0] * len(self.urls)
         self.turn = 0
-        self.flags = {"hedge_enabled": False}
+        self.flags = {"hedge_enabled": False, "throttle_k": None}
+        self.throttle: ClientThrottle | None = None  # set by make_app (--client-throttle)
 
     def pick(self, exclude: int = -1) -> int:
         """An instance for one call, as ``fleet.routing`` says (-1: none routable)."""
@@ -73,10 +85,15 @@ class Front:
 
 
 def make_app(front: Front, config_url: str, poll_s: float, tier_header: str = TIER_HEADER,
-             hedge_delay_s: float = HEDGE_DELAY_S, timeout_s: float = 60.0):
+             hedge_delay_s: float = HEDGE_DELAY_S, timeout_s: float = 60.0,
+             client_throttle: dict | None = None):
     """The ASGI app of the front (see the module's docstring)."""
     header_key = tier_header.lower().encode()
     box: dict = {}
+    throttle = front.throttle = (None if client_throttle is None
+                                 else ClientThrottle(**client_throttle))
+    answered = {(t, o): 0 for t in TIERS for o in OUTCOMES}  # client_requests_total
+    outcome_of = {200: "ok", 500: "error", 504: "timeout", 503: "dropped", 429: "rejected"}
 
     async def poll():
         client = box["client"]
@@ -88,9 +105,16 @@ def make_app(front: Front, config_url: str, poll_s: float, tier_header: str = TI
             await asyncio.sleep(poll_s)
 
     async def call(i: int, tier: str) -> tuple[int, bytes]:
+        if throttle is not None:  # ---- the clients' adaptive throttle (issue 33)
+            if throttle.cost_s > 0.0:
+                await asyncio.sleep(throttle.cost_s)
+            if throttle.judge(time.monotonic(), front.flags.get("throttle_k")):
+                return 429, b"throttled"
         front.outstanding[i] += 1
         try:
             r = await box["client"].get(f"{front.urls[i]}/work", params={"tier": tier})
+            if throttle is not None and r.status_code in (200, 500):
+                throttle.accepted(time.monotonic())
             return r.status_code, r.content
         except httpx.HTTPError as exc:
             return 502, f"instance {i}: {type(exc).__name__}".encode()
@@ -142,6 +166,13 @@ def make_app(front: Front, config_url: str, poll_s: float, tier_header: str = TI
             return await send(send_, 200, (
                 f"relakit lab front: GET /work with the {tier_header} header or ?tier=; "
                 f"routing {front.routing} over {len(front.urls)} instances\n").encode())
+        if path == "/metrics" and throttle is not None:
+            lines = ["# TYPE client_throttled_total counter",
+                     f"client_throttled_total {throttle.throttled}",
+                     "# TYPE client_requests_total counter"]
+            lines += [f'client_requests_total{{tier="{t}",outcome="{o}"}} {n}'
+                      for (t, o), n in answered.items()]
+            return await send(send_, 200, ("\n".join(lines) + "\n").encode())
         if path != "/work":
             return await send(send_, 404, b"not found: the front serves GET /work\n")
         query = parse_qs(scope.get("query_string", b"").decode())
@@ -152,6 +183,10 @@ def make_app(front: Front, config_url: str, poll_s: float, tier_header: str = TI
             return await send(send_, 400, (why.replace(TIER_HEADER, tier_header)
                                            + "\n").encode())
         status, body = await route(tier)
+        if throttle is not None:
+            o = ("throttled" if body == b"throttled" else "error" if body == b"queue full"
+                 else outcome_of.get(status, "error"))  # a full queue errs, as simulated
+            answered[tier, o] += 1
         await send(send_, status, body)
 
     return app
@@ -170,9 +205,13 @@ def main() -> None:
     ap.add_argument("--keepalive-s", type=float, default=KEEPALIVE_S)
     ap.add_argument("--hedge-delay-ms", type=float, default=HEDGE_DELAY_S * 1000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--client-throttle", type=json.loads, default=None,
+                    help="mitigations.client_throttle as JSON, every key given "
+                         "(relakit.lab.in_path.lab_mitigations)")
     a = ap.parse_args()
     front = Front(a.instances.split(","), a.routing, a.seed)
-    app = make_app(front, a.config_url, a.poll_s, a.tier_header, a.hedge_delay_ms / 1000)
+    app = make_app(front, a.config_url, a.poll_s, a.tier_header, a.hedge_delay_ms / 1000,
+                   client_throttle=a.client_throttle)
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning",
                 timeout_keep_alive=a.keepalive_s, lifespan="on", access_log=False)
 

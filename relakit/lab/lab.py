@@ -41,7 +41,9 @@ STATE = "state.json"
 ENDPOINTS = "endpoints.json"  # the URLs alone (0644): what a user's load tool reads
 TOKEN_ENV = "RELAKIT_LAB_TOKEN"
 
-SERIES = ("requests_total", "latency_seconds_bucket", "in_flight", "busy_seconds_total")
+SERIES = ("requests_total", "latency_seconds_bucket", "in_flight", "busy_seconds_total",
+          *("rejected_total", "concurrency_limit"))  # the second: with a concurrency limit
+# (relakit.lab.in_path), as the simulator's series
 
 
 def free_port() -> int:
@@ -95,6 +97,18 @@ class LabSpec:
     buckets_s: tuple = DEFAULT_BUCKETS_S  # the latency histogram's bucket bounds
     lease_s: float = 5.0  # the config server's leader lease (agents with ha=True)
     renew_s: float = 1.5  # how often the leader renews it
+    # the in-path mechanisms (issue 33), a scenario's mitigations.client_throttle and
+    # .concurrency_limit as relakit.lab.in_path.lab_mitigations reads them: the
+    # instances enforce the limit, the load generator and the front throttle
+    mitigations: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        from relakit.lab.in_path import LAB_MITIGATIONS
+
+        extra = sorted(set(self.mitigations) - set(LAB_MITIGATIONS))
+        if extra:
+            raise ValueError(f"LabSpec.mitigations: key '{extra[0]}': the lab runs only "
+                             f"{', '.join(LAB_MITIGATIONS)}")
 
 
 class Lab:
@@ -160,7 +174,9 @@ class Lab:
                          "--seed", str(i), "--buckets", ",".join(f"{b:g}" for b in s.buckets_s),
                          "--tier-header", s.tier_header, "--keepalive-s", str(s.keepalive_s)]
                         + ([] if s.queue_limit is None else ["--queue-limit", str(s.queue_limit)])
-                        + ([] if s.deadline_ms is None else ["--deadline-ms", str(s.deadline_ms)]),
+                        + ([] if s.deadline_ms is None else ["--deadline-ms", str(s.deadline_ms)])
+                        + ([] if "concurrency_limit" not in s.mitigations else [
+                            "--concurrency-limit", json.dumps(s.mitigations["concurrency_limit"])]),
                         f"instance{i}",
                         env={**os.environ, TOKEN_ENV: self.token})  # /repair needs it
         fport = s.front_port or free_port()
@@ -168,7 +184,9 @@ class Lab:
         self._spawn([py, "-m", "relakit.lab.front", "--port", str(fport), "--config-url",
                      self.config_url, "--instances", ",".join(self.instance_urls),
                      "--poll-s", str(self.clocks.poll_s), "--routing", s.routing,
-                     "--tier-header", s.tier_header, "--keepalive-s", str(s.keepalive_s)],
+                     "--tier-header", s.tier_header, "--keepalive-s", str(s.keepalive_s)]
+                    + ([] if "client_throttle" not in s.mitigations else [
+                        "--client-throttle", json.dumps(s.mitigations["client_throttle"])]),
                     "front")  # no token: the front writes nothing anywhere
         _wait_http(f"{self.config_url}/state")
         for u in self.instance_urls:
@@ -181,6 +199,9 @@ class Lab:
                           "evaluation_interval": "15s"},
                "scrape_configs": [{"job_name": "relakit",
                                    "static_configs": [{"targets": targets}]}]}
+        if "client_throttle" in s.mitigations:  # the front's client_throttled_total
+            cfg["scrape_configs"].append({"job_name": "relakit-front", "static_configs": [
+                {"targets": [self.front_url.removeprefix("http://")]}]})
         (self.workdir / "prometheus.yml").write_text(json.dumps(cfg))  # JSON is YAML
         self._spawn([shutil.which("prometheus") or s.prometheus,
                      f"--config.file={self.workdir / 'prometheus.yml'}",
@@ -247,7 +268,8 @@ class Lab:
                                     "deadline_ms": self.spec.deadline_ms,
                                     "buckets_s": list(self.spec.buckets_s),
                                     "lease_s": self.spec.lease_s,
-                                    "renew_s": self.spec.renew_s},
+                                    "renew_s": self.spec.renew_s,
+                                    "mitigations": self.spec.mitigations},
                            "processes": self.records}, self.workdir / STATE, mode=0o600)
 
     @classmethod
@@ -262,7 +284,7 @@ class Lab:
                              "`relakit lab down`)")
         known = {k: v for k, v in (state.get("spec") or {}).items()
                  if k in ("instances", "servers", "lease_s", "renew_s", "routing",
-                          "queue_limit", "deadline_ms", "buckets_s")}
+                          "queue_limit", "deadline_ms", "buckets_s", "mitigations")}
         lab = cls(LabSpec(clocks=state["clocks"], **known), workdir=str(workdir))
         lab.config_url, lab.prom_url = state["config_url"], state["prom_url"]
         lab.instance_urls, lab.token = state["instance_urls"], state["token"]

@@ -16,17 +16,21 @@ from relakit.validate import ScenarioError
 
 
 def up(work: Path, *, policy: str | None, chain: str | None, instances: int, agents: int,
-       lease_s: float, renew_s: float, clocks: dict, front: dict | None = None) -> int:
+       lease_s: float, renew_s: float, clocks: dict, front: dict | None = None,
+       mitigations: str | None = None) -> int:
     """Start the lab in ``work`` and its agents (``policy`` None: the chain alone), run
     until Ctrl-C or SIGTERM (``down``), then stop it and write the agents' audit.
     ``front``: LabSpec's front-door keys (port, routing, tier header, keep-alive, queue
-    limit, deadline, buckets); None values keep LabSpec's defaults."""
+    limit, deadline, buckets); None values keep LabSpec's defaults. ``mitigations``: a
+    scenario YAML whose ``mitigations.client_throttle`` and ``.concurrency_limit`` the lab
+    runs (any other mitigation in it is refused by name)."""
     import polars as pl
 
-    from relakit.checks import check_lab, enforce
+    from relakit.checks import check_lab, check_local_flags, enforce
     from relakit.control import load_clocks, load_policy
     from relakit.io import write_parquet
     from relakit.lab.dataplane import DEFAULT_BUCKETS_S
+    from relakit.lab.in_path import lab_mitigations
     from relakit.lab.lab import Lab, LabSpec
 
     if policy is None and chain is None:
@@ -38,16 +42,20 @@ def up(work: Path, *, policy: str | None, chain: str | None, instances: int, age
 
         load_chain(chain)  # a bad chain is refused before anything starts
     front = {k: v for k, v in (front or {}).items() if v is not None}
-    if pol is not None:
+    mit = {} if mitigations is None else lab_mitigations(mitigations)
+    if pol is not None:  # a policy's local flag needs its mechanism here too
+        enforce(check_local_flags(_LabScenario(pol, mit, mitigations or "--mitigations")))
         enforce(check_lab(pol, load_clocks({}, **clocks),
-                          buckets_s=front.get("buckets_s", DEFAULT_BUCKETS_S)))
+                          buckets_s=front.get("buckets_s", DEFAULT_BUCKETS_S),
+                          extra_series=("rejected_total", "concurrency_limit")
+                          if "concurrency_limit" in mit else ()))
     if lease_s <= renew_s:
         raise ScenarioError(f"lab up: --lease-s {lease_s:g} must be longer than "
                             f"--renew-s {renew_s:g} (a leader renews its lease "
                             "before it expires)")
     work.mkdir(parents=True, exist_ok=True)
     spec = LabSpec(instances=instances, clocks=clocks, lease_s=lease_s, renew_s=renew_s,
-                   **front)
+                   mitigations=mit, **front)
     names = [f"agent{i}" for i in range(agents)]
     with Lab(spec, workdir=str(work)) as lab:
         for name in names:  # each a process of its own: one crash takes one agent down
@@ -87,6 +95,18 @@ def up(work: Path, *, policy: str | None, chain: str | None, instances: int, age
             p.unlink(missing_ok=True)
     print(f"lab down; audit in {final}" if found else "lab down; no audit written")
     return 0
+
+
+class _LabScenario:
+    """What :func:`relakit.checks.check_local_flags` reads of a scenario, for the lab:
+    its policy, the in-path mechanisms it runs, the file they came from."""
+
+    def __init__(self, policy, mitigations: dict, source: str):
+        from types import SimpleNamespace
+
+        self.policy, self.source = policy, source
+        self.mitigations = SimpleNamespace(**{k: mitigations.get(k) for k in (
+            "client_throttle", "concurrency_limit")})
 
 
 def down(work: Path) -> int:

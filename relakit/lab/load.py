@@ -1,5 +1,6 @@
 """An open-loop load generator for the lab: tiers, a rate profile, hedging when the
-flag says so, and only the instances the config server says are routable."""
+flag says so, only the instances the config server says are routable, and the client
+throttle when the lab's scenario has one (``mitigations.client_throttle``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 
 import httpx
 
+from relakit.lab.in_path import ClientThrottle
 from relakit.lab.lab import Lab
 from relakit.vocab import OUTCOMES, TIERS
 
@@ -17,6 +19,14 @@ from relakit.vocab import OUTCOMES, TIERS
 MAX_CONNECTIONS = 400
 MAX_RATE_RPS = 10_000.0
 MAX_PHASE_S = 86_400.0
+THROTTLED = -1  # (a call's status when its client throttled it: never sent)
+QUEUE_FULL = -2  # (an instance's 503 for a full queue: an error, as the simulator counts it)
+
+
+def outcome_of(status: int) -> str:
+    """A call's outcome from the instance's answer (as the front passes it back)."""
+    return {200: "ok", 503: "dropped", 504: "timeout", 429: "rejected",
+            THROTTLED: "throttled", QUEUE_FULL: "error"}.get(status, "error")
 
 
 def run_load(lab: Lab, phases: list[tuple[float, float]], tiers=(0.1, 0.3, 0.6),
@@ -29,7 +39,10 @@ def run_load(lab: Lab, phases: list[tuple[float, float]], tiers=(0.1, 0.3, 0.6),
     unanswered after ``hedge_delay_s`` is hedged to another instance while the
     ``hedge_enabled`` flag is on. Returns one record per user request: start (Unix
     s), tier, outcome, latency_ms, hedged, instance (the first called; -1: none routable).
-    Bounded by the phases' time and count.
+    Bounded by the phases' time and count. With the lab's ``client_throttle``, each call
+    is first judged by one throttle (the simulator's: one client population), after its
+    ``cost_us``; a call it refuses is never sent (outcome ``throttled``), and the
+    ``throttle_k`` the config server serves (a policy's) replaces the scenario's k.
     """
     return asyncio.run(_load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout))
 
@@ -38,25 +51,38 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
     rng = random.Random(seed)
     names = TIERS
     records: list[dict] = []
-    flags = {"hedge_enabled": False}
+    flags = {"hedge_enabled": False, "throttle_k": None}
+    ct = lab.spec.mitigations.get("client_throttle")
+    throttle = None if ct is None else ClientThrottle(**ct, seed=seed)
     routable = {"set": set(range(len(lab.instance_urls)))}
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=100)
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+        async def refresh():
+            try:
+                state = (await client.get(f"{lab.config_url}/state")).json()
+                flags.update(state["flags"])
+                out = {int(k) for k, v in state.get("instances", {}).items()
+                       if not v.get("routable", True)}
+                routable["set"] = set(range(len(lab.instance_urls))) - out
+            except (httpx.HTTPError, KeyError, ValueError):
+                pass
+
         async def poll_flags():
             while True:
-                try:
-                    state = (await client.get(f"{lab.config_url}/state")).json()
-                    flags.update(state["flags"])
-                    out = {int(k) for k, v in state.get("instances", {}).items()
-                           if not v.get("routable", True)}
-                    routable["set"] = set(range(len(lab.instance_urls))) - out
-                except (httpx.HTTPError, KeyError, ValueError):
-                    pass
                 await asyncio.sleep(lab.clocks.poll_s)
+                await refresh()
 
         async def call(url, tier):
+            if throttle is not None:  # ---- the client's adaptive throttle (issue 33)
+                if throttle.cost_s > 0.0:
+                    await asyncio.sleep(throttle.cost_s)
+                if throttle.judge(time.monotonic(), flags.get("throttle_k")):
+                    return THROTTLED
             r = await client.get(f"{url}/work", params={"tier": tier})
-            return r.status_code
+            if throttle is not None and r.status_code in (200, 500):  # a server answered
+                throttle.accepted(time.monotonic())
+            return QUEUE_FULL if r.status_code == 503 and r.text == "queue full" \
+                else r.status_code
 
         async def one_call(urls, tier):
             first = asyncio.create_task(call(urls[0], tier))
@@ -73,7 +99,7 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
                 for p in pending:
                     p.cancel()
                 code = next(iter(done)).result()
-                outcome = "ok" if code == 200 else "dropped" if code == 503 else "error"
+                outcome = outcome_of(code)
             except (TimeoutError, httpx.TimeoutException):
                 outcome = "timeout"
             except httpx.HTTPError:
@@ -101,6 +127,7 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
                             "hedged": any(h for _, h in results),
                             "instance": lab.instance_urls.index(targets[0])})
 
+        await refresh()  # the flags in force before the first request (a policy's throttle_k)
         poller = asyncio.create_task(poll_flags())
         inflight = []
         t = time.time()

@@ -138,8 +138,9 @@ FEATURES = ("hedging", "deadlines", "retries", "errors", "intake", "breaker", "d
 # the mechanisms of the lean (mitigated) specialisations: ``specialised(LEAN_FEATURES,
 # lean=True)``, for the stretches ``loops.mitigated_ok`` accepts
 LEAN_FEATURES = frozenset({"hedging", "deadlines", "retries", "errors"})
-# the in-path mechanisms, which a settled loop may run (``specialised(..., settled=True)``,
-# ``loops.in_path_ok``): each decides at once and leaves nothing on the heap but completions
+# the in-path mechanisms, which the settled and simple loops may run (``specialised(...,
+# settled=True)``, ``simple=True``; ``loops.in_path_ok``): each decides at once and leaves
+# nothing on the heap but completions
 IN_PATH_FEATURES = frozenset({"throttle", "concurrency", "codel"})
 HEDGING = DEADLINES = RETRIES = ERRORS = INTAKE = BREAKER = DEGRADED = PROBES = True
 KEEP_LISTENING = True
@@ -154,7 +155,9 @@ CLIENTS = True  # (see "closed clients" below)
 # SIMPLE: besides, one call to one node per request, exponential demand, a constant
 #   rate, uniform routing over every node and no retry budget (``loops.simple_ok``): the
 #   request's call and user rows are written only at return (LEAN_CALL, LEAN_USER), and
-#   a copy that meets no queue and an idle server starts at once (``direct``).
+#   a copy that meets no queue and an idle server starts at once (``direct``). With an
+#   in-path mechanism on, a refused request's rows are the same: its outcome is its
+#   copy's (JI_OUTCOME, read when its end is due, as any loop reads it).
 LEFTOVERS = True
 SIMPLE = False
 # ONE_CALL: requests of one call (fan-out 1, no degraded mode: ``specialised(...,
@@ -1743,6 +1746,8 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             call_free_n += 1
             fin_u = call_i[cr, CL_USER]
             fin_j = res_job  # (its row is intact until the send section reuses it)
+            if ENDS_EARLY:  # (in-path) served, or refused: throttled or rejected
+                fin_outcome = res_outcome
         elif res_c >= 0:
             c = res_c
             # keep_listening: a copy past its deadline leaves the count of copies awaited
@@ -1956,6 +1961,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             node = send[i, 1]
             hedge = send[i, 2] if RESENDS else 0
             j = send[i, 3] if RESENDS else -1
+            fresh = j < 0  # a new copy (a moved one was judged when first sent)
             if SIMPLE:  # a first attempt; the call's row stays unwritten (LEAN_CALL)
                 job_free_n -= 1
                 j = job_free[ROW(job_free_n)]
@@ -2022,12 +2028,12 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                         pend_t[n_pend] = t + hedge_delay
                         pend_k[n_pend] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
                         n_pend += 1
-                if THROTTLE and throttle_on:  # ---- in-path: the client's adaptive throttle
-                    if t >= thr_next:  # (the window moves on)
-                        thr_slot = throttle_slot(budget, isv, throttle_width, t)
-                        thr_next = (isv[IS_THROTTLE_BUCKET] + 1) * throttle_width
-                    if throttle_judge(budget, isv, rng, throttle_k, thr_slot):
-                        node = NODE_THROTTLED  # its client rejects it (below)
+            if THROTTLE and throttle_on and fresh:  # ---- in-path: the client's adaptive
+                if t >= thr_next:  # throttle (the window moves on)
+                    thr_slot = throttle_slot(budget, isv, throttle_width, t)
+                    thr_next = (isv[IS_THROTTLE_BUCKET] + 1) * throttle_width
+                if throttle_judge(budget, isv, rng, throttle_k, thr_slot):
+                    node = NODE_THROTTLED  # its client rejects it (below)
             jr = ROW(j)  # (a row by now)
             job_i[jr, JI_NODE] = node
             job_i[jr, JI_DEGRADED] = 0
@@ -2265,11 +2271,9 @@ def specialised(features: frozenset, settled: bool = False, simple: bool = False
     unknown = set(features) - set(FEATURES)
     if unknown:
         raise ValueError(f"unknown kernel features {sorted(unknown)}; known: {FEATURES}")
-    if simple and features:
-        raise ValueError(f"a simple loop runs no mechanism, not {sorted(features)}")
-    if settled and not set(features) <= IN_PATH_FEATURES:
-        raise ValueError(f"a settled loop runs {sorted(IN_PATH_FEATURES)} only, "
-                         f"not {sorted(features)}")
+    if (settled or simple) and not set(features) <= IN_PATH_FEATURES:
+        raise ValueError(f"a {'simple' if simple else 'settled'} loop runs "
+                         f"{sorted(IN_PATH_FEATURES)} only, not {sorted(features)}")
     if (lean or one_call) and not set(features) <= LEAN_FEATURES:
         raise ValueError(f"a lean loop runs {sorted(LEAN_FEATURES)} only, not {sorted(features)}")
     lean = lean or one_call

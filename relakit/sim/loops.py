@@ -12,10 +12,13 @@ stretch may run, and the compiled loop to call for it.
   schedule that crashes nothing is allowed: ``Fleet.advance`` runs to just before a
   change, applies it in Python (``kernel.schedule_step``) and goes on.
 * **in-path** (``specialised(features, settled=True)``, features some of
-  ``kernel.IN_PATH_FEATURES``): the plain loop with the client throttle, the concurrency
+  ``kernel.IN_PATH_FEATURES``, and its simple variant, ``simple=True``, on the same
+  test as the plain one's): the plain loops with the client throttle, the concurrency
   limit or CoDel on (:func:`in_path_ok`). They decide at once and leave nothing on the
   heap but completions (a refused copy's is due at once), so a stretch of them is
-  plain but for the copies they end unserved (``kernel.ENDS_EARLY``).
+  plain but for the copies they end unserved (``kernel.ENDS_EARLY``): a refused
+  request's rows are a simple one's (``kernel.LEAN_CALL``, ``LEAN_USER``) but for its
+  outcome, which its copy's row carries (``JI_OUTCOME``).
 * anything else: the general loop (``kernel.run``).
 
 They are the same code (numba prunes what the constants decide), read and write the
@@ -89,14 +92,21 @@ def in_path_ok(cfg: K.Config, st: K.State, features: frozenset,
 
 
 def run_in_path(cfg: K.Config, st: K.State, out: K.Output, t_end: float) -> int:
-    """The settled loop on the in-path mechanisms on (:func:`in_path_ok`), called as
-    ``kernel.run`` is. numba's (not built ahead of time: docs/performance.md)."""
-    return in_path_loop(K.features_of(cfg, st))(*cfg, *st, *out, t_end)
+    """The in-path mechanisms on (:func:`in_path_ok`) in the simple loop when the stretch
+    is simple (:func:`simple_ok`, and its live rows lean: ``kernel.ROWS_NOT_LEAN``), else
+    in the settled one, called as ``kernel.run`` is. numba's (not built ahead of time:
+    docs/performance.md)."""
+    simple, settled = in_path_loops(K.features_of(cfg, st))
+    if simple_ok(cfg, st):
+        status = simple(*cfg, *st, *out, t_end)
+        if status != K.ROWS_NOT_LEAN:
+            return status
+    return settled(*cfg, *st, *out, t_end)
 
 
-def in_path_loop(features: frozenset):
-    """The settled specialisation on ``features`` (some of ``kernel.IN_PATH_FEATURES``)."""
-    return K.specialised(features, settled=True)
+def in_path_loops(features: frozenset):
+    """(simple loop, settled loop) on ``features`` (some of ``kernel.IN_PATH_FEATURES``)."""
+    return K.specialised(features, simple=True), K.specialised(features, settled=True)
 
 
 def simple_ok(cfg: K.Config, st: K.State) -> bool:

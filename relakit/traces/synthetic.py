@@ -16,7 +16,6 @@ import math
 
 import numpy as np
 import polars as pl
-from scipy import special
 
 SHAPES = ("step", "spike", "ramp", "diurnal", "bursty")
 BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -81,6 +80,8 @@ def synthetic_trace(shape: str, duration_s: float, *, scrape_s: float = 15.0,
     err_total = integral(rate * err)
     bounds = np.asarray(buckets_s, dtype=float)
     z = (np.log(bounds)[None, :] - np.log(median_s)[:, None]) / (latency_sigma * math.sqrt(2))
+    from scipy import special  # (here: scipy costs every importer of relakit.traces ~0.15 s)
+
     frac = 0.5 * (1 + special.erf(z))  # lognormal CDF at each bound
     bucket_totals = np.column_stack([integral(rate * frac[:, b]) for b in range(bounds.size)])
     mean_s = median_s * math.exp(latency_sigma**2 / 2)

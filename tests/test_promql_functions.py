@@ -1,0 +1,206 @@
+"""PromQL's window functions (numpy over every instant at once) against Prometheus' Go,
+transcribed sample by sample in plain Python floats (IEEE doubles, as Go's): equal to
+the last bit, NaN, infinities, overflow and windows of 0, 1 and 2 samples included."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from relakit.control import promql_functions as fn
+from relakit.control.tsdb import Target, extrapolated_rate, increase, window_bounds
+
+
+def _kahan_inc(inc, s, c):
+    """kahanSumInc (promql/functions.go, 2.42), as Go writes it (Neumaier's branch)."""
+    t = s + inc
+    if abs(s) >= abs(inc):
+        c += (s - t) + inc
+    else:
+        c += (inc - t) + s
+    return t, c
+
+
+def _linear_regression(ts_ms, vs, intercept_ms):
+    """linearRegression (promql/functions.go, 2.42)."""
+    n = sx = cx = sy = cy = sxy = cxy = sx2 = cx2 = 0.0
+    init, const = vs[0], True
+    for i, (t, v) in enumerate(zip(ts_ms, vs, strict=True)):
+        if const and i > 0 and v != init:
+            const = False
+        n += 1.0
+        x = (t - intercept_ms) / 1e3
+        sx, cx = _kahan_inc(x, sx, cx)
+        sy, cy = _kahan_inc(v, sy, cy)
+        sxy, cxy = _kahan_inc(x * v, sxy, cxy)
+        sx2, cx2 = _kahan_inc(x * x, sx2, cx2)
+    if const:
+        return (math.nan, math.nan) if math.isinf(init) else (0.0, init)
+    sx, sy, sxy, sx2 = sx + cx, sy + cy, sxy + cxy, sx2 + cx2
+    cov = sxy - sx * sy / n
+    var = sx2 - sx * sx / n
+    slope = _div(cov, var)
+    return slope, sy / n - slope * sx / n
+
+
+def _div(a, b):
+    """a / b as Go divides floats (Python raises on a zero divisor)."""
+    if b != 0 or math.isnan(b):
+        return a / b
+    if a == 0 or math.isnan(a):
+        return math.nan
+    return math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+def _sum_over_time(vs):
+    s = c = 0.0
+    for v in vs:
+        s, c = _kahan_inc(v, s, c)
+    return s if math.isinf(s) else s + c
+
+
+def _stdvar_over_time(vs):
+    """funcStdvarOverTime (2.42): Welford, both sums Kahan-compensated."""
+    count = mean = cmean = aux = caux = 0.0
+    for v in vs:
+        count += 1
+        delta = v - (mean + cmean)
+        mean, cmean = _kahan_inc(delta / count, mean, cmean)
+        aux, caux = _kahan_inc(delta * (v - (mean + cmean)), aux, caux)
+    return (aux + caux) / count if count else math.nan
+
+
+def _same(got, want, what):
+    assert got == want or (math.isnan(got) and math.isnan(want)), (what, got, want)
+
+
+def _series(rng, size, kind):
+    if kind == "counter":
+        return np.cumsum(rng.integers(0, 1000, size)).astype(float) * 1e6
+    if kind == "gauge":
+        return rng.normal(5e10, 3e8, size)
+    if kind == "constant":
+        return np.full(size, 7.5)
+    v = rng.normal(0, 1e3, size)
+    if kind == "special":  # NaN, infinities, values whose sums overflow
+        at = rng.choice(size, max(size // 5, 1), replace=False)
+        v[at] = rng.choice([np.nan, np.inf, -np.inf, 1.7e308, -1.7e308, 0.0, -0.0], at.size)
+    return v
+
+
+@pytest.mark.parametrize("kind", ["counter", "gauge", "constant", "noise", "special"])
+def test_regression_equals_prometheus_bit_for_bit(kind):
+    """deriv/predict_linear's linearRegression on a block of series sharing times (one
+    and several series), irregular millisecond times, windows of 0 to 80 samples."""
+    rng = np.random.default_rng(hash(kind) % 2**32)
+    times = np.cumsum(rng.choice([15.0, 15.0, 14.999, 15.2, 30.0], 400)) + 1.7e9
+    series = [_series(rng, times.size, kind) for _ in range(3)]
+    te = np.sort(rng.uniform(times[0] - 100, times[-1] + 100, 150))
+    t_ms = np.round(times * 1000).astype(np.int64)
+    compared = 0
+    for rng_s in (14.0, 30.0, 300.0, 1200.0):
+        lo, hi = window_bounds(times, te, rng_s)
+        n = hi - lo + 1
+        for block in (series, series[1:2]):
+            for at in (te, times[np.clip(lo, 0, times.size - 1)]):  # predict_linear, deriv
+                slope, icept = fn.regression(times, block, lo, n, at)
+                i_ms = np.round(at * 1000).astype(np.int64)
+                for b, v in enumerate(block):
+                    for i in range(te.size):
+                        if n[i] <= 0:
+                            assert np.isnan(slope[b, i]) and np.isnan(icept[b, i])
+                            continue
+                        want = _linear_regression(t_ms[lo[i]:hi[i] + 1].tolist(),
+                                                  v[lo[i]:hi[i] + 1].tolist(), int(i_ms[i]))
+                        _same(slope[b, i], want[0], ("slope", kind, rng_s, i))
+                        _same(icept[b, i], want[1], ("intercept", kind, rng_s, i))
+                        compared += 1
+    assert compared > 3000
+
+
+@pytest.mark.parametrize("kind", ["gauge", "noise", "special"])
+def test_kahan_window_sums_equal_prometheus_bit_for_bit(kind):
+    """sum/avg/stdvar_over_time's compensated sums (TwoSum for Go's Neumaier branch)."""
+    rng = np.random.default_rng(len(kind))
+    values = _series(rng, 300, kind)
+    times = np.arange(values.size, dtype=float)
+    te = np.sort(rng.uniform(-5, values.size + 5, 200))
+    for rng_s in (0.5, 3.0, 40.0):
+        lo, hi = window_bounds(times, te, rng_s)
+        n = hi - lo + 1
+        total = fn.sum_count(values, lo, n, mean=False)
+        var = fn.stdvar_over_time(values, lo, n)
+        for i in range(te.size):
+            if n[i] <= 0:
+                continue
+            w = values[lo[i]:hi[i] + 1].tolist()
+            _same(total[i], _sum_over_time(w), ("sum", i))
+            _same(var[i], _stdvar_over_time(w), ("stdvar", i))
+
+
+def _extrapolated_rate(samples, t, range_s, is_counter, is_rate):
+    """extrapolatedRate (promql/functions.go, 2.42) over the window's samples."""
+    if len(samples) < 2:
+        return math.nan
+    (t_first, first), (t_last, last) = samples[0], samples[-1]
+    result = last - first
+    if is_counter:
+        prev = 0.0
+        for _, v in samples:
+            if v < prev:
+                result += prev
+            prev = v
+    to_start, to_end = t_first - (t - range_s), t - t_last
+    sampled = t_last - t_first
+    avg = sampled / (len(samples) - 1)
+    if is_counter and result > 0 and first >= 0:
+        to_zero = sampled * (first / result)
+        if to_zero < to_start:
+            to_start = to_zero
+    threshold = avg * 1.1
+    interval = sampled + (to_start if to_start < threshold else avg / 2)
+    interval += to_end if to_end < threshold else avg / 2
+    factor = _div(interval, sampled)
+    if is_rate:
+        factor /= range_s
+    return result * factor
+
+
+def test_window_rate_equals_prometheus_bit_for_bit():
+    """rate/increase/delta of a block of series (a list of arrays, as PromQL's store gives
+    them, and a Target's columns, as the controller reads them), with counter resets (one
+    and several in a window), NaN samples, negative values, windows of 0, 1 and 2 samples
+    and a cut (samples not written yet)."""
+    rng = np.random.default_rng(7)
+    times = np.sort(rng.choice(np.arange(0.0, 4000.0, 0.5), 900, replace=False))
+    series = []
+    for k in range(9):
+        v = np.cumsum(rng.exponential(3.0, times.size))
+        for at in rng.choice(times.size, k, replace=False):  # k counter resets
+            v[at:] -= v[at] - rng.uniform(0, 2)
+        if k % 3 == 0:
+            v[rng.choice(times.size, 5, replace=False)] = np.nan
+        if k == 4:
+            v -= 50.0
+        series.append(v)
+    te = np.sort(rng.uniform(-100.0, 4200.0, 300))
+    tgt = Target(-1, times, np.column_stack(series), [()] * len(series))
+    compared = 0
+    for rng_s, cut in ((1.0, None), (60.0, None), (300.0, te - 20.0), (2000.0, None)):
+        lo, hi = window_bounds(times, te, rng_s, cut)
+        assert (hi - lo + 1 <= 1).any() and (hi - lo + 1 == 2).any() or rng_s > 100
+        for f, as_rate, counter in (("rate", True, True), ("increase", False, True),
+                                    ("delta", False, False)):
+            got = extrapolated_rate(times, series, lo, hi, te, rng_s, as_rate, counter)
+            cols = increase(tgt, np.arange(len(series)), te, rng_s, as_rate=as_rate,
+                            counter=counter, nan_samples=True, cut=cut)
+            np.testing.assert_array_equal(cols.T, got)
+            for v, row in zip(series, got, strict=True):
+                for i in range(0, te.size, 3):
+                    inside = [(times[j], v[j]) for j in range(lo[i], hi[i] + 1)]
+                    _same(row[i], _extrapolated_rate(inside, te[i], rng_s, counter, as_rate),
+                          (f, rng_s, i))
+                    compared += 1
+    assert np.isfinite(got).sum() > 1000 and compared > 5000
