@@ -92,8 +92,8 @@ def _series(rng, size, kind):
 
 @pytest.mark.parametrize("kind", ["counter", "gauge", "constant", "noise", "special"])
 def test_regression_equals_prometheus_bit_for_bit(kind):
-    """deriv/predict_linear's linearRegression on a block of series sharing times (one
-    and several series), irregular millisecond times, windows of 0 to 80 samples."""
+    """deriv/predict_linear's linearRegression on series sharing times (one and several
+    series, in blocks of two), irregular millisecond times, windows of 0 to 80 samples."""
     rng = np.random.default_rng(hash(kind) % 2**32)
     times = np.cumsum(rng.choice([15.0, 15.0, 14.999, 15.2, 30.0], 400)) + 1.7e9
     series = [_series(rng, times.size, kind) for _ in range(3)]
@@ -105,7 +105,8 @@ def test_regression_equals_prometheus_bit_for_bit(kind):
         n = hi - lo + 1
         for block in (series, series[1:2]):
             for at in (te, times[np.clip(lo, 0, times.size - 1)]):  # predict_linear, deriv
-                slope, icept = fn.regression(times, block, lo, n, at)
+                # blocks of 2 series: the x sums shared between blocks, the last one short
+                slope, icept = fn.regression(times, block, lo, n, at, block=2)
                 i_ms = np.round(at * 1000).astype(np.int64)
                 for b, v in enumerate(block):
                     for i in range(te.size):

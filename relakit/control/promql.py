@@ -584,11 +584,9 @@ def _regressions(f: str, m: _Matrix, ks: list, lo, hi, t, scalars):
         at = times[np.clip(lo, 0, max(times.size - 1, 0))] if times.size else m.end
     else:
         at = t
-    for i in range(0, len(ks), _BLOCK):
-        part = ks[i:i + _BLOCK]
-        slope, icept = fn.regression(times, [m.series[k][2] for k in part], lo, n, at)
-        rows = slope if f == "deriv" else slope * scalars[0] + icept
-        yield from zip(part, rows, strict=True)
+    slope, icept = fn.regression(times, [m.series[k][2] for k in ks], lo, n, at, _BLOCK)
+    rows = slope if f == "deriv" else slope * scalars[0] + icept
+    yield from zip(ks, rows, strict=True)
 
 
 def evaluate(expr, tsdb: TSDB, t_eval) -> Vector | np.ndarray:

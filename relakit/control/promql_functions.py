@@ -34,6 +34,19 @@ def kahan_inc(inc, acc, c):
     acc[...] = t
 
 
+def kahan_into(inc, acc, c, t, bb, e):
+    """:func:`kahan_inc` with its temporaries in the given buffers (same operations in the
+    same order, so the same bits): for the large blocks of :func:`regression`."""
+    np.add(acc, inc, out=t)
+    np.subtract(t, acc, out=bb)
+    np.subtract(t, bb, out=e)
+    np.subtract(acc, e, out=e)
+    np.subtract(inc, bb, out=bb)
+    e += bb
+    c += e
+    acc[...] = t
+
+
 def longest_first(lo, n):
     """The windows (instants) ordered by how many samples they hold, most first, and per
     position j how many hold a j-th sample: at step j the windows still adding are a
@@ -145,19 +158,21 @@ def changes(values, lo, hi, resets: bool):
     return np.where(hi > lo, c[hi_c] - c[lo_c], 0).astype(float)
 
 
-def regression(times, series, lo, n, intercept_t):
+def regression(times, series, lo, n, intercept_t, block: int = 64):
     """Prometheus' linearRegression of several series sampled at the same ``times``
     (Kahan sums, a constant series has slope 0), x in seconds from ``intercept_t`` (per
     instant) computed from milliseconds as it does: (slope, intercept), each (series, T).
 
-    numpy over window positions, every window of every series of the block at once, in
-    Go's order of additions (the same bits: tests/test_promql_functions.py against a
+    numpy over window positions, every window of ``block`` series at once, in Go's
+    order of additions (the same bits: tests/test_promql_functions.py against a
     transcription of its Go). The windows are taken longest first, so that the ones
-    still adding at position j are a prefix (no masks), and the sums over x, which
-    depend on times only, are made once for the block. Why not a compiled loop, ~3.5x
-    faster: a rule backtest then never loads numba, whose start in a fresh process
-    (~0.45 s of CPU, ~125 MB) is more than the 300-rule benchmark's regressions gain
-    from it (0.5 s as numpy, 0.13 s compiled; docs/performance.md)."""
+    still adding at position j are a prefix (no masks); the four sums of a position
+    (x, x*x, y, x*y) are one array, one :func:`kahan_into`, written in place. It is
+    arithmetic-bound (~0.1 s CPU for three series' 6 h windows at 1,440 instants):
+    running sums over prefixes would be ~0.5 ms but change the bits (docs/performance.md).
+    Why not a compiled loop, ~3.5x faster: a rule backtest then never loads numba, whose
+    start in a fresh process (~0.45 s of CPU, ~125 MB) is more than the 300-rule
+    benchmark's regressions gain from it (docs/performance.md)."""
     t_ms = np.round(np.asarray(times, dtype=float) * 1000).astype(np.int64)
     i_ms = np.broadcast_to(np.round(np.asarray(intercept_t, dtype=float) * 1000)
                            .astype(np.int64), lo.shape)
@@ -167,35 +182,48 @@ def regression(times, series, lo, n, intercept_t):
         return slope, icept
     order, lo_o, n_o, active = longest_first(lo, n)
     i_o = i_ms[order]
-    vals = np.column_stack([np.asarray(v, dtype=float) for v in series])  # (samples, series)
-    first = vals[np.minimum(lo_o, vals.shape[0] - 1)]
-    const = np.ones(first.shape, dtype=bool)
-    sx, cx, sx2, cx2 = (np.zeros(order.size) for _ in range(4))
-    sy, cy, sxy, cxy = (np.zeros(first.shape) for _ in range(4))
-    with np.errstate(all="ignore"):
-        for j, k in enumerate(active):  # the windows holding a j-th sample: [:k]
-            at = lo_o[:k] + j
-            v = vals[at]
-            if j:
-                const[:k] &= v == first[:k]
-            x = (t_ms[at] - i_o[:k]) / 1e3
-            kahan_inc(x, sx[:k], cx[:k])
-            kahan_inc(x * x, sx2[:k], cx2[:k])
-            kahan_inc(v, sy[:k], cy[:k])
-            kahan_inc(x[:, None] * v, sxy[:k], cxy[:k])
-        cnt = n_o.astype(float)[:, None]
-        sx, sx2 = (sx + cx)[:, None], (sx2 + cx2)[:, None]
-        sy, sxy = sy + cy, sxy + cxy
-        cov = sxy - sx * sy / cnt
-        var = sx2 - sx * sx / cnt
-        sl = cov / var
-        ic = sy / cnt - sl * sx / cnt
-    inf = np.isinf(first)  # a constant series: slope 0 at its value (NaN if infinite)
-    sl = np.where(const, np.where(inf, np.nan, 0.0), sl)
-    ic = np.where(const, np.where(inf, np.nan, first), ic)
+    cnt = n_o.astype(float)[:, None]
     none = n_o[:, None] <= 0  # an empty window: nothing
-    slope[:, order] = np.where(none, np.nan, sl).T
-    icept[:, order] = np.where(none, np.nan, ic).T
+    last = np.clip(lo_o + n_o - 1, 0, None)
+    size = min(block, len(series))
+    # one array holds a position's increments of every sum, [x, x*x, v.., x*v..]: ~15
+    # numpy calls a position whatever the number of series; the buffers are made once
+    # and written in place (a fresh array per operation costs page faults)
+    inc, t_b, d_b, e_b = (np.empty((order.size, 2 + 2 * size)) for _ in range(4))
+    for b in range(0, len(series), size):
+        part = series[b:b + size]
+        vals = np.column_stack([np.asarray(v, dtype=float) for v in part])  # (samples, series)
+        m = vals.shape[1]
+        w = 2 + 2 * m
+        first = vals[np.minimum(lo_o, vals.shape[0] - 1)]
+        # constant over the window (Go: every sample == the first; NaN never is): no
+        # sample differs from the one before it, counted with prefix sums
+        moved = np.zeros((vals.shape[0], m), dtype=np.int64)
+        np.cumsum(vals[1:] != vals[:-1], axis=0, out=moved[1:])
+        const = moved[np.minimum(last, vals.shape[0] - 1)] == moved[
+            np.minimum(lo_o, vals.shape[0] - 1)]
+        acc, c = np.zeros((order.size, w)), np.zeros((order.size, w))
+        with np.errstate(all="ignore"):
+            for j, k in enumerate(active):  # the windows holding a j-th sample: [:k]
+                at = lo_o[:k] + j
+                row = inc[:k, :w]
+                np.divide(t_ms[at] - i_o[:k], 1e3, out=row[:, 0])
+                np.multiply(row[:, 0], row[:, 0], out=row[:, 1])
+                np.take(vals, at, axis=0, out=row[:, 2:2 + m], mode="clip")
+                np.multiply(row[:, :1], row[:, 2:2 + m], out=row[:, 2 + m:])
+                kahan_into(row, acc[:k], c[:k], t_b[:k, :w], d_b[:k, :w], e_b[:k, :w])
+            tot = acc + c
+            sx, sx2 = tot[:, :1], tot[:, 1:2]
+            sy, sxy = tot[:, 2:2 + m], tot[:, 2 + m:]
+            cov = sxy - sx * sy / cnt
+            var = sx2 - sx * sx / cnt
+            sl = cov / var
+            ic = sy / cnt - sl * sx / cnt
+        inf = np.isinf(first)  # a constant series: slope 0 at its value (NaN if infinite)
+        sl = np.where(const, np.where(inf, np.nan, 0.0), sl)
+        ic = np.where(const, np.where(inf, np.nan, first), ic)
+        slope[b:b + m, order] = np.where(none, np.nan, sl).T
+        icept[b:b + m, order] = np.where(none, np.nan, ic).T
     return slope, icept
 
 
