@@ -81,6 +81,10 @@ def main() -> None:
     m = retry_ctmc(**node, phases=32)
     drained = m.first_passage(m.state(CAP, 0), lambda j, r: (j <= 1) & (r == 0))
     print(f"CTMC (32 phases): {drained:.3g} s from (101, 0)")
+    for levels in (1, 2):
+        w = retry_ctmc(**node, phases=levels, model="workload")
+        t = w.first_passage(w.initial(CAP), lambda j, r: (j <= 1) & (r == 0))
+        print(f"CTMC, workload model ({levels} level(s) per job): {t:.3g} s from {CAP} jobs")
     print(f"wall {time.perf_counter() - t0:.1f} s, CPU {time.process_time() - c0:.1f} s")
 
 

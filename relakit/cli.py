@@ -326,7 +326,8 @@ def _figure(sc, result, path) -> Path:
         sf = np.array([1.0 - m.response_cdf(x / 1000.0) for x in xs])
         curves[f"Erlang C (M/M/{fl.servers[0]})"] = pl.DataFrame(
             {"latency_ms": xs, "exceedance": sf})
-    elif plain and not wl.open and len(thinks) == 1 and next(iter(thinks))[0] == "exponential":
+    elif (plain and not wl.open and len(thinks) == 1 and next(iter(thinks))[0] == "exponential"
+          and not clients.steps):  # (a population schedule has no one steady state)
         import polars as pl
 
         from relakit.analytic import finite_source

@@ -98,7 +98,7 @@ class Scenario:
                  f"{min(a.rates_rps):g}-{max(a.rates_rps):g}")
         c = wl.clients
         closed = "" if c is None else (
-            f"{c.total} closed clients ("
+            f"{'up to ' if c.steps else ''}{c.total} closed clients ("
             + ", ".join(f"{t} {c.population[t]} thinking {c.think[t].kind} "
                         f"{c.think[t].mean_ms:g} ms" for t in c.tiers)
             + "; what they offer is an outcome of the run)")

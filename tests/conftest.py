@@ -38,7 +38,8 @@ def scenario():
 #: test files that assert a real-time bound (a live lab's clocks, a browser's drawing):
 #: `make test` runs them alone, after the others have run on two workers
 WALLCLOCK_FILES = ("test_lab.py", "test_lab_chain.py", "test_lab_crash.py", "test_lab_ha.py",
-                   "test_lab_takeover.py", "test_lab_front.py", "test_browser.py")
+                   "test_lab_takeover.py", "test_lab_front.py", "test_lab_twin.py",
+                   "test_browser.py")
 
 
 def pytest_collection_modifyitems(config, items):

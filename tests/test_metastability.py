@@ -83,6 +83,40 @@ def test_ctmc_against_the_simulation_on_a_small_worked_example():
     assert abs(m.mean_jobs - jobs.mean) < 0.005 * 31, (m.mean_jobs, jobs)
 
 
+def test_workload_ctmc_against_the_simulation_where_the_count_ctmc_fails():
+    """The workload model (one level per job: the attempt's fate decided by the work it
+    finds, no doom coin) against the simulation on the shrunk example (150 runs) and on
+    Metafor's node started full at a 10 s timeout (16 runs): the count model's first
+    passage falls short (9.2 s at 256 phases) and its drain is ~10^5 s; the workload
+    model's are inside the simulation's intervals. Its stationary mean keeps the count
+    model's bias of ~0.1 job (the exponential retry delay)."""
+    from relakit.metastability import base_scenario
+
+    sim = first_passage_runs(node(), 27, 150, warmup_s=200, workers=1)
+    fp = t_interval(sim["first_passage_s"].to_numpy())
+    jobs = t_interval(sim["mean_jobs"].to_numpy())
+    m = retry_ctmc(9.5, 10.0, 1, 30, 1.0, 5, phases=1, model="workload")
+    up = m.first_passage(lambda j, r: (j == 0) & (r == 0), lambda j, r: j >= 27)
+    assert fp.low < up < fp.high, (up, fp)
+    assert abs(m.mean_jobs - jobs.mean) < 0.005 * 31, (m.mean_jobs, jobs)
+
+    w = base_scenario("params/scenarios/metafor-node.yaml")
+    w["workload"]["deadline_ms"] = 10_000
+    w["metrics"] = {"interval_s": 0.1}
+    cell = basin_map(w, "start", [101], [0], Recovery(level=1, hold_s=0.0, within_s=1500),
+                     16, workers=1).cells.row(0, named=True)
+    assert cell["recovered"] == 16
+    lo = cell["recovery_mean_s"] - cell["recovery_mean_s_ci"]
+    hi = cell["recovery_mean_s"] + cell["recovery_mean_s_ci"]
+    args = dict(arrival_rate=9.5, service_rate=10.0, servers=1, queue_limit=100,
+                timeout_s=10.0, max_attempts=5, retry_limit=130)
+    drained = lambda j, r: (j <= 1) & (r == 0)  # noqa: E731
+    work = retry_ctmc(**args, phases=1, model="workload")
+    count = retry_ctmc(**args, phases=32)
+    assert lo < work.first_passage(work.initial(101), drained) < hi, (cell, lo, hi)
+    assert count.first_passage(count.initial(101), drained) > 100 * hi
+
+
 def test_basin_map_ends_and_common_seeds():
     base = node(rate=7.0, places=100, deadline_ms=5000, attempts=3, interval=1.0)
     rec = Recovery(level=10, hold_s=10, within_s=300)

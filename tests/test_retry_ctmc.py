@@ -133,3 +133,76 @@ def test_sets_are_checked():
     with pytest.raises(ValueError, match="integer state indices"):
         m.share(np.array([0.5, 1.5]))
     assert m.share(np.array([0, 1])) == pytest.approx(m.stationary[:2].sum())
+
+
+# --- the workload model (model="workload"): the node's work in levels, not the count ---
+
+@pytest.mark.parametrize("phases", [1, 3])
+def test_workload_model_without_timeouts_is_mm1k_to_1e10(phases):
+    # no deadline: one level per job whatever phases says, so the level is the count
+    m = retry_ctmc(9.5, 10.0, 1, 100, math.inf, 5, phases=phases, model="workload")
+    expect = mmck(9.5, 10.0, 1, 101)
+    assert m.states == 102 and np.abs(m.stationary - expect).max() < 1e-10
+    one = retry_ctmc(9.5, 10.0, 1, 100, 0.5, 1, phases=1, model="workload")
+    assert np.abs(one.stationary[: 102] - expect).max() < 1e-10
+
+
+def test_workload_doom_is_decided_by_the_work_found_not_a_coin():
+    """One level per job: an attempt is doomed iff it finds at least mu * T jobs (the
+    deadline counted in service completions), so the doom is 0 or 1, never a coin; with
+    finer levels it is P(own levels > levels left to the deadline), a geometric tail."""
+    m = retry_ctmc(9.5, 10.0, 1, 100, 3.0, 5, phases=1, model="workload")
+    assert m.params["deadline_levels"] == 30
+    np.testing.assert_array_equal(m.doom, (np.arange(m.doom.size) + 1 > 30).astype(float))
+    fine = retry_ctmc(9.5, 10.0, 1, 30, 1.0, 3, phases=2, model="workload", retry_limit=40)
+    w = np.arange(fine.doom.size)
+    expect = np.where(w < 20, 0.5 ** np.maximum(20 - w, 0), 1.0)
+    np.testing.assert_allclose(fine.doom, expect, rtol=1e-12)
+
+
+def test_workload_start_distribution_is_the_work_of_the_jobs_queued():
+    from scipy.stats import nbinom
+
+    m = retry_ctmc(9.5, 10.0, 1, 30, 1.0, 3, phases=2, model="workload", retry_limit=40)
+    p = m.initial(31, 2)
+    assert p.sum() == pytest.approx(1.0, abs=1e-12) and (p >= 0).all()
+    assert set(m.retries[p > 0]) == {2}
+    lv = m.levels[p > 0]
+    assert lv.min() == 31 and p[p > 0][0] == pytest.approx(nbinom.pmf(0, 31, 0.5), rel=1e-12)
+    one = retry_ctmc(9.5, 10.0, 1, 30, 1.0, 3, phases=1, model="workload", retry_limit=40)
+    assert np.flatnonzero(one.initial(31, 0)).tolist() == [one.state(31, 0)]
+    assert 0 <= m.state(31, 40) < m.states and m.jobs[m.state(31, 40)] >= 31 - 1e-6
+    with pytest.raises(ValueError, match="from_set: a start distribution"):
+        m.first_passage(p * 2, lambda j, r: j <= 1)
+
+
+def test_workload_worked_example_solves_in_under_five_seconds():
+    cpu = time.process_time()
+    m = retry_ctmc(9.5, 10.0, 1, 100, 3.0, 5, phases=1, model="workload", retry_limit=130)
+    up = m.first_passage(lambda j, r: (j == 0) & (r == 0), lambda j, r: j >= 90)
+    cpu = time.process_time() - cpu
+    assert m.states == 102 * 131 and m.boundary_mass < 1e-12
+    assert 99 < m.mean_jobs < 100 and 10 < up < 1000
+    assert cpu < 5.0, cpu
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"model": "work"}, "model"), ({"model": "workload", "servers": 2}, "model"),
+    ({"model": "workload", "phases": 0}, "phases"),
+])
+def test_workload_bad_inputs_are_refused_by_name(kwargs, name):
+    args = {"arrival_rate": 9.5, "service_rate": 10.0, "servers": 1, "queue_limit": 10,
+            "timeout_s": 1.0, "max_attempts": 3} | kwargs
+    with pytest.raises(ValueError, match=name) as err:
+        retry_ctmc(**args)
+    assert "\n" not in str(err.value)
+
+
+def test_workload_deadline_past_a_full_queue_never_dooms():
+    # 12 s against at most 101 jobs at 10/s, one level per job: no attempt can time out,
+    # so no retry is ever made and the levels are M/M/1/K (a level past the capacity
+    # would be unreachable and, kept, would take the stationary mass)
+    m = retry_ctmc(9.5, 10.0, 1, 100, 12.0, 5, model="workload", retry_limit=20)
+    assert m.params["levels"] == 102 and not m.doom.any() and m.states == 102
+    by_level = np.bincount(m.levels, weights=m.stationary)
+    assert np.abs(by_level - mmck(9.5, 10.0, 1, 101)).max() < 1e-10

@@ -307,3 +307,29 @@ def test_a_refused_copy_live_when_the_simple_in_path_loop_returns(monkeypatch):
     assert sum(1 for n in ending if n > 0) > 10, ending[:50]
     assert fast.st.node_c[:, K.NC_CODEL_DROPPED].sum() > 100
     _assert_same(fast, general, lean=True)
+
+
+@pytest.mark.parametrize("records", [True, False], ids=["records", "no-records"])
+def test_a_population_schedule_runs_the_general_loop_chosen_and_forced_alike(records,
+                                                                            monkeypatch):
+    """Closed clients are the general loop's (CLIENTS folds away elsewhere); with a
+    population schedule the steps are applied between calls (Fleet.advance splits at each):
+    the loop Fleet chooses and the general loop forced, advanced in steps that do not fall
+    on the schedule's, leave every array equal, and the plain and lean loops never run."""
+    def make():
+        sc = make_scenario(duration=30, nodes=2, servers=2, warmup=1)
+        del sc["workload"]["arrival"]
+        sc["workload"]["clients"] = {
+            "population": {"gold": [[0, 20], [7.5, 120], [15.25, 10]], "bronze": 60},
+            "think": {"kind": "exponential", "mean_ms": 200}}
+        sc["workload"]["deadline_ms"] = 300
+        sc["mitigations"] = {"retries": {"max_attempts": 2, "backoff_ms": 5}}
+        return sc
+    steps = (3.0, 7.5, 11.0, 15.25, 22.0, 30.0)
+    fast, used = _run(make(), True, records, steps=steps, monkeypatch=monkeypatch)
+    general, used_general = _run(make(), False, records, steps=steps, monkeypatch=monkeypatch)
+    assert used["general"] >= len(steps) and used_general["general"] >= len(steps)
+    assert sum(used[k] for k in LOOPS if k != "general") == 0
+    assert fast.st.cnt[:, :, K.OK].sum() > 5_000 and fast.st.cnt[:, :, K.TIMEOUT].sum() > 0
+    assert fast.st.is_[K.IS_CUT + K.TIERS.index("gold")] == 110  # ids 10-119 cut at the end
+    _assert_same(fast, general)

@@ -33,6 +33,27 @@ request, as the simulation does). The pool is truncated at ``retry_limit``: a to
 would exceed it is lost, and the stationary mass on the boundary is reported (and warned
 about when not negligible).
 
+**The doom coin, and the workload model (``model="workload"``, one server).** The
+count model decides each attempt's fate by a coin of probability ``P(S_n > T)``,
+independent of the services that then drain the queue; consecutive attempts really share
+those services, so their fates are strongly correlated. At a timeout near the full
+queue's work (10 s against 101 jobs at 10/s) the coin keeps a full node full ~10^5 s where
+the node drains in minutes (docs/performance.md, "Metastability"). The workload model
+carries the node's work instead of its count: ``phases`` levels per mean service time
+(level rate ``phases * service_rate``), a job's exponential service a Geometric number of
+levels (mean ``phases``, so its time is exactly exponential), the deadline
+``round(timeout_s * service_rate * phases)`` levels. An attempt that finds ``w`` levels
+and brings ``S`` is doomed iff ``w + S`` passes the deadline: decided by the work ahead
+of it, which then drains level by level, with no coin. With ``phases=1`` (the default) a
+level is a job, so the count is exact (the queue limit too) and the deadline counts
+service completions: an attempt is doomed iff it finds at least ``mu * T`` jobs. Finer
+levels sharpen the work but lose the count: the queue limit and the job count are then
+read off the work (``w`` levels hold 1 + Binomial(w - 1, 1/phases) jobs; a state's
+``jobs`` is E[min(jobs, capacity) | w] and an attempt is dropped with P(jobs >= capacity
+| w)), a soft limit whose bias grows with ``phases`` (measured in docs/performance.md:
+the convergent chain would need (jobs, work, retries), ~10^6 states). Retries return as
+in the count model (exponential delay, attempt share).
+
 ``on_timeout="keep_listening"`` (the kernel has it: a late answer still answers the
 request, and the copies still queued for it are withdrawn) is not expressible in (n, r)
 and is refused by name. With one FCFS server an attempt's retries queue behind it, so its
@@ -55,6 +76,8 @@ from ._validate import as_int, as_nonnegative, as_positive
 __all__ = ["RetryCTMC", "RetryCTMCWarning", "doom_probability", "retry_ctmc", "retry_generator"]
 
 ON_TIMEOUT = ("abandon",)
+MODELS = ("count", "workload")
+DEFAULT_PHASES = {"count": 16, "workload": 1}
 BOUNDARY_WARN = 1e-6  # stationary mass on the truncation boundary worth a warning
 
 
@@ -115,7 +138,8 @@ class RetryCTMC:
     retries: np.ndarray
     stationary: np.ndarray
     boundary_mass: float  # stationary mass with retries == retry_limit
-    doom: np.ndarray = field(repr=False)  # doom probability per jobs found
+    doom: np.ndarray = field(repr=False)  # doom probability per jobs (workload level) found
+    levels: np.ndarray = field(repr=False, default=None)  # each state's jobs or work level
     _order: np.ndarray = field(repr=False, default=None)  # elimination order (small band)
     _rank: np.ndarray = field(repr=False, default=None)  # its inverse permutation
     _band_cache: tuple | None = field(repr=False, default=None)
@@ -160,12 +184,36 @@ class RetryCTMC:
         return out
 
     def state(self, jobs: int, retries: int = 0) -> int:
-        """The index of state (jobs, retries)."""
+        """The index of state (jobs, retries); in the workload model, of the lowest level
+        that maps to at least ``jobs`` jobs (exact with one level per job)."""
         k, r = self.params["capacity"], self.params["retry_limit"]
         if not (0 <= jobs <= k and 0 <= retries <= r):
             raise ValueError(f"state: jobs must be in [0, {k}] and retries in [0, {r}], got "
                              f"({jobs}, {retries})")
+        if self.params["model"] == "workload":
+            per_level = self.jobs[:: r + 1]
+            jobs = min(int(np.searchsorted(per_level, jobs - 1e-9)), per_level.size - 1)
         return int(jobs * (r + 1) + retries)
+
+    def initial(self, jobs: int, retries: int = 0) -> np.ndarray:
+        """A start with ``jobs`` jobs queued and ``retries`` pending, as a distribution
+        over the states (for :meth:`first_passage`): one state in the count model; in the
+        workload model the work of ``jobs`` exponential jobs, ``jobs`` + NegBin(``jobs``,
+        ``q``) levels (past the top level lumped onto it)."""
+        one = np.zeros(self.states)
+        one[self.state(jobs, retries)] = 1.0  # also checks the range
+        if self.params["model"] == "count" or jobs == 0:
+            return one
+        from scipy.stats import nbinom
+
+        r, top = self.params["retry_limit"], self.params["levels"] - 1
+        q = 1.0 / self.params["phases"] if math.isfinite(self.params["timeout_s"]) else 1.0
+        w = np.arange(top + 1)
+        p = nbinom.pmf(w - jobs, jobs, q) if q < 1 else (w == jobs).astype(float)
+        p[-1] += max(1.0 - p.sum(), 0.0)
+        one[:] = 0.0
+        one[w * (r + 1) + retries] = p
+        return one
 
     def hitting_times(self, to_set) -> np.ndarray:
         """Expected time (s) from every state to first enter ``to_set`` (0 inside it).
@@ -186,9 +234,16 @@ class RetryCTMC:
 
     def first_passage(self, from_set, to_set) -> float:
         """Expected time (s) to reach ``to_set`` starting in ``from_set``, the start drawn
-        from the stationary distribution restricted to ``from_set`` (one state: that state)."""
-        start = self.mask(from_set)
+        from the stationary distribution restricted to ``from_set`` (one state: that state),
+        or from ``from_set`` itself when it is a distribution (:meth:`initial`)."""
         h = self.hitting_times(to_set)
+        if isinstance(from_set, np.ndarray) and from_set.dtype.kind == "f":
+            if from_set.shape != (self.states,) or abs(from_set.sum() - 1.0) > 1e-9 or (
+                    from_set < 0).any():
+                raise ValueError(f"from_set: a start distribution must be {self.states} "
+                                 "non-negative weights summing to 1")
+            return float(h @ from_set)
+        start = self.mask(from_set)
         weights = self.stationary[start]
         if weights.sum() <= 0:
             weights = np.ones(weights.size)
@@ -234,12 +289,18 @@ def retry_generator(arrival_rate: float, service_rate: float, servers: int, queu
                     timeout_s: float, max_attempts: int, phases: int = 16,
                     on_timeout: str = "abandon", backoff_s: float = 0.0,
                     backoff_max_s: float = 1.0, jitter: bool = True,
-                    retry_limit: int | None = None):
+                    retry_limit: int | None = None, model: str = "count"):
     """The generator alone, unsolved (same arguments as :func:`retry_ctmc`): ``(Q, jobs,
     retries, doom, params)``. Two calls that differ only in rates share one state space,
-    which is what a transient (a spike, a slowdown) evolves over."""
+    which is what a transient (a spike, a slowdown) evolves over. With
+    ``model="workload"`` a state's ``jobs`` is the count its workload maps to
+    (:func:`_workload_parts`) and ``doom`` is per workload level."""
     from scipy.sparse import coo_matrix
 
+    if model not in MODELS:
+        raise ValueError(f"model: expected one of {', '.join(MODELS)}, got {model!r}")
+    if phases is None:
+        phases = DEFAULT_PHASES[model]
     lam = as_positive("arrival_rate", arrival_rate)
     mu = as_positive("service_rate", service_rate)
     c = as_int("servers", servers, 1)
@@ -258,80 +319,160 @@ def retry_generator(arrival_rate: float, service_rate: float, servers: int, queu
     if not isinstance(jitter, bool):
         raise ValueError(f"jitter: expected true or false, got {jitter!r}")
     cap = c + ql
+    if model == "workload" and c != 1:
+        raise ValueError(f"model: 'workload' is one FCFS server (servers: 1), got servers "
+                         f"{c}; use model='count'")
     rl = cap if retry_limit is None else as_int("retry_limit", retry_limit, 0)
     if math.isinf(tau) or m_att == 1:
         rl = 0  # nothing is ever retried: no pool to truncate
-    if cap * (rl + 1) > 2_000_000:
-        raise ValueError(f"retry_limit: {cap + 1} x {rl + 1} states is past 2,000,000; "
-                         "lower retry_limit or queue_limit")
 
     levels = np.arange(1, max(m_att, 2))  # retry a follows attempt a (a < max_attempts)
     backoffs = np.minimum(b0 * 2.0 ** (levels - 1), bmax) * (0.5 if jitter else 1.0)
     mean_backoff = float(backoffs.mean()) if m_att > 1 else 0.0
     theta = 0.0 if math.isinf(tau) else 1.0 / (tau + mean_backoff)
-
-    n = np.arange(cap + 1)
-    doom = (np.zeros(cap + 1) if math.isinf(tau) or m_att == 1
-            else doom_probability(n, c, mu, tau, k_ph))
+    params = {"arrival_rate": lam, "service_rate": mu, "servers": c, "queue_limit": ql,
+              "capacity": cap, "timeout_s": tau, "max_attempts": m_att, "phases": k_ph,
+              "on_timeout": on_timeout, "backoff_s": b0, "backoff_max_s": bmax,
+              "jitter": jitter, "retry_limit": rl, "retry_return_rate": theta,
+              "model": model}
+    never = math.isinf(tau) or m_att == 1  # nothing is ever retried
+    if model == "workload":
+        q_levels = 1.0 if math.isinf(tau) else 1.0 / k_ph
+        deadline = 0 if math.isinf(tau) else max(int(round(tau * mu * k_ph)), 1)
+        top, drop, jobs_of, doom = _workload_parts(cap, q_levels, deadline, never)
+        if not doom.any():  # the deadline is past any work the node can hold
+            rl = params["retry_limit"] = 0  # (kept, the pool would be unreachable)
+        params |= {"levels": top + 1, "level_rate": mu / q_levels, "deadline_levels": deadline}
+        n_lv, move = top + 1, _workload_moves(drop, doom, q_levels, deadline, never)
+    else:
+        n_lv = cap + 1
+        n = np.arange(cap + 1)
+        doom = np.zeros(cap + 1) if never else doom_probability(n, c, mu, tau, k_ph)
+    if n_lv * (rl + 1) > 2_000_000:
+        raise ValueError(f"retry_limit: {n_lv} x {rl + 1} states is past 2,000,000; "
+                         "lower retry_limit, queue_limit or phases")
     first_retry = doom * (1.0 if m_att > 1 else 0.0)  # a first attempt may retry if M > 1
     again = doom * _retry_allowed(doom, m_att - 1)  # a retry may retry once more
 
-    jobs = np.repeat(n, rl + 1)
-    rets = np.tile(np.arange(rl + 1), cap + 1)
-    idx = np.arange(jobs.size)
+    lv = np.repeat(np.arange(n_lv), rl + 1)
+    rets = np.tile(np.arange(rl + 1), n_lv)
+    idx = np.arange(lv.size)
     rows, cols, vals = [], [], []
 
     def add(mask, dj, dr, rate):
         src = idx[mask]
         rr = np.minimum(rets[mask] + dr, rl)  # a token past the limit is lost
-        dst = (jobs[mask] + dj) * (rl + 1) + rr
+        dst = np.minimum(lv[mask] + dj, n_lv - 1) * (rl + 1) + rr
         keep = (rate > 0) & (dst != src)
         rows.append(src[keep])
         cols.append(dst[keep])
         vals.append(np.broadcast_to(rate, src.shape)[keep])
 
-    room = jobs < cap
-    d1, d2 = first_retry[jobs], again[jobs]
-    add(room, 1, 1, lam * d1[room])  # a fresh attempt, doomed, will retry
-    add(room, 1, 0, lam * (1 - d1[room]))  # answered in time, or doomed with no retry left
     orbit = rets * theta
-    add(room & (rets > 0), 1, 0, (orbit * d2)[room & (rets > 0)])  # retry, doomed again
-    add(room & (rets > 0), 1, -1, (orbit * (1 - d2))[room & (rets > 0)])
-    add(~room & (rets > 0), 0, -1, orbit[~room & (rets > 0)])  # a retry dropped
-    add(jobs > 0, -1, 0, (np.minimum(jobs, c) * mu)[jobs > 0])  # a service completion
+    if model == "workload":
+        move(add, lv, rets, lam, orbit, again, mu / q_levels)
+        jobs = jobs_of[lv]
+    else:
+        jobs = lv
+        room = jobs < cap
+        d1, d2 = first_retry[jobs], again[jobs]
+        add(room, 1, 1, lam * d1[room])  # a fresh attempt, doomed, will retry
+        add(room, 1, 0, lam * (1 - d1[room]))  # answered in time, or doomed: no retry left
+        add(room & (rets > 0), 1, 0, (orbit * d2)[room & (rets > 0)])  # retry doomed again
+        add(room & (rets > 0), 1, -1, (orbit * (1 - d2))[room & (rets > 0)])
+        add(~room & (rets > 0), 0, -1, orbit[~room & (rets > 0)])  # a retry dropped
+        add(jobs > 0, -1, 0, (np.minimum(jobs, c) * mu)[jobs > 0])  # a service completion
 
     r_, c_, v_ = (np.concatenate(x) for x in (rows, cols, vals))
-    size = jobs.size
+    size = lv.size
     off = coo_matrix((v_, (r_, c_)), shape=(size, size)).tocsr()
     out_rate = np.asarray(off.sum(axis=1)).ravel()
     from scipy.sparse import diags
 
     q = (off - diags(out_rate)).tocsr()
-    params = {"arrival_rate": lam, "service_rate": mu, "servers": c, "queue_limit": ql,
-              "capacity": cap, "timeout_s": tau, "max_attempts": m_att, "phases": k_ph,
-              "on_timeout": on_timeout, "backoff_s": b0, "backoff_max_s": bmax,
-              "jitter": jitter, "retry_limit": rl, "retry_return_rate": theta}
     return q, jobs, rets, doom, params
 
 
+def _workload_parts(cap: int, q: float, deadline: int, never: bool):
+    """The workload model's levels (module docstring, "The workload model"): a job's
+    exponential service is a Geometric(``q``) number of levels >= 1, so ``n`` jobs hold
+    ``n`` + NegBin(``n``, ``q``) levels and, the other way, ``w >= 1`` levels hold
+    1 + Binomial(``w - 1``, ``q``) jobs (each level ends a job with probability ``q``,
+    the last one surely). Returns the top level (where an arrival is surely dropped,
+    to 1e-12), the drop probability P(jobs >= cap | w), the jobs each level maps to,
+    E[min(jobs, cap) | w], and the doom per level found, P(w + S > deadline) =
+    (1 - q)^(deadline - w)."""
+    from scipy.stats import binom
+
+    if q >= 1.0:  # one level per job: the level is the job count, exactly
+        top = cap  # (a level past it is unreachable: it would hold the stationary mass)
+        w = np.arange(top + 1)
+        drop, jobs = (w >= cap).astype(float), np.minimum(w, cap).astype(float)
+    else:
+        top = cap
+        while binom.sf(cap - 2, top - 1, q) < 1.0 - 1e-12:
+            top += max(1, top // 50)
+        w = np.arange(top + 1)
+        drop = np.where(w >= 1, binom.sf(cap - 2, np.maximum(w - 1, 0), q), 0.0)
+        n = np.arange(1, cap)
+        pmf = binom.pmf(n[None, :] - 1, np.maximum(w - 1, 0)[:, None], q)
+        jobs = np.where(w >= 1, pmf @ n + cap * (1.0 - pmf.sum(axis=1)), 0.0)
+    doom = (np.zeros(top + 1) if never
+            else np.where(w < deadline, (1.0 - q) ** np.maximum(deadline - w, 0), 1.0))
+    return top, drop, jobs, doom
+
+
+def _workload_moves(drop, doom, q, deadline, never):
+    """The workload model's transitions, as a closure over its level tables: an accepted
+    attempt adds its S ~ Geometric(``q``) levels (jumps past the top level lumped onto it,
+    the geometric tail past 1e-12 folded into the last jump) and is doomed iff it finds
+    ``w`` with ``w + S > deadline``, a retry token is taken out of the pool as it returns,
+    and the work drains one level at a time at the level rate."""
+    top = drop.size - 1
+    jmax = 1 if q >= 1.0 else min(top, int(math.ceil(math.log(1e-12) / math.log(1.0 - q))))
+    sizes = np.arange(1, jmax + 1)
+    p_s = q * (1.0 - q) ** (sizes - 1)
+    p_s[-1] += 1.0 - p_s.sum()
+
+    def move(add, lv, rets, lam, orbit, again_share, level_rate):
+        acc = 1.0 - drop[lv]
+        share = np.divide(again_share, doom, out=np.zeros_like(doom), where=doom > 0)[lv]
+        for s, p in zip(sizes, p_s, strict=True):
+            doomed = (lv + s > deadline) & (not never)
+            fresh, back = lam * acc * p, orbit * acc * p
+            add(doomed, s, 1, fresh[doomed])  # a fresh attempt that will time out
+            add(~doomed, s, 0, fresh[~doomed])
+            add(doomed, s, 0, (back * share)[doomed])  # a retry doomed, retrying again
+            add(doomed, s, -1, (back * (1.0 - share))[doomed])
+            add(~doomed, s, -1, back[~doomed])
+        add(rets > 0, 0, -1, (orbit * drop[lv])[rets > 0])  # a retry dropped
+        add(lv > 0, -1, 0, np.full(lv.size, level_rate)[lv > 0])  # one level of work done
+    return move
+
+
 def retry_ctmc(arrival_rate: float, service_rate: float, servers: int, queue_limit: int,
-               timeout_s: float, max_attempts: int, phases: int = 16,
+               timeout_s: float, max_attempts: int, phases: int | None = None,
                on_timeout: str = "abandon", backoff_s: float = 0.0,
                backoff_max_s: float = 1.0, jitter: bool = True,
-               retry_limit: int | None = None) -> RetryCTMC:
+               retry_limit: int | None = None, model: str = "count") -> RetryCTMC:
     """Build and solve the chain (module docstring). ``backoff_s``/``backoff_max_s``/
     ``jitter`` are ``mitigations.retries.backoff_ms``/``backoff_max_ms``/``jitter`` in
     seconds (the mean backoff over retry levels enters the return delay);
     ``timeout_s = inf`` means no deadline (then it is M/M/c/K). ``retry_limit`` truncates
-    pending retries (default: the capacity, servers + queue_limit)."""
+    pending retries (default: the capacity, servers + queue_limit). ``model``: ``"count"``
+    (the default: states (jobs, retries), ``phases`` Erlang stages of the timeout clock,
+    default 16) or ``"workload"`` (one server: states (workload level, retries),
+    ``phases`` levels per mean service time, default 1; module docstring)."""
     q, jobs, rets, doom, params = retry_generator(
         arrival_rate, service_rate, servers, queue_limit, timeout_s, max_attempts,
         phases=phases, on_timeout=on_timeout, backoff_s=backoff_s,
-        backoff_max_s=backoff_max_s, jitter=jitter, retry_limit=retry_limit)
+        backoff_max_s=backoff_max_s, jitter=jitter, retry_limit=retry_limit, model=model)
     rl = params["retry_limit"]
     # retries-major order: every transition moves at most one level of retries and one
-    # job, so the band is capacity + 2 wide (jobs-major would be retry_limit + 2)
-    order = np.lexsort((jobs, rets))
+    # job (workload: one level down, at most the largest job up), so the band is about
+    # the levels wide (jobs-major would be retry_limit + 2 times the largest jump)
+    levels = np.arange(jobs.size) // (rl + 1)
+    order = np.lexsort((levels, rets))
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     band, bw = _as_band(q, order)
@@ -341,7 +482,7 @@ def retry_ctmc(arrival_rate: float, service_rate: float, servers: int, queue_lim
         warnings.warn(f"retry_limit: {boundary:.2g} of the stationary mass sits at the "
                       f"truncation ({rl} pending retries); raise retry_limit",
                       RetryCTMCWarning, stacklevel=2)
-    return RetryCTMC(params, q, jobs, rets, pi, boundary, doom, order, rank)
+    return RetryCTMC(params, q, jobs, rets, pi, boundary, doom, levels, order, rank)
 
 
 def _as_band(q, order: np.ndarray) -> tuple[np.ndarray, int]:

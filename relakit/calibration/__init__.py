@@ -134,7 +134,11 @@ class Calibration:
                 "kind": self.population.kind, "note": self.population.note(),
                 "closed": {t: {"population": p.population, "population_ci": list(p.population_ci),
                                "think_s": p.think_s, "think_ci": list(p.think_ci),
-                               "spread": p.spread}
+                               "spread": p.spread,
+                               "phases": None if p.phases is None else [
+                                   {"start_s": q.start_s, "population": q.population,
+                                    "population_ci": list(q.population_ci)}
+                                   for q in p.phases]}
                            for t, p in self.population.tiers.items() if p.closed}},
             "service": {"kind": self.service.kind, "params": self.service.params,
                         "mean_ms": self.service.mean_ms, "scores": self.service.scores},

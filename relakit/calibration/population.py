@@ -54,6 +54,16 @@ MIN_REQUESTS = 200   # a tier with fewer requests than this is left open (too fe
 
 
 @dataclass
+class Phase:
+    """A stretch of a stepped population (a load test run in phases): N from start_s on."""
+
+    start_s: float
+    population: float
+    population_ci: tuple
+    bins: int                        # bins inside it that the fit used
+
+
+@dataclass
 class TierPopulation:
     """One tier's verdict, with its numbers."""
 
@@ -66,6 +76,7 @@ class TierPopulation:
     think_ci: tuple = (math.nan, math.nan)
     spread: float = math.nan         # coefficient of variation of X (R + Z) over the bins
     rate_spread: float = math.nan    # coefficient of variation of X over the bins
+    phases: list | None = None       # a population schedule (list of Phase); None: constant N
 
 
 @dataclass
@@ -151,6 +162,9 @@ def judge_tier(tier: str, counts: np.ndarray, r: np.ndarray, bin_s: float) -> Ti
 
     total = counts.sum()
     ok = np.isfinite(r) & (counts > 0)
+    sent = np.flatnonzero(counts > 0)  # the first and last bins it sent in are partial (a
+    if sent.size > 2:  # load test starting or ending inside one): a false rate each
+        ok[[sent[0], sent[-1]]] = False
     if total < MIN_REQUESTS or ok.sum() < 5:
         return TierPopulation(tier, False, f"{total:.0f} requests in {ok.sum()} bins: too few "
                                            "to judge")
@@ -170,20 +184,175 @@ def judge_tier(tier: str, counts: np.ndarray, r: np.ndarray, bin_s: float) -> Ti
     if z_hat <= 0:
         return TierPopulation(tier, False, f"the law's think time is {z_hat:.3g} s, not > 0",
                               rate_spread=rate_cv)
-    spread = float(np.std(x * (rr + z_hat)) / np.mean(x * (rr + z_hat)))
+    # beyond the counts' own noise (a bin of c requests varies by 1 / sqrt(c) as Poisson):
+    # a few clients in short bins vary more than MAX_SPREAD by counting alone
+    cv = float(np.std(x * (rr + z_hat)) / np.mean(x * (rr + z_hat)))
+    spread = math.sqrt(max(0.0, cv ** 2 - 1.0 / max(counts[ok].mean(), 1.0)))
     # intervals: N = 1/b by its slope's; Z = a/b by the delta method
     n_ci = (1.0 / (b + tq * se_b), 1.0 / (b - tq * se_b))
     se_z = math.sqrt((se_a / b) ** 2 + (a * se_b / b ** 2) ** 2 - 2 * a * cov / b ** 3)
     z_ci = (z_hat - tq * se_z, z_hat + tq * se_z)
     fit = TierPopulation(tier, False, "", n_hat, n_ci, z_hat, z_ci, spread, rate_cv)
     if spread > MAX_SPREAD:
-        fit.reason = (f"X (R + Z) varies by {spread:.1%} over the bins (X by {rate_cv:.1%}): "
-                      "the law does not hold")
+        fit.reason = (f"X (R + Z) varies by {spread:.1%} over the bins beyond the counts' noise "
+                      f"(X by {rate_cv:.1%}): the law does not hold")
         return fit
     fit.closed = True
-    fit.reason = (f"the rate falls as latency rises; X (R + Z) steady within {spread:.1%} while "
+    fit.reason = (f"the rate falls as latency rises; X (R + Z) steady within {spread:.1%} beyond "
+                  "the counts' noise while "
                   f"X varies {rate_cv:.1%}: N {n_hat:.1f} [{n_ci[0]:.1f}, {n_ci[1]:.1f}], Z "
                   f"{1000 * z_hat:.0f} ms [{1000 * z_ci[0]:.0f}, {1000 * z_ci[1]:.0f}]")
+    return fit
+
+
+PHASE_LLR = 12.0       # a split of a tier's counts into two rates: twice the log-likelihood
+#                        ratio at least this (searched over every bin of the stretch; a split
+#                        where N did not change is merged back once N is fitted)
+MIN_STEP = 0.15        # and the two rates differ by at least this share of the larger
+MIN_PHASE_BINS = 3     # bins in a phase, at least
+
+
+def phase_starts(counts: np.ndarray) -> list[int]:
+    """The bins where a tier's rate steps (binary segmentation of its counts as Poisson
+    stretches of constant rate): each index starts a phase; [] for one phase."""
+    out: list[int] = []
+
+    def split(lo: int, hi: int) -> None:
+        n = hi - lo
+        if n < 2 * MIN_PHASE_BINS:
+            return
+        cs = np.cumsum(counts[lo:hi])
+        k = np.arange(MIN_PHASE_BINS, n - MIN_PHASE_BINS + 1)
+        c1 = cs[k - 1]
+        c2 = cs[-1] - c1
+
+        def ll(c, m):
+            return np.where(c > 0, c * np.log(np.maximum(c, 1e-300) / m), 0.0) - c
+        llr = 2.0 * (ll(c1, k) + ll(c2, n - k) - ll(cs[-1], n))
+        b = int(np.argmax(llr))
+        r1, r2 = c1[b] / k[b], c2[b] / (n - k[b])
+        if llr[b] < PHASE_LLR or abs(r2 - r1) < MIN_STEP * max(r1, r2):
+            return
+        split(lo, lo + int(k[b]))
+        out.append(lo + int(k[b]))
+        split(lo + int(k[b]), hi)
+
+    split(0, counts.size)
+    return out
+
+
+def step_time(counts: np.ndarray, edges: np.ndarray, bounds: list, near: np.ndarray,
+              p: int) -> float:
+    """When phase ``p`` began: within the two bins around its first (left out of the fit),
+    where a step from the rate before to the rate after gives their count."""
+    if p == 0:
+        return float(edges[0])
+    s = bounds[p]
+    bin_s = float(edges[1] - edges[0])
+
+    def rate(q):
+        m = ~near[bounds[q]:bounds[q + 1]]
+        return counts[bounds[q]:bounds[q + 1]][m].mean() / bin_s if m.any() else 0.0
+    before, after = rate(p - 1), rate(p)
+    lo, hi = float(edges[max(s - 1, 0)]), float(edges[min(s + 1, counts.size)])
+    if before == after:
+        return float(edges[s])
+    c = counts[max(s - 1, 0):min(s + 1, counts.size)].sum()
+    return float(np.clip((after * hi - before * lo - c) / (after - before), lo, hi))
+
+
+def judge_stepped(tier: str, counts: np.ndarray, r: np.ndarray, edges: np.ndarray,
+                  starts: list[int], shared=None) -> TierPopulation:
+    """A tier whose rate steps between phases (``starts``): a closed population whose N
+    changes per phase (a load test run in phases), or open arrivals.
+
+    Inside such a tier Z cannot be told: between phases N and Z trade off (one rate and
+    one latency per phase, two unknowns), and within a phase the latency follows the
+    rate's own noise (a burst of sends queues), which pushes a fit of X = N / (R + Z)
+    towards an open stream (on the lab at 80 % load Z's interval came out 1.3 s to
+    unbounded for a true 0.5 s). A tier whose N stayed put while the others' steps moved
+    the latency does tell it (:func:`judge_tier`): ``shared`` is that (tier, Z, Z's
+    interval); one load tool, one think time. Given it, N per phase is the mean of
+    X_b (R_b + Z) over the phase's bins (bins next to a step left out: the step falls
+    inside one), with a t interval widened to N at the ends of Z's interval; the tier is
+    closed when X (R + Z) is steady within each phase beyond the counts' own noise
+    (:data:`MAX_SPREAD`). Without it the tier stays open, and says why."""
+    from scipy import stats
+
+    bin_s = float(edges[1] - edges[0])
+    bounds = [0, *starts, counts.size]
+    phase = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    near = np.zeros(counts.size, bool)
+    for s in starts:
+        near[max(s - 1, 0):s + 1] = True
+    use = ~near & np.isfinite(r) & (counts > 0)
+    sent = np.flatnonzero(counts > 0)
+    use[[sent[0], sent[-1]]] = False  # partial bins, as in judge_tier
+    steps = (f"{len(bounds) - 1} phases (rate steps at "
+             f"{', '.join(f'{edges[s]:g}' for s in starts)} s)")
+    rate_cv = float((counts / bin_s).std() / (counts / bin_s).mean())
+    if shared is None:
+        return TierPopulation(tier, False, f"{steps}: inside a stepped tier Z cannot be told "
+                                           "from N, and no tier with a steady N told it",
+                              rate_spread=rate_cv)
+    z_hat, z_ci = shared[1], tuple(shared[2])
+    # closed or open: within its phases, does the rate follow N / (R + Z)? Each bin's rate
+    # and 1 / (R + Z) less their phase's means, the latter scaled so that a closed tier's
+    # slope is 1 and an open one's 0; closed when the slope's interval excludes 0. The
+    # latency must move within a phase for other reasons (another tier's step, a fault):
+    # its own noise biases the slope down (a burst of sends queues), against closed.
+    x_all, w_all, ph_all = counts[use] / bin_s, 1.0 / (r[use] + z_hat), phase[use]
+    xd, wd = np.empty_like(x_all), np.empty_like(w_all)
+    for p in np.unique(ph_all):
+        m = ph_all == p
+        xd[m] = x_all[m] - x_all[m].mean()
+        wd[m] = (w_all[m] - w_all[m].mean()) * x_all[m].mean() / w_all[m].mean()
+    dof = x_all.size - np.unique(ph_all).size - 1
+    if dof < 3 or not (wd ** 2).sum() > 0:
+        return TierPopulation(tier, False, f"{steps}: too few bins to judge", rate_spread=rate_cv)
+    slope = float((xd * wd).sum() / (wd ** 2).sum())
+    se = math.sqrt(((xd - slope * wd) ** 2).sum() / dof / (wd ** 2).sum())
+    tq = float(stats.t.ppf(0.975, dof))
+    if slope - tq * se <= 0:
+        return TierPopulation(tier, False, f"{steps}: within them the rate does not follow "
+                                           f"N / (R + Z) at Z {1000 * z_hat:.0f} ms from "
+                                           f"{shared[0]} (slope {slope:.2f} ± {tq * se:.2f}, "
+                                           "1 closed, 0 open)", rate_spread=rate_cv)
+    phases, spreads = [], []
+    for p in range(len(bounds) - 1):
+        m = use & (phase == p)
+        t0 = step_time(counts, edges, bounds, near, p)
+        if counts[phase == p].sum() < MIN_PHASE_BINS or m.sum() < 2:  # nothing sent: N = 0
+            phases.append(Phase(t0, 0.0, (0.0, 0.0), 0))
+            continue
+        x, rr = counts[m] / bin_s, r[m]
+        nb = x * (rr + z_hat)
+        n_hat = float(nb.mean())
+        half = float(stats.t.ppf(0.975, nb.size - 1)) * nb.std(ddof=1) / math.sqrt(nb.size)
+        ends = [float((x * (rr + z)).mean()) for z in z_ci]
+        phases.append(Phase(t0, n_hat, (min(n_hat - half, *ends), max(n_hat + half, *ends)),
+                            int(m.sum())))
+        # per bin: its squared relative deviation from the phase's N, less a Poisson
+        # count's own (1 / c), weighted by its count (a phase of 2 clients is mostly noise)
+        c = counts[m]
+        spreads.append((c * ((nb - n_hat) / n_hat) ** 2 - 1.0, c))
+    peak = max(phases, key=lambda q: q.population)
+    spread = (math.sqrt(max(0.0, np.concatenate([d for d, _ in spreads]).sum()
+                            / np.concatenate([c for _, c in spreads]).sum()))
+              if spreads else math.nan)
+    fit = TierPopulation(tier, False, "", peak.population, peak.population_ci, z_hat, z_ci,
+                         spread, rate_cv, phases)
+    told = f"Z {1000 * z_hat:.0f} ms [{1000 * z_ci[0]:.0f}, {1000 * z_ci[1]:.0f}] from {shared[0]}"
+    if not spread <= MAX_SPREAD:
+        fit.reason = (f"{steps}; at {told}, X (R + Z) varies by {spread:.1%} within a phase "
+                      "beyond the counts' noise: the law does not hold")
+        return fit
+    fit.closed = True
+    fit.reason = (f"{steps}; at {told} (a tier with a steady N: one load tool, one think "
+                  f"time) the rate follows N / (R + Z) within them (slope {slope:.2f} ± "
+                  f"{tq * se:.2f}, 1 closed, 0 open) and X (R + Z) is steady within "
+                  f"{spread:.1%} beyond the counts' noise: N "
+                  + " → ".join(f"{q.population:.1f}" for q in phases))
     return fit
 
 
@@ -192,8 +361,30 @@ def fit_population(rec: Recording, edges: np.ndarray) -> PopulationFit:
     counts = tier_counts(rec, edges)
     r, source = response_times(rec, edges)
     bin_s = float(edges[1] - edges[0])
-    tiers = {t: judge_tier(t, counts[k], r, bin_s) for k, t in enumerate(TIERS)
-             if counts[k].sum() > 0}
+    def judge(k: int, t: str, shared=None) -> TierPopulation:
+        steady = judge_tier(t, counts[k], r, bin_s)
+        starts = phase_starts(counts[k])  # a rate that steps beyond what one N explains:
+        if steady.closed or not starts:  # phases of a load test
+            return steady
+        fit = judge_stepped(t, counts[k], r, edges, starts, shared)
+        while fit is not None and fit.phases:  # neighbours of one N (a rate that fell as
+            ph = fit.phases  # latency rose, not a step of N) are one phase
+            same = [i for i in range(1, len(ph)) if ph[i].population > 0
+                    and ph[i - 1].population > 0
+                    and ph[i].population_ci[0] <= ph[i - 1].population <= ph[i].population_ci[1]]
+            if not same:
+                break
+            starts = [s for i, s in enumerate(starts, 1) if i != same[0]]
+            fit = judge_stepped(t, counts[k], r, edges, starts, shared) if starts else None
+        return fit if fit is not None else steady
+
+    tiers = {t: judge(k, t) for k, t in enumerate(TIERS) if counts[k].sum() > 0}
+    told = [(t, p.think_s, p.think_ci) for t, p in tiers.items() if p.closed and not p.phases]
+    if told:  # the tightest Z a steady tier told, for the stepped tiers, which cannot
+        shared = min(told, key=lambda z: z[2][1] - z[2][0])
+        for k, t in enumerate(TIERS):
+            if t in tiers and "no tier with a steady N told it" in tiers[t].reason:
+                tiers[t] = judge(k, t, shared)
     return PopulationFit(tiers, bin_s, source)
 
 

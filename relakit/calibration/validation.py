@@ -177,3 +177,49 @@ def _nan_reduce(fn, stack: np.ndarray) -> np.ndarray:
     ok = np.isfinite(stack).any(axis=0)
     out[ok] = fn(stack[:, ok], axis=0)
     return out
+
+
+def tier_quantiles(frame: pl.DataFrame, windows, qs=(0.5, 0.99)) -> pl.DataFrame:
+    """Per window ``(start_s, end_s)`` and tier, latency quantiles (ms) as Prometheus'
+    ``histogram_quantile`` reads the nodes' ``latency_seconds_bucket{tier}`` (their
+    increase over the window, summed over the nodes): a recording's per-phase, per-tier
+    view (the live lab's histogram carries the tier). Times are the frame's own."""
+    from relakit.control.tsdb import bucket_quantile
+
+    b = frame.filter((pl.col("name") == "latency_seconds_bucket") & (pl.col("node") >= 0)
+                     & pl.col("tier").is_not_null())
+    bounds = np.unique(b["le"].cast(pl.Float64).to_numpy())
+    rows = []
+    for w, (t0, t1) in enumerate(windows):
+        for tier in sorted(set(b["tier"].to_list())):
+            cum = np.zeros(bounds.size)
+            for (_node, le), s in b.filter(pl.col("tier") == tier).group_by(["node", "le"]):
+                s = s.sort("time_s")
+                v = np.interp([t0, t1], s["time_s"].to_numpy(), s["value"].to_numpy())
+                cum[np.searchsorted(bounds, float(le))] += max(v[1] - v[0], 0.0)
+            rows += [{"window": w, "tier": tier, "q": q, "requests": float(cum[-1]),
+                      "latency_ms": 1000 * float(bucket_quantile(q, bounds, cum[None, :])[0])}
+                     for q in qs]
+    return pl.DataFrame(rows)
+
+
+def record_quantiles(requests: pl.DataFrame, windows, bounds_s, qs=(0.5, 0.99)) -> pl.DataFrame:
+    """:func:`tier_quantiles` for a simulation's request records (``arrival_s``,
+    ``latency_ms``, ``tier``; answered requests, ``ok`` or ``error``, as the servers'
+    histogram counts them): each latency put in the same buckets and read the same way,
+    so that a twin and its recording are compared like with like."""
+    from relakit.control.tsdb import bucket_quantile
+
+    bounds = np.asarray(bounds_s, dtype=float)
+    bounds = np.append(bounds[np.isfinite(bounds)], np.inf)  # (+Inf: every request)
+    answered = requests.filter(pl.col("outcome").is_in(["ok", "error"]))
+    rows = []
+    for w, (t0, t1) in enumerate(windows):
+        inside = answered.filter(pl.col("arrival_s").is_between(t0, t1, closed="left"))
+        for tier in sorted(set(inside["tier"].to_list())):
+            lat = inside.filter(pl.col("tier") == tier)["latency_ms"].to_numpy() / 1000.0
+            cum = np.searchsorted(np.sort(lat), bounds, side="right").astype(float)
+            rows += [{"window": w, "tier": tier, "q": q, "requests": float(lat.size),
+                      "latency_ms": 1000 * float(bucket_quantile(q, bounds, cum[None, :])[0])}
+                     for q in qs]
+    return pl.DataFrame(rows)

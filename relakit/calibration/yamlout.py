@@ -67,6 +67,14 @@ def twin_yaml(*, name: str, source: str, origin_s: float, recording_end_s: float
                   f"on {population.latency_source}", "    population:"]
         for t in closed:
             p = population.tiers[t]
+            if p.phases:  # a stepped population: [at_s, N] per phase (spec: the first at 0)
+                steps = [(0.0 if i == 0 else q.start_s, max(0, round(q.population)))
+                         for i, q in enumerate(p.phases)]
+                lines.append(f"      {t}: [{', '.join(f'[{num(a, 4)}, {n}]' for a, n in steps)}]"
+                             "  # N per phase of the rate's steps, 95 %: " + ", ".join(
+                                 f"{q.population:.1f} [{q.population_ci[0]:.1f}, "
+                                 f"{q.population_ci[1]:.1f}]" for q in p.phases))
+                continue
             lines.append(f"      {t}: {max(1, round(p.population))}  # N {p.population:.1f}, "
                          f"95 % [{p.population_ci[0]:.1f}, {p.population_ci[1]:.1f}]")
         lines.append("    think:  # exponential: the shape cannot be told from counters")

@@ -41,8 +41,9 @@ STATE = "state.json"
 ENDPOINTS = "endpoints.json"  # the URLs alone (0644): what a user's load tool reads
 TOKEN_ENV = "RELAKIT_LAB_TOKEN"
 
-SERIES = ("requests_total", "latency_seconds_bucket", "in_flight", "busy_seconds_total",
-          *("rejected_total", "concurrency_limit"))  # the second: with a concurrency limit
+SERIES = ("requests_total", "latency_seconds_bucket", "latency_seconds_sum",
+          "latency_seconds_count", "in_flight", "busy_seconds_total",
+          *("rejected_total", "concurrency_limit"))  # the last two: with a concurrency limit
 # (relakit.lab.in_path), as the simulator's series
 
 

@@ -383,6 +383,12 @@ class Fleet:
         self._owed = (False, False)  # marks a call cut short for room left to the next (_mark)
         self.st.fs[K.FS_MARK] = self.st.fs[K.FS_MARK_GENERAL] = -np.inf  # (no row is old)
         self.set_flags(scenario.controls.flags)
+        # a population schedule (workload.clients): the tiers' N at 0 now, the rest in advance
+        self._steps = [(at, [n[t] for t in K.TIERS]) for at, n in
+                       (clients.steps if clients is not None and clients.steps else ())]
+        if self._steps:
+            self.st.is_[K.IS_CUT:K.IS_CUT + len(K.TIERS)] = (
+                self.cfg.cfg_i[K.CI_CLIENTS:K.CI_CLIENTS + len(K.TIERS)] - self._steps.pop(0)[1])
         K.start(self.cfg, self.st)
         if seeded:
             seed_initial(self.cfg, self.st, initial.queue, initial.pending_retries)
@@ -397,6 +403,17 @@ class Fleet:
         """Run every event up to and including time ``t_s`` (seconds)."""
         if t_s < self.now:
             raise ValueError(f"cannot advance to {t_s} s: the fleet is already at {self.now} s")
+        while self._steps and self._steps[0][0] <= t_s:  # a population step, in Python
+            at, live = self._steps.pop(0)
+            self._advance(at)
+            while (self.st.heap_t.shape[0] - self.st.is_[K.IS_HEAP_N]
+                   < self.cfg.cfg_i[K.CI_CLIENTS:K.CI_CLIENTS + len(K.TIERS)].sum()):
+                self._grow(K.GROW_POOLS)
+            K.population_step(self.cfg, self.st, at, live)
+            self._rechoose()
+        return self._advance(t_s)
+
+    def _advance(self, t_s: float) -> Fleet:
         while True:
             kernel, t_stop, change = self._kernel(float(t_s))
             left = self._leaves()

@@ -229,6 +229,11 @@ CI_THINK_KIND = CI_CLIENTS + len(TIERS)
 N_CI = CI_THINK_KIND + len(TIERS)
 CF_THINK = N_CF
 N_CF = CF_THINK + 3 * len(TIERS)
+# A population schedule (workload.clients.population as [[at_s, N], ...] steps): the ids
+# span the tier's largest N; st.is_[IS_CUT + tier] is how many of its highest ids are cut
+# now (0 without a schedule). A client whose id is cut retires when its think ends (it
+# sends nothing more: one that was waiting for an answer gets it first); a step up starts
+# the ids not alive, thinking from the step (Fleet.advance calls population_step).
 
 # st.fs: state scalars (float)
 (FS_NOW, FS_NEXT_ARRIVAL, FS_NEXT_SAMPLE, FS_NEXT_SCHED, FS_WRR_TOTAL, FS_HEDGE_DELAY,
@@ -242,6 +247,8 @@ N_CF = CF_THINK + 3 * len(TIERS)
  IS_OLD, IS_OLD_GENERAL, IS_DRAIN, IS_EVENTS,
  *_) = _COUNT
 N_IS = IS_EVENTS + N_EVENT_KINDS  # IS_EVENTS + kind: its events on the heap (not EV_DONE's)
+IS_CUT = N_IS  # (CLIENTS) IS_CUT + tier: its clients a population schedule cut (see below)
+N_IS = IS_CUT + len(TIERS)
 # What a mechanism left, kept as it changes (relakit.sim.loops chooses the loop from it in
 # O(nodes)): the heap's events by kind, and the rows live at the end of the last stretch
 # that could leave anything for the plain loops (FS_MARK: its end; IS_OLD: those rows
@@ -1056,39 +1063,83 @@ def think_time(cfg_i, cfg_f, rng, tier):
                         cfg_f[p + 2])
 
 
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def client_cut(cfg_i, isv, client):
+    """Whether a closed client's id is among those a population step cut (IS_CUT)."""
+    tier = 0
+    base = 0
+    while client >= base + cfg_i[CI_CLIENTS + tier] and tier < len(TIERS) - 1:
+        base += cfg_i[CI_CLIENTS + tier]
+        tier += 1
+    return client - base >= cfg_i[CI_CLIENTS + tier] - isv[IS_CUT + tier]
+
+
 @njit(cache=True, error_model="numpy")
-def client_think_starts(cfg_i, cfg_f, rng, total):
-    """Every closed client's first think time, in client order (gold first), drawn by
+def client_think_starts(cfg_i, cfg_f, rng, counts):
+    """First think times for ``counts[tier]`` clients of each tier, gold first, drawn by
     :func:`think_time` from the clients stream as the loop draws the later ones."""
-    times = np.empty(total)
+    times = np.empty(counts.sum())
     client = 0
     for tier in range(len(TIERS)):
-        for _ in range(cfg_i[CI_CLIENTS + tier]):
+        for _ in range(counts[tier]):
             times[client] = think_time(cfg_i, cfg_f, rng, tier)
             client += 1
     return times
 
 
+def client_ids(cfg, st):
+    """Per tier, the client ids not cut (IS_CUT), in order: the tier's population now."""
+    pops = cfg.cfg_i[CI_CLIENTS:CI_CLIENTS + len(TIERS)]
+    base = np.concatenate([[0], np.cumsum(pops)[:-1]])
+    live = pops - st.is_[IS_CUT:IS_CUT + len(TIERS)]
+    return [base[k] + np.arange(live[k], dtype=np.int64) for k in range(len(TIERS))]
+
+
 def client_starts(cfg, st):
-    """Every closed client begins thinking at t = 0: its first send after a think time
-    (:func:`client_think_starts`); the sends go onto the heap sorted with whatever it
-    holds (a sorted array is a heap). Once per run, O(clients)."""
-    ci = cfg.cfg_i
-    total = int(ci[CI_CLIENTS:CI_CLIENTS + len(TIERS)].sum())
+    """Every closed client begins thinking at t = 0 (those a population schedule has at
+    0: IS_CUT): its first send after a think time (:func:`client_think_starts`); the
+    sends go onto the heap sorted with whatever it holds (a sorted array is a heap).
+    Once per run, O(clients)."""
+    ids = client_ids(cfg, st)
+    counts = np.array([x.size for x in ids], np.int64)
+    total = int(counts.sum())
     if total == 0:
         return
-    times = client_think_starts(ci, cfg.cfg_f, st.rng, total)
+    times = client_think_starts(cfg.cfg_i, cfg.cfg_f, st.rng, counts)
     n = int(st.is_[IS_HEAP_N])  # (a start state's events, if any: kept, in time order)
     if st.heap_t.shape[0] < n + total:
         raise RuntimeError("client_starts: the heap must hold every client")
     t_all = np.concatenate([st.heap_t[:n], times])
-    k_all = np.concatenate([st.heap_k[:n], (np.arange(total, dtype=np.int64) << EV_BITS)
-                            | EV_THINK])
+    k_all = np.concatenate([st.heap_k[:n], (np.concatenate(ids) << EV_BITS) | EV_THINK])
     order = np.argsort(t_all, kind="stable")
     st.heap_t[:n + total] = t_all[order]
     st.heap_k[:n + total] = k_all[order]
     st.is_[IS_HEAP_N] = n + total
     st.is_[IS_EVENTS + EV_THINK] += total  # (the loops count their heap events by kind)
+
+
+def population_step(cfg, st, t, live):
+    """A population schedule's step at time ``t`` (seconds): each tier's population is
+    ``live[tier]`` from now. Ids above it are cut (IS_CUT: each retires when its think
+    ends, in the loop); ids within it that are not alive (neither thinking on the heap
+    nor waiting on a request in flight) start thinking at ``t``, their think times drawn
+    as at t = 0. Python, once per step: O(heap + user rows)."""
+    pops = cfg.cfg_i[CI_CLIENTS:CI_CLIENTS + len(TIERS)]
+    st.is_[IS_CUT:IS_CUT + len(TIERS)] = pops - np.asarray(live, np.int64)
+    n = int(st.is_[IS_HEAP_N])
+    keys = st.heap_k[:n]
+    alive = np.zeros(int(pops.sum()), bool)
+    alive[(keys[(keys & EV_MASK) == EV_THINK] >> EV_BITS) & ID_MASK] = True
+    in_flight = np.ones(st.usr_i.shape[0], bool)
+    in_flight[st.usr_free[:st.is_[IS_USR_FREE_N]]] = False
+    waiting = st.usr_i[in_flight, UI_CLIENT]
+    alive[waiting[waiting >= 0]] = True
+    new = [ids[~alive[ids]] for ids in client_ids(cfg, st)]
+    times = t + client_think_starts(cfg.cfg_i, cfg.cfg_f, st.rng,
+                                    np.array([x.size for x in new], np.int64))
+    for time, client in zip(times, np.concatenate(new), strict=True):
+        heap_push(st.heap_t, st.heap_k, st.is_, float(time),
+                  np.int64((int(client) << EV_BITS) | EV_THINK))
 
 
 def schedule_step(cfg, st):
@@ -1601,7 +1652,9 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 send[0, 3] = j
                 n_send = 1
             elif CLIENTS and kind == EV_THINK:  # a closed client ends its think: it sends (the
-                thinker = ident  # arrival section below)
+                if client_cut(cfg_i, isv, ident):  # arrival section below), or retires if
+                    continue  # a population step cut it
+                thinker = ident
             else:  # a hedge or retry timer of a call
                 c = ident
                 if (call_i[c, CL_GEN] & GEN_MASK) != gen:

@@ -299,8 +299,9 @@ def closed_clients_info(clients) -> dict | None:
     """A closed population's facts for the summary (None: no workload.clients)."""
     if clients is None:
         return None
-    return {"population": clients.total,
-            "by_tier": ", ".join(f"{t} {clients.population[t]}" for t in clients.tiers),
+    up_to = "up to " if clients.steps else ""  # a population schedule: its largest N
+    return {"population": f"up to {clients.total}" if up_to else clients.total,
+            "by_tier": ", ".join(f"{t} {up_to}{clients.population[t]}" for t in clients.tiers),
             "think_ms": {t: clients.think[t].mean_ms for t in clients.tiers},
             "max_rps": round(clients.max_rate(), 6)}
 

@@ -246,8 +246,10 @@ class Clients:
     (the service kinds), and sends again. The rate it offers is an outcome of the run,
     not an input: it falls as latency rises."""
 
-    population: dict  # tier -> clients (int), every tier present
+    population: dict  # tier -> clients (int), every tier present (with steps: its largest N)
     think: dict  # tier -> Service, every tier present
+    # a population schedule: ((at_s, {tier: N}), ...), the first at 0; None: constant
+    steps: tuple | None = None
 
     @property
     def total(self) -> int:
@@ -829,7 +831,7 @@ def _workload(r: Reader, duration: float, nodes: int, base_dir: Path) -> Workloa
     if "arrival" not in r.data and "clients" not in r.data:
         r.fail("give 'arrival' (an open stream), 'clients' (a closed population: "
                "{population, think}) or both", "arrival")
-    clients = _clients(r.sub("clients"), tiers) if "clients" in r.data else None
+    clients = _clients(r.sub("clients"), tiers, duration) if "clients" in r.data else None
     if ("tiers" in r.data and "arrival" not in r.data and clients is not None
             and isinstance(r.data["clients"].get("population"), dict)):
         r.fail("splits the open arrivals and a population given as one number; here there "
@@ -846,27 +848,78 @@ def _workload(r: Reader, duration: float, nodes: int, base_dir: Path) -> Workloa
 MAX_CLIENTS = 10_000_000  # a thinking client holds a heap slot: past this, memory, not a model
 
 
-def _clients(r: Reader, mix: dict) -> Clients:
+def _split(n: int, mix: dict) -> dict:
+    """A whole number of clients split over the tiers by the mix, largest remainder first."""
+    exact = {t: n * mix[t] for t in TIERS}
+    pop = {t: int(math.floor(exact[t])) for t in TIERS}
+    rest = sorted(TIERS, key=lambda t: (-(exact[t] - pop[t]), TIERS.index(t)))
+    for t in rest[: n - sum(pop.values())]:
+        pop[t] += 1
+    return pop
+
+
+def _steps(r: Reader, key: str, raw, duration: float) -> tuple:
+    """`[[at_s, N], ...]`: a population schedule, as `workload.arrival`'s trace points
+    with step interpolation: N clients from at_s (the first at 0) to the next step."""
+    what = ("a population schedule is a list of [at_s, N] steps, the first at 0, times "
+            "increasing and below duration_s (e.g. [[0, 40], [30, 113], [80, 40]])")
+    if not raw:
+        r.fail(f"{what}; got an empty list", key)
+    out = []
+    for i, step in enumerate(raw):
+        if (not isinstance(step, list) or len(step) != 2
+                or any(isinstance(v, bool) or not isinstance(v, int | float) for v in step)):
+            r.fail(f"step {i}: expected [at_s, N], two numbers, got {step!r}; {what}", key)
+        at, n = step
+        if not math.isfinite(at) or (out and at <= out[-1][0]) or at >= duration:
+            r.fail(f"step {i}: at_s {at!r} must be finite, after the step before and below "
+                   f"duration_s {duration:g}; {what}", key)
+        if isinstance(n, float) and not n.is_integer() or not 0 <= n <= MAX_CLIENTS:
+            r.fail(f"step {i}: N {n!r} must be a whole number of clients from 0 to "
+                   f"{MAX_CLIENTS}; {what}", key)
+        out.append((float(at), int(n)))
+    if out[0][0] != 0:
+        r.fail(f"the first step is at {out[0][0]:g} s: it must be at 0 (write [0, 0] for no "
+               f"clients at first); {what}", key)
+    return tuple(out)
+
+
+def _at(steps: tuple, t: float) -> int:
+    return next(n for at, n in reversed(steps) if at <= t)
+
+
+def _clients(r: Reader, mix: dict, duration: float = math.inf) -> Clients:
     """`clients: {population, think}`: a closed population. `population` is a whole number
     (split over the tiers by workload.tiers, largest remainder first) or one per tier
-    (`{gold: 10, bronze: 30}`, tiers left out have none); `think` is a service kind
-    (`{kind: exponential, mean_ms: 1000}`) for every tier, or one per tier with clients."""
+    (`{gold: 10, bronze: 30}`, tiers left out have none); either may be a schedule of
+    `[[at_s, N], ...]` steps instead of a number (:func:`_steps`); `think` is a service
+    kind (`{kind: exponential, mean_ms: 1000}`) for every tier, or one per tier with
+    clients."""
     r.only({"population", "think"})
     raw = r.data.get("population")
+    steps = None
     if isinstance(raw, dict):
         p = r.sub("population")
         p.only(set(TIERS))
-        pop = {t: p.number(t, 0, lo=0, hi=MAX_CLIENTS, integer=True) for t in TIERS}
+        per = {t: _steps(p, t, p.data[t], duration) for t in TIERS
+               if isinstance(p.data.get(t), list)}
+        pop = {t: max(n for _, n in per[t]) if t in per else
+               p.number(t, 0, lo=0, hi=MAX_CLIENTS, integer=True) for t in TIERS}
+        if per:
+            times = sorted({at for st in per.values() for at, _ in st})
+            steps = tuple((at, {t: _at(per[t], at) if t in per else pop[t] for t in TIERS})
+                          for at in times)
+    elif isinstance(raw, list):
+        total = _steps(r, "population", raw, duration)
+        steps = tuple((at, _split(n, mix)) for at, n in total)
+        pop = {t: max(s[t] for _, s in steps) for t in TIERS}
     elif isinstance(raw, int) and not isinstance(raw, bool):
         n = r.number("population", lo=1, hi=MAX_CLIENTS, integer=True)
-        exact = {t: n * mix[t] for t in TIERS}
-        pop = {t: int(math.floor(exact[t])) for t in TIERS}
-        rest = sorted(TIERS, key=lambda t: (-(exact[t] - pop[t]), TIERS.index(t)))
-        for t in rest[: n - sum(pop.values())]:
-            pop[t] += 1
+        pop = _split(n, mix)
     else:
-        r.fail(f"expected a whole number of clients (split by workload.tiers) or one per "
-               f"tier ({{{', '.join(f'{t}: N' for t in TIERS)}}}), got {raw!r}", "population")
+        r.fail(f"expected a whole number of clients (split by workload.tiers), one per "
+               f"tier ({{{', '.join(f'{t}: N' for t in TIERS)}}}), or a schedule of "
+               f"[[at_s, N], ...] steps in place of a number, got {raw!r}", "population")
     if sum(pop.values()) < 1:
         r.fail("no clients: give at least one", "population")
     think_raw = r.data.get("think")
@@ -888,7 +941,7 @@ def _clients(r: Reader, mix: dict) -> Clients:
                          "(or one think for every tier)")
         default = next(iter(think.values()))
         think = {t: think.get(t, default) for t in TIERS}
-    return Clients(population=pop, think=think)
+    return Clients(population=pop, think=think, steps=steps)
 
 
 def _arrival(r: Reader, duration: float, base_dir: Path) -> Arrival:

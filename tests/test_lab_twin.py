@@ -1,0 +1,204 @@
+"""The twin of a load test run in phases on the live lab (issue 35, part 2's acceptance).
+
+The lab (one instance of 2 servers behind its front) is driven by Debian's ``wrk`` run
+as docs/lab.md shows it, closed connections thinking 500 ms (tools/wrk-think.lua), one
+process per tier and phase, the connection count changing per phase: 12 gold clients
+throughout; silver 2 -> 12 -> 4 at 25 and 55 s; bronze 2 -> 15 -> 4 at 35 and 65 s (from
+58 % of the servers' capacity to overload and back). The steps are staggered so that
+each stepped tier's phase holds another tier's step: the latency then moves inside a
+phase, which is what tells a closed population from open arrivals (with every tier
+stepping at once nothing does, and the calibration keeps them open, as it says).
+
+`relakit calibrate` on `lab record`'s recording must find gold steady and closed with
+its think time, silver and bronze stepped, closed, with their steps where wrk made them;
+the twin (validated on 20 replications of 10 s windows: with 10 the p99's interval
+was ±5-7 points, its upper end 27-30 % on three recordings) must be trusted; and
+`relakit simulate twin.yaml` must reproduce the recording per phase and tier: p50 and
+p99 of the servers' latency per (stretch between two steps, tier) cell, read from the
+recording's histogram (it carries the tier) and from the twin's requests put in the
+same buckets, with the validation's limits applied over the cells as the validation
+applies them over its windows — the median relative error within 30 % and the 90th
+percentile within 60 %, each at the upper end of its interval over twin replications.
+Those are the limits the validation has for a latency quantile (it has no p50 limit, so
+p50 is held to p99's): a cell's p99 is read from 50-500 requests, itself noisy.
+
+The lab's service is exponential here (``slow_fraction = 0``): its default adds a 2 %
+slow path of 200 ms (two exponentials, CV 1.24), a shape none of the calibration's
+service kinds has; with it the twin's p99 came out low in every 10 s window (median
+24.5 % ± 5.6 % against the 30 % limit, 1 instance, same load) — a limit of the service
+fit, not of the population's, named in docs/performance.md. No agent runs: no flag
+changes, so the twin carries none (a replayed one is tests/test_calibrate_*'s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+from conftest import ROOT
+
+import relakit
+from relakit.calibration.validation import record_quantiles, tier_quantiles
+from relakit.lab import Lab, LabSpec
+from relakit.replications import replication_seeds
+from relakit.stats import t_interval
+from relakit.traces import read_trace
+
+pytestmark = pytest.mark.skipif(shutil.which("wrk") is None or shutil.which("prometheus")
+                                is None, reason="the set-up installs wrk and prometheus")
+
+THINK_MS = 500
+# per tier: (start, connections, seconds), staggered (see the module's docstring)
+PLAN = {"gold": [(0, 12, 80)],
+        "silver": [(0, 2, 25), (25, 12, 30), (55, 4, 25)],
+        "bronze": [(0, 2, 35), (35, 15, 30), (65, 4, 15)]}
+END_S = 80
+BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.125, 0.15,
+           0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0)
+SETTLE_S = 2.0  # left out after each step: where the calibration places it, and the transient
+TOLERANCE, TOLERANCE_P90 = 0.30, 0.60  # the validation's for p99 (relakit.calibration.validation)
+REPLICATIONS = 20
+
+
+def _wrk(front: str, tier: str, conns: int, secs: int) -> subprocess.Popen:
+    """docs/lab.md's wrk command with this run's front, connections, duration and tier."""
+    line = next(ln for ln in (ROOT / "docs" / "lab.md").read_text().splitlines()
+                if ln.startswith("wrk "))
+    args = [re.sub(r"^-c\d+$", f"-c{conns}", re.sub(r"^-d\d+s$", f"-d{secs}s", a))
+            for a in shlex.split(line.split("  #")[0])]
+    args = [f"X-Tier: {tier}" if a.startswith("X-Tier: ") else
+            a.replace("http://127.0.0.1:8780", front) for a in args]
+    assert args[args.index("--") + 1] == str(THINK_MS), args
+    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "relakit.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("lab-twin")
+    spec = LabSpec(instances=1, slow_fraction=0.0, buckets_s=BUCKETS)
+    (work / "lab").mkdir()
+    with Lab(spec, workdir=str(work / "lab")) as lab:
+        time.sleep(2.0)  # a few scrapes before the load
+        starts = sorted((off, tier, n, secs) for tier, rows in PLAN.items()
+                        for off, n, secs in rows)
+        t0 = time.time()
+        procs = []
+        for off, tier, n, secs in starts:
+            time.sleep(max(0.0, t0 + off - time.time()))
+            procs.append((tier, n, time.time(), _wrk(lab.front_url, tier, n, secs)))
+        outs = [p.communicate(timeout=120)[0] for *_, p in procs]
+        time.sleep(2.0)  # the last scrapes
+        recorded = lab.record(work / "recorded.json", t0 - 5.0)
+    cal = _cli("calibrate", str(recorded), "--bin", "2", "--window", "10", "--replications",
+               str(REPLICATIONS), "--out", str(work / "twin"), "--report")
+    sim = _cli("simulate", str(work / "twin" / "twin.yaml"), "--out", str(work / "sim"))
+    assert sim.returncode == 0, sim.stderr
+    keep = os.environ.get("RELAKIT_KEEP_LAB_RUN")  # a folder: keep the run to look at
+    if keep:
+        (work / "run.json").write_text(json.dumps({"t0": t0, "wrk": outs}))
+        shutil.copytree(work, keep, dirs_exist_ok=True)
+    return {"work": work, "t0": t0, "starts": [(tier, n, ts) for tier, n, ts, _ in procs],
+            "wrk": outs, "recorded": recorded, "cal": cal, "sim": work / "sim"}
+
+
+def _summary(run) -> dict:
+    return json.loads((run["work"] / "twin" / "calibration.json").read_text())
+
+
+def _origin(run) -> float:
+    return _summary(run)["origin_s"]
+
+
+def _cells(run) -> list[tuple[float, float]]:
+    """The stretches between two steps of any tier (recording time), less SETTLE_S after
+    each step: in each, every tier's population is constant."""
+    cuts = sorted({run["t0"] + off for rows in PLAN.values() for off, *_ in rows}
+                  | {run["t0"] + END_S})
+    return [(a + SETTLE_S, b) for a, b in zip(cuts, cuts[1:], strict=False)]
+
+
+def test_wrk_ran_every_phase_without_errors(run):
+    for out in run["wrk"]:
+        m = re.search(r"relakit: requests (\d+) status (\S*) .* errors (\d+) timeouts (\d+)", out)
+        assert m and int(m.group(1)) > 0 and m.group(3) == m.group(4) == "0", out
+        assert set(m.group(2).split(",")) <= {f"200:{m.group(1)}"}, out
+
+
+def test_the_calibration_finds_the_populations_phases_and_think_time(run):
+    closed = _summary(run)["workload"]["closed"]
+    assert set(closed) == {"gold", "silver", "bronze"}, _summary(run)["workload"]["note"]
+    g = closed["gold"]
+    assert g["phases"] is None
+    assert g["think_ci"][0] <= THINK_MS / 1000 <= g["think_ci"][1], g
+    assert g["population_ci"][0] <= 12 <= g["population_ci"][1], g
+    origin = _origin(run)
+    for tier in ("silver", "bronze"):
+        phases = closed[tier]["phases"]
+        made = [ts - origin for t, _, ts in run["starts"] if t == tier]
+        # a last phase of none once wrk stopped and the recording went on, if any
+        end = run["t0"] + END_S - origin
+        if len(phases) == len(made) + 1:
+            assert abs(phases[-1]["start_s"] - end) < 2.0 and phases[-1]["population"] < 0.5
+            phases = phases[:-1]
+        assert len(phases) == len(made), (tier, phases)
+        for p, at in zip(phases[1:], made[1:], strict=True):
+            assert abs(p["start_s"] - at) < 2.0, (tier, p, at)  # within one bin
+        for p, (_, n, _) in zip(phases, PLAN[tier], strict=True):
+            assert p["population_ci"][0] <= n <= p["population_ci"][1], (tier, n, p)
+    twin = yaml.safe_load((run["work"] / "twin" / "twin.yaml").read_text())
+    pops = twin["workload"]["clients"]["population"]
+    assert isinstance(pops["gold"], int) and [n for _, n in pops["bronze"]][1] >= 10, pops
+
+
+def test_the_twin_is_trusted(run):
+    assert run["cal"].returncode == 0, run["cal"].stdout + run["cal"].stderr
+    assert "twin trusted" in run["cal"].stdout, run["cal"].stdout
+
+
+def _errors(live: pl.DataFrame, twin: pl.DataFrame) -> np.ndarray:
+    j = live.join(twin, on=["window", "tier", "q"], suffix="_twin")
+    return (j["latency_ms_twin"] - j["latency_ms"]).abs().to_numpy() / j["latency_ms"].to_numpy()
+
+
+def test_relakit_simulate_twin_yaml_reproduces_each_phase_per_tier(run):
+    origin = _origin(run)
+    cells = _cells(run)
+    live = tier_quantiles(read_trace(run["recorded"]), cells)
+    assert live.height == len(cells) * 3 * 2 and (live["requests"] >= 20).all(), live
+    twin_cells = [(a - origin, b - origin) for a, b in cells]
+    # the run `relakit simulate twin.yaml` wrote, then replications for the interval
+    first = pl.read_parquet(run["sim"] / "requests.parquet")
+    assert not first.is_empty()
+    twin_yaml = run["work"] / "twin" / "twin.yaml"
+    meds, p90s, rows = [], [], []
+    for i, seed in enumerate([None, *replication_seeds(7, REPLICATIONS - 1)]):
+        req = first if seed is None else relakit.simulate(twin_yaml, seed=seed).requests
+        q = record_quantiles(req, twin_cells, BUCKETS)
+        err = _errors(live, q)
+        meds.append(float(np.median(err)))
+        p90s.append(float(np.quantile(err, 0.9)))
+        rows.append(q.with_columns(pl.lit(i).alias("rep")))
+    med, p90 = t_interval(meds), t_interval(p90s)
+    table = live.join(pl.concat(rows).group_by(["window", "tier", "q"]).agg(
+        pl.col("latency_ms").mean().alias("twin_ms")), on=["window", "tier", "q"]).sort(
+        ["window", "tier", "q"])
+    with pl.Config(tbl_rows=-1):  # the numbers docs/performance.md quotes
+        print(table, f"\nmedian relative error {med}\n90th percentile {p90}")
+    assert med.high <= TOLERANCE, (med, table)
+    assert p90.high <= TOLERANCE_P90, (p90, table)
