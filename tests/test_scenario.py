@@ -256,6 +256,28 @@ def test_invalid_yaml_syntax(tmp_path):
     assert str(info.value).startswith(f"{path}: not valid YAML")
 
 
+@pytest.mark.parametrize(("text", "where"), [
+    ("duration_s: [1, 2\nfleet: {servers: 2\n", "at line 2, column 6:"),
+    ("é: b: c\n", "at line 1, column 5:"),  # columns count characters, not bytes
+    ("a: 1\n# c\n\tb: 2\n", "at line 3, column 1:"),
+])
+def test_yaml_errors_name_line_and_column(tmp_path, text, where):
+    """Whichever parser PyYAML uses (libyaml where it has it), a syntax error names the
+    line and the column; a key given twice names both lines."""
+    path = tmp_path / "broken.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert str(info.value).startswith(f"{path}: not valid YAML {where}"), str(info.value)
+
+
+def test_yaml_key_given_twice_names_both_lines(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("duration_s: 10\nfleet:\n  servers: 2\nduration_s: 20\n")
+    with pytest.raises(ScenarioError, match=r"key 'duration_s': given twice \(lines 1 and 4\)"):
+        load_scenario(path)
+
+
 def test_missing_file(tmp_path):
     path = tmp_path / "nowhere.yaml"
     with pytest.raises(ScenarioError) as info:
