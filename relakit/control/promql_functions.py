@@ -186,15 +186,24 @@ def regression(times, series, lo, n, intercept_t, block: int = 64):
     none = n_o[:, None] <= 0  # an empty window: nothing
     last = np.clip(lo_o + n_o - 1, 0, None)
     size = min(block, len(series))
-    # one array holds a position's increments of every sum, [x, x*x, v.., x*v..]: ~15
-    # numpy calls a position whatever the number of series; the buffers are made once
-    # and written in place (a fresh array per operation costs page faults)
-    inc, t_b, d_b, e_b = (np.empty((order.size, 2 + 2 * size)) for _ in range(4))
+    on = n_o > 0
+    ends = (lo_o[on], lo_o[on] + n_o[on])
+    x_sums = whole_x_sums(t_ms, i_o, on, ends)
+    ax = 0 if x_sums is not None else 2
+    # one array holds a position's increments of every sum Kahan must add in order,
+    # [x, x*x (unless whole), y.. (unless whole), x*y..]: ~15 numpy calls a position
+    # whatever the number of series; the buffers are made once and written in place
+    # (a fresh array per operation costs page faults)
+    # (flat, so that a position's (k, w) view is contiguous: one loop per operation)
+    inc, t_b, d_b, e_b = (np.empty(order.size * (2 + 2 * size)) for _ in range(4))
+    x_b, v_b = np.empty(order.size), np.empty(order.size * size)
     for b in range(0, len(series), size):
         part = series[b:b + size]
         vals = np.column_stack([np.asarray(v, dtype=float) for v in part])  # (samples, series)
         m = vals.shape[1]
-        w = 2 + 2 * m
+        y_sums = whole_sums(vals, on, ends)
+        ay = m if y_sums is None else 0
+        w = ax + ay + m
         first = vals[np.minimum(lo_o, vals.shape[0] - 1)]
         # constant over the window (Go: every sample == the first; NaN never is): no
         # sample differs from the one before it, counted with prefix sums
@@ -206,15 +215,20 @@ def regression(times, series, lo, n, intercept_t, block: int = 64):
         with np.errstate(all="ignore"):
             for j, k in enumerate(active):  # the windows holding a j-th sample: [:k]
                 at = lo_o[:k] + j
-                row = inc[:k, :w]
-                np.divide(t_ms[at] - i_o[:k], 1e3, out=row[:, 0])
-                np.multiply(row[:, 0], row[:, 0], out=row[:, 1])
-                np.take(vals, at, axis=0, out=row[:, 2:2 + m], mode="clip")
-                np.multiply(row[:, :1], row[:, 2:2 + m], out=row[:, 2 + m:])
-                kahan_into(row, acc[:k], c[:k], t_b[:k, :w], d_b[:k, :w], e_b[:k, :w])
+                row = inc[:k * w].reshape(k, w)
+                x = row[:, 0] if ax else x_b[:k]
+                np.divide(t_ms[at] - i_o[:k], 1e3, out=x)
+                if ax:
+                    np.multiply(x, x, out=row[:, 1])
+                v = row[:, ax:ax + m] if ay else v_b[:k * m].reshape(k, m)
+                np.take(vals, at, axis=0, out=v, mode="clip")
+                np.multiply(x[:, None], v, out=row[:, ax + ay:])
+                kahan_into(row, acc[:k], c[:k], *(a[:k * w].reshape(k, w) for a in (t_b, d_b,
+                                                                                  e_b)))
             tot = acc + c
-            sx, sx2 = tot[:, :1], tot[:, 1:2]
-            sy, sxy = tot[:, 2:2 + m], tot[:, 2 + m:]
+            sx, sx2 = (x_sums if x_sums is not None else (tot[:, :1], tot[:, 1:2]))
+            sy = tot[:, ax:ax + m] if ay else y_sums
+            sxy = tot[:, ax + ay:]
             cov = sxy - sx * sy / cnt
             var = sx2 - sx * sx / cnt
             sl = cov / var
@@ -225,6 +239,54 @@ def regression(times, series, lo, n, intercept_t, block: int = 64):
         slope[b:b + m, order] = np.where(none, np.nan, sl).T
         icept[b:b + m, order] = np.where(none, np.nan, ic).T
     return slope, icept
+
+
+_EXACT = 2.0 ** 52  # below 2**53: every integer and every sum of two is a double exactly
+
+
+def whole_x_sums(t_ms, i_o, on, ends):
+    """Per window (columns of shape (T, 1)) the sums of x and x*x as Go's Kahan sums
+    give them, when every x is a whole number of seconds and every partial sum a whole
+    number below 2**53: then every addition is exact and the compensation stays 0, so
+    the sums are the exact sums whatever the order, here from prefix sums of integers
+    (scrapes on whole seconds evaluated on whole seconds: the usual case). None when
+    that does not hold."""
+    if t_ms.size == 0 or t_ms.size >= 1 << 20:
+        return None
+    r = t_ms[0] % 1000
+    if (t_ms % 1000 != r).any() or (i_o[on] % 1000 != r).any():
+        return None
+    ts = (t_ms - t_ms[0]) // 1000
+    xi = (i_o[on] - t_ms[0]) // 1000
+    if (np.diff(ts) < 0).any() or ts[-1] >= 1 << 21 or (np.abs(xi) >= 1 << 21).any():
+        return None
+    a, e = ends
+    reach = np.maximum(np.abs(ts[a] - xi), np.abs(ts[e - 1] - xi)).astype(float)
+    if ((e - a) * reach * reach >= _EXACT).any():
+        return None
+    p1 = np.concatenate([[0], np.cumsum(ts)])
+    p2 = np.concatenate([[0], np.cumsum(ts * ts)])
+    s1, s2, k = p1[e] - p1[a], p2[e] - p2[a], e - a
+    sx, sx2 = np.zeros((i_o.size, 1)), np.zeros((i_o.size, 1))
+    sx[on, 0] = s1 - k * xi  # sum (t - i) and sum (t - i)**2, in integers
+    sx2[on, 0] = s2 - 2 * xi * s1 + k * xi * xi  # (int64 wraps: exact, as the result fits)
+    return sx, sx2
+
+
+def whole_sums(vals, on, ends):
+    """Per window and series the sums of y as Go's Kahan sums give them, when every value
+    of every series is a whole number and their magnitudes add up to below 2**53 (exact
+    additions, as in :func:`whole_x_sums`: counters, bytes); None otherwise."""
+    with np.errstate(invalid="ignore"):
+        whole = np.isfinite(vals).all() and (vals == np.round(vals)).all()
+    if not whole or (np.abs(vals).sum(axis=0) >= _EXACT).any():
+        return None
+    p = np.zeros((vals.shape[0] + 1, vals.shape[1]), dtype=np.int64)
+    np.cumsum(vals.astype(np.int64), axis=0, out=p[1:])
+    a, e = ends
+    out = np.zeros((on.size, vals.shape[1]))
+    out[on] = p[e] - p[a]
+    return out
 
 
 def holt_winters(values, lo, n, sf, tf):
