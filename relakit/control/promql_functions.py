@@ -166,10 +166,11 @@ def regression(times, series, lo, n, intercept_t, block: int = 64):
     numpy over window positions, every window of ``block`` series at once, in Go's
     order of additions (the same bits: tests/test_promql_functions.py against a
     transcription of its Go). The windows are taken longest first, so that the ones
-    still adding at position j are a prefix (no masks); the four sums of a position
-    (x, x*x, y, x*y) are one array, one :func:`kahan_into`, written in place. It is
-    arithmetic-bound (~0.1 s CPU for three series' 6 h windows at 1,440 instants):
-    running sums over prefixes would be ~0.5 ms but change the bits (docs/performance.md).
+    still adding at position j are a prefix (no masks); a position's sums are one
+    contiguous array, one :func:`kahan_into`, written in place. Sums whose additions are
+    all exact (:func:`whole_x_sums`, :func:`whole_sums`: whole numbers below 2**53) come
+    from integer prefix sums instead; float prefix sums of every term would be faster
+    still but change the bits (docs/performance.md).
     Why not a compiled loop, ~3.5x faster: a rule backtest then never loads numba, whose
     start in a fresh process (~0.45 s of CPU, ~125 MB) is more than the 300-rule
     benchmark's regressions gain from it (docs/performance.md)."""
