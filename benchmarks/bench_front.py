@@ -11,7 +11,8 @@ and ``tools/wrk-think.lua`` (closed clients thinking 500 ms, the gold tier) twic
 
 Added latency is the front's p50 (p99) minus the direct runs' (mean over the
 instances' wrk). The front's CPU per request is its process's user+system time
-(/proc) over the requests it answered. Then the same (``fast`` rows) on a lab whose
+(/proc) over the requests it answered; ``idle`` is its CPU with no requests (the
+config server polled once a second). Then the same (``fast`` rows) on a lab whose
 instances answer at once (mean 0.2 ms, 16 servers each), where what is left of the
 latency is the front's, and ``saturate``: wrk with no think time, 64 connections,
 through the front to those instances: the most the front carries. A benchmark, not a test; the load
@@ -97,6 +98,11 @@ def main() -> None:
     conns = [int(x) for x in a.conns.split(",")]
     with Lab(LabSpec()) as lab:  # the lab's service: what the tests drive
         time.sleep(2.0)
+        pid = lab.named["front"].pid
+        t, c0 = time.perf_counter(), cpu_s(pid)
+        time.sleep(10.0)  # no requests: what polling the config server costs
+        print(f"idle: front CPU {1000 * (cpu_s(pid) - c0) / (time.perf_counter() - t):.1f} "
+              f"ms/s | load {load()}", flush=True)
         for c in conns:
             pair(lab, c, a.secs, "lab ")
     # instances that answer at once: what is left of the latency is the front's

@@ -25,10 +25,11 @@ think time of any client it was tried with; uvicorn's default, 5 s, cut clients 
 think longer). The front must add no queue of its own in front of the instances, so it
 is HTTP/1.1 written on asyncio's protocols, both ways: clients' connections parsed
 here, and a pool of keep-alive connections per instance, one request in flight on
-each. Through uvicorn (pure-Python h11) and httpx the front spent about 4.6 ms of CPU a
-request and saturated one core near 75 requests/s on the loaded 2-core machine
-(docs/performance.md). Run with ``python -m relakit.lab.front --port P --config-url U
---instances URL,URL,...``.
+each. On uvicorn (pure-Python h11) with httpx (whose connection pool scans every
+connection for each request) the front cost 2.0-2.7 ms of CPU a request and carried at
+most 180 requests/s on the loaded 2-core machine, the lab's capacity being 139; this
+one costs 0.06 ms and carried 2,400 (``benchmarks/bench_front.py``, docs/performance.md).
+Run with ``python -m relakit.lab.front --port P --config-url U --instances URL,...``.
 """
 
 from __future__ import annotations
@@ -172,18 +173,27 @@ class _Pool:
                              "\r\n").encode() for t in TIERS}
 
     async def get(self, tier: str) -> tuple[int, bytes]:
-        while self.idle:
-            conn = self.idle.pop()
-            if not conn.closed:
+        for retry in (False, True):
+            conn = None
+            while self.idle and conn is None:
+                conn = self.idle.pop()
+                conn = None if conn.closed else conn
+            reused = conn is not None
+            if conn is None:
+                _, conn = await asyncio.get_running_loop().create_connection(
+                    _Upstream, self.host, self.port)
+            try:
+                status, body, keep = await conn.get(self.requests[tier], self.timeout_s)
                 break
-        else:
-            _, conn = await asyncio.get_running_loop().create_connection(
-                _Upstream, self.host, self.port)
-        try:
-            status, body, keep = await conn.get(self.requests[tier], self.timeout_s)
-        except BaseException:
-            conn.transport.close()
-            raise
+            except ConnectionError:
+                conn.transport.close()
+                # an idle connection the instance closed as it was reused: nothing was
+                # answered, so a GET is sent again once, on a new connection
+                if retry or not reused or conn.buf:
+                    raise
+            except BaseException:
+                conn.transport.close()
+                raise
         if keep and not conn.closed and len(self.idle) < MAX_IDLE:
             self.idle.append(conn)
         else:
