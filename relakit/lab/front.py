@@ -26,9 +26,9 @@ think longer). The front must add no queue of its own in front of the instances,
 is HTTP/1.1 written on asyncio's protocols, both ways: clients' connections parsed
 here, and a pool of keep-alive connections per instance, one request in flight on
 each. On uvicorn (pure-Python h11) with httpx (whose connection pool scans every
-connection for each request) the front cost 2.0-2.7 ms of CPU a request and carried at
+connection for each request) the front cost 1.3-2.7 ms of CPU a request and carried at
 most 180 requests/s on the loaded 2-core machine, the lab's capacity being 139; this
-one costs 0.06 ms and carried 2,400 (``benchmarks/bench_front.py``, docs/performance.md).
+one costs 0.06-0.5 ms and carried 2,979 (``benchmarks/bench_front.py``, performance.md).
 Run with ``python -m relakit.lab.front --port P --config-url U --instances URL,...``.
 """
 
