@@ -1987,6 +1987,39 @@ def rival_differences_chart(table: pl.DataFrame, titles: dict[str, str], *, titl
                        ).resolve_scale(y="shared", color="shared")
 
 
+def _one_decimal(v: float) -> float:
+    """``v`` at one decimal as ``f"{v:.1f}"`` writes it."""
+    return float(f"{v:.1f}")
+
+
+def decision_cost_figure(costs: pl.DataFrame, closed: pl.DataFrame, *, title: str,
+                         subtitle: str = "") -> alt.LayerChart:
+    """:func:`relakit.rivals.decision_cost_sweep` beside its closed form: the simulated
+    goodput at each cost swept as a point with its 95 % error bar (``goodput_rps_ci``),
+    ringed red where ``closed_form_rps`` lies outside it (:func:`flagged` lists those
+    rows), and the closed form as a line through ``closed`` (``cost_share``,
+    ``goodput_rps``: the closed form on a grid as fine as the caller likes, so the line
+    is the curve, not straight segments between the costs simulated)."""
+    for name, frame, cols in (("costs", costs, ("cost_share", "goodput_rps", "closed_form_rps")),
+                              ("closed", closed, ("cost_share", "goodput_rps"))):
+        missing = [c for c in cols if c not in frame.columns]
+        if missing:
+            raise ValueError(f"decision_cost_figure: {name} has no column {missing[0]!r}")
+    x_title = "decision cost (% of the mean service time)"
+    x = alt.X("cost_pct:Q", title=x_title)
+    y = alt.Y("goodput_rps:Q", title="goodput (requests/s)", scale=alt.Scale(zero=True))
+    sim = costs.select((pl.col("cost_share") * 100).alias("cost_pct"), "goodput_rps",
+                       pl.col("closed_form_rps").alias("closed"), *_ci_col(costs, "goodput_rps"))
+    layers, flags = _source_layers(
+        closed.select((pl.col("cost_share") * 100).alias("cost_pct"), "goodput_rps"), sim, x, y,
+        "closed form c / (s + cost)", "simulation (mean of the replications)", None,
+        field="goodput_rps")
+    note = _interval_note(costs, widest="goodput_rps_ci", fmt=".2g", unit=" requests/s")
+    sub = "; ".join(t for t in (subtitle, note) if t) or alt.Undefined
+    return layers.properties(title=alt.Title(title, subtitle=sub), width=PANEL_WIDTH,
+                             height=240, usermeta={FLAGS_KEY: flags})
+
+
 def decision_frontier_chart(frontier: pl.DataFrame, *, number_title: str, title: str,
                             subtitle: str = "") -> alt.LayerChart:
     """:func:`relakit.rivals.decision_frontier` as a map: the decision's cost (% of the
@@ -1995,9 +2028,13 @@ def decision_frontier_chart(frontier: pl.DataFrame, *, number_title: str, title:
     the paired difference is not significant, and written with the difference (in path
     minus control plane) and its 95 % half-width."""
     winners = {**PALETTE["winner"], "neither": NEUTRAL["not significant"]}
+    # rounded as Python's f"{v:.1f}" rounds (the value a float holds), as prose formatted
+    # from the same table writes it: polars' round gives 4.4 for 4.35 (4.3499... held)
     frame = frontier.with_columns(
-        (pl.col("cost_share") * 100).round(1).alias("cost_pct"),
-        pl.col("delay_s").round(1).alias("delay_drawn_s"),
+        (pl.col("cost_share") * 100).map_elements(_one_decimal, return_dtype=pl.Float64
+                                                  ).alias("cost_pct"),
+        pl.col("delay_s").map_elements(_one_decimal, return_dtype=pl.Float64
+                                       ).alias("delay_drawn_s"),
         pl.struct("difference", "difference_ci").map_elements(
             lambda r: (f"{r['difference']:+.3g}\n"
                        f"±{_fmt_like(r['difference_ci'], r['difference'])}"),

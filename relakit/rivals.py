@@ -82,7 +82,7 @@ CONTROL = "RelA alone"
 NUMBERS = {"gold_success": 1, "goodput_rps": 1, "p99_ms": -1, "recovery_s": -1,
            "wasted_share": -1}
 #: the numbers in words, with units
-NUMBER_TITLES = {"gold_success": "gold success", "goodput_rps": "goodput (rps)",
+NUMBER_TITLES = {"gold_success": "gold success (share)", "goodput_rps": "goodput (rps)",
                  "p99_ms": "p99 of ok requests (ms)", "recovery_s": "time to recover (s)",
                  "wasted_share": "work wasted (share)"}
 

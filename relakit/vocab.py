@@ -22,6 +22,8 @@ OUTCOMES = ("ok", "error", "timeout", "dropped", "throttled", "rejected")
 IN_PATH_OUTCOMES = ("throttled", "rejected")
 FAILED = ("error", "timeout")  # answered, not ok: an error ratio's part, retried by default
 ANSWERED = ("ok", *FAILED)  # what a node answered (dropped: refused before service)
+# what a server's latency histogram observes: answers it gave (a timeout is the client's)
+SERVED = ("ok", "error")
 NOT_OK = tuple(o for o in OUTCOMES if o != "ok")  # what a retry may be for
 SHEDDABLE = tuple(t for t in TIERS if t != "gold")  # shedding and a breaker never refuse gold
 TIER_MIX = dict(zip(TIERS, (0.1, 0.3, 0.6), strict=True))  # a scenario's default share of each tier

@@ -471,3 +471,37 @@ def test_a_shaded_phase_is_named_under_the_first_panel_title_only():
     assert all("grey: the overload" not in json.dumps(t) for t in titles[1:])
     with pytest.raises(ValueError, match="shade_label names a shade"):
         plots.signals_against_thresholds(signals, rules, timeline, shade_label="grey")
+
+
+def test_decision_cost_points_carry_bars_the_closed_form_is_a_curve_and_misses_are_ringed():
+    costs = pl.DataFrame({"cost_share": [0.0, 0.5, 1.0], "goodput_rps": [399.0, 250.0, 200.5],
+                          "goodput_rps_ci": [6.0, 3.0, 2.0],
+                          "closed_form_rps": [400.0, 266.7, 200.0],
+                          "replications": [3, 3, 3]})
+    grid = np.linspace(0.0, 1.0, 21)
+    closed = pl.DataFrame({"cost_share": grid, "goodput_rps": 4 / (0.01 + grid * 0.01)})
+    chart = plots.decision_cost_figure(costs, closed, title="t")
+    views = _layers(chart.to_dict())
+    assert sorted(_mark(v) for v in views) == ["errorbar", "line", "point", "point"]
+    line = next(v for v in views if _mark(v) == "line")
+    assert len(_data(chart, line)) == 21  # the closed form on the caller's grid, not 3 points
+    assert line["encoding"]["x"]["title"] == "decision cost (% of the mean service time)"
+    assert line["encoding"]["y"]["title"] == "goodput (requests/s)"
+    # only the cost whose interval misses its closed form (0.5: 250 ± 3 against 266.7) is ringed
+    assert [r["cost_pct"] for r in plots.flagged(chart)] == [50.0]
+    assert "95 % intervals over 3 replications" in chart.to_dict()["title"]["subtitle"]
+    with pytest.raises(ValueError, match="closed has no column 'goodput_rps'"):
+        plots.decision_cost_figure(costs, closed.rename({"goodput_rps": "rps"}), title="t")
+
+
+def test_the_frontier_rounds_delays_as_the_prose_does():
+    # 4.35 is held as 4.3499...: the prose's f"{:.1f}" writes 4.3, and so must the axis
+    frontier = pl.DataFrame({"cost_share": [0.0, 0.0], "cost_us": [0.0, 0.0],
+                             "delay_s": [4.35, 21.75], "scrape_s": [1.5] * 2, "eval_s": [0.2] * 2,
+                             "in_path": [0.85, 0.85], "control_plane": [0.97, 0.79],
+                             "difference": [-0.12, 0.06], "difference_ci": [0.02, 0.01],
+                             "winner": ["in a control plane", "in the path"]})
+    chart = plots.decision_frontier_chart(frontier, number_title="gold success", title="t")
+    spec = chart.to_dict()  # both layers draw one frame, held by the layer chart
+    drawn = sorted(r["delay_drawn_s"] for r in spec["datasets"][spec["data"]["name"]])
+    assert [f"{d:g}" for d in drawn] == [f"{v:.1f}" for v in (4.35, 21.75)] == ["4.3", "21.8"]

@@ -126,6 +126,13 @@ def _figures(tmp_path):
                           "value": [0.5, 0.9, 0.95, 200.0, 800.0, 900.0]}),
             pl.DataFrame({"signal": ["busy"], "condition": ["saturated"], "threshold": [0.85]}),
             timeline, shade=(1.0, 2.0), domain=(0.0, 60.0)),
+        # a closed form outside one interval: the red ring is drawn and checked too
+        "decision_cost_figure": plots.decision_cost_figure(
+            pl.DataFrame({"cost_share": [0.0, 1.0], "goodput_rps": [399.0, 190.0],
+                          "goodput_rps_ci": [5.0, 2.0], "closed_form_rps": [400.0, 200.0],
+                          "replications": [3, 3]}),
+            pl.DataFrame({"cost_share": [0.0, 0.5, 1.0], "goodput_rps": [400.0, 266.7, 200.0]}),
+            title="t"),
     }
     from relakit.experiment import simulate
 

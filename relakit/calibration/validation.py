@@ -40,7 +40,7 @@ from relakit.control.signals import parse_signal
 from relakit.control.tsdb import TSDB
 from relakit.replications import replication_seeds, summarise_replications
 from relakit.validate import Reader
-from relakit.vocab import ANSWERED, FAILED
+from relakit.vocab import ANSWERED, FAILED, SERVED
 
 SIGNALS = {
     "request_rate_rps": {"kind": "rate", "metric": "requests_total"},
@@ -212,7 +212,7 @@ def record_quantiles(requests: pl.DataFrame, windows, bounds_s, qs=(0.5, 0.99)) 
 
     bounds = np.asarray(bounds_s, dtype=float)
     bounds = np.append(bounds[np.isfinite(bounds)], np.inf)  # (+Inf: every request)
-    answered = requests.filter(pl.col("outcome").is_in(["ok", "error"]))
+    answered = requests.filter(pl.col("outcome").is_in(SERVED))
     rows = []
     for w, (t0, t1) in enumerate(windows):
         inside = answered.filter(pl.col("arrival_s").is_between(t0, t1, closed="left"))
