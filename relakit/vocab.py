@@ -49,6 +49,9 @@ SERVICE_PARAMS = {
     "lognormal": ("mean_ms", "cv"),
     "pareto": ("mean_ms", "alpha"),
     "bimodal": ("fast_ms", "slow_ms", "slow_fraction"),
+    # exponential with mean slow_ms with probability slow_fraction, else mean fast_ms (a
+    # two-phase hyperexponential: the live lab's service with its slow path)
+    "hyperexponential": ("fast_ms", "slow_ms", "slow_fraction"),
 }
 SERVICE_KINDS = tuple(SERVICE_PARAMS)
 ROUTINGS = ("random", "round_robin", "jsq", "p2c")

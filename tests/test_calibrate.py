@@ -82,7 +82,7 @@ def test_servers_exact_and_mean_service_within_10_percent(roundtrip, fitted):
     # the stated rule (least AIC, fewest parameters within 2) names the true kind
     assert fitted.scenario.fleet.service.kind == "exponential"
     assert {s["kind"] for s in fitted.service.scores} == {
-        "exponential", "deterministic", "lognormal", "pareto", "bimodal"}
+        "exponential", "deterministic", "lognormal", "pareto", "bimodal", "hyperexponential"}
 
 
 def test_fault_windows_start_within_one_scrape_and_rate_within_20_percent(roundtrip, fitted):

@@ -30,8 +30,9 @@ def test_routings_cancels_and_service_kinds_are_written_once():
     assert spec.SERVICE_PARAMS is vocab.SERVICE_PARAMS and spec.ROUTINGS is vocab.ROUTINGS
     assert spec.CANCELS is vocab.CANCELS
     assert CLOSED_FORMS == vocab.SERVICE_PARAMS  # the closed forms' own copy, kept equal
+    # shape parameters fitted beyond the scale
     assert N_PARAMS == {"exponential": 0, "deterministic": 0, "lognormal": 1, "pareto": 1,
-                        "bimodal": 2}  # shape parameters fitted beyond the scale
+                        "bimodal": 2, "hyperexponential": 2}
 
 
 def test_every_layer_reads_the_same_words():

@@ -300,6 +300,7 @@ SERVICE_PARAMS: dict[str, tuple[str, ...]] = {
     "lognormal": ("mean_ms", "cv"),
     "pareto": ("mean_ms", "alpha"),
     "bimodal": ("fast_ms", "slow_ms", "slow_fraction"),
+    "hyperexponential": ("fast_ms", "slow_ms", "slow_fraction"),
 }
 
 
@@ -311,6 +312,8 @@ def service_moments(kind: str, **params: float) -> tuple[float, float]:
     pareto(mean_ms, alpha): classic Pareto with x_m = m (alpha - 1) / alpha (alpha > 1 so the
     mean is finite); E[S^2] = alpha x_m^2 / (alpha - 2), infinite for alpha <= 2.
     bimodal(fast_ms, slow_ms, slow_fraction): two point masses; moments are the mixture's.
+    hyperexponential(fast_ms, slow_ms, slow_fraction): exponential with mean slow_ms with
+    probability slow_fraction, else fast_ms; E[S^2] = 2 ((1 - f) fast^2 + f slow^2).
     Feed the result to :func:`mg1_mean_wait` to check the simulator against P-K.
     """
     if kind not in SERVICE_PARAMS:
@@ -318,12 +321,13 @@ def service_moments(kind: str, **params: float) -> tuple[float, float]:
     expected = SERVICE_PARAMS[kind]
     if set(params) != set(expected):
         raise ValueError(f"{kind} service takes parameters {list(expected)}, got {sorted(params)}")
-    if kind == "bimodal":
+    if kind in ("bimodal", "hyperexponential"):
         fast = as_positive("fast_ms", params["fast_ms"])
         slow = as_positive("slow_ms", params["slow_ms"])
         f = as_probability("slow_fraction", params["slow_fraction"])
         mean_ms = (1.0 - f) * fast + f * slow
-        s2_ms = (1.0 - f) * fast**2 + f * slow**2
+        # a point mass's square, or an exponential's second moment (2 m^2), mixed
+        s2_ms = (1.0 if kind == "bimodal" else 2.0) * ((1.0 - f) * fast**2 + f * slow**2)
     else:
         mean_ms = as_positive("mean_ms", params["mean_ms"])
         if kind == "exponential":

@@ -48,6 +48,7 @@ LOGNORMAL_CV = np.geomspace(0.05, 5.0, 240)
 PARETO_ALPHA = np.geomspace(1.05, 30.0, 240)
 BIMODAL_P = np.geomspace(0.002, 0.5, 48)
 BIMODAL_RATIO = np.geomspace(1.5, 60.0, 48)
+HYPEREXP_P, HYPEREXP_RATIO = BIMODAL_P, BIMODAL_RATIO  # slow share, slow mean / fast mean
 # the shape parameters fitted per kind: a kind's parameters beyond its scale
 N_PARAMS = {kind: len(params) - 1 for kind, params in SERVICE_PARAMS.items()}
 
@@ -256,11 +257,16 @@ def _cdfs(kind: str, x: np.ndarray, m: float):
         with np.errstate(divide="ignore"):
             f = np.where(x < xm, 0.0, 1.0 - (xm / x) ** a)
         return [{"mean_ms": m * 1e3, "alpha": float(v)} for v in PARETO_ALPHA], f
-    p, r = np.meshgrid(BIMODAL_P, BIMODAL_RATIO, indexing="ij")
+    hyper = kind == "hyperexponential"
+    p, r = np.meshgrid(HYPEREXP_P if hyper else BIMODAL_P,
+                       HYPEREXP_RATIO if hyper else BIMODAL_RATIO, indexing="ij")
     p, r = p.ravel()[:, None], r.ravel()[:, None]
-    fast = m / ((1 - p) + p * r)
+    fast = m / ((1 - p) + p * r)  # the mixture's mean is m
     slow = r * fast
-    f = (1 - p) * (x >= fast) + p * (x >= slow)
+    if hyper:  # two exponential phases
+        f = (1 - p) * (1.0 - np.exp(-x / fast)) + p * (1.0 - np.exp(-x / slow))
+    else:  # two point masses
+        f = (1 - p) * (x >= fast) + p * (x >= slow)
     params = [{"fast_ms": float(a * 1e3), "slow_ms": float(b * 1e3), "slow_fraction": float(c)}
               for a, b, c in zip(fast.ravel(), slow.ravel(), p.ravel(), strict=True)]
     return params, f

@@ -103,8 +103,10 @@ RNG_THROTTLE = STREAMS.index("throttle")  # the client throttle's local rejectio
 RNG_CLIENTS = STREAMS.index("clients")  # closed clients' think times (CLIENTS)
 N_STREAMS = len(STREAMS)
 
-SERVICE_KINDS = ("exponential", "deterministic", "lognormal", "pareto", "bimodal")
-S_EXP, S_DET, S_LOGNORMAL, S_PARETO, S_BIMODAL = (SERVICE_KINDS.index(k) for k in SERVICE_KINDS)
+SERVICE_KINDS = ("exponential", "deterministic", "lognormal", "pareto", "bimodal",
+                 "hyperexponential")
+S_EXP, S_DET, S_LOGNORMAL, S_PARETO, S_BIMODAL, S_HYPEREXP = (
+    SERVICE_KINDS.index(k) for k in SERVICE_KINDS)
 
 ROUTINGS = ("random", "round_robin", "jsq", "p2c")
 R_RANDOM, R_RR, R_JSQ, R_P2C = (ROUTINGS.index(r) for r in ROUTINGS)
@@ -550,7 +552,9 @@ def draw_service(rng, k, kind, a, b, c):
         return math.exp(a + b * normal(rng, k))
     if kind == S_PARETO:
         return a * (1.0 - uniform(rng, k)) ** (-1.0 / b)
-    # bimodal: a = fast, b = slow, c = slow fraction
+    # bimodal and hyperexponential: a = fast, b = slow, c = slow fraction
+    if kind == S_HYPEREXP:  # which phase, then its exponential (two draws, as the lab's)
+        return exponential(rng, k, b if uniform(rng, k) < c else a)
     if uniform(rng, k) < c:
         return b
     return a

@@ -89,7 +89,7 @@ class Service:
 
     @property
     def mean_ms(self) -> float:
-        if self.kind == "bimodal":
+        if self.kind in ("bimodal", "hyperexponential"):
             p = self.params["slow_fraction"]
             return (1 - p) * self.params["fast_ms"] + p * self.params["slow_ms"]
         return self.params["mean_ms"]
@@ -808,6 +808,16 @@ def _service(r: Reader) -> Service:
         p["fast_ms"] = r.number("fast_ms", lo=0, lo_open=True)
         p["slow_ms"] = r.number("slow_ms", lo=0, lo_open=True)
         p["slow_fraction"] = r.number("slow_fraction", lo=0, hi=1)
+    elif kind == "hyperexponential":  # two exponential phases: both a share, slow the longer
+        p["fast_ms"] = r.number("fast_ms", lo=0, lo_open=True)
+        p["slow_ms"] = r.number("slow_ms", lo=0, lo_open=True)
+        if p["slow_ms"] < p["fast_ms"]:
+            r.fail(f"{p['slow_ms']:g} is below fast_ms {p['fast_ms']:g}: the slow phase's "
+                   "mean must be >= the fast one's", "slow_ms")
+        p["slow_fraction"] = r.number("slow_fraction", lo=0, lo_open=True)
+        if p["slow_fraction"] >= 1:
+            r.fail(f"{p['slow_fraction']!r} is out of range: must be < 1 (a share of "
+                   "requests in the slow phase, strictly between 0 and 1)", "slow_fraction")
     else:
         p["mean_ms"] = r.number("mean_ms", lo=0, lo_open=True)
     if kind == "lognormal":
