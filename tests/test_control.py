@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 from conftest import ROOT
+from prometheus_go import extrapolated_rate as _extrapolated_rate
 
 import relakit
 from relakit.control import TSDB, Clocks, Controller, Target, load_policy
@@ -81,32 +82,6 @@ def test_histogram_quantile_interpolates_like_prometheus():
     assert np.isnan(q50[1])  # no observations
     assert bucket_quantile(0.99, upper, counts)[0] == 0.5  # in +Inf: highest finite bound
     assert bucket_quantile(0.1, upper, counts)[0] == pytest.approx(0.05)
-
-
-def _extrapolated_rate(samples, t, range_s, is_counter, is_rate):
-    """Prometheus' extrapolatedRate (promql/functions.go), transcribed sample by sample."""
-    if len(samples) < 2:
-        return float("nan")
-    (t_first, first), (t_last, last) = samples[0], samples[-1]
-    result = last - first
-    if is_counter:
-        last_value = 0.0
-        for _, v in samples:
-            if v < last_value:
-                result += last_value
-            last_value = v
-    to_start, to_end = t_first - (t - range_s), t - t_last
-    sampled = t_last - t_first
-    avg = sampled / (len(samples) - 1)
-    if is_counter and result > 0 and first >= 0:
-        to_start = min(to_start, sampled * (first / result))
-    threshold = avg * 1.1
-    interval = sampled + (to_start if to_start < threshold else avg / 2)
-    interval += to_end if to_end < threshold else avg / 2
-    factor = interval / sampled
-    if is_rate:
-        factor /= range_s
-    return result * factor
 
 
 def _bucket_quantile(q, upper, counts):

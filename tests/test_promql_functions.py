@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from prometheus_go import div as _div
+from prometheus_go import extrapolated_rate as _extrapolated_rate
 
 from relakit.control import promql_functions as fn
 from relakit.control.tsdb import Target, extrapolated_rate, increase, window_bounds
@@ -43,15 +45,6 @@ def _linear_regression(ts_ms, vs, intercept_ms):
     var = sx2 - sx * sx / n
     slope = _div(cov, var)
     return slope, sy / n - slope * sx / n
-
-
-def _div(a, b):
-    """a / b as Go divides floats (Python raises on a zero divisor)."""
-    if b != 0 or math.isnan(b):
-        return a / b
-    if a == 0 or math.isnan(a):
-        return math.nan
-    return math.copysign(math.inf, a) * math.copysign(1.0, b)
 
 
 def _sum_over_time(vs):
@@ -175,34 +168,6 @@ def test_kahan_window_sums_equal_prometheus_bit_for_bit(kind):
             w = values[lo[i]:hi[i] + 1].tolist()
             _same(total[i], _sum_over_time(w), ("sum", i))
             _same(var[i], _stdvar_over_time(w), ("stdvar", i))
-
-
-def _extrapolated_rate(samples, t, range_s, is_counter, is_rate):
-    """extrapolatedRate (promql/functions.go, 2.42) over the window's samples."""
-    if len(samples) < 2:
-        return math.nan
-    (t_first, first), (t_last, last) = samples[0], samples[-1]
-    result = last - first
-    if is_counter:
-        prev = 0.0
-        for _, v in samples:
-            if v < prev:
-                result += prev
-            prev = v
-    to_start, to_end = t_first - (t - range_s), t - t_last
-    sampled = t_last - t_first
-    avg = sampled / (len(samples) - 1)
-    if is_counter and result > 0 and first >= 0:
-        to_zero = sampled * (first / result)
-        if to_zero < to_start:
-            to_start = to_zero
-    threshold = avg * 1.1
-    interval = sampled + (to_start if to_start < threshold else avg / 2)
-    interval += to_end if to_end < threshold else avg / 2
-    factor = _div(interval, sampled)
-    if is_rate:
-        factor /= range_s
-    return result * factor
 
 
 def test_window_rate_equals_prometheus_bit_for_bit():
