@@ -55,8 +55,9 @@ from relakit.replications import replication_seeds
 from relakit.stats import t_interval
 from relakit.traces import read_trace
 
-pytestmark = pytest.mark.skipif(shutil.which("wrk") is None or shutil.which("prometheus")
-                                is None, reason="the set-up installs wrk and prometheus")
+pytestmark = [pytest.mark.acceptance,  # `make acceptance` (see the Makefile), not make test
+              pytest.mark.skipif(shutil.which("wrk") is None or shutil.which("prometheus")
+                                 is None, reason="the set-up installs wrk and prometheus")]
 
 THINK_MS = 500
 # per tier: (start, connections, seconds), staggered (see the module's docstring)
@@ -142,16 +143,30 @@ def test_wrk_ran_every_phase_without_errors(run):
 
 
 def test_the_calibration_finds_the_populations_phases_and_think_time(run):
-    closed = _summary(run)["workload"]["closed"]
-    assert set(closed) == {"gold", "silver", "bronze"}, _summary(run)["workload"]["note"]
+    """Gold (a steady N) is closed with N and Z inside their intervals. A stepped tier is
+    closed only when its rate follows N / (R + Z) within its phases beyond chance; on 2
+    cores that test's power is not certain (a recording at 838ba9d read silver's slope
+    0.19 ± 0.33 and kept it open, the twin trusted all the same), so a stepped tier is
+    either closed with every phase's N inside its interval, or open with its steps found
+    and the reason said — the issue's "says which it chose and why"."""
+    workload = _summary(run)["workload"]
+    closed, note = workload["closed"], workload["note"]
+    assert "gold" in closed, note
     g = closed["gold"]
     assert g["phases"] is None
     assert g["think_ci"][0] <= THINK_MS / 1000 <= g["think_ci"][1], g
     assert g["population_ci"][0] <= 12 <= g["population_ci"][1], g
     origin = _origin(run)
     for tier in ("silver", "bronze"):
-        phases = closed[tier]["phases"]
         made = [ts - origin for t, _, ts in run["starts"] if t == tier]
+        if tier not in closed:
+            m = re.search(rf"{tier} open \(\d+ phases \(rate steps at ([-\d., ]+) s\)", note)
+            assert m, note
+            found = [float(x) for x in m.group(1).split(",")]
+            assert len(found) == len(made) - 1, (tier, note)
+            assert all(abs(f - at) < 2.0 for f, at in zip(found, made[1:], strict=True)), note
+            continue
+        phases = closed[tier]["phases"]
         # a last phase of none once wrk stopped and the recording went on, if any
         end = run["t0"] + END_S - origin
         if len(phases) == len(made) + 1:
@@ -164,7 +179,9 @@ def test_the_calibration_finds_the_populations_phases_and_think_time(run):
             assert p["population_ci"][0] <= n <= p["population_ci"][1], (tier, n, p)
     twin = yaml.safe_load((run["work"] / "twin" / "twin.yaml").read_text())
     pops = twin["workload"]["clients"]["population"]
-    assert isinstance(pops["gold"], int) and [n for _, n in pops["bronze"]][1] >= 10, pops
+    assert isinstance(pops["gold"], int), pops
+    for tier in set(closed) - {"gold"}:  # the overload phase's population carried over
+        assert [n for _, n in pops[tier]][1] >= 10, pops
 
 
 def test_the_twin_is_trusted(run):
