@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,19 @@ def wait_until(predicate, timeout_s: float, what: str):
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def relakit_cli(*args, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    """``python -m relakit.cli ARGS`` from the repository, its output captured."""
+    return subprocess.run([sys.executable, "-m", "relakit.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def stop_lab(up: subprocess.Popen, work: Path) -> None:
+    """A test's teardown of the ``lab up`` it started, passed or failed: the process killed
+    if it still runs, then ``lab down`` if its state is left (never a lab left behind)."""
+    if up.poll() is None:
+        up.kill()
+        up.wait()
+    if (Path(work) / "state.json").exists():
+        relakit_cli("lab", "down", "--dir", str(work))

@@ -20,15 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, stop_lab
+from conftest import relakit_cli as _cli
 
 from relakit.cli import main
 from relakit.lab import procs
-
-
-def _cli(*args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "relakit.cli", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, **kw)
 
 
 def _ports(state: dict) -> list[int]:
@@ -125,11 +121,7 @@ def test_down_stops_every_process_of_a_lab_whose_up_was_killed(tmp_path):
         again = _cli("lab", "down", "--dir", str(work))  # nothing left to stop: a clear error
         assert again.returncode == 2 and "no running lab here" in again.stderr
     finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait()
-        if (work / "state.json").exists():  # never leave a lab behind a failed test
-            _cli("lab", "down", "--dir", str(work))
+        stop_lab(up, work)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
@@ -172,11 +164,7 @@ def test_down_stops_a_running_lab_and_its_agents_and_leaves_no_process(tmp_path)
         assert acquired == [f"{leader} acquired the lease: epoch 1"], acquired
         assert not list(work.glob("decisions-agent*.parquet"))  # merged, then removed
     finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait()
-        if (work / "state.json").exists():
-            _cli("lab", "down", "--dir", str(work))
+        stop_lab(up, work)
 
 
 @pytest.mark.parametrize("content", ["", "{not json", "[]", '{"processes": 3}',

@@ -31,7 +31,8 @@ import httpx
 import numpy as np
 import polars as pl
 import pytest
-from conftest import ROOT, wait_until
+from conftest import ROOT, stop_lab, wait_until
+from conftest import relakit_cli as _cli
 
 from relakit.analytic import step_delay
 from relakit.control import load_clocks, load_policy, signal_matrix
@@ -200,11 +201,6 @@ def _wrk_result(p: subprocess.Popen) -> dict:
             "timeouts": int(m.group(6))}
 
 
-def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "relakit.cli", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-
-
 @pytest.fixture(scope="module")
 def external(tmp_path_factory):
     work = tmp_path_factory.mktemp("external") / "lab"
@@ -247,11 +243,7 @@ def external(tmp_path_factory):
         decisions = pl.read_parquet(work / "decisions.parquet")
         recorded = json.loads((work / "recorded.json").read_text())
     finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait()
-        if (work / "state.json").exists():
-            _cli("lab", "down", "--dir", str(work))
+        stop_lab(up, work)
     out = {"clocks": clocks, "t0": t0, "t_step": t_step, "t_high_end": t_high_end, "t_end": t_end,
            "high": high_out, "low": low_out, "live": live_rows, "decisions": decisions,
            "recorded": recorded, "work": work, "tail": tail,

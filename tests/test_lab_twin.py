@@ -39,14 +39,13 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 
 import numpy as np
 import polars as pl
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, relakit_cli
 
 import relakit
 from relakit.calibration.validation import record_quantiles, tier_quantiles
@@ -86,8 +85,7 @@ def _wrk(front: str, tier: str, conns: int, secs: int) -> subprocess.Popen:
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "relakit.cli", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return relakit_cli(*args, timeout=300)
 
 
 @pytest.fixture(scope="module")
