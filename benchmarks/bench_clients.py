@@ -24,21 +24,16 @@ A benchmark, not a test: nothing here asserts a speed.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_kernel import mm8  # noqa: E402
+from bench_kernel import general_rate_of, mm8, rate_of, rounds  # noqa: E402
 
-import relakit  # noqa: E402
 from relakit.sim import kernel as K  # noqa: E402
-from relakit.sim.fleet import Fleet  # noqa: E402
 
 NODES = 50
 
@@ -54,15 +49,11 @@ def closed(requests: float) -> dict:
 
 def rate(sc: dict, general: bool, loop=None) -> float:
     saved = K.advance
-    Fleet.specialise = not general
     if loop is not None:
         K.advance = loop  # kernel.run looks it up at each call
     try:
-        t = time.process_time()
-        r = relakit.simulate(sc, record_requests=False)
-        return r.info["user_requests"] / (time.process_time() - t)
+        return general_rate_of(sc) if general else rate_of(sc)
     finally:
-        Fleet.specialise = True
         K.advance = saved
 
 
@@ -80,19 +71,7 @@ def main() -> None:
     ap.add_argument("--requests", type=float, default=2e6, help="user requests a run (2e6)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of every variant (5)")
     args = ap.parse_args()
-    for _, sc, general, loop in variants(1e4):  # compile (or load) every loop first
-        rate(sc, general, loop)
-    rates: dict[str, list[float]] = {}
-    for r in range(args.rounds):
-        row = []
-        for name, sc, general, loop in variants(args.requests):
-            v = rate(sc, general, loop) / 1e6
-            rates.setdefault(name, []).append(v)
-            row.append(f"{name} {v:.2f}")
-        print(f"round {r + 1} (load {os.getloadavg()[0]:.2f}): " + ", ".join(row), flush=True)
-    print("\nM user requests per CPU second (best, median):")
-    for name, vs in rates.items():
-        print(f"  {name.ljust(30)} {max(vs):6.3f} {statistics.median(vs):6.3f}")
+    rounds(variants, rate, args.rounds, args.requests, width=30)
 
 
 if __name__ == "__main__":

@@ -138,6 +138,27 @@ def general_rate_of(sc: dict) -> float:
         Fleet.specialise = True
 
 
+def rounds(variants, rate, n_rounds: int, requests: float, width: int = 22) -> None:
+    """Every variant of ``variants(requests)`` (name, scenario, then ``rate``'s other
+    arguments) timed by ``rate`` once small (compiling or loading its loop), then in
+    ``n_rounds`` rounds; each round's rates, then every variant's best and median."""
+    import statistics
+
+    for _, sc, *how in variants(1e4):
+        rate(sc, *how)
+    rates: dict[str, list[float]] = {}
+    for r in range(n_rounds):
+        row = []
+        for name, sc, *how in variants(requests):
+            v = rate(sc, *how) / 1e6
+            rates.setdefault(name, []).append(v)
+            row.append(f"{name} {v:.2f}")
+        print(f"round {r + 1} (load {os.getloadavg()[0]:.2f}): " + ", ".join(row), flush=True)
+    print("\nM user requests per CPU second (best, median):")
+    for name, vs in rates.items():
+        print(f"  {name.ljust(width)} {max(vs):6.3f} {statistics.median(vs):6.3f}")
+
+
 def build_c(tmp: str, name: str = "ref_heap") -> str | None:
     """benchmarks/NAME.c compiled with ``cc -O2`` into tmp, or None without a compiler."""
     cc = shutil.which(os.environ.get("CC", "cc"))

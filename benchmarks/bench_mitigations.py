@@ -22,20 +22,14 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_kernel import mitigated, mm8  # noqa: E402
-
-import relakit  # noqa: E402
-from relakit.sim.fleet import Fleet  # noqa: E402
+from bench_kernel import general_rate_of, mitigated, mm8, rate_of, rounds  # noqa: E402
 
 
 def variants(nodes: int, requests: float):
@@ -56,13 +50,7 @@ def variants(nodes: int, requests: float):
 
 
 def rate(sc: dict, specialise: bool) -> float:
-    Fleet.specialise = specialise
-    try:
-        t = time.process_time()
-        r = relakit.simulate(sc, record_requests=False)
-        return r.info["user_requests"] / (time.process_time() - t)
-    finally:
-        Fleet.specialise = True
+    return rate_of(sc) if specialise else general_rate_of(sc)
 
 
 def main() -> None:
@@ -70,22 +58,7 @@ def main() -> None:
     ap.add_argument("--requests", type=float, default=2e6, help="user requests a run (2e6)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of every variant (5)")
     args = ap.parse_args()
-    for _, sc, plain in variants(50, 1e4):  # compile (or load) both kernels first
-        rate(sc, plain)
-    rates: dict[str, list[float]] = {}
-    for r in range(args.rounds):
-        row = []
-        for name, sc, plain in variants(50, args.requests):
-            v = rate(sc, plain) / 1e6
-            rates.setdefault(name, []).append(v)
-            row.append(f"{name} {v:.2f}")
-        print(f"round {r + 1} (load {os.getloadavg()[0]:.2f}): " + ", ".join(row), flush=True)
-    print("\nM user requests per CPU second (best, median):")
-    for name, vs in rates.items():
-        print(f"  {name.ljust(22)} {max(vs):6.3f} {statistics.median(vs):6.3f}")
-    best = {k: max(v) for k, v in rates.items()}
-    print(f"slowdown of all on against the plain kernel (bests): "
-          f"{best['plain kernel'] / best['all on']:.2f}")
+    rounds(lambda requests: variants(50, requests), rate, args.rounds, args.requests)
 
 
 if __name__ == "__main__":
