@@ -57,9 +57,10 @@ def test_the_closed_twin_yaml_runs_as_a_scenario(closed_twin, tmp_path):
     path = tmp_path / "twin.yaml"
     path.write_text(closed_twin.yaml)
     twin = load_scenario(path)
-    assert yaml.safe_load(closed_twin.yaml)["workload"]["clients"]["population"]["bronze"] >= 1
+    fitted = round(closed_twin.population.tiers["bronze"].population)
+    assert yaml.safe_load(closed_twin.yaml)["workload"]["clients"]["population"]["bronze"] == fitted
     r = relakit.simulate(twin, record_requests=False)
-    assert r.info["clients"]["population"] == twin.workload.clients.total
+    assert r.info["clients"]["population"] == fitted  # the run has the fitted clients
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,7 @@ def _all(result):
 
 
 # (clients, what it is): M/M/4//N with S = 10 ms, Z = 1 s: the knee N* = (Z + S) / S x c
-# = 404; utilisation 0.25, 0.86, 1.00
+# = 404; utilisation 0.25, 0.92, 1.00
 POINTS = [(100, "light"), (380, "near the knee"), (800, "saturated")]
 
 

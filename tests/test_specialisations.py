@@ -314,8 +314,9 @@ def test_a_population_schedule_runs_the_general_loop_chosen_and_forced_alike(rec
                                                                             monkeypatch):
     """Closed clients are the general loop's (CLIENTS folds away elsewhere); with a
     population schedule the steps are applied between calls (Fleet.advance splits at each):
-    the loop Fleet chooses and the general loop forced, advanced in steps that do not fall
-    on the schedule's, leave every array equal, and the plain and lean loops never run."""
+    the loop Fleet chooses and the general loop forced, advanced in steps some of which fall
+    on the schedule's (7.5, 15.25) and some not, leave every array equal, and the plain and
+    lean loops never run."""
     def make():
         sc = make_scenario(duration=30, nodes=2, servers=2, warmup=1)
         del sc["workload"]["arrival"]

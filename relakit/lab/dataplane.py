@@ -39,7 +39,7 @@ from fastapi import FastAPI, Header, HTTPException, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from relakit.lab.in_path import ConcurrencyLimit
-from relakit.vocab import LOCAL_FLAGS, POLICY_FLAGS
+from relakit.vocab import POLICY_FLAGS
 
 # the latency histogram's bucket bounds (s) unless told otherwise: fine enough between
 # 50 ms and 2 s that a p99 read from them is within a bucket's width of the clients'
@@ -100,7 +100,7 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
                     for k in POLICY_FLAGS:
                         flag_gauge.labels(k).set(int(flags[k]))
                     if limiter is not None:  # a policy's ceiling (None: the scenario's)
-                        limiter.set_ceiling(got.get(LOCAL_FLAGS[1]))
+                        limiter.set_ceiling(got.get("concurrency_max"))
                 except (httpx.HTTPError, KeyError, ValueError):
                     pass  # keep the last state it knew
                 await asyncio.sleep(poll_s)
