@@ -45,7 +45,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 
 from relakit.lab.dataplane import TIER_HEADER, tier_of
-from relakit.lab.in_path import ClientThrottle
+from relakit.lab.in_path import ClientThrottle, first_answer
 from relakit.vocab import OUTCOMES, ROUTINGS, TIERS
 
 KEEPALIVE_S = 75.0  # idle keep-alive, seconds (the clients thought up to 60 s)
@@ -369,11 +369,10 @@ def make_app(front: Front, config_url: str, poll_s: float, tier_header: str = TI
         if j < 0:
             return await first
         second = asyncio.ensure_future(call(j, tier))
-        done, _ = await asyncio.wait({first, second}, return_when=asyncio.FIRST_COMPLETED)
         # the loser is let finish and its answer dropped (the simulator's cancel: never):
         # its instance works on either way, and cancelling it would close a pooled
         # connection per hedge, which under load cost the front more than the hedge
-        return next(iter(done)).result()
+        return (await first_answer({first, second}, lambda answer: answer[0] == 200)).result()
 
     def handle(method: bytes, target: bytes, headers: dict):
         path, _, qs = target.partition(b"?")

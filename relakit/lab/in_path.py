@@ -27,6 +27,7 @@ request the instance serves. A policy's local flags (``throttle_k``,
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 
@@ -172,3 +173,19 @@ class ConcurrencyLimit:
 
 __all__ = ["LAB_MITIGATIONS", "WINDOW_BUCKETS", "ClientThrottle", "ConcurrencyLimit",
            "lab_mitigations"]
+
+
+async def first_answer(tasks: set, answered) -> asyncio.Future:
+    """Of one call's hedged copies (``tasks``), the first whose result ``answered``
+    accepts, else the last to finish: the simulator ends a call on its first ok copy or
+    when no copy is left, so a copy refused at once (throttled, rejected, a full queue)
+    or failed ends nothing while another is outstanding. The task is returned (its
+    ``result()`` raises what it raised); the others are left to the caller."""
+    pending = set(tasks)
+    while True:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if not task.cancelled() and task.exception() is None and answered(task.result()):
+                return task
+        if not pending:
+            return next(iter(done))

@@ -10,7 +10,7 @@ import time
 
 import httpx
 
-from relakit.lab.in_path import ClientThrottle
+from relakit.lab.in_path import ClientThrottle, first_answer
 from relakit.lab.lab import Lab
 from relakit.vocab import OUTCOMES, TIERS
 
@@ -95,10 +95,10 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
                     second = asyncio.create_task(call(urls[1], tier))
                     second.add_done_callback(lambda f: f.cancelled() or f.exception())
                     tasks.add(second)
-                done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                for p in pending:
+                decided = await first_answer(tasks, lambda code: code == 200)
+                for p in tasks - {decided}:
                     p.cancel()
-                code = next(iter(done)).result()
+                code = decided.result()
                 outcome = outcome_of(code)
             except (TimeoutError, httpx.TimeoutException):
                 outcome = "timeout"
