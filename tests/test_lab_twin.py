@@ -48,6 +48,7 @@ import yaml
 from conftest import ROOT, relakit_cli
 
 import relakit
+from relakit.calibration import validation as V
 from relakit.calibration.validation import record_quantiles, tier_quantiles
 from relakit.lab import Lab, LabSpec
 from relakit.replications import replication_seeds
@@ -67,7 +68,7 @@ END_S = 80
 BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.125, 0.15,
            0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0)
 SETTLE_S = 2.0  # left out after each step: where the calibration places it, and the transient
-TOLERANCE, TOLERANCE_P90 = 0.30, 0.60  # the validation's for p99 (relakit.calibration.validation)
+TOLERANCE, TOLERANCE_P90 = V.TOLERANCE["p99_ms"], V.TOLERANCE_P90["p99_ms"]  # the validation's
 REPLICATIONS = 20
 
 

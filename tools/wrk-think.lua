@@ -1,7 +1,7 @@
 -- wrk script: each connection is one client that thinks between requests (a closed
 -- population, as real users behave). The think time is exponential with the mean given
 -- after `--` in milliseconds (500 if none): wrk ... -s tools/wrk-think.lua URL -- 500
--- At the end it prints one line the tests read: requests, non-2xx by status, errors.
+-- At the end it prints one line the tests read: requests, counts by status (2xx too), errors.
 think_ms = 500
 counts = {}  -- per status; a global, so done() can read each thread's
 

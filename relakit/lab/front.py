@@ -355,8 +355,11 @@ def make_app(front: Front, config_url: str, poll_s: float, tier_header: str = TI
         else:
             status, body = await hedged(i, tier)
         if throttle is not None:
-            o = ("throttled" if body == b"throttled" else "error" if body == b"queue full"
-                 else outcome_of.get(status, "error"))  # a full queue errs, as simulated
+            # a full queue errs, as simulated; so does no routable instance (the kernel's
+            # copy with no node), which the load generator also counts as an error
+            o = ("throttled" if body == b"throttled"
+                 else "error" if i < 0 or body == b"queue full"
+                 else outcome_of.get(status, "error"))
             answered[tier, o] += 1
         return status, body
 
