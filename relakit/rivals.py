@@ -22,6 +22,7 @@ import copy
 
 import polars as pl
 
+from relakit.control.clocks import KEYS as CLOCK_KEYS
 from relakit.vocab import ANSWERED
 
 __all__ = ["CONTROL", "LOCAL_MECHANISMS", "NUMBERS", "NUMBER_TITLES", "SERVER_MECHANISMS",
@@ -273,12 +274,13 @@ def rival_table(runs: pl.DataFrame, baseline: str = CONTROL) -> pl.DataFrame:
 
 
 def scaled_clocks(clocks: dict, factor: float) -> dict:
-    """``clocks`` with every period (scrape, window, evaluation, poll, propagation)
-    multiplied by ``factor``: the same control plane, faster or slower."""
+    """``clocks`` with every duration (each period, phase and delay of
+    ``relakit.control.clocks.KEYS``) multiplied by ``factor``: the same control plane,
+    faster or slower (a phase left unscaled could outgrow its period)."""
     if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor > 0:
         raise ValueError(f"clock factor: a number > 0, got {factor!r}")
-    return {k: float(v) * factor if k in ("scrape_s", "window_s", "eval_s", "poll_s",
-                                         "propagation_s") else v for k, v in clocks.items()}
+    return {k: float(v) * factor if k in CLOCK_KEYS and isinstance(v, int | float) else v
+            for k, v in clocks.items()}
 
 
 def control_delay_s(policy: dict, clocks: dict) -> float:

@@ -113,8 +113,10 @@ class Scenario:
                                                else "") + f", {sum(fl.servers)} servers, "
                  f"{fl.service.kind} "
                  f"service of {fl.service.mean_ms:g} ms, {fl.routing} routing, capacity "
-                 f"{fl.capacity_rps:.4g} req/s; mean offered load "
-                 f"{self.offered_utilisation:.2f}x capacity"]
+                 f"{fl.capacity_rps:.4g} req/s"
+                 # a closed population's offered load is an outcome of the run, not a fact
+                 + (f"; open arrivals' mean load {self.offered_utilisation:.2f}x capacity"
+                    if wl.open else "")]
         if self.policy is not None:
             lines.append(f"policy {self.policy.name!r}: modes " + ", ".join(
                 m.name for m in self.policy.modes))

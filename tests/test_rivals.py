@@ -181,6 +181,8 @@ def test_scaled_clocks_scale_the_control_delay():
     assert one == pytest.approx(step_delay(CLOCKS["scrape_s"], CLOCKS["eval_s"], CLOCKS["poll_s"],
                                            0.0, enter, lead_s=CLOCKS["window_s"] / 2).mean)
     assert rv.control_delay_s(POLICY, rv.scaled_clocks(CLOCKS, 2.0)) == pytest.approx(2 * one)
+    phased = rv.scaled_clocks({**CLOCKS, "scrape_phase_s": 4.0, "poll_phase_s": 1.0}, 0.5)
+    assert (phased["scrape_phase_s"], phased["poll_phase_s"]) == (2.0, 0.5)  # phases too
     with pytest.raises(ValueError, match="clock factor"):
         rv.scaled_clocks(CLOCKS, 0)
 

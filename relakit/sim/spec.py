@@ -944,6 +944,9 @@ def _clients(r: Reader, mix: dict, duration: float = math.inf) -> Clients:
         t_r.only(set(TIERS))
         think = {}
         for t in TIERS:
+            if t in t_r.data and pop[t] == 0:
+                t_r.fail(f"a think time for {t}, which has no clients: drop think.{t} or "
+                         f"give {t} a population", t)
             if t in t_r.data:
                 think[t] = _service(t_r.sub(t))
             elif pop[t] > 0:
