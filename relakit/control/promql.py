@@ -513,9 +513,12 @@ class Evaluator:
         keys = {}
         if m.stored:
             tkey = (te.size, float(te[0]) if te.size else 0.0, hash(te.tobytes()))
-            for k in ks:
-                values = m.series[k][2]
-                keys[k] = (id(values), f, rng, tkey, m.cut[k] is not None)
+            cuts: dict = {}  # a late series' cut is the evaluation instants, which an offset
+            for k in ks:    # or @ can make differ between two reads of the same window ends
+                values, cut = m.series[k][2], m.cut[k]
+                ckey = None if cut is None else cuts.setdefault(
+                    id(cut), hash(np.asarray(cut, dtype=float).tobytes()))
+                keys[k] = (id(values), f, rng, tkey, ckey)
         todo = []
         for k in ks:
             hit = self._windows.pop(keys[k], None) if keys else None
