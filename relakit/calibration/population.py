@@ -364,8 +364,8 @@ def fit_population(rec: Recording, edges: np.ndarray) -> PopulationFit:
     def judge(k: int, t: str, shared=None) -> TierPopulation:
         steady = judge_tier(t, counts[k], r, bin_s)
         starts = phase_starts(counts[k])  # a rate that steps beyond what one N explains:
-        if steady.closed or not starts:  # phases of a load test
-            return steady
+        if steady.closed or not starts or counts[k].sum() < MIN_REQUESTS:  # phases of a
+            return steady  # load test; too few requests are too few, steps or not
         fit = judge_stepped(t, counts[k], r, edges, starts, shared)
         while fit is not None and fit.phases:  # neighbours of one N (a rate that fell as
             ph = fit.phases  # latency rose, not a step of N) are one phase
