@@ -298,6 +298,9 @@ def ctmc_recovery_map(ctmc_args: dict, kind: str, sizes, durations_s, recovery: 
     commit[inner] = spsolve(qi, rhs)
     rows = []
     if kind == "start":  # the chain started in (size, duration_s): the committor there
+        if params["model"] != "count":  # (a workload state is a level, not a job count)
+            raise ValueError("trigger start: the CTMC map indexes states by (jobs, retries), "
+                             "the count model's; give model: count")
         rl = params["retry_limit"]
         for d in durations_s:
             for s in sizes:

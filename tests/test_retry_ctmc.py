@@ -199,3 +199,15 @@ def test_workload_deadline_past_a_full_queue_never_dooms():
     assert m.params["levels"] == 102 and not m.doom.any() and m.states == 102
     by_level = np.bincount(m.levels, weights=m.stationary)
     assert np.abs(by_level - mmck(9.5, 10.0, 1, 101)).max() < 1e-10
+
+
+def test_the_generator_alone_has_the_models_default_phases():
+    from relakit.analytic import retry_generator
+    from relakit.metastability import Recovery, ctmc_recovery_map
+
+    args = {"arrival_rate": 9.5, "service_rate": 10.0, "servers": 1, "queue_limit": 10,
+            "timeout_s": 1.0, "max_attempts": 3, "retry_limit": 10, "model": "workload"}
+    assert retry_generator(**args)[4]["phases"] == retry_ctmc(**args).params["phases"] == 1
+    with pytest.raises(ValueError, match="trigger start: .* model: count"):
+        ctmc_recovery_map(args, "start", [5], [0], Recovery(level=1, hold_s=1, within_s=10),
+                          0.0, 9)

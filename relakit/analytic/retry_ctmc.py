@@ -286,7 +286,7 @@ class RetryCTMC:
 
 
 def retry_generator(arrival_rate: float, service_rate: float, servers: int, queue_limit: int,
-                    timeout_s: float, max_attempts: int, phases: int = 16,
+                    timeout_s: float, max_attempts: int, phases: int | None = None,
                     on_timeout: str = "abandon", backoff_s: float = 0.0,
                     backoff_max_s: float = 1.0, jitter: bool = True,
                     retry_limit: int | None = None, model: str = "count"):
