@@ -225,6 +225,12 @@ def _build(r: Reader, base_dir: Path) -> Scenario:
         r.fail("sets flags at fixed times, with no control plane: a policy, a chain, zones "
                "or a rollout would set them too; drop one (a twin's recorded flags under a "
                "policy: controls.schedule: null)", "controls.schedule")
+    rollout = r.data.get("rollout")
+    canary = rollout.get("canary") if isinstance(rollout, dict) else None
+    if sc.workload.clients is not None and isinstance(canary, dict) and "fraction" in canary:
+        r.fail("a closed client population cannot be split into cells, and a rollout's "
+               "fraction canary is a cell; give the load as workload.arrival, or use a tier "
+               "canary", "workload.clients")  # (at load, not by the cells mid-run)
     if any(r.data.get(k) is not None for k in ROLLOUT_KEYS):
         import dataclasses
 

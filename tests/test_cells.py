@@ -230,3 +230,11 @@ def test_what_reads_one_fleet_refuses_cells_naming_the_key():
     rollout = SCENARIOS / "rollout-agent-fault.yaml"
     with pytest.raises(ValueError, match="key 'rollout': a replicated run reads one"):
         compare(rollout, rollout, replications=2)
+
+
+def test_a_closed_population_in_a_fraction_canary_is_refused_at_load():
+    """Refused when the scenario is read (it was refused by the cells once the run had
+    started), naming the population."""
+    with pytest.raises(ScenarioError, match="key 'workload.clients': a closed client"):
+        load_scenario(BASE, overrides={"rollout": ROLLOUT, "workload.clients": {
+            "population": 40, "think": {"kind": "exponential", "mean_ms": 20}}})
