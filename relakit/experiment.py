@@ -361,8 +361,8 @@ class Domain:
 
 
 def run_scheduled(fleet: Fleet, schedule, duration_s: float) -> None:
-    """One fleet with ``controls.schedule``'s flags set at their times (no control plane:
-    a recorded one replayed, as ``relakit.calibration.flags.run_twin`` does)."""
+    """One fleet with ``controls.schedule``'s flags (or a recording's, for
+    ``relakit.calibration.flags.run_twin``) set at their times: no control plane."""
     for t, flags in schedule:
         if t >= duration_s:
             break

@@ -130,14 +130,9 @@ def _only_changes(changes: list[tuple[float, dict]]) -> list[tuple[float, dict]]
 def run_twin(scenario, schedule: FlagSchedule | None, seed: int) -> pl.DataFrame:
     """The twin's long metrics table: the scenario run with the recorded flags set at
     their times (open loop when ``schedule`` is None or empty)."""
+    from relakit.experiment import run_scheduled
     from relakit.sim import Fleet
 
     fleet = Fleet(scenario, seed=seed, record_requests=False)
-    end = scenario.duration_s
-    for t, flags in (schedule.changes if schedule else []):
-        if t >= end:
-            break
-        fleet.advance(max(float(t), fleet.now))
-        fleet.set_flags(fleet.flag_state().updated(**flags))
-    fleet.advance(end)
+    run_scheduled(fleet, schedule.changes if schedule else [], scenario.duration_s)
     return fleet.result().metrics
