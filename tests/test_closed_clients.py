@@ -152,3 +152,19 @@ def test_the_dashboard_says_a_closed_populations_load_is_an_outcome():
     assert any("40 closed clients" in line and "outcome of the run" in line
                for line in subtitle)
     assert "closed clients" in r.format_summary() and "outcome of the run" in r.format_summary()
+
+
+@pytest.mark.parametrize(("clients", "servers"), [(1, 1), (20, 1), (380, 4), (800, 4)])
+def test_the_response_time_tail_integrates_to_the_mean_and_one_client_is_exponential(
+        clients, servers):
+    """The M/M/c//N response-time tail (drawn by ``simulate --figure``): its area is the
+    mean response time (E[R] = integral of P(R > t)), and one client never queues, so its
+    response time is the service's exponential."""
+    from scipy.integrate import quad
+
+    m = finite_source(clients, THINK_MS / 1000, 1000 / MEAN_MS, servers)
+    area, _ = quad(lambda t: m.response_sf(t)[0], 0, np.inf, limit=200)
+    assert area == pytest.approx(m.mean_response, rel=1e-4)
+    if clients == 1:
+        t = np.array([0.0, 0.005, 0.01, 0.05])
+        np.testing.assert_allclose(m.response_sf(t), np.exp(-t * 1000 / MEAN_MS), rtol=1e-12)

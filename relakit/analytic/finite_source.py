@@ -84,17 +84,6 @@ class FiniteSource:
         """Busy share of each server: X / (c mu)."""
         return self.throughput / (self.servers * self.service_rate)
 
-    @property
-    def offered_rate(self) -> float:
-        """The rate the thinking clients send at, (N - L) / Z: equal to X. In a closed
-        population the offered load is an outcome (it falls as latency rises), not an
-        input."""
-        return (self.clients - self.mean_in_system) / self.think_s
-
-    def interactive_law_response(self, throughput: float) -> float:
-        """R = N / X - Z for a measured throughput X (seconds)."""
-        return self.clients / throughput - self.think_s
-
     def _arrival_view(self) -> np.ndarray:
         """P(an arriving request finds n at the servers), n = 0..N-1 (the arrival theorem:
         the stationary law with N - 1 clients, equal to (N - n) p_n normalised)."""
@@ -103,44 +92,30 @@ class FiniteSource:
         return w / w.sum()
 
     def response_sf(self, t) -> np.ndarray:
-        """P(R > t) for the response time of a request (t in seconds, scalar or array)."""
+        """P(R > t) for the response time of a request (t in seconds, scalar or array):
+        every queue length an arrival may find at once, as arrays (t x lengths)."""
         from scipy import stats
+        from scipy.special import gammaln
 
         t = np.atleast_1d(np.asarray(t, dtype=float))
         mu, c = self.service_rate, self.servers
         a = self._arrival_view()
-        no_wait = a[: min(c, self.clients)].sum()
-        out = no_wait * np.exp(-mu * t)
-        theta = c * mu
-        for n in range(c, self.clients):
-            if a[n] < 1e-300:
-                continue
-            k = n - c + 1
-            # P(W + S > t) = P(W > t) + E[exp(-mu (t - W)); W <= t], W ~ Erlang(k, theta)
-            tail = stats.gamma.sf(t, k, scale=1.0 / theta)
-            if theta > mu:
-                log_e = (k * math.log(theta / (theta - mu))
-                         + stats.gamma.logcdf(t, k, scale=1.0 / (theta - mu)) - mu * t)
-            else:  # c = 1: the integral is (mu t)^k / k!
-                with np.errstate(divide="ignore"):
-                    log_e = k * np.log(mu * t) - math.lgamma(k + 1) - mu * t
-            out = out + a[n] * (tail + np.exp(log_e))
+        out = a[: min(c, self.clients)].sum() * np.exp(-mu * t)
+        n = np.arange(c, self.clients)
+        n = n[a[c:] >= 1e-300]  # (lengths an arrival finds with no measurable chance: none)
+        if n.size == 0:
+            return np.clip(out, 0.0, 1.0)
+        theta, k, tt = c * mu, (n - c + 1)[None, :], t[:, None]
+        # P(W + S > t) = P(W > t) + E[exp(-mu (t - W)); W <= t], W ~ Erlang(k, theta)
+        tail = stats.gamma.sf(tt, k, scale=1.0 / theta)
+        if theta > mu:
+            log_e = (k * math.log(theta / (theta - mu))
+                     + stats.gamma.logcdf(tt, k, scale=1.0 / (theta - mu)) - mu * tt)
+        else:  # c = 1: the integral is (mu t)^k / k!
+            with np.errstate(divide="ignore"):
+                log_e = k * np.log(mu * tt) - gammaln(k + 1) - mu * tt
+        out = out + ((tail + np.exp(log_e)) * a[n][None, :]).sum(axis=1)
         return np.clip(out, 0.0, 1.0)
-
-    def response_quantile(self, q: float) -> float:
-        """The q-quantile of the response time (seconds), by bisection on :meth:`response_sf`."""
-        if not 0.0 < q < 1.0:
-            raise ValueError(f"q must be in (0, 1), got {q!r}")
-        lo, hi = 0.0, 1.0 / self.service_rate
-        while self.response_sf(hi)[0] > 1.0 - q:
-            hi *= 2.0
-        for _ in range(60):
-            mid = 0.5 * (lo + hi)
-            if self.response_sf(mid)[0] > 1.0 - q:
-                lo = mid
-            else:
-                hi = mid
-        return 0.5 * (lo + hi)
 
 
 def finite_source(clients: int, think_s: float, service_rate: float,
