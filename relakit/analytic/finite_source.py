@@ -117,6 +117,19 @@ class FiniteSource:
         out = out + ((tail + np.exp(log_e)) * a[n][None, :]).sum(axis=1)
         return np.clip(out, 0.0, 1.0)
 
+    def response_quantile(self, q: float) -> float:
+        """The q-quantile of the response time (seconds): :meth:`response_sf` = 1 - q,
+        by Brent's method on a bracket doubled until it holds the quantile."""
+        from scipy.optimize import brentq
+
+        if not 0.0 < q < 1.0:
+            raise ValueError(f"q must be in (0, 1), got {q!r}")
+        hi = 1.0 / self.service_rate
+        while self.response_sf(hi)[0] > 1.0 - q:
+            hi *= 2.0
+        return float(brentq(lambda t: self.response_sf(t)[0] - (1.0 - q), 0.0, hi,
+                            xtol=1e-12, rtol=1e-12))
+
 
 def finite_source(clients: int, think_s: float, service_rate: float,
                   servers: int = 1) -> FiniteSource:
