@@ -28,6 +28,7 @@ from relakit.sim.loops import (
     run_mitigated,
     run_plain,
 )
+from relakit.sim.memory import expected_requests
 from relakit.sim.rng import exponential_py, new_state, uniform_py
 from relakit.sim.spec import DataPlane, in_path
 from relakit.vocab import BREAKER_STATES, TIERS, Flags
@@ -363,11 +364,7 @@ class Fleet:
         isv[K.IS_CALL_FREE_N] = jobs
         self.st.fs[K.FS_HEDGE_DELAY] = self.cfg.cfg_f[K.CF_HEDGE_DELAY]
         samples = int(scenario.duration_s / scenario.metrics.interval_s) + 2
-        expected = scenario.workload.arrival.mean_rate(scenario.duration_s) * scenario.duration_s
-        if clients is not None:  # at most N / Z a second (all answers instant)
-            expected += min(clients.max_rate(), scenario.fleet.capacity_rps / fanout) \
-                * scenario.duration_s
-        records = int(expected * 1.05) + 1024 if record_requests else 0
+        records = int(expected_requests(scenario) * 1.05) + 1024 if record_requests else 0
         self.out = K.Output(
             metrics=np.zeros((samples, n, K.M_BUCKETS + n_buckets)),
             sample_t=np.full((samples, n), np.nan),

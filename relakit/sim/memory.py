@@ -12,6 +12,16 @@ from relakit.sim import kernel as K
 from relakit.sim.longtable import fleet_columns, node_columns
 
 
+def expected_requests(sc) -> float:
+    """User requests a run is expected to hold records for: the open arrivals' mean, plus a
+    closed population's bound (N / Z a second, or the fleet's capacity if less)."""
+    requests = sc.workload.arrival.mean_rate(sc.duration_s) * sc.duration_s
+    if sc.workload.clients is not None:
+        requests += min(sc.workload.clients.max_rate(),
+                        sc.fleet.capacity_rps / sc.workload.fanout) * sc.duration_s
+    return requests
+
+
 def run_memory(sc, record_requests: bool) -> dict:
     """What a run will allocate, estimated from the scenario before any allocation.
 
@@ -26,10 +36,7 @@ def run_memory(sc, record_requests: bool) -> dict:
     grid = samples * (n * (K.M_BUCKETS + n_buckets + 1) + K.N_FLEET + 1) * 8
     table = samples * (n * len(node_columns(sc.metrics.latency_buckets_s))
                        + len(fleet_columns())) * 80
-    requests = sc.workload.arrival.mean_rate(sc.duration_s) * sc.duration_s
-    if sc.workload.clients is not None:  # at most N / Z a second, and the fleet's capacity
-        requests += min(sc.workload.clients.max_rate(),
-                        sc.fleet.capacity_rps / sc.workload.fanout) * sc.duration_s
+    requests = expected_requests(sc)
     # the kernel's record arrays, then the requests table: about 200 bytes a request in
     # all (measured: mmc-demo, 1.3 M requests, 270 MB over the run without records)
     records = requests * 1.05 * 200 if record_requests else 0.0
