@@ -53,6 +53,10 @@ def up(work: Path, *, policy: str | None, chain: str | None, instances: int, age
         raise ScenarioError(f"lab up: --lease-s {lease_s:g} must be longer than "
                             f"--renew-s {renew_s:g} (a leader renews its lease "
                             "before it expires)")
+    if mitigations is not None:  # said, never silent: the file's other keys are not the lab's
+        print(f"lab up: from {mitigations}: {', '.join(mit) or 'no in-path mitigation'}; "
+              "its fleet, workload and faults are not read (the lab's options set those)",
+              flush=True)
     work.mkdir(parents=True, exist_ok=True)
     spec = LabSpec(instances=instances, clocks=clocks, lease_s=lease_s, renew_s=renew_s,
                    mitigations=mit, **front)
