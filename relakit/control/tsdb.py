@@ -207,12 +207,18 @@ def increases(parts: list, t_eval, range_s: float, as_rate: bool = False,
         rows = [parts[i][0].values[a:b, np.asarray(parts[i][1], dtype=np.int64)].T
                 for i in members]
         v = rows[0] if len(rows) == 1 else np.concatenate(rows)  # (columns, samples)
-        if nan_samples or not np.isnan(v).any():
+        gaps = np.zeros(0, dtype=np.int64) if nan_samples else np.flatnonzero(
+            np.isnan(v).any(axis=1))
+        if gaps.size < v.shape[0]:  # the series with every sample: one block
+            whole = v if not gaps.size else np.delete(v, gaps, axis=0)
             lo, hi = window_bounds(times, t_eval, range_s, cut)
-            res = extrapolated_rate(times, v, lo, hi, t_eval, range_s, as_rate, counter)
-        else:
+            res = extrapolated_rate(times, whole, lo, hi, t_eval, range_s, as_rate, counter)
+        if gaps.size:
+            full = res if gaps.size < v.shape[0] else None
             res = np.full((v.shape[0], t_eval.size), np.nan)
-            for k in range(v.shape[0]):  # a series missing samples: its own samples only
+            if full is not None:
+                res[np.setdiff1d(np.arange(v.shape[0]), gaps)] = full
+            for k in gaps:  # a series missing samples: its own samples only, alone
                 ok = ~np.isnan(v[k])
                 lo, hi = window_bounds(times[ok], t_eval, range_s, cut)
                 res[k] = extrapolated_rate(times[ok], v[k:k + 1, ok], lo, hi, t_eval,
