@@ -87,7 +87,13 @@ from relakit.control.promql_values import (  # noqa: F401  (re-exported as above
     set_operation,
     vector_scalar,
 )
-from relakit.control.tsdb import TSDB, extrapolated_rate, window, window_bounds
+from relakit.control.tsdb import (
+    TSDB,
+    counter_resets,
+    extrapolated_rate,
+    window,
+    window_bounds,
+)
 
 DEFAULT_SUBQUERY_STEP_S = 60.0  # a step-less subquery's step: the global evaluation_interval
 _BLOCK = 64  # series per array operation of a window function (bounds its temporaries)
@@ -140,6 +146,7 @@ class Evaluator:
         self._selected: dict = {}  # (name, matchers) -> the series a selector selects
         self._windows: dict = {}  # (series, function, range, instants) -> values, oldest first
         self._window_bytes = 0
+        self._drops: dict = {}  # id(store series' values) -> (values, counter resets)
         for s in store:
             self._by_name.setdefault(s.label("__name__"), []).append(s)
 
@@ -529,8 +536,10 @@ class Evaluator:
                 yield k, hit[1]
         for at in range(0, len(todo), _BLOCK):
             part = todo[at:at + _BLOCK]
-            v = extrapolated_rate(m.series[part[0]][1], [m.series[k][2] for k in part], lo,
-                                     hi, te, rng, f == "rate", f != "delta")
+            values = [m.series[k][2] for k in part]
+            drops = [self._resets(v) for v in values] if m.stored and f != "delta" else None
+            v = extrapolated_rate(m.series[part[0]][1], values, lo, hi, te, rng, f == "rate",
+                                  f != "delta", drops)
             for k, row in zip(part, v, strict=True):
                 if keys:
                     row = row.copy()  # (not a view keeping the whole block)
@@ -541,6 +550,14 @@ class Evaluator:
         while self._window_bytes > WINDOW_CACHE_BYTES and self._windows:
             _, row = self._windows.pop(next(iter(self._windows)))
             self._window_bytes -= row.nbytes
+
+    def _resets(self, values):
+        """A store series' counter resets (:func:`counter_resets`), found once: rules read
+        one counter at several ranges and through several selectors."""
+        hit = self._drops.get(id(values))
+        if hit is None or hit[0] is not values:
+            hit = self._drops[id(values)] = (values, counter_resets([values])[0])
+        return hit[1]
 
     def _window_function(self, node, f, series, lo, hi, te, scalars, t):
         """(values, present) of a range function but rate/increase/delta for one series."""
