@@ -276,9 +276,19 @@ class Evaluator:
         key = (sel.name or None, tuple(tuple(m) for m in sel.matchers))
         hit = self._selected.get(key)
         if hit is None:
-            pool = self._by_name.get(sel.name, []) if sel.name else self.store
-            hit = [s for s in pool
-                   if all(matcher_matches(m, s.label(m[0])) for m in sel.matchers)]
+            hit = self._by_name.get(sel.name, []) if sel.name else self.store
+            for m in sel.matchers:  # one matcher at a time, each label value tried once
+                seen: dict = {}
+                keep = []
+                for s in hit:
+                    value = s.label(m[0])
+                    ok = seen.get(value)
+                    if ok is None:
+                        ok = seen[value] = matcher_matches(m, value)
+                    if ok:
+                        keep.append(s)
+                hit = keep
+            hit = list(hit)
             self._selected[key] = hit
         return list(hit)
 
