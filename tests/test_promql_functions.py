@@ -55,6 +55,14 @@ def _sum_over_time(vs):
     return s if math.isinf(s) else s + c
 
 
+def _avg_over_time(vs):
+    """The incremental mean, Kahan-compensated (funcAvgOverTime's loop)."""
+    mean = c = 0.0
+    for count, v in enumerate(vs, start=1):
+        mean, c = _kahan_inc(v / count - mean / count, mean, c)
+    return mean if math.isinf(mean) else mean + c
+
+
 def _stdvar_over_time(vs):
     """funcStdvarOverTime (2.42): Welford, both sums Kahan-compensated."""
     count = mean = cmean = aux = caux = 0.0
@@ -167,23 +175,33 @@ def test_regression_of_whole_numbers_equals_prometheus_bit_for_bit(kind):
         assert past > 2.0 ** 53  # Go's partial sums round: the compensation is not 0
 
 
-@pytest.mark.parametrize("kind", ["gauge", "noise", "special"])
+@pytest.mark.parametrize("kind", ["gauge", "noise", "special", "steps"])
 def test_kahan_window_sums_equal_prometheus_bit_for_bit(kind):
-    """sum/avg/stdvar_over_time's compensated sums (TwoSum for Go's Neumaier branch)."""
+    """sum/avg/stdvar_over_time's compensated sums (TwoSum for Go's Neumaier branch);
+    "steps": runs of one value (0, -0.0, 1, 0.1, 1e300, infinities, NaN), whose windows
+    inside a run skip the mean's steps."""
     rng = np.random.default_rng(len(kind))
-    values = _series(rng, 300, kind)
+    if kind == "steps":
+        values = np.repeat(rng.choice([0.0, -0.0, 1.0, 0.1, 1e300, np.inf, -np.inf, np.nan],
+                                      30), rng.integers(1, 20, 30))[:300]
+    else:
+        values = _series(rng, 300, kind)
     times = np.arange(values.size, dtype=float)
     te = np.sort(rng.uniform(-5, values.size + 5, 200))
     for rng_s in (0.5, 3.0, 40.0):
         lo, hi = window_bounds(times, te, rng_s)
         n = hi - lo + 1
         total = fn.sum_count(values, lo, n, mean=False)
+        avg = fn.sum_count(values, lo, n, mean=True)
         var = fn.stdvar_over_time(values, lo, n)
         for i in range(te.size):
             if n[i] <= 0:
                 continue
             w = values[lo[i]:hi[i] + 1].tolist()
             _same(total[i], _sum_over_time(w), ("sum", i))
+            _same(avg[i], _avg_over_time(w), ("avg", i))
+            if avg[i] == 0:  # (0.0, not -0.0, as Go's mean + c)
+                assert np.signbit(avg[i]) == (math.copysign(1, _avg_over_time(w)) < 0)
             _same(var[i], _stdvar_over_time(w), ("stdvar", i))
 
 

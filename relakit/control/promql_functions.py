@@ -76,7 +76,27 @@ def instant_rate(times, values, lo, hi, is_rate):
 
 def sum_count(values, lo, n, mean: bool):
     """``sum``/``avg_over_time``, adding in sample order as Prometheus 2.42 does
-    (Kahan-Neumaier; ``avg`` as its incremental mean), one step per window position."""
+    (Kahan-Neumaier; ``avg`` as its incremental mean), one step per window position.
+
+    The mean of a window whose samples are one finite value v is v (+ 0.0) without
+    stepping: the first step sets the mean to v, every later one adds v/j - v/j = 0
+    with no rounding error (``up`` over an hour: 240 steps for nothing)."""
+    out = np.empty(lo.size)
+    if mean and values.size:
+        first = np.clip(lo, 0, values.size - 1)
+        moved = np.zeros(values.size, dtype=np.int64)  # changes up to each sample
+        np.cumsum(values[1:] != values[:-1], out=moved[1:])  # (NaN != NaN: a change)
+        flat = (n >= 1) & (moved[np.clip(lo + n - 1, 0, values.size - 1)] == moved[first])
+        flat &= np.isfinite(values[first])
+        if flat.any():
+            out[flat] = values[first[flat]] + 0.0
+            rest = np.flatnonzero(~flat)
+            out[rest] = _sum_count(values, lo[rest], n[rest], mean)
+            return out
+    return _sum_count(values, lo, n, mean)
+
+
+def _sum_count(values, lo, n, mean: bool):
     order, lo_o, _, active = longest_first(lo, n)
     acc, c = np.zeros(lo.size), np.zeros(lo.size)
     with np.errstate(all="ignore"):
