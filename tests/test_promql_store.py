@@ -164,3 +164,18 @@ def test_integer_codes_are_read_from_arrow_buffers_with_nulls_and_offsets():
             at = int(rng.integers(0, n))
             a = a.slice(at, int(rng.integers(0, n - at + 1)))
             np.testing.assert_array_equal(_codes(a, 101), pc.fill_null(a, 101).to_numpy())
+
+
+def test_key_period_with_a_hint_is_the_key_period():
+    """The previous batch's period tried first gives the smallest period all the same
+    (a smaller one, a broken repetition, no repetition, hints too big or small)."""
+    from relakit.control.promql_store import key_period
+
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        p, n = int(rng.integers(1, 12)), int(rng.integers(1, 60))
+        cols = [np.resize(rng.integers(0, 3, p), n) for _ in range(2)]
+        if rng.random() < 0.3 and n > 1:
+            cols[1][rng.integers(0, n)] += 1
+        want = key_period(cols)
+        assert all(key_period(cols, h) == want for h in range(14))

@@ -290,11 +290,20 @@ def _codes(idx, null: int) -> np.ndarray:
     return out
 
 
-def key_period(columns: list) -> int:
+def key_period(columns: list, hint: int = 0) -> int:
     """The smallest p > 0 with every column repeating with period p (0 if none): the
-    first row whose values all equal the first row's, checked over the whole batch."""
-    if columns[0].size < 2:
+    first row whose values all equal the first row's, checked over the whole batch.
+    ``hint``: the period expected (the previous batch's), tried first: only its first
+    rows are searched for the first row again."""
+    n = columns[0].size
+    if n < 2:
         return 0
+    if 0 < hint < n:
+        same = columns[0][1:hint + 1] == columns[0][0]
+        for c in columns[1:]:
+            same &= c[1:hint + 1] == c[0]
+        if not same[:-1].any() and same[-1]:
+            return hint if all(np.array_equal(c[hint:], c[:-hint]) for c in columns) else 0
     same = columns[0][1:] == columns[0][0]
     for c in columns[1:]:
         same &= c[1:] == c[0]
@@ -324,6 +333,7 @@ def _number_series(batches, key: list, full_check):
     memos = [[] for _ in key[1:]]
     index = _KeyIndex(len(key))
     parts = []
+    p = 0
     for rb in batches:
         node = rb.column(0)
         if node.null_count:
@@ -332,7 +342,7 @@ def _number_series(batches, key: list, full_check):
         if nd.size and (nd.min() < -1 or nd.max() >= 2**31):
             full_check()
         raw = [_indices(rb.column(j), known[j - 1], memos[j - 1]) for j in range(1, len(key))]
-        p = key_period([nd] + [r[0] for r in raw])  # one period's codes are enough
+        p = key_period([nd] + [r[0] for r in raw], p)  # one period's codes are enough
         cols = np.empty((len(key), p or nd.size), dtype=np.int32)
         cols[0] = nd[:cols.shape[1]]
         for j, (idx, remap) in enumerate(raw, start=1):
