@@ -162,7 +162,10 @@ def quantile_window(values, lo, n, q):
     width = int(n.max(initial=0))
     if width == 0:
         return np.full(lo.size, np.nan)
-    rows = np.column_stack([nth_sample(values, lo, n, j)[0] for j in range(width)])
+    if values.size == 0:
+        return np.full(lo.size, np.nan)
+    # every window's samples as one gather (what lies past a window's end is not read)
+    rows = values[np.clip(lo[:, None] + np.arange(width)[None, :], 0, values.size - 1)]
     return go_quantile(rows, n, q)
 
 
