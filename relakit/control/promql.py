@@ -147,6 +147,7 @@ class Evaluator:
         self._windows: dict = {}  # (series, function, range, instants) -> values, oldest first
         self._window_bytes = 0
         self._drops: dict = {}  # id(store series' values) -> (values, counter resets)
+        self._texts: dict = {}  # id(node) -> (node, text, selected names)
         for s in store:
             self._by_name.setdefault(s.label("__name__"), []).append(s)
 
@@ -215,11 +216,10 @@ class Evaluator:
     def _eval(self, node, t):
         if not self._uses or not isinstance(node, Call | Aggregate):
             return self._compute(node, t)
-        text = to_text(node)
+        text, names = self._text(node)
         left = self._uses.get(text, 0)
         if not left:
             return self._compute(node, t)
-        names = frozenset(s.name for s in selectors(node))
         key = (t.size, float(t[0]) if t.size else 0.0, hash(t.tobytes()), names & self.late)
         hit = self._memo.get(text)
         if hit is None or hit[0] != key:
@@ -232,11 +232,20 @@ class Evaluator:
             self._memo[text] = hit
         else:  # the sub-expressions inside were not evaluated: their uses are spent too
             for inner in _subexpressions(node)[1:]:
-                self._spend(to_text(inner))
+                self._spend(self._text(inner)[0])
         self._spend(text)
         if hit[4] is not None:
             self._error(hit[3], *hit[4])
         return hit[2]
+
+    def _text(self, node) -> tuple:
+        """(text, names of the series it selects) of a sub-expression, worked out once per
+        node (a rule's tree is evaluated at every group, its text asked for each time)."""
+        hit = self._texts.get(id(node))
+        if hit is None or hit[0] is not node:
+            hit = self._texts[id(node)] = (node, to_text(node),
+                                           frozenset(s.name for s in selectors(node)))
+        return hit[1:]
 
     def _spend(self, text: str):
         """One use of a shared value is over; after its last, it is forgotten."""
