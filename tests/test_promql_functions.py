@@ -241,3 +241,26 @@ def test_window_rate_equals_prometheus_bit_for_bit():
                           (f, rng_s, i))
                     compared += 1
     assert np.isfinite(got).sum() > 1000 and compared > 5000
+
+
+@pytest.mark.parametrize("present", ["all", "some"])
+def test_sum_and_avg_across_series_add_in_order_to_the_bit(present):
+    """``sum``/``avg`` aggregations: series added one by one in order (the mean as
+    Prometheus' incremental mean), with every series present (no masks) and without."""
+    rng = np.random.default_rng(11 if present == "all" else 12)
+    for _ in range(60):
+        m, t = int(rng.integers(1, 7)), int(rng.integers(1, 30))
+        vals = rng.normal(0, 1e3, (m, t)) * 10.0 ** rng.integers(-5, 300)
+        odd = rng.random((m, t)) < 0.1
+        vals[odd] = rng.choice([np.nan, np.inf, -np.inf, -0.0, 1.7e308], odd.sum())
+        oks = np.ones((m, t), dtype=bool) if present == "all" else rng.random((m, t)) < 0.7
+        for mean in (False, True):
+            got = fn.sequential(vals, oks, mean)
+            for i in range(t):
+                acc, n = 0.0, 0
+                for v in vals[oks[:, i], i].tolist():
+                    n += 1
+                    acc = (v if n == 1 else acc + (v / n - acc / n)) if mean else acc + v
+                _same(got[i], acc, ("mean" if mean else "sum", i))
+                if acc == 0:
+                    assert np.signbit(got[i]) == (math.copysign(1, acc) < 0)
