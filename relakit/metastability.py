@@ -220,10 +220,10 @@ def control_frontier(base: dict, policy: dict, ladder: list[dict], sizes, durati
     rung gives it, replaces the first mode's hysteresis count), spiked to each of
     ``sizes`` for ``duration_s``; per (clocks, size) the share that recovered with its
     Clopper-Pearson interval (:func:`basin_map`'s cells, same seeds everywhere) and the
-    clock bound's mean delay from :func:`relakit.analytic.step_delay` (``enter_after`` of
-    the policy's first mode; the signal's lead taken as half a window) as ``delay_s``.
+    clock bound's mean delay (:func:`relakit.rivals.control_delay_s`, the one reckoning:
+    ``enter_after`` of the policy's first mode, the signal's lead half a window) as ``delay_s``.
     Metrics are sampled at the scrape interval, as the control loop requires."""
-    from relakit.analytic import step_delay
+    from relakit.rivals import control_delay_s
 
     frames = []
     for rung in ladder:
@@ -236,9 +236,7 @@ def control_frontier(base: dict, policy: dict, ladder: list[dict], sizes, durati
         sc["metrics"] = dict(sc.get("metrics") or {}, interval_s=clocks["scrape_s"])
         cells = basin_map(sc, "spike", sizes, [duration_s], recovery, replications, seed,
                           start_s, workers).cells
-        delay = step_delay(clocks["scrape_s"], clocks["eval_s"], clocks["poll_s"],
-                           clocks.get("propagation_s", 0.0), enter,
-                           lead_s=clocks["window_s"] / 2).mean
+        delay = control_delay_s(sc["policy"], clocks)
         frames.append(cells.with_columns(pl.lit(delay).alias("delay_s"),
                                          pl.lit(clocks["scrape_s"]).alias("scrape_s"),
                                          pl.lit(clocks["window_s"]).alias("window_s"),
