@@ -275,7 +275,7 @@ def recovery_summary(runs: pl.DataFrame, by: str = "variant", within_s: float | 
         rows.append({by: key, "runs": g.height, "recovered": int(done.sum()),
                      "km_median_s": km_median(t, done), "within_s": horizon,
                      "share_within": iv.mean, "share_low": iv.low, "share_high": iv.high})
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows, schema_overrides={"km_median_s": pl.Float64})
 
 
 def km_median(times, events) -> float | None:
