@@ -23,6 +23,7 @@ import copy
 import polars as pl
 
 from relakit.control.clocks import KEYS as CLOCK_KEYS
+from relakit.metastability import control_delay_s  # the one reckoning, public here too
 from relakit.vocab import ANSWERED, SERVED
 
 __all__ = ["CONTROL", "LOCAL_MECHANISMS", "NUMBERS", "NUMBER_TITLES", "SERVER_MECHANISMS",
@@ -380,19 +381,6 @@ def scaled_clocks(clocks: dict, factor: float) -> dict:
         raise ValueError(f"clock factor: a number > 0, got {factor!r}")
     return {k: float(v) * factor if k in CLOCK_KEYS and isinstance(v, int | float) else v
             for k, v in clocks.items()}
-
-
-def control_delay_s(policy: dict, clocks: dict) -> float:
-    """The control plane's mean delay from a step to its actuation through ``clocks``
-    (:func:`relakit.analytic.step_delay`, the policy's first mode's ``enter_after``, the
-    signal's lead taken as half a window); :func:`relakit.metastability.control_frontier`
-    reckons its ``delay_s`` with this function."""
-    from relakit.analytic import step_delay
-
-    enter = int(policy["modes"][0].get("enter_after", 1))
-    return step_delay(clocks["scrape_s"], clocks["eval_s"], clocks["poll_s"],
-                      clocks.get("propagation_s", 0.0), enter,
-                      lead_s=clocks["window_s"] / 2).mean
 
 
 def decision_frontier(base: dict, policy: dict, clocks: dict, mechanism: str, cost_shares,

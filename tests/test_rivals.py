@@ -182,6 +182,10 @@ def test_frontier_names_the_winner_from_the_paired_difference(monkeypatch):
 
 
 def test_scaled_clocks_scale_the_control_delay():
+    from relakit import metastability
+
+    # one reckoning of the control delay: the frontier of notebook 12 and this one's
+    assert rv.control_delay_s is metastability.control_delay_s
     one = rv.control_delay_s(POLICY, CLOCKS)
     enter = POLICY["modes"][0]["enter_after"]
     assert one == pytest.approx(step_delay(CLOCKS["scrape_s"], CLOCKS["eval_s"], CLOCKS["poll_s"],
