@@ -34,7 +34,8 @@ import numpy as np
 import polars as pl
 
 __all__ = ["TRIGGERS", "BasinMap", "Recovery", "base_scenario", "basin_map", "control_delay_s",
-           "control_frontier", "ctmc_recovery_map", "first_passage_runs", "recovery_time", "with_trigger"]
+           "control_frontier", "ctmc_recovery_map", "first_passage_runs", "recovery_time",
+           "with_trigger"]
 
 TRIGGERS = ("spike", "slowdown", "start")
 
