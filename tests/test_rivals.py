@@ -22,6 +22,7 @@ from relakit.validate import load_yaml
 
 POLICY = load_yaml(ROOT / "params" / "policies" / "rela.yaml", "policy")[0]
 CLOCKS = load_yaml(ROOT / "params" / "clocks" / "rela.yaml", "clocks")[0]
+IN_PATH_POLICY = ROOT / "params" / "policies" / "rela-in-path.yaml"
 
 
 def fleet(rate=300.0, deadline_ms=None, duration=40.0, **kw) -> dict:
@@ -100,6 +101,17 @@ def test_variants_carry_what_their_names_say():
         rv.with_local(base, "codel + adaptive_lifo", -1.0)
     assert rv.with_local(base, "concurrency_limit aimd", 250.0)["mitigations"][
         "concurrency_limit"]["cost_us"] == 250.0
+    # beside a local mechanism RelA runs the policy that sees its refusals; alone, its own
+    seeing = load_yaml(IN_PATH_POLICY, "policy")[0]
+    v = rv.rival_variants(base, POLICY, CLOCKS, in_path_policy=seeing)
+    assert v[rv.CONTROL]["policy"] == POLICY
+    assert all(sc["policy"] == seeing for name, sc in v.items() if name.endswith("+ RelA"))
+    from relakit.checks import check_scenario
+
+    for name, sc in v.items():  # each passes the scenario checks (no signal that reads nothing)
+        found = [f.text for f in check_scenario(relakit.scenario.load_scenario(sc))
+                 if f.severity == "error" or "signals." in f.key]
+        assert not found, (name, found)
 
 
 def _runs(numbers: dict[str, dict[str, list[float]]]) -> pl.DataFrame:
@@ -249,7 +261,6 @@ def test_figures_use_the_palette():
 
 
 # ---- issue: the comparison made fair (RelA sees the refusals; one span; censored recovery) ----
-IN_PATH_POLICY = ROOT / "params" / "policies" / "rela-in-path.yaml"
 
 
 def read_at(r, name, outcomes, t, node_filter) -> float:
