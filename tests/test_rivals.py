@@ -369,8 +369,8 @@ def test_rela_sees_a_servers_refusals_only_through_the_in_path_policy():
 
 def test_rela_sees_a_clients_throttle_only_through_the_in_path_policy():
     """Five times the capacity all run: the throttle's refusals hide the overload from
-    rela.yaml, which leaves survival while it goes on; rela-in-path.yaml reads the clients'
-    throttled share and stays."""
+    rela.yaml, which goes back to normal while it goes on; rela-in-path.yaml reads the
+    clients' throttled share and moves to relief (no hedging, degraded), not to shedding."""
     sc = limited("client_throttle")
     blind = relakit.simulate(rv.with_control(sc, POLICY, CLOCKS))
     seeing = relakit.simulate(rv.with_control(sc, load_yaml(IN_PATH_POLICY, "policy")[0], CLOCKS))
@@ -378,7 +378,9 @@ def test_rela_sees_a_clients_throttle_only_through_the_in_path_policy():
         every = r.summary.filter(pl.col("tier") == "all").row(0, named=True)
         assert every["throttled"] > every["requests"] / 2  # most refused by the clients
     assert moves(blind)[-1][:2] == ("exit", "normal"), moves(blind)
-    assert [a for a, _, _ in moves(seeing)] == ["enter"], moves(seeing)  # in survival to the end
+    assert moves(seeing)[-1] == ("enter", "relief", "throttle_ratio"), moves(seeing)
+    assert seeing.info["flags_at_end"]["degraded_mode"] is True
+    assert seeing.info["flags_at_end"]["shed_bronze"] is False  # relief never sheds
     last = seeing.timeline.filter(pl.col("time_s") >= 80.0)
     assert (last["throttle_ratio"] > 0.05).all(), last
 
