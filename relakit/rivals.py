@@ -14,9 +14,9 @@ The comparison itself: :func:`rival_variants` puts on one fleet the control plan
 (:func:`relakit.comparison.comparison_table`) on all but time to recover, which is censored
 and read by :func:`recovery_summary` (share recovered, Kaplan-Meier median). The control
 plane beside a local mechanism runs a policy that sees its refusals
-(``params/policies/rela-in-path.yaml``; ``rival_variants(..., in_path_policy=...)``). :func:`decision_frontier` sweeps the
-decision's cost against the control plane's clocks and names the winner of each cell.
-Notebook 11 draws them.
+(``params/policies/rela-in-path.yaml``; ``rival_variants(..., in_path_policy=...)``).
+:func:`decision_frontier` sweeps the decision's cost against the control plane's clocks
+and names the winner of each cell. Notebook 11 draws them.
 """
 
 from __future__ import annotations
