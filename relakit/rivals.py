@@ -228,6 +228,8 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0,
       their client gave up, after another copy had answered, or a failed attempt retried)
       over all copies served, both read over one span (:func:`wasted_copies`; ``fanout``:
       the scenario's, above 1 it needs the run's records);
+    * ``followed_s``: how long the run was watched after ``end_s`` (a censored run's
+      ``recovery_s``);
     * ``mode_entries``: how often the control plane entered a mode (its audit's ``enter``
       and ``preempt`` rows; 0 without one): whether it acted at all.
     """
@@ -252,6 +254,7 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0,
             "p99_ms": every["p99_ms"],
             "recovery_s": float(t[-1] - end_s) if rec != rec else rec,
             "recovered": float(rec == rec),
+            "followed_s": float(t[-1] - end_s),  # how long after end_s the run was watched
             "wasted_share": wasted / served if served else 0.0,
             "mode_entries": float(entries)}
 
@@ -262,14 +265,18 @@ def recovery_summary(runs: pl.DataFrame, by: str = "variant", within_s: float | 
     has only a lower bound): per ``by`` group of :func:`rival_runs` rows, ``recovered``
     of ``runs``; ``km_median_s``, the Kaplan-Meier median (null while fewer than half
     recovered: the median is then beyond the run); and the share recovered within
-    ``within_s`` (default: the shortest time any run of the table was followed for, so
-    every run is observed that long) with its Clopper-Pearson interval
-    (``share_low``, ``share_high``)."""
+    ``within_s`` (default: the shortest time any run of the table was watched after its
+    trigger, ``followed_s`` of :func:`run_numbers`, so every run is observed that long)
+    with its Clopper-Pearson interval (``share_low``, ``share_high``)."""
     from relakit.stats import binomial_interval
 
-    horizon = (float(runs.filter(pl.col("recovered") == 0)["recovery_s"].min()
-                     if (runs["recovered"] == 0).any() else runs["recovery_s"].max())
-               if within_s is None else float(within_s))
+    if within_s is not None:
+        horizon = float(within_s)
+    elif "followed_s" in runs.columns:  # every run watched at least this long
+        horizon = float(runs["followed_s"].min())
+    else:  # a censored run was watched for its recovery_s; an observed one at least that long
+        censored = runs.filter(pl.col("recovered") == 0)["recovery_s"]
+        horizon = float(censored.min() if censored.len() else runs["recovery_s"].max())
     rows = []
     for key in runs[by].unique(maintain_order=True).to_list():
         g = runs.filter(pl.col(by) == key)

@@ -73,6 +73,7 @@ def test_recovery_time_after_a_spike_and_the_time_left_when_never():
     n = rv.run_numbers(relakit.simulate(fleet(rate=800.0, deadline_ms=50, duration=60.0)),
                        end_s=20.0, level=0.02, hold_s=5.0)
     assert n["recovered"] == 0.0 and n["recovery_s"] == pytest.approx(60.0 - 20.0), n
+    assert n["followed_s"] == n["recovery_s"]  # censored: watched until the end
     with pytest.raises(ValueError, match="warmup_s 0"):
         rv.run_numbers(relakit.simulate(fleet(warmup=5.0)), end_s=10.0)
 
@@ -334,6 +335,10 @@ def test_recovery_is_read_as_censored():
     assert a["km_median_s"] == 20.0 and b["km_median_s"] == 6.0
     iv = relakit.stats.binomial_interval(3, 4)
     assert (b["share_within"], b["share_low"], b["share_high"]) == (0.75, iv.low, iv.high)
+    # the follow-up the runs report wins over what the times suggest
+    s = rv.recovery_summary(runs.with_columns(pl.lit(40.0).alias("followed_s")))
+    assert s["within_s"].to_list() == [40.0, 40.0] and s["recovered"].to_list() == [2, 3]
+    assert s.row(0, named=True)["share_within"] == 0.5
     with pytest.raises(ValueError, match="km_median"):
         rv.km_median([], [])
     assert "recovery_s" not in rv.NUMBERS  # never a paired mean of censored times
