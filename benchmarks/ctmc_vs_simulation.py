@@ -4,7 +4,7 @@ shrunk, with each of the CTMC's approximations switched on alone to say which on
 which number.
 
 Run with ``python benchmarks/ctmc_vs_simulation.py [--replications 400]
-[--mean-replications 40] [--ablation-replications 300] [--record]``.
+[--mean-replications 100] [--ablation-replications 300] [--record]``.
 
 * **Simulation** (the kernel, ``relakit.metastability.first_passage_runs``): Metafor's
   node (``params/scenarios/metafor-node.yaml``: one server at 10/s, 9.5/s, 100 queue
@@ -130,7 +130,7 @@ def ablation(places: int, timeout_s: float, level: int, acceptance: float, runs:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replications", type=int, default=400)
-    ap.add_argument("--mean-replications", type=int, default=40)
+    ap.add_argument("--mean-replications", type=int, default=100)
     ap.add_argument("--ablation-replications", type=int, default=300)
     ap.add_argument("--record", action="store_true")
     a = ap.parse_args()
