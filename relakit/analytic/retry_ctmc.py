@@ -42,7 +42,7 @@ the stationary chain's own, a fixed point (:func:`retry_ctmc`, a few stationary 
 right for the regime the stationary mass sits in (Metafor's node: ``a`` = 0.5228, the
 value ``lambda (a + ... + a^5) = mu`` gives a full node); in a transient through states the
 stationary mass does not visit (a build-up from empty, where nothing is dropped and
-``a = 1``) it is an approximation, measured there (first passage moved by < 1 %). In a
+``a = 1``) it is an approximation, measured there (first passage moved by <= 1.3 %). In a
 full collapse (``p = 1``) it gives each request its attempts up to the first dropped one
 and at most ``max_attempts``, as the simulation does.
 
@@ -92,7 +92,7 @@ ON_TIMEOUT = ("abandon",)
 MODELS = ("count", "workload")
 DEFAULT_PHASES = {"count": 16, "workload": 1}
 BOUNDARY_WARN = 1e-6  # stationary mass on the truncation boundary worth a warning
-ACCEPT_TOL = 1e-4  # the retries' acceptance fixed point: |g(a) - a| below this
+ACCEPT_TOL = 1e-3  # the retries' acceptance fixed point: |g(a) - a| below this
 ACCEPT_ITER = 12  # solves before giving up on it
 
 
