@@ -256,7 +256,7 @@ def test_the_retries_acceptance_is_a_full_nodes_closed_form():
 
 def test_stationary_mean_jobs_inside_the_simulations_interval():
     """Both examples, the recorded intervals (100 runs started full, 600 s) and a cheap
-    simulation run here (15 runs each, which must agree with the record): the chain's mean
+    simulation run here (15 runs of 400 s each, which must agree with the record): the chain's mean
     jobs inside both, the chain with the acceptance left out (a = 1, the model before)
     below the recorded interval, 0.11 low."""
     from relakit.metastability import base_scenario, first_passage_runs
@@ -280,10 +280,11 @@ def test_stationary_mean_jobs_inside_the_simulations_interval():
 
 def test_first_passage_converges_in_phases_to_a_stated_bias():
     """The count model's first passage from empty (worked example, >= 90 jobs) settles as
-    the Erlang clock sharpens, but 29 % short of the simulation's recorded interval (400
-    runs): the doom coin's bias, not the phases' (the ablation in
-    benchmarks/ctmc_vs_simulation.py: the node with the coin alone collapses as soon as
-    the chain). The workload model (the work decides the fate, no coin) is inside it.
+    the Erlang clock sharpens, but 29 % short of the simulation's recorded mean (400
+    runs), below its interval: the doom coin's bias, not the phases' (the ablation in
+    benchmarks/ctmc_vs_simulation.py: the coin alone, switched on in the node's own
+    semantics, brings the collapse a fifth sooner). The workload model (the work decides
+    the fate, no coin) is inside the interval.
     The acceptance hardly matters here: a build-up from empty drops nothing."""
     lo, hi = recorded("worked", "first_passage_s")
     collapsed = lambda j, r: j >= 90  # noqa: E731
