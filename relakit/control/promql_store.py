@@ -273,7 +273,19 @@ class _Rows:
         # (threads cost ~20 % more CPU for decoding this small a batch)
         f = pq.ParquetFile(self.path, read_dictionary=[c for c in names if c in self.strings],
                            pre_buffer=False)
-        yield from f.iter_batches(batch_size=_BATCH_ROWS, columns=names, use_threads=False)
+        yield from f.iter_batches(batch_size=_batch_rows(f.metadata), columns=names,
+                                  use_threads=False)
+
+
+def _batch_rows(meta) -> int:
+    """About :data:`_BATCH_ROWS` rows a batch, a whole number of batches a row group (of
+    the first: writers make them alike), so that no batch straddles two row groups:
+    pyarrow then never joins two dictionaries or two pages' decoded runs into one batch
+    (reading 4 nodes, 8.7 M rows in row groups of 123,020: 0.68-0.71 -> 0.63-0.66 s)."""
+    rows = meta.row_group(0).num_rows if meta.num_row_groups else 0
+    if rows <= 0:
+        return _BATCH_ROWS
+    return -(-rows // -(-rows // _BATCH_ROWS))  # rows / ceil(rows / _BATCH_ROWS), rounded up
 
 
 def _indices(col, known: dict, memo: list) -> tuple:
