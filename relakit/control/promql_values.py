@@ -165,6 +165,8 @@ def apply_op(op: str, a, b):
 
 
 def drop_name(labels: tuple) -> tuple:
+    if labels and labels[0][0] == "__name__":  # sorted: first unless a name sorts before it
+        return tuple(labels[1:])  # (a label set names each label once)
     return tuple(kv for kv in labels if kv[0] != "__name__")
 
 
