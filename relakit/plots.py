@@ -2065,7 +2065,14 @@ def decision_frontier_chart(frontier: pl.DataFrame, *, number_title: str, title:
         text="label:N")
     sub = subtitle or (f"cells: {number_title} in the path minus in a control plane, mean ± "
                        "95 % paired half-width over the seeds both share")
-    return alt.layer(rect, text, title=alt.TitleParams(text=title, subtitle=sub)).properties(
+    layers = [rect, text]
+    if "own_clocks" in frame.columns and frame["own_clocks"].any():
+        # the control plane's shipped clocks (factor 1): where today's configuration sits
+        layers.append(cells.transform_filter(alt.datum.own_clocks).mark_rect(
+            filled=False, stroke=NEUTRAL["reference"], strokeWidth=3))
+        sub = [*([sub] if isinstance(sub, str) else sub),
+               "black outline: the control plane's own clocks (the shipped configuration)"]
+    return alt.layer(*layers, title=alt.TitleParams(text=title, subtitle=sub)).properties(
         width=alt.Step(96), height=alt.Step(50))
 
 
