@@ -95,6 +95,7 @@ def run(tmp_path_factory):
     spec = LabSpec(instances=1, slow_fraction=0.0, buckets_s=BUCKETS)
     (work / "lab").mkdir()
     with Lab(spec, workdir=str(work / "lab")) as lab:
+        seed = lab.seed  # a fresh one per run (LabSpec.seed): the recordings are independent
         time.sleep(2.0)  # a few scrapes before the load
         starts = sorted((off, tier, n, secs) for tier, rows in PLAN.items()
                         for off, n, secs in rows)
@@ -112,7 +113,7 @@ def run(tmp_path_factory):
     assert sim.returncode == 0, sim.stderr
     keep = os.environ.get("RELAKIT_KEEP_LAB_RUN")  # a folder: keep the run to look at
     if keep:
-        (work / "run.json").write_text(json.dumps({"t0": t0, "wrk": outs}))
+        (work / "run.json").write_text(json.dumps({"t0": t0, "wrk": outs, "seed": seed}))
         shutil.copytree(work, keep, dirs_exist_ok=True)
     return {"work": work, "t0": t0, "starts": [(tier, n, ts) for tier, n, ts, _ in procs],
             "wrk": outs, "recorded": recorded, "cal": cal, "sim": work / "sim"}

@@ -77,6 +77,7 @@ class TierPopulation:
     spread: float = math.nan         # coefficient of variation of X (R + Z) over the bins
     rate_spread: float = math.nan    # coefficient of variation of X over the bins
     phases: list | None = None       # a population schedule (list of Phase); None: constant N
+    awaits_think: bool = False       # stepped, judged without a Z: judged again given one
 
 
 @dataclass
@@ -294,7 +295,7 @@ def judge_stepped(tier: str, counts: np.ndarray, r: np.ndarray, edges: np.ndarra
     if shared is None:
         return TierPopulation(tier, False, f"{steps}: inside a stepped tier Z cannot be told "
                                            "from N, and no tier with a steady N told it",
-                              rate_spread=rate_cv)
+                              rate_spread=rate_cv, awaits_think=True)
     z_hat, z_ci = shared[1], tuple(shared[2])
     # closed or open: within its phases, does the rate follow N / (R + Z)? Each bin's rate
     # and 1 / (R + Z) less their phase's means, the latter scaled so that a closed tier's
@@ -383,7 +384,7 @@ def fit_population(rec: Recording, edges: np.ndarray) -> PopulationFit:
     if told:  # the tightest Z a steady tier told, for the stepped tiers, which cannot
         shared = min(told, key=lambda z: z[2][1] - z[2][0])
         for k, t in enumerate(TIERS):
-            if t in tiers and "no tier with a steady N told it" in tiers[t].reason:
+            if t in tiers and tiers[t].awaits_think:
                 tiers[t] = judge(k, t, shared)
     return PopulationFit(tiers, bin_s, source)
 
