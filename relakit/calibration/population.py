@@ -213,25 +213,32 @@ MIN_STEP = 0.15        # and the two rates differ by at least this share of the 
 MIN_PHASE_BINS = 3     # bins in a phase, at least
 
 
-def phase_starts(counts: np.ndarray) -> list[int]:
+def phase_starts(counts: np.ndarray, exposure: np.ndarray | None = None) -> list[int]:
     """The bins where a tier's rate steps (binary segmentation of its counts as Poisson
-    stretches of constant rate): each index starts a phase; [] for one phase."""
+    stretches of constant rate): each index starts a phase; [] for one phase.
+
+    ``exposure``: per bin, what the count is proportional to within a phase (1 for open
+    arrivals; 1 / (R_b + Z) for a closed population, whose count is N / (R_b + Z) a
+    unit of time): the stretches are then of constant N, and a rate that fell only
+    because the latency rose (another tier's overload) is no step."""
     out: list[int] = []
+    expo = np.ones(counts.size) if exposure is None else exposure / np.mean(exposure)
 
     def split(lo: int, hi: int) -> None:
         n = hi - lo
         if n < 2 * MIN_PHASE_BINS:
             return
         cs = np.cumsum(counts[lo:hi])
+        es = np.cumsum(expo[lo:hi])
         k = np.arange(MIN_PHASE_BINS, n - MIN_PHASE_BINS + 1)
-        c1 = cs[k - 1]
-        c2 = cs[-1] - c1
+        c1, e1 = cs[k - 1], es[k - 1]
+        c2, e2 = cs[-1] - c1, es[-1] - e1
 
         def ll(c, m):
             return np.where(c > 0, c * np.log(np.maximum(c, 1e-300) / m), 0.0) - c
-        llr = 2.0 * (ll(c1, k) + ll(c2, n - k) - ll(cs[-1], n))
+        llr = 2.0 * (ll(c1, e1) + ll(c2, e2) - ll(cs[-1], es[-1]))
         b = int(np.argmax(llr))
-        r1, r2 = c1[b] / k[b], c2[b] / (n - k[b])
+        r1, r2 = c1[b] / e1[b], c2[b] / e2[b]
         if llr[b] < PHASE_LLR or abs(r2 - r1) < MIN_STEP * max(r1, r2):
             return
         split(lo, lo + int(k[b]))
@@ -367,6 +374,9 @@ def fit_population(rec: Recording, edges: np.ndarray) -> PopulationFit:
         starts = phase_starts(counts[k])  # a rate that steps beyond what one N explains:
         if steady.closed or not starts or counts[k].sum() < MIN_REQUESTS:  # phases of a
             return steady  # load test; too few requests are too few, steps or not
+        if shared is not None:  # given Z, steps of N: a rate that fell as the latency rose
+            rz = np.where(np.isfinite(r), r, np.nanmean(r)) + shared[1]  # is one phase
+            starts = phase_starts(counts[k], 1.0 / rz) or starts
         fit = judge_stepped(t, counts[k], r, edges, starts, shared)
         while fit is not None and fit.phases:  # neighbours of one N (a rate that fell as
             ph = fit.phases  # latency rose, not a step of N) are one phase

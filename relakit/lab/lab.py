@@ -177,7 +177,8 @@ class Lab:
                          str(s.slow_ms), "--slow-fraction", str(s.slow_fraction),
                          "--error-rate", str(s.error_rates[i] if s.error_rates else s.error_rate),
                          "--slowdown", str(s.slowdowns[i] if s.slowdowns else 1.0),
-                         "--seed", str(self.seed + i), "--buckets", ",".join(f"{b:g}" for b in s.buckets_s),
+                         "--seed", str(self.seed + i),
+                         "--buckets", ",".join(f"{b:g}" for b in s.buckets_s),
                          "--tier-header", s.tier_header, "--keepalive-s", str(s.keepalive_s)]
                         + ([] if s.queue_limit is None else ["--queue-limit", str(s.queue_limit)])
                         + ([] if s.deadline_ms is None else ["--deadline-ms", str(s.deadline_ms)])
