@@ -55,9 +55,8 @@ from relakit.replications import replication_seeds
 from relakit.stats import t_interval
 from relakit.traces import read_trace
 
-pytestmark = [pytest.mark.acceptance,  # `make acceptance` (see the Makefile), not make test
-              pytest.mark.skipif(shutil.which("wrk") is None or shutil.which("prometheus")
-                                 is None, reason="the set-up installs wrk and prometheus")]
+pytestmark = pytest.mark.skipif(shutil.which("wrk") is None or shutil.which("prometheus") is None,
+                                reason="the set-up installs wrk and prometheus")
 
 THINK_MS = 500
 # per tier: (start, connections, seconds), staggered (see the module's docstring)
