@@ -20,7 +20,15 @@ same buckets, with the validation's limits applied over the cells as the validat
 applies them over its windows — the median relative error within 30 % and the 90th
 percentile within 60 %, each at the upper end of its interval over twin replications.
 Those are the limits the validation has for a latency quantile (it has no p50 limit, so
-p50 is held to p99's): a cell's p99 is read from 50-500 requests, itself noisy.
+p50 is held to p99's): a cell's p99 is read from 50-500 requests, itself noisy. A twin
+request counts in the cell where it ended, as the servers' histogram counts it.
+
+Each run draws fresh service times (``LabSpec.seed`` unset: a new seed, kept in the lab's
+state.json; the test's kept run.json has it): with the instances seeded by their index,
+every recording drew the same service times and repeated runs were not samples. In
+`make test`'s wallclock stage, ~100-110 s wall at load 4-6 on 2 cores: every check held
+on 8 of 8 consecutive fresh recordings at aa558d2 (docs/performance.md, "The lab's twin
+in make test"); ``RELAKIT_KEEP_LAB_RUN=DIR`` keeps a run to re-calibrate offline.
 
 The lab's service is exponential here (``slow_fraction = 0``): its default adds a 2 %
 slow path of 200 ms (two exponentials, CV 1.24: relakit's `hyperexponential`). With it
