@@ -351,7 +351,9 @@ def _cross_checks(loaded: dict) -> list[C.Finding]:
                     continue
                 out += C.check_replay(frame, source, pol, ch, clocks)
     if not traces:
-        series = C.simulator_series(_default_buckets())
+        # every series the simulator can export: a policy alone may be meant for a fleet
+        # with in-path mechanisms (their outcomes and series, issue 33)
+        series = C.simulator_series(_default_buckets(), in_path=True)
         for pol in policies:
             out += C.check_policy(pol)
             out += C.check_signals(pol, series, missing=C.WARNING, what="the simulator")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from relakit.validate import ScenarioError, display_path
+from relakit.vocab import IN_PATH_OUTCOMES
 
 ERROR, WARNING = "error", "warning"
 # a rate needs two samples in its window; Prometheus advises a window of four scrapes
@@ -206,8 +207,11 @@ def _why_no_match(name, sel, series) -> tuple[str, str]:
             present = sorted({str(s[idx]) for s in same_name if s[0] == sel.source})
             wanted = want if isinstance(want, tuple | list) else (want,)
             if not set(wanted) & set(present):
+                only = (" (counted only in a run with an in-path mechanism: client_throttle, "
+                        "concurrency_limit, codel)" if label == "outcome"
+                        and set(wanted) <= set(IN_PATH_OUTCOMES) else "")
                 return (f"no '{name}' series has {label} {' or '.join(map(repr, wanted))} "
-                        f"(present: {', '.join(present)})", label)
+                        f"(present: {', '.join(present)}){only}", label)
         return f"no '{name}' series has all of the labels {dict(sel.labels)}", "metric"
     if name.endswith("_bucket_bucket"):
         return "give a histogram's name without '_bucket' (the signal adds it)", "metric"
@@ -250,9 +254,12 @@ def check_signals(policy, series, *, missing: str, what: str, parent: str | None
                     continue
                 for v in want:
                     if not _matches(sel.source, asked, {**sel.labels, label: v}, series):
+                        why = (f"'{v}' is counted only in a run with an in-path mechanism "
+                               "(client_throttle, concurrency_limit, codel)"
+                               if label == "outcome" and v in IN_PATH_OUTCOMES else "a typo?")
                         out.append(Finding(WARNING, file, key + label,
                                            f"{label} '{v}' matches no '{asked}' series in "
-                                           f"{what}; a typo?"))
+                                           f"{what}; {why}"))
     return out
 
 

@@ -22,7 +22,8 @@ The chain measures (:func:`chain_measure`: :func:`success_after`,
 run, and :func:`step_measure` (:func:`tier_outcomes`, :func:`window_rates`,
 :func:`ok_share_per_bin`, :func:`mode_entered_at`) what notebook 07 asks of a
 load step, applied alike to the live record and to each simulated
-replication; defined once here so a test pins them. :func:`tier_latencies` and
+replication; defined once here so a test pins them. :func:`tier_latencies` (with
+:func:`tier_outcomes`, one aggregation: :func:`tier_table`) and
 :func:`twin_measure` are what a live run with an in-path mechanism and its simulated
 twin are compared on (tests/test_lab_in_path.py, notebook 07).
 """
@@ -39,7 +40,8 @@ from relakit.stats import Interval, PairedDifference, paired_difference, t_inter
 
 __all__ = ["MeasuredRuns", "chain_measure", "isolated_nodes", "measure_runs", "mode_entered_at",
            "ok_share_per_bin", "paired", "paired_ratio", "pm", "requests_to", "step_measure",
-           "success_after", "tier_latencies", "tier_outcomes", "twin_measure", "window_rates"]
+           "success_after", "tier_latencies", "tier_outcomes", "tier_table", "twin_measure",
+           "window_rates"]
 
 
 def pm(iv: Interval, fmt: str = ".3f") -> str:
@@ -238,15 +240,42 @@ def _since(requests: pl.DataFrame, time_col: str, origin: float) -> pl.DataFrame
     return requests.with_columns((pl.col(time_col) - origin).alias("t"))
 
 
+def tier_table(requests: pl.DataFrame, with_all: bool = True) -> pl.DataFrame:
+    """Per tier (every tier of relakit.vocab.TIERS, in its order, then ``all`` unless
+    ``with_all`` is False), one row: ``requests``, the share of each outcome
+    (relakit.vocab.OUTCOMES) and, when the requests have ``latency_ms``, ``p50_ms`` and
+    ``p99_ms`` of the ok requests' latency (linear quantiles). A tier with no request
+    has ``requests`` 0 and NaN for every share and quantile, as a quantile with no ok
+    request is NaN: a share of 0 would read as "none answered ok", and a missing row
+    would give replications different measures. One polars aggregation, shared by
+    :func:`tier_outcomes` and :func:`tier_latencies`."""
+    from relakit.vocab import OUTCOMES, TIERS
+
+    numbers = [(pl.col("outcome") == o).mean().alias(o) for o in OUTCOMES]
+    if "latency_ms" in requests.columns:
+        ok = pl.col("latency_ms").filter(pl.col("outcome") == "ok")
+        numbers += [ok.quantile(0.5, "linear").alias("p50_ms"),
+                    ok.quantile(0.99, "linear").alias("p99_ms")]
+    per = requests.group_by("tier").agg(pl.len().alias("requests"), *numbers)
+    if with_all:
+        per = pl.concat([per, requests.select(pl.lit("all").alias("tier"),
+                                              pl.len().alias("requests"), *numbers)])
+    names = [*TIERS, "all"] if with_all else list(TIERS)
+    out = (pl.DataFrame({"tier": names, "_order": range(len(names))})
+           .join(per.with_columns(pl.col("tier").cast(pl.String)), on="tier", how="left")
+           .sort("_order").drop("_order"))
+    return out.with_columns(pl.col("requests").fill_null(0).cast(pl.Int64),
+                            pl.exclude("tier", "requests").cast(pl.Float64).fill_null(np.nan))
+
+
 def tier_outcomes(requests: pl.DataFrame, start_s: float, end_s: float,
                   time_col: str = "arrival_s", origin: float = 0.0) -> pl.DataFrame:
-    """Per tier, of the requests starting in ``[start_s, end_s]`` (seconds after
-    ``origin``; ``time_col`` is ``arrival_s`` in a simulation, ``start_s`` in the
-    lab's record): the share answered ``ok`` and the share ``dropped``."""
+    """Per tier (every tier, in relakit.vocab's order), of the requests starting in
+    ``[start_s, end_s]`` (seconds after ``origin``; ``time_col`` is ``arrival_s`` in a
+    simulation, ``start_s`` in the lab's record): the share answered ``ok`` and the
+    share ``dropped``; NaN for a tier with none (:func:`tier_table`)."""
     w = _since(requests, time_col, origin).filter(pl.col("t").is_between(start_s, end_s))
-    return w.group_by("tier").agg((pl.col("outcome") == "ok").mean().alias("ok"),
-                                  (pl.col("outcome") == "dropped").mean().alias("dropped")
-                                  ).sort("tier")
+    return tier_table(w, with_all=False).select("tier", "ok", "dropped")
 
 
 def window_rates(requests: pl.DataFrame, start_s: float, end_s: float,
@@ -306,21 +335,10 @@ def tier_latencies(requests: pl.DataFrame, start_s: float = 0.0, time_col: str =
     """Per tier and ``all``, of the requests starting at ``start_s`` or later (seconds after
     ``origin``; ``time_col`` as :func:`tier_outcomes`): ``requests``, the share of each
     outcome (relakit.vocab.OUTCOMES: ``ok``, ``rejected``, ...), and ``p50_ms``, ``p99_ms``
-    of the ok requests' latency (linear quantiles; nan without one)."""
-    from relakit.vocab import OUTCOMES, TIERS
-
+    of the ok requests' latency (linear quantiles) — :func:`tier_table`'s rows as
+    ``{tier: {number: value}}``; a tier with no request has NaN shares, not 0."""
     w = _since(requests, time_col, origin).filter(pl.col("t") >= start_s)
-    out = {}
-    for tier in (*TIERS, "all"):
-        d = w if tier == "all" else w.filter(pl.col("tier") == tier)
-        ok = d.filter(pl.col("outcome") == "ok")["latency_ms"]
-        n = max(d.height, 1)
-        out[tier] = {"requests": d.height,
-                     **{o: float((d["outcome"] == o).sum() / n)
-                        for o in OUTCOMES},
-                     "p50_ms": float(ok.quantile(0.5, "linear")) if ok.len() else float("nan"),
-                     "p99_ms": float(ok.quantile(0.99, "linear")) if ok.len() else float("nan")}
-    return out
+    return {row.pop("tier"): row for row in tier_table(w).iter_rows(named=True)}
 
 
 def twin_measure(start_s: float):

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-__all__ = ["TRIGGERS", "BasinMap", "Recovery", "base_scenario", "basin_map", "control_frontier",
-           "ctmc_recovery_map", "first_passage_runs", "recovery_time", "with_trigger"]
+__all__ = ["TRIGGERS", "BasinMap", "Recovery", "base_scenario", "basin_map", "control_delay_s",
+           "control_frontier", "ctmc_recovery_map", "first_passage_runs", "recovery_time",
+           "with_trigger"]
 
 TRIGGERS = ("spike", "slowdown", "start")
 
@@ -212,6 +213,19 @@ def basin_map(base: dict, kind: str, sizes, durations_s, recovery: Recovery,
     return BasinMap(pl.DataFrame(cells), pl.DataFrame(rows), info)
 
 
+def control_delay_s(policy: dict, clocks: dict) -> float:
+    """The control plane's mean delay from a step to its actuation through ``clocks``
+    (:func:`relakit.analytic.step_delay`, the policy's first mode's ``enter_after``, the
+    signal's lead taken as half a window). :func:`control_frontier` reckons its ``delay_s``
+    with it, and :mod:`relakit.rivals` (its frontier) offers it under the same name."""
+    from relakit.analytic import step_delay
+
+    enter = int(policy["modes"][0].get("enter_after", 1))
+    return step_delay(clocks["scrape_s"], clocks["eval_s"], clocks["poll_s"],
+                      clocks.get("propagation_s", 0.0), enter,
+                      lead_s=clocks["window_s"] / 2).mean
+
+
 def control_frontier(base: dict, policy: dict, ladder: list[dict], sizes, duration_s: float,
                      recovery: Recovery, replications: int = 10, seed: int | None = None,
                      start_s: float = 60.0, workers: int | None = None) -> pl.DataFrame:
@@ -220,11 +234,9 @@ def control_frontier(base: dict, policy: dict, ladder: list[dict], sizes, durati
     rung gives it, replaces the first mode's hysteresis count), spiked to each of
     ``sizes`` for ``duration_s``; per (clocks, size) the share that recovered with its
     Clopper-Pearson interval (:func:`basin_map`'s cells, same seeds everywhere) and the
-    clock bound's mean delay from :func:`relakit.analytic.step_delay` (``enter_after`` of
-    the policy's first mode; the signal's lead taken as half a window) as ``delay_s``.
+    clock bound's mean delay (:func:`control_delay_s`, the one reckoning:
+    ``enter_after`` of the policy's first mode, the signal's lead half a window) as ``delay_s``.
     Metrics are sampled at the scrape interval, as the control loop requires."""
-    from relakit.analytic import step_delay
-
     frames = []
     for rung in ladder:
         clocks = {k: v for k, v in rung.items() if k != "enter_after"}
@@ -236,9 +248,7 @@ def control_frontier(base: dict, policy: dict, ladder: list[dict], sizes, durati
         sc["metrics"] = dict(sc.get("metrics") or {}, interval_s=clocks["scrape_s"])
         cells = basin_map(sc, "spike", sizes, [duration_s], recovery, replications, seed,
                           start_s, workers).cells
-        delay = step_delay(clocks["scrape_s"], clocks["eval_s"], clocks["poll_s"],
-                           clocks.get("propagation_s", 0.0), enter,
-                           lead_s=clocks["window_s"] / 2).mean
+        delay = control_delay_s(sc["policy"], clocks)
         frames.append(cells.with_columns(pl.lit(delay).alias("delay_s"),
                                          pl.lit(clocks["scrape_s"]).alias("scrape_s"),
                                          pl.lit(clocks["window_s"]).alias("window_s"),

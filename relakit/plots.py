@@ -296,12 +296,21 @@ def offered_load_frame(counts: pl.DataFrame, bin_s: float, duration_s: float) ->
     return pl.concat([df, last]).sort("time_s", "tier")
 
 
+def offered_load_subtitle(source: str, bin_s: float, closed: bool = False) -> str:
+    """What the offered-load panel counts: arrivals (open), requests the clients sent
+    (a closed population), or the clients' counters (no per-request records)."""
+    if source != "requests":
+        return f"from the clients' counters (requests answered per second), {bin_s:g} s bins"
+    return f"{'requests sent' if closed else 'arrivals'} per second, {bin_s:g} s bins"
+
+
 def offered_load(counts: pl.DataFrame, bin_s: float, duration_s: float,
-                 source: str = "requests", domain=None) -> alt.Chart:
-    """Offered load over time, stacked by tier (the top edge is the total)."""
+                 source: str = "requests", domain=None,
+                 subtitle: str | list[str] | None = None) -> alt.Chart:
+    """Offered load over time, stacked by tier (the top edge is the total); ``subtitle``
+    (a line or lines) replaces :func:`offered_load_subtitle`'s for an open run."""
     df = offered_load_frame(counts, bin_s, duration_s)
-    sub = (f"arrivals per second, {bin_s:g} s bins" if source == "requests" else
-           f"from the clients' counters (requests answered per second), {bin_s:g} s bins")
+    sub = offered_load_subtitle(source, bin_s) if subtitle is None else subtitle
     return (alt.Chart(df, title=alt.Title("Offered load", subtitle=sub))
             .mark_area(interpolate="step-after", opacity=0.9).encode(
                 x=_time_x("time_s", domain or (0, duration_s)),
@@ -508,22 +517,17 @@ def run_dashboard(result, bin_s: float = 10.0) -> alt.VConcatChart:
     duration = _span(result)
     domain = (0.0, duration)
     counts, source, bin_s = run_counts(result, bin_s)
-    load = offered_load(counts, bin_s, duration, source, domain)
+    clients = (result.info or {}).get("clients")
+    sub = [offered_load_subtitle(source, bin_s, closed=bool(clients))]
     left = (result.info or {}).get("in_flight_at_end") or 0
     if left:  # counted when answered: the last bins miss those still in flight
-        load = load.properties(title=alt.Title("Offered load", subtitle=[
-            load.title.subtitle, f"the last bin leaves out the {left:,} requests still in "
-                                 "flight at the end"]))
-    clients = (result.info or {}).get("clients")
+        sub.append(f"the last bin leaves out the {left:,} requests still in flight at the end")
     if clients:  # a closed population: the load is what the clients sent, an outcome
-        sub = load.title.subtitle
-        sub = [line.replace("arrivals per second", "requests sent per second")
-               for line in (sub if isinstance(sub, list) else [sub])]
-        load = load.properties(title=alt.Title("Offered load", subtitle=[
-            *sub,
-            f"{clients['population']} closed clients ({clients['by_tier']}): the load they "
-            "offer is an outcome of the run, not an input (it falls as latency rises)"]))
-    parts = [load]
+        sub.append(f"{clients['population']} closed clients ({clients['by_tier']}): the load "
+                   "they offer is an outcome of the run, not an input (it falls as latency "
+                   "rises)")
+    parts = [offered_load(counts, bin_s, duration, source, domain,
+                          subtitle=sub[0] if len(sub) == 1 else sub)]
     if result.requests is not None:
         parts.append(latency_over_time(result.requests, bin_s, domain=domain))
     parts.append(outcome_shares(None, bin_s, by_tier=False, domain=domain, counts=counts,
@@ -2061,7 +2065,14 @@ def decision_frontier_chart(frontier: pl.DataFrame, *, number_title: str, title:
         text="label:N")
     sub = subtitle or (f"cells: {number_title} in the path minus in a control plane, mean ± "
                        "95 % paired half-width over the seeds both share")
-    return alt.layer(rect, text, title=alt.TitleParams(text=title, subtitle=sub)).properties(
+    layers = [rect, text]
+    if "own_clocks" in frame.columns and frame["own_clocks"].any():
+        # the control plane's shipped clocks (factor 1): where today's configuration sits
+        layers.append(cells.transform_filter(alt.datum.own_clocks).mark_rect(
+            filled=False, stroke=NEUTRAL["reference"], strokeWidth=3))
+        sub = [*([sub] if isinstance(sub, str) else sub),
+               "black outline: the control plane's own clocks (the shipped configuration)"]
+    return alt.layer(*layers, title=alt.TitleParams(text=title, subtitle=sub)).properties(
         width=alt.Step(96), height=alt.Step(50))
 
 
@@ -2074,14 +2085,23 @@ def signals_against_thresholds(signals: pl.DataFrame, thresholds: pl.DataFrame,
     thresholds on it as dashed rules (``thresholds``: signal, condition, threshold), the
     mode below, on one time axis; ``shade`` (start_s, end_s) greys a phase (an
     overload) on every panel, named by ``shade_label`` under the first panel's title (a
-    grey band nobody names reads as data)."""
+    grey band nobody names reads as data). A threshold on a signal with no series is
+    refused with its name (it would have no panel to be drawn on)."""
     titles = titles or {}
     if shade_label is not None and shade is None:
         raise ValueError("signals_against_thresholds: shade_label names a shade; give shade too")
+    drawn = signals["signal"].unique(maintain_order=True).to_list()
+    lost = thresholds.filter(~pl.col("signal").is_in(drawn))
+    if lost.height:
+        raise ValueError(
+            "signals_against_thresholds: thresholds on signals with no series: "
+            + ", ".join(f"{c!r} on {g!r}" for g, c in lost.select("signal", "condition").rows())
+            + f"; the signals drawn are {', '.join(map(repr, drawn))}: give their series "
+            "or leave those thresholds out")
     signals = signals.with_columns(pl.col("value").fill_nan(None))  # a gap breaks the line
     domain = domain or (float(signals["time_s"].min()), float(signals["time_s"].max()))
     panels = []
-    for name in signals["signal"].unique(maintain_order=True).to_list():
+    for name in drawn:
         one = signals.filter(pl.col("signal") == name)
         layers = []
         if shade is not None:

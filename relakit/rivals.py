@@ -11,9 +11,12 @@ The comparison itself: :func:`rival_variants` puts on one fleet the control plan
 :func:`rival_runs` runs them on the same seeds (common random numbers) and judges each run
 (:func:`run_numbers`: gold success, goodput, p99, time to recover, work wasted);
 :func:`rival_table` pairs every variant with the control plane alone
-(:func:`relakit.comparison.comparison_table`). :func:`decision_frontier` sweeps the
-decision's cost against the control plane's clocks and names the winner of each cell.
-Notebook 11 draws them.
+(:func:`relakit.comparison.comparison_table`) on all but time to recover, which is censored
+and read by :func:`recovery_summary` (share recovered, Kaplan-Meier median). The control
+plane beside a local mechanism runs a policy that sees its refusals
+(``params/policies/rela-in-path.yaml``; ``rival_variants(..., in_path_policy=...)``).
+:func:`decision_frontier` sweeps the decision's cost against the control plane's clocks
+and names the winner of each cell. Notebook 11 draws them.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import copy
 import polars as pl
 
 from relakit.control.clocks import KEYS as CLOCK_KEYS
-from relakit.vocab import ANSWERED
+from relakit.metastability import control_delay_s  # the one reckoning, public here too
+from relakit.vocab import ANSWERED, SERVED
 
 __all__ = ["CONTROL", "LOCAL_MECHANISMS", "NUMBERS", "NUMBER_TITLES", "SERVER_MECHANISMS",
-           "control_delay_s", "decision_cost_sweep", "decision_frontier", "rival_runs",
-           "rival_table", "rival_variants", "run_numbers", "sampled", "scaled_clocks",
-           "with_control", "with_local"]
+           "control_delay_s", "counts_span", "decision_cost_sweep", "decision_frontier",
+           "km_median", "recovery_summary", "rival_runs", "rival_table", "rival_variants",
+           "run_numbers", "sampled", "scaled_clocks", "wasted_copies", "with_control",
+           "with_local"]
 
 #: the in-path mechanisms whose decision costs server time (``cost_us``)
 SERVER_MECHANISMS = ("concurrency_limit", "codel")
@@ -79,13 +84,13 @@ LOCAL_MECHANISMS = ("client_throttle", "concurrency_limit aimd", "concurrency_li
                     "codel + adaptive_lifo")
 #: the control plane on its own: every other variant is paired against it
 CONTROL = "RelA alone"
-#: what each run is judged on, and which way is better (+1: higher, -1: lower)
-NUMBERS = {"gold_success": 1, "goodput_rps": 1, "p99_ms": -1, "recovery_s": -1,
-           "wasted_share": -1}
+#: what each run is judged on by a paired t interval, and which way is better (+1: higher,
+#: -1: lower). Time to recover is not among them: a run that never recovers has only a lower
+#: bound (censored), which a mean would bias; :func:`recovery_summary` reads it
+NUMBERS = {"gold_success": 1, "goodput_rps": 1, "p99_ms": -1, "wasted_share": -1}
 #: the numbers in words, with units
 NUMBER_TITLES = {"gold_success": "gold success (share)", "goodput_rps": "goodput (rps)",
-                 "p99_ms": "p99 of ok requests (ms)", "recovery_s": "time to recover (s)",
-                 "wasted_share": "work wasted (share)"}
+                 "p99_ms": "p99 of ok requests (ms)", "wasted_share": "work wasted (share)"}
 
 
 def with_local(scenario: dict, mechanism: str, cost_us: float = 0.0) -> dict:
@@ -137,23 +142,78 @@ def sampled(scenario: dict, interval_s: float) -> dict:
     return out
 
 
-def rival_variants(base: dict, policy, clocks, mechanisms=LOCAL_MECHANISMS) -> dict[str, dict]:
+def rival_variants(base: dict, policy, clocks, mechanisms=LOCAL_MECHANISMS,
+                   in_path_policy=None) -> dict[str, dict]:
     """The rivals on one fleet: :data:`CONTROL` (``base`` under ``policy`` through
     ``clocks``), each of ``mechanisms`` alone (``<m> alone``: no control plane, the
     fleet's flags as ``base`` sets them) and with the control plane (``<m> + RelA``),
-    every one's metrics sampled at the clocks' scrape interval. ``base`` must have
-    neither a policy nor clocks of its own (so no variant has one it was not given)."""
+    every one's metrics sampled at the clocks' scrape interval. ``in_path_policy``: the
+    policy the ``+ RelA`` variants run (default ``policy``): one whose signals see the
+    in-path mechanisms' refusals (``params/policies/rela-in-path.yaml``), as an operator
+    running both would ship; ``policy`` itself is for the fleet without them. ``base``
+    must have neither a policy nor clocks of its own (so no variant has one it was not
+    given)."""
     for key in ("policy", "clocks"):
         if base.get(key) is not None:
             raise ValueError(f"base scenario: key {key!r} must be unset (the variants add it)")
+    hybrid = policy if in_path_policy is None else in_path_policy
     out = {CONTROL: with_control(base, policy, clocks)}
     for m in mechanisms:
         out[f"{m} alone"] = sampled(with_local(base, m), clocks["scrape_s"])
-        out[f"{m} + RelA"] = with_control(with_local(base, m), policy, clocks)
+        out[f"{m} + RelA"] = with_control(with_local(base, m), hybrid, clocks)
     return out
 
 
-def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0) -> dict:
+def counts_span(result) -> tuple[dict[int, float], float]:
+    """When :func:`wasted_copies` reads each side: per node, the time of its last sample
+    at or before the last time the clients and every node were all sampled; and the
+    clients' read time, at or before every node's (a copy is served no later than its
+    request is answered, so the servers are never read earlier than the clients). On
+    relakit's default grid (no scrape phases) all are one time."""
+    m = result.metrics
+    common = float(m.group_by("node").agg(pl.col("time_s").max())["time_s"].min())
+    reads = (m.filter(pl.col("time_s") <= common).group_by("node")
+             .agg(pl.col("time_s").max()))
+    nodes = {int(n): float(t) for n, t in reads.select("node", "time_s").iter_rows() if n >= 0}
+    clients = m.filter((pl.col("node") < 0) & (pl.col("time_s") <= min(nodes.values())))
+    return nodes, float(clients["time_s"].max())
+
+
+def wasted_copies(result, fanout: int = 1) -> tuple[float, float]:
+    """(copies served, copies that answered no client), both read over one span
+    (:func:`counts_span`). Copies served: the servers' own ``requests_total`` (ok, error,
+    timeout: a copy finished after its client gave up counts as timeout) at each node's
+    read time. Copies that answered a client: with the run's per-request records, the
+    ``fanout`` of every request that ended ok or error by the clients' read time (degraded
+    requests have fewer); without records, the requests the clients counted as ended ok or
+    error (``client_requests_total``) by then, which needs ``fanout`` 1 (the scenario's
+    ``workload.fanout``; above 1 without records is refused)."""
+    if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < 1:
+        raise ValueError(f"fanout: the scenario's workload.fanout, an integer >= 1, got {fanout!r}")
+    nodes, t_client = counts_span(result)
+    m = result.metrics
+    at = pl.DataFrame({"node": list(nodes), "time_s": list(nodes.values())},
+                      schema={"node": m.schema["node"], "time_s": m.schema["time_s"]})
+    served = float(m.filter((pl.col("name") == "requests_total")
+                            & pl.col("outcome").is_in(ANSWERED))
+                   .join(at, on=["node", "time_s"])["value"].sum())
+    ended = pl.col("outcome").is_in(SERVED)  # ok or error: a copy answered its client
+    if result.requests is not None:
+        r = result.requests
+        answered = float(r.filter(ended & (pl.col("arrival_s") + pl.col("latency_ms") / 1000.0
+                                           <= t_client))["fanout"].sum())
+    elif fanout == 1:
+        answered = float(m.filter((pl.col("node") < 0) & (pl.col("time_s") == t_client)
+                                  & (pl.col("name") == "client_requests_total") & ended)
+                         ["value"].sum())
+    else:
+        raise ValueError(f"run_numbers: work wasted at fan-out {fanout} counts each request's "
+                         "copies from its records: run with record_requests=True")
+    return served, served - answered
+
+
+def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0,
+                fanout: int = 1) -> dict:
     """One run judged on :data:`NUMBERS`:
 
     * ``gold_success``: gold's ok share, after warm-up;
@@ -162,11 +222,14 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0)
     * ``recovery_s``: seconds from ``end_s`` (the trigger's end) until the share of
       requests that did not end ok stays at or below ``level`` for ``hold_s``
       (:func:`relakit.metastability.recovery_time` on :meth:`fleet_series`); a run that
-      never does counts the time left in it, with ``recovered`` 0;
+      never does is censored: ``recovered`` 0 and ``recovery_s`` the time left in it (a
+      lower bound; :func:`recovery_summary` reads them as censored times, never a mean);
     * ``wasted_share``: copies the servers served that answered no client (served after
-      their client gave up, or after another copy had answered) over all copies served:
-      the servers' own ``requests_total`` (ok, error, timeout) against the requests that
-      ended ok or error. Needs fan-out 1 and no warm-up (both sides count the whole run);
+      their client gave up, after another copy had answered, or a failed attempt retried)
+      over all copies served, both read over one span (:func:`wasted_copies`; ``fanout``:
+      the scenario's, above 1 it needs the run's records);
+    * ``followed_s``: how long the run was watched after ``end_s`` (a censored run's
+      ``recovery_s``);
     * ``mode_entries``: how often the control plane entered a mode (its audit's ``enter``
       and ``preempt`` rows; 0 without one): whether it acted at all.
     """
@@ -174,8 +237,8 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0)
 
     info = result.info
     if info.get("warmup_s", 0.0):
-        raise ValueError("run_numbers: a scenario with warmup_s 0 (work is counted over the "
-                         "whole run)")
+        raise ValueError("run_numbers: a scenario with warmup_s 0 (work is counted from the "
+                         "run's start)")
     summary = result.summary
     every = summary.filter(pl.col("tier") == "all").row(0, named=True)
     gold = summary.filter(pl.col("tier") == "gold").row(0, named=True)
@@ -183,10 +246,7 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0)
     t = series["time_s"].to_numpy()
     failing = 1.0 - series["success_ratio"].fill_null(1.0).to_numpy()
     rec = recovery_time(t, failing, end_s, level, hold_s)
-    served = (result.metrics.filter((pl.col("name") == "requests_total")
-                                    & pl.col("outcome").is_in(ANSWERED))
-              .filter(pl.col("time_s") == pl.col("time_s").max().over("node"))["value"].sum())
-    answered = every["ok"] + every["error"]
+    served, wasted = wasted_copies(result, fanout)
     entries = (0 if result.decisions is None else
                result.decisions.filter(pl.col("action").is_in(["enter", "preempt"])).height)
     return {"gold_success": gold["success_ratio"],
@@ -194,8 +254,57 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0)
             "p99_ms": every["p99_ms"],
             "recovery_s": float(t[-1] - end_s) if rec != rec else rec,
             "recovered": float(rec == rec),
-            "wasted_share": (served - answered) / served if served else 0.0,
+            "followed_s": float(t[-1] - end_s),  # how long after end_s the run was watched
+            "wasted_share": wasted / served if served else 0.0,
             "mode_entries": float(entries)}
+
+
+def recovery_summary(runs: pl.DataFrame, by: str = "variant", within_s: float | None = None,
+                     confidence: float = 0.95) -> pl.DataFrame:
+    """Time to recover read as what it is, a censored time (a run that never recovered
+    has only a lower bound): per ``by`` group of :func:`rival_runs` rows, ``recovered``
+    of ``runs``; ``km_median_s``, the Kaplan-Meier median (null while fewer than half
+    recovered: the median is then beyond the run); and the share recovered within
+    ``within_s`` (default: the shortest time any run of the table was watched after its
+    trigger, ``followed_s`` of :func:`run_numbers`, so every run is observed that long)
+    with its Clopper-Pearson interval (``share_low``, ``share_high``)."""
+    from relakit.stats import binomial_interval
+
+    if within_s is not None:
+        horizon = float(within_s)
+    elif "followed_s" in runs.columns:  # every run watched at least this long
+        horizon = float(runs["followed_s"].min())
+    else:  # a censored run was watched for its recovery_s; an observed one at least that long
+        censored = runs.filter(pl.col("recovered") == 0)["recovery_s"]
+        horizon = float(censored.min() if censored.len() else runs["recovery_s"].max())
+    rows = []
+    for key in runs[by].unique(maintain_order=True).to_list():
+        g = runs.filter(pl.col(by) == key)
+        t, done = g["recovery_s"].to_numpy(), g["recovered"].to_numpy() > 0.5
+        k = int((done & (t <= horizon)).sum())
+        iv = binomial_interval(k, g.height, confidence)
+        rows.append({by: key, "runs": g.height, "recovered": int(done.sum()),
+                     "km_median_s": km_median(t, done), "within_s": horizon,
+                     "share_within": iv.mean, "share_low": iv.low, "share_high": iv.high})
+    return pl.DataFrame(rows, schema_overrides={"km_median_s": pl.Float64})
+
+
+def km_median(times, events) -> float | None:
+    """The Kaplan-Meier median of right-censored times (``events`` true: observed, false:
+    censored at that time): the first event time at which the survival estimate falls to
+    0.5 or below; None when it never does (fewer than half observed to end)."""
+    import numpy as np
+
+    t, e = np.asarray(times, dtype=float), np.asarray(events, dtype=bool)
+    if t.shape != e.shape or t.size == 0:
+        raise ValueError("km_median: times and events, one of each per run, at least one run")
+    surv = 1.0
+    for u in np.unique(t[e]):
+        at_risk = int((t >= u).sum())
+        surv *= 1.0 - int(((t == u) & e).sum()) / at_risk
+        if surv <= 0.5:
+            return float(u)
+    return None
 
 
 def _variant_runs(sc_dict: dict, seeds: list[int], end_s: float, level: float,
@@ -214,8 +323,9 @@ def _variant_runs(sc_dict: dict, seeds: list[int], end_s: float, level: float,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RelakitWarning)
         for i, s in enumerate(seeds):
-            r = run_once(sc, int(s), record_requests=False)
-            out.append({"replication": i, "seed": int(s), **run_numbers(r, end_s, level, hold_s)})
+            r = run_once(sc, int(s), record_requests=sc.workload.fanout > 1)
+            out.append({"replication": i, "seed": int(s),
+                        **run_numbers(r, end_s, level, hold_s, sc.workload.fanout)})
     return out
 
 
@@ -283,19 +393,6 @@ def scaled_clocks(clocks: dict, factor: float) -> dict:
             for k, v in clocks.items()}
 
 
-def control_delay_s(policy: dict, clocks: dict) -> float:
-    """The control plane's mean delay from a step to its actuation through ``clocks``
-    (:func:`relakit.analytic.step_delay`, the policy's first mode's ``enter_after``, the
-    signal's lead taken as half a window), as :func:`relakit.metastability.control_frontier`
-    reckons it."""
-    from relakit.analytic import step_delay
-
-    enter = int(policy["modes"][0].get("enter_after", 1))
-    return step_delay(clocks["scrape_s"], clocks["eval_s"], clocks["poll_s"],
-                      clocks.get("propagation_s", 0.0), enter,
-                      lead_s=clocks["window_s"] / 2).mean
-
-
 def decision_frontier(base: dict, policy: dict, clocks: dict, mechanism: str, cost_shares,
                       clock_factors, end_s: float, number: str = "gold_success",
                       replications: int = 3, seed: int | None = None, level: float = 0.02,
@@ -307,7 +404,9 @@ def decision_frontier(base: dict, policy: dict, clocks: dict, mechanism: str, co
     both sides' ``number`` (one of :data:`NUMBERS`) with half-widths, the paired
     difference in path - control plane (:func:`relakit.stats.paired_difference`),
     ``significant`` and ``winner``: ``in the path``, ``in a control plane`` (significant,
-    better on ``number``) or ``neither``; ``delay_s``: :func:`control_delay_s`."""
+    better on ``number``) or ``neither``; ``delay_s``: :func:`control_delay_s`. The
+    clocks as given (factor 1) are always among the rows, ``own_clocks`` true: where the
+    shipped configuration sits on the frontier."""
     from relakit.scenario import load_scenario
     from relakit.stats import paired_difference, t_interval
 
@@ -317,7 +416,9 @@ def decision_frontier(base: dict, policy: dict, clocks: dict, mechanism: str, co
         raise ValueError(f"mechanism {mechanism!r}: a server-side one of "
                          f"{', '.join(m for m in LOCAL_MECHANISMS if m != 'client_throttle')}")
     mean_us = load_scenario(base).fleet.service.mean_ms * 1000.0
-    shares, factors = [float(s) for s in cost_shares], [float(f) for f in clock_factors]
+    shares = [float(s) for s in cost_shares]
+    # the control plane's own clocks (factor 1) always a row: where today's configuration sits
+    factors = sorted({float(f) for f in clock_factors} | {1.0})
     variants = {f"path {s}": sampled(with_local(base, mechanism, s * mean_us),
                                      clocks["scrape_s"]) for s in shares}
     ladder = {f: scaled_clocks(clocks, f) for f in factors}
@@ -344,5 +445,5 @@ def decision_frontier(base: dict, policy: dict, clocks: dict, mechanism: str, co
                          "control_plane": ib.mean, "control_plane_ci": ib.half_width,
                          "difference": iv.mean, "difference_ci": iv.half_width,
                          "significant": bool(d.significant), "winner": win,
-                         "replications": int(a.size)})
+                         "own_clocks": f == 1.0, "replications": int(a.size)})
     return pl.DataFrame(rows)

@@ -152,6 +152,14 @@ def test_the_dashboard_says_a_closed_populations_load_is_an_outcome():
     assert any("40 closed clients" in line and "outcome of the run" in line
                for line in subtitle)
     assert "closed clients" in r.format_summary() and "outcome of the run" in r.format_summary()
+    assert subtitle[0].startswith("from the clients' counters")  # no records: counters
+    # with records, the first line names what is counted: the requests the clients sent
+    # (plots.offered_load_subtitle), never "arrivals", which a closed population has none of
+    r = relakit.simulate(closed(40, duration=60))
+    lines = plots.run_dashboard(r).to_dict()["vconcat"][0]["title"]["subtitle"]
+    assert lines[0] == "requests sent per second, 10 s bins"
+    assert not any("arrivals" in line for line in lines)
+    assert plots.offered_load_subtitle("requests", 5.0) == "arrivals per second, 5 s bins"
 
 
 @pytest.mark.parametrize(("clients", "servers"), [(1, 1), (20, 1), (380, 4), (800, 4)])

@@ -154,14 +154,20 @@ def count_loops(monkeypatch, specialise=True) -> dict:
     """Fleets run with (``specialise``) or without the loops Fleet picks, counting the
     calls of each loop in the dict returned: plain (``run_plain``), simple, mitigated
     (``run_mitigated``), fanout (its fan-out loop), in_path (``run_in_path``),
-    in_path_simple (its simple loop), general (``kernel.advance``)."""
+    in_path_simple (its simple loop), general (``kernel.advance``). A simple loop counts
+    only the calls it ran: one it declined (``kernel.ROWS_NOT_LEAN``, before any write;
+    the settled loop then runs the stretch) counts in ``simple_declined`` or
+    ``in_path_simple_declined`` instead."""
     calls = {"plain": 0, "general": 0, "simple": 0, "mitigated": 0, "fanout": 0,
-             "in_path": 0, "in_path_simple": 0}
+             "in_path": 0, "in_path_simple": 0, "simple_declined": 0,
+             "in_path_simple_declined": 0}
 
     def counting(kernel, name):
         def run(*args):
-            calls[name] += 1
-            return kernel(*args)
+            status = kernel(*args)
+            declined = name.endswith("simple") and status == K.ROWS_NOT_LEAN
+            calls[f"{name}_declined" if declined else name] += 1
+            return status
         return run
 
     monkeypatch.setattr(Fleet, "specialise", specialise)
@@ -450,7 +456,15 @@ def test_simple_loop_writes_back_the_rows_of_live_requests(monkeypatch):
     assert simple(*fast.cfg, *st, *fast.out, 13.0) == K.ROWS_NOT_LEAN
     for name in st._fields:
         np.testing.assert_array_equal(getattr(st, name), before[name], err_msg=name)
+    assert used["simple_declined"] == 0
+    # counted truthfully (count_loops): the simple loop declined, the plain loop ran (the
+    # fleet keeps the run_plain it chose, counting in the first dict; the simple loop is
+    # looked up at each call, counting in the one patched last)
+    first, plain_before = used, used["plain"]
+    used = count_loops(monkeypatch, True)
     fast.advance(13.0)
+    assert (used["simple_declined"], used["simple"], used["general"]) == (1, 0, 0), used
+    assert first["plain"] == plain_before + 1
     st = fast.st  # (it may have grown)
     rows = (st.job_i, st.job_f, st.call_i, st.call_f, st.usr_i, st.usr_f)
     assert fast.now == 13.0  # (the request has ended: the plain loop wrote its rows in full)

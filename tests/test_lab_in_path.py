@@ -123,15 +123,31 @@ def test_the_throttle_and_the_limit_follow_the_simulators_rules():
     from relakit.sim import kernel as K
 
     assert K.BUDGET_BUCKETS == 10  # the throttle window's buckets (in_path.WINDOW_BUCKETS)
+    class Draw:  # the throttle's random source, fixed at u
+        u = 0.0
+
+        def random(self):
+            return self.u
+
     th = ClientThrottle(k=2.0, window_s=10.0)
-    assert th.judge(0.5) is False  # nothing refused yet: p = 0
+    th.rng = Draw()
+    assert th.judge(0.5) is False  # nothing refused yet: p = 0, whatever is drawn
     th.accepted(0.5)
-    for _ in range(99):  # 100 requests, 20 accepted, within one window: p = 60 / 101
-        th.judge(0.5)
+    for _ in range(99):  # a draw of 1 refuses nothing: 100 requests, 20 accepted
+        th.rng.u = 1.0
+        assert th.judge(0.5) is False
     for _ in range(19):
         th.accepted(0.5)
-    assert (th.requests, th.accepts) == (100, 20)
-    assert (th.requests - 2 * th.accepts) / (th.requests + 1) == pytest.approx(60 / 101)
+    # the judgement itself, as the kernel's throttle_judge: refused iff the draw is
+    # below (requests - k accepts) / (requests + 1), k a policy's throttle_k if given
+    for k, p in ((None, 60 / 101), (3.0, 40 / 101), (5.0, 0.0)):
+        for u, refused in ((p - 1e-9, p > 0), (p + 1e-9, False)):
+            th.rng.u = u
+            before = th.throttled
+            assert th.judge(0.5, k) is refused, (k, u)
+            assert th.throttled == before + refused
+            th.req[0] -= 1  # (forget the judged request: the same state for the next)
+            th.requests -= 1
     th.judge(10.6)  # a window later the buckets it left are forgotten
     assert (th.requests, th.accepts) == (1, 0)
     cl = ConcurrencyLimit(initial=4, min=1, max=10, backoff=0.5, latency_ms=200)

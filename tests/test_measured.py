@@ -21,7 +21,9 @@ from relakit.measured import (
     pm,
     step_measure,
     success_after,
+    tier_latencies,
     tier_outcomes,
+    tier_table,
     window_rates,
 )
 from relakit.replications import replication_seeds
@@ -172,6 +174,37 @@ def test_step_measures_on_a_hand_made_record():
                         "mode": ["survival", "performance", "survival"]})
     assert mode_entered_at(dec, "survival", 100.0) == 4.0  # a hold is no entry
     assert np.isnan(mode_entered_at(dec, "alarm"))
+
+
+def test_tier_numbers_give_nan_for_a_tier_with_no_request():
+    """tier_outcomes and tier_latencies are one aggregation (tier_table): every tier in
+    relakit.vocab's order; a tier with no request has requests 0 and NaN shares and
+    quantiles (0 would read as "none answered ok")."""
+    from relakit.vocab import OUTCOMES, TIERS
+
+    req = pl.DataFrame({"t_s": [1.0, 2.0, 3.0, 4.0, 5.0, 0.5],
+                        "tier": ["gold", "gold", "silver", "silver", "silver", "bronze"],
+                        "outcome": ["ok", "error", "ok", "ok", "rejected", "ok"],
+                        "latency_ms": [10.0, 99.0, 30.0, 50.0, 1.0, 7.0]})
+    lat = tier_latencies(req, 1.0, "t_s")  # the bronze request started before 1 s
+    assert list(lat) == [*TIERS, "all"]
+    assert lat["gold"] == {"requests": 2, **{o: 0.0 for o in OUTCOMES}, "ok": 0.5,
+                           "error": 0.5, "p50_ms": 10.0, "p99_ms": 10.0}
+    assert lat["silver"]["rejected"] == pytest.approx(1 / 3)
+    assert lat["silver"]["p50_ms"] == 40.0 and lat["silver"]["p99_ms"] == pytest.approx(49.8)
+    assert lat["all"]["requests"] == 5 and lat["all"]["ok"] == pytest.approx(3 / 5)
+    assert lat["all"]["p50_ms"] == 30.0  # the ok latencies 10, 30, 50
+    assert lat["bronze"]["requests"] == 0
+    assert all(np.isnan(v) for k, v in lat["bronze"].items() if k != "requests")
+    out = tier_outcomes(req, 1.0, 5.0, "t_s")
+    assert out["tier"].to_list() == list(TIERS)
+    assert out.row(2) == ("bronze", pytest.approx(np.nan, nan_ok=True),
+                          pytest.approx(np.nan, nan_ok=True))
+    assert out.row(0) == ("gold", 0.5, 0.0)
+    # with no latency column the shares alone; with no row at all every tier is NaN
+    assert "p50_ms" not in tier_table(req.drop("latency_ms")).columns
+    empty = tier_table(req.clear())
+    assert empty["requests"].to_list() == [0] * 4 and empty["ok"].is_nan().all()
 
 
 def test_step_measure_on_the_lab_scenario():

@@ -471,6 +471,15 @@ def test_a_shaded_phase_is_named_under_the_first_panel_title_only():
     assert all("grey: the overload" not in json.dumps(t) for t in titles[1:])
     with pytest.raises(ValueError, match="shade_label names a shade"):
         plots.signals_against_thresholds(signals, rules, timeline, shade_label="grey")
+    # a threshold with no series to draw it on is refused by name, not dropped
+    more = pl.concat([rules, pl.DataFrame({"signal": ["in_system"], "condition": ["queued"],
+                                           "threshold": [18.0]})])
+    with pytest.raises(ValueError, match=r"no series: 'queued' on 'in_system'; the signals "
+                                         r"drawn are 'busy', 'p99'"):
+        plots.signals_against_thresholds(signals, more, timeline)
+    rules_drawn = [v for p in spec["vconcat"][:-1] for v in p["layer"]
+                   if v["mark"]["type"] == "rule"]
+    assert len(rules_drawn) == 1  # busy's threshold on busy's panel; p99 has none
 
 
 def test_decision_cost_points_carry_bars_the_closed_form_is_a_curve_and_misses_are_ringed():

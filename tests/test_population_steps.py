@@ -144,3 +144,52 @@ def test_the_figure_draws_no_single_closed_form_for_a_schedule(tmp_path, capsys)
         svg = (tmp_path / name / "latency.svg").read_text().lower()
         assert ("m/m/4//" in svg) == (name == "constant"), name
         assert ("no closed form" in svg) == (name == "stepped"), name
+
+
+def _push_per_client(cfg, st, t, live):
+    """population_step as it was written before the steps shared the start's merge
+    (kernel.start_thinking): the same ids and draws, one heap_push per client."""
+    pops = cfg.cfg_i[K.CI_CLIENTS:K.CI_CLIENTS + len(K.TIERS)]
+    st.is_[K.IS_CUT:K.IS_CUT + len(K.TIERS)] = pops - np.asarray(live, np.int64)
+    keys = st.heap_k[:int(st.is_[K.IS_HEAP_N])]
+    alive = np.zeros(int(pops.sum()), bool)
+    alive[(keys[(keys & K.EV_MASK) == K.EV_THINK] >> K.EV_BITS) & K.ID_MASK] = True
+    in_flight = np.ones(st.usr_i.shape[0], bool)
+    in_flight[st.usr_free[:st.is_[K.IS_USR_FREE_N]]] = False
+    waiting = st.usr_i[in_flight, K.UI_CLIENT]
+    alive[waiting[waiting >= 0]] = True
+    new = [ids[~alive[ids]] for ids in K.client_ids(cfg, st)]
+    times = t + K.client_think_starts(cfg.cfg_i, cfg.cfg_f, st.rng,
+                                      np.array([x.size for x in new], np.int64))
+    for time, client in zip(times, np.concatenate(new), strict=True):
+        K.heap_push(st.heap_t, st.heap_k, st.is_, float(time),
+                    np.int64((int(client) << K.EV_BITS) | K.EV_THINK))
+
+
+def test_a_step_merged_onto_the_heap_gives_the_run_a_push_per_client_gave(monkeypatch):
+    """population_step puts the started clients on the heap in one sorted merge (as the
+    run's start does); pushed one at a time instead, the heap differs in layout but pops
+    the same events in the same order: the same run, bit for bit, steps up (0 -> 2,000
+    while the first clients are in flight), down and up again."""
+    sc = stepped([[0, 40], [4.5, 2000], [9.25, 300], [12.0, 1500]], duration=16,
+                 tiers={"gold": 0.2, "silver": 0.3, "bronze": 0.5})
+    real, seen = K.population_step, []
+
+    def watched(cfg, st, t, live):  # the heap before and after each step
+        n = int(st.is_[K.IS_HEAP_N])
+        real(cfg, st, t, live)
+        ht = st.heap_t[:st.is_[K.IS_HEAP_N]]
+        parents = (np.arange(1, ht.size) - 1) // 2
+        seen.append((int(st.is_[K.IS_HEAP_N]) - n, bool((ht[parents] <= ht[1:]).all())))
+
+    monkeypatch.setattr(K, "population_step", watched)
+    merged = Fleet(load_scenario(sc)).advance(16.0)
+    assert all(valid for _, valid in seen) and len(seen) == 3  # a heap after every step
+    assert seen[0][0] > 1_900 and seen[1][0] == 0 and seen[2][0] > 500, seen  # (not vacuous)
+    monkeypatch.setattr(K, "population_step", _push_per_client)
+    pushed = Fleet(load_scenario(sc)).advance(16.0)
+    for name in ("cnt", "fleet_c", "node_c", "is_"):
+        assert np.array_equal(getattr(merged.st, name), getattr(pushed.st, name)), name
+    m = merged.st.is_[K.IS_NREC]
+    assert m > 4_000 and np.array_equal(merged.out.rec_f[:m], pushed.out.rec_f[:m])
+    assert np.array_equal(merged.out.rec_i[:m], pushed.out.rec_i[:m])

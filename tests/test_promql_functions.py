@@ -55,6 +55,14 @@ def _sum_over_time(vs):
     return s if math.isinf(s) else s + c
 
 
+def _avg_over_time(vs):
+    """The incremental mean, Kahan-compensated (funcAvgOverTime's loop)."""
+    mean = c = 0.0
+    for count, v in enumerate(vs, start=1):
+        mean, c = _kahan_inc(v / count - mean / count, mean, c)
+    return mean if math.isinf(mean) else mean + c
+
+
 def _stdvar_over_time(vs):
     """funcStdvarOverTime (2.42): Welford, both sums Kahan-compensated."""
     count = mean = cmean = aux = caux = 0.0
@@ -115,31 +123,43 @@ def test_regression_equals_prometheus_bit_for_bit(kind):
     assert compared > 3000
 
 
-@pytest.mark.parametrize("kind", ["bytes", "counter", "small", "mixed"])
+@pytest.mark.parametrize("kind", ["bytes", "counter", "small", "mixed", "disk", "huge"])
 def test_regression_of_whole_numbers_equals_prometheus_bit_for_bit(kind):
     """Scrapes on whole seconds evaluated on whole seconds, whole-number values: the sums
-    Kahan would add exactly are taken from prefix sums of integers (and not where a
-    value is fractional or a sum would pass 2**53): the same bits as Go's order."""
+    of whole-number terms are taken from prefix sums of integers, rounded once (and not
+    where a value is fractional, a product x*y would be inexact or a term too big): the
+    same bits as Go's order, also where Go's partial sums pass 2**53 and round ("disk":
+    the x*y sums; "huge": the y sums too)."""
     rng = np.random.default_rng(len(kind))
     times = np.cumsum(rng.choice([15.0, 15.0, 30.0, 60.0], 300)) + 1.7e9
     v = {"bytes": np.cumsum(rng.integers(-1e6, 1e6, times.size)) + 5e10,
          "counter": np.cumsum(rng.integers(0, 1000, times.size)).astype(float),
          "small": rng.integers(-3, 4, times.size).astype(float),
          "mixed": np.round(rng.normal(0, 1e3, times.size)) + 0.5 * (rng.random(times.size)
-                                                                    < 0.01)}[kind]
-    series = [v, v[::-1].copy(), np.full(times.size, 2.0 ** 52)]  # the last: sums too big
+                                                                    < 0.01),
+         "disk": np.cumsum(rng.integers(-1e9, 1e9, times.size)) + 1.1e12,
+         "huge": np.cumsum(rng.integers(-1e12, 1e12, times.size)) + 8e13}[kind]
+    series = [v, v[::-1].copy(), np.full(times.size, 2.0 ** 52)]  # the last: terms too big
     te = np.round(np.sort(rng.uniform(times[0] - 100, times[-1] + 100, 120)))
     t_ms = np.round(times * 1000).astype(np.int64)
-    took = set()
+    took, xy, past = set(), set(), 0
     for rng_s in (60.0, 900.0, 3600.0):
         lo, hi = window_bounds(times, te, rng_s)
         n = hi - lo + 1
         for at in (te, times[np.clip(lo, 0, times.size - 1)]):
             on = n > 0
             i_ms = np.round(at * 1000).astype(np.int64)
-            took.add(fn.whole_x_sums(t_ms, i_ms, on, (lo[on], lo[on] + n[on])) is not None)
-            took.add(fn.whole_sums(np.column_stack(series[:2]), on, (lo[on], lo[on] + n[on]))
-                     is not None)
+            ends = (lo[on], lo[on] + n[on])
+            took.add(fn.whole_x_sums(t_ms, i_ms, on, ends) is not None)
+            took.add(fn.whole_sums(np.column_stack(series[:2]), on, ends) is not None)
+            xy.add(fn.whole_xy_sums(t_ms, i_ms, on, ends, np.column_stack(series[:2]))
+                   is not None)
+            assert fn.whole_sums(np.column_stack(series), on, ends) is None
+            x = (t_ms[:, None] - i_ms[on][None, :]) / 1e3  # (samples, windows)
+            inside = (np.arange(times.size)[:, None] >= ends[0]) & (
+                np.arange(times.size)[:, None] < ends[1])
+            past = max(past, np.abs(np.where(inside, x * v[:, None], 0)).sum(axis=0).max(),
+                       np.where(inside, np.abs(v)[:, None], 0).sum(axis=0).max())
             for blk in (series[:2], series):
                 slope, icept = fn.regression(times, blk, lo, n, at, block=2)
                 for b, s in enumerate(blk):
@@ -149,25 +169,39 @@ def test_regression_of_whole_numbers_equals_prometheus_bit_for_bit(kind):
                         _same(slope[b, i], want[0], ("slope", kind, rng_s, b, i))
                         _same(icept[b, i], want[1], ("intercept", kind, rng_s, b, i))
     assert took == ({True, False} if kind == "mixed" else {True})
+    # (huge: the x*y of long windows would be inexact in Go, those of short ones are not)
+    assert xy == {"mixed": {False}, "huge": {True, False}}.get(kind, {True})
+    if kind in ("disk", "huge"):
+        assert past > 2.0 ** 53  # Go's partial sums round: the compensation is not 0
 
 
-@pytest.mark.parametrize("kind", ["gauge", "noise", "special"])
+@pytest.mark.parametrize("kind", ["gauge", "noise", "special", "steps"])
 def test_kahan_window_sums_equal_prometheus_bit_for_bit(kind):
-    """sum/avg/stdvar_over_time's compensated sums (TwoSum for Go's Neumaier branch)."""
+    """sum/avg/stdvar_over_time's compensated sums (TwoSum for Go's Neumaier branch);
+    "steps": runs of one value (0, -0.0, 1, 0.1, 1e300, infinities, NaN), whose windows
+    inside a run skip the mean's steps."""
     rng = np.random.default_rng(len(kind))
-    values = _series(rng, 300, kind)
+    if kind == "steps":
+        values = np.repeat(rng.choice([0.0, -0.0, 1.0, 0.1, 1e300, np.inf, -np.inf, np.nan],
+                                      30), rng.integers(1, 20, 30))[:300]
+    else:
+        values = _series(rng, 300, kind)
     times = np.arange(values.size, dtype=float)
     te = np.sort(rng.uniform(-5, values.size + 5, 200))
     for rng_s in (0.5, 3.0, 40.0):
         lo, hi = window_bounds(times, te, rng_s)
         n = hi - lo + 1
         total = fn.sum_count(values, lo, n, mean=False)
+        avg = fn.sum_count(values, lo, n, mean=True)
         var = fn.stdvar_over_time(values, lo, n)
         for i in range(te.size):
             if n[i] <= 0:
                 continue
             w = values[lo[i]:hi[i] + 1].tolist()
             _same(total[i], _sum_over_time(w), ("sum", i))
+            _same(avg[i], _avg_over_time(w), ("avg", i))
+            if avg[i] == 0:  # (0.0, not -0.0, as Go's mean + c)
+                assert np.signbit(avg[i]) == (math.copysign(1, _avg_over_time(w)) < 0)
             _same(var[i], _stdvar_over_time(w), ("stdvar", i))
 
 
@@ -207,3 +241,26 @@ def test_window_rate_equals_prometheus_bit_for_bit():
                           (f, rng_s, i))
                     compared += 1
     assert np.isfinite(got).sum() > 1000 and compared > 5000
+
+
+@pytest.mark.parametrize("present", ["all", "some"])
+def test_sum_and_avg_across_series_add_in_order_to_the_bit(present):
+    """``sum``/``avg`` aggregations: series added one by one in order (the mean as
+    Prometheus' incremental mean), with every series present (no masks) and without."""
+    rng = np.random.default_rng(11 if present == "all" else 12)
+    for _ in range(60):
+        m, t = int(rng.integers(1, 7)), int(rng.integers(1, 30))
+        vals = rng.normal(0, 1e3, (m, t)) * 10.0 ** rng.integers(-5, 300)
+        odd = rng.random((m, t)) < 0.1
+        vals[odd] = rng.choice([np.nan, np.inf, -np.inf, -0.0, 1.7e308], odd.sum())
+        oks = np.ones((m, t), dtype=bool) if present == "all" else rng.random((m, t)) < 0.7
+        for mean in (False, True):
+            got = fn.sequential(vals, oks, mean)
+            for i in range(t):
+                acc, n = 0.0, 0
+                for v in vals[oks[:, i], i].tolist():
+                    n += 1
+                    acc = (v if n == 1 else acc + (v / n - acc / n)) if mean else acc + v
+                _same(got[i], acc, ("mean" if mean else "sum", i))
+                if acc == 0:
+                    assert np.signbit(got[i]) == (math.copysign(1, acc) < 0)

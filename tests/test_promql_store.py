@@ -126,3 +126,56 @@ def test_series_keys_wider_than_a_word_are_still_told_apart(tmp_path, monkeypatc
     got = read_store(tmp_path / "t.parquet")
     _same(got, want)
     assert len(got) > 10
+
+
+def test_a_trace_written_a_scrape_at_a_time_is_read_as_periods(tmp_path, monkeypatch):
+    """Rows listing the same series in the same order scrape after scrape (a recording's
+    usual layout) are numbered one period per batch and placed as a (periods x series)
+    matrix; rows in any order are numbered row by row. The same store either way."""
+    from relakit.control import promql_store
+
+    frame = read_trace(TRACE).sort("time_s", maintain_order=True)
+    seen = []
+    real = promql_store._place
+    monkeypatch.setattr(promql_store, "_place", lambda s, p, *a: seen.append(p) or real(s, p, *a))
+    frame.write_parquet(tmp_path / "scrapes.parquet")
+    periodic = read_store(tmp_path / "scrapes.parquet")
+    assert seen and all(p > 1 for p in seen)
+    seen.clear()
+    frame.sample(fraction=1.0, shuffle=True, seed=2).write_parquet(tmp_path / "any.parquet")
+    _same(read_store(tmp_path / "any.parquet"), periodic, any_order=True)
+    assert seen and all(p == 0 for p in seen)
+
+
+def test_integer_codes_are_read_from_arrow_buffers_with_nulls_and_offsets():
+    """Dictionary indices with nulls, sliced (an offset into the buffers), of every
+    integer width: as pyarrow's fill_null gives them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from relakit.control.promql_store import _codes
+
+    rng = np.random.default_rng(4)
+    for t in (pa.int8(), pa.int16(), pa.int32(), pa.uint32(), pa.int64()):
+        for _ in range(40):
+            n = int(rng.integers(1, 200))
+            a = pa.array([None if rng.random() < 0.3 else int(rng.integers(0, 100))
+                          for _ in range(n)], type=t)
+            at = int(rng.integers(0, n))
+            a = a.slice(at, int(rng.integers(0, n - at + 1)))
+            np.testing.assert_array_equal(_codes(a, 101), pc.fill_null(a, 101).to_numpy())
+
+
+def test_key_period_with_a_hint_is_the_key_period():
+    """The previous batch's period tried first gives the smallest period all the same
+    (a smaller one, a broken repetition, no repetition, hints too big or small)."""
+    from relakit.control.promql_store import key_period
+
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        p, n = int(rng.integers(1, 12)), int(rng.integers(1, 60))
+        cols = [np.resize(rng.integers(0, 3, p), n) for _ in range(2)]
+        if rng.random() < 0.3 and n > 1:
+            cols[1][rng.integers(0, n)] += 1
+        want = key_period(cols)
+        assert all(key_period(cols, h) == want for h in range(14))

@@ -22,6 +22,7 @@ from relakit.validate import load_yaml
 
 POLICY = load_yaml(ROOT / "params" / "policies" / "rela.yaml", "policy")[0]
 CLOCKS = load_yaml(ROOT / "params" / "clocks" / "rela.yaml", "clocks")[0]
+IN_PATH_POLICY = ROOT / "params" / "policies" / "rela-in-path.yaml"
 
 
 def fleet(rate=300.0, deadline_ms=None, duration=40.0, **kw) -> dict:
@@ -72,6 +73,7 @@ def test_recovery_time_after_a_spike_and_the_time_left_when_never():
     n = rv.run_numbers(relakit.simulate(fleet(rate=800.0, deadline_ms=50, duration=60.0)),
                        end_s=20.0, level=0.02, hold_s=5.0)
     assert n["recovered"] == 0.0 and n["recovery_s"] == pytest.approx(60.0 - 20.0), n
+    assert n["followed_s"] == n["recovery_s"]  # censored: watched until the end
     with pytest.raises(ValueError, match="warmup_s 0"):
         rv.run_numbers(relakit.simulate(fleet(warmup=5.0)), end_s=10.0)
 
@@ -100,6 +102,17 @@ def test_variants_carry_what_their_names_say():
         rv.with_local(base, "codel + adaptive_lifo", -1.0)
     assert rv.with_local(base, "concurrency_limit aimd", 250.0)["mitigations"][
         "concurrency_limit"]["cost_us"] == 250.0
+    # beside a local mechanism RelA runs the policy that sees its refusals; alone, its own
+    seeing = load_yaml(IN_PATH_POLICY, "policy")[0]
+    v = rv.rival_variants(base, POLICY, CLOCKS, in_path_policy=seeing)
+    assert v[rv.CONTROL]["policy"] == POLICY
+    assert all(sc["policy"] == seeing for name, sc in v.items() if name.endswith("+ RelA"))
+    from relakit.checks import check_scenario
+
+    for name, sc in v.items():  # each passes the scenario checks (no signal that reads nothing)
+        found = [f.text for f in check_scenario(relakit.scenario.load_scenario(sc))
+                 if f.severity == "error" or "signals." in f.key]
+        assert not found, (name, found)
 
 
 def _runs(numbers: dict[str, dict[str, list[float]]]) -> pl.DataFrame:
@@ -165,8 +178,14 @@ def test_frontier_names_the_winner_from_the_paired_difference(monkeypatch):
     cell = f.filter((pl.col("cost_share") == 1.0) & (pl.col("clock_factor") == 2.0)).row(0)
     cell = dict(zip(f.columns, cell, strict=True))
     assert cell["difference"] == pytest.approx(-0.05) and not cell["significant"]
+    # RelA's own clocks (factor 1) are always a row, marked: 0.95 - 0.1 there
     assert (f["delay_s"].unique().sort().to_list()
-            == sorted(rv.control_delay_s(POLICY, rv.scaled_clocks(CLOCKS, k)) for k in factors))
+            == sorted(rv.control_delay_s(POLICY, rv.scaled_clocks(CLOCKS, k))
+                      for k in [*factors, 1.0]))
+    own = f.filter(pl.col("own_clocks"))
+    assert own["clock_factor"].to_list() == [1.0, 1.0] and f.height == 2 * 5
+    assert own["delay_s"][0] == pytest.approx(rv.control_delay_s(POLICY, CLOCKS))
+    assert own.filter(pl.col("cost_share") == 0.0)["difference"][0] == pytest.approx(0.9 - 0.85)
     assert f.filter(pl.col("cost_share") == 1.0)["cost_us"][0] == pytest.approx(10_000.0)
     with pytest.raises(ValueError, match="server-side"):
         rv.decision_frontier(fleet(), POLICY, CLOCKS, "client_throttle", [0.0], [1.0], 20.0)
@@ -176,6 +195,10 @@ def test_frontier_names_the_winner_from_the_paired_difference(monkeypatch):
 
 
 def test_scaled_clocks_scale_the_control_delay():
+    from relakit import metastability
+
+    # one reckoning of the control delay: the frontier of notebook 12 and this one's
+    assert rv.control_delay_s is metastability.control_delay_s
     one = rv.control_delay_s(POLICY, CLOCKS)
     enter = POLICY["modes"][0]["enter_after"]
     assert one == pytest.approx(step_delay(CLOCKS["scrape_s"], CLOCKS["eval_s"], CLOCKS["poll_s"],
@@ -227,6 +250,163 @@ def test_figures_use_the_palette():
                              "winner": ["in a control plane", "neither"]})
     spec = plots.decision_frontier_chart(frontier, number_title="gold success",
                                          title="t").to_dict()
+    assert len(spec["layer"]) == 2  # no own-clocks column: no outline
+    spec = plots.decision_frontier_chart(frontier.with_columns(
+        own_clocks=pl.Series([False, True])), number_title="gold success", title="t").to_dict()
+    outline = spec["layer"][2]
+    assert outline["mark"]["stroke"] == plots.NEUTRAL["reference"] and not outline["mark"]["filled"]
+    assert "own clocks" in " ".join(spec["title"]["subtitle"])
     scale = spec["layer"][0]["encoding"]["color"]["scale"]
     assert dict(zip(scale["domain"], scale["range"], strict=True)) == {
         **plots.PALETTE["winner"], "neither": plots.NEUTRAL["not significant"]}
+
+
+# ---- issue: the comparison made fair (RelA sees the refusals; one span; censored recovery) ----
+
+
+def read_at(r, name, outcomes, t, node_filter) -> float:
+    m = r.metrics.filter((pl.col("name") == name) & pl.col("outcome").is_in(outcomes)
+                         & (pl.col("time_s") == t) & node_filter)
+    return float(m["value"].sum())
+
+
+def test_wasted_work_reads_servers_and_clients_over_one_span_and_is_never_negative():
+    # a 15 s grid on a 40 s run: the last sample (30 s) is 10 s before the end, so the
+    # clients' whole-run counts hold requests the servers' last sample does not
+    sc = fleet(rate=300.0, deadline_ms=50)  # 75 % load: most answered in time, some late
+    sc["metrics"] = {"interval_s": 15.0}
+    r = relakit.simulate(sc, record_requests=True)
+    nodes, t_client = rv.counts_span(r)
+    assert set(nodes.values()) == {30.0} and t_client == 30.0
+    served, wasted = rv.wasted_copies(r)
+    # the hand count: with fan-out 1, no retries and no hedges, the only copies served for
+    # nobody are those a server finished after its client gave up (its own timeouts)
+    assert wasted == read_at(r, "requests_total", ["timeout"], 30.0, pl.col("node") >= 0) > 100
+    assert served == read_at(r, "requests_total", ["ok", "error", "timeout"], 30.0,
+                             pl.col("node") >= 0)
+    # the records ended ok by the read time are the copies that answered (fan-out 1)
+    done = r.requests.filter((pl.col("outcome") == "ok")
+                             & (pl.col("arrival_s") + pl.col("latency_ms") / 1000 <= 30.0))
+    assert served - wasted == done.height
+    # without records the clients' counter at the same sample says the same
+    r2 = relakit.simulate(sc, record_requests=False)
+    assert rv.wasted_copies(r2) == (served, wasted)
+    # the old reading (servers at their last sample, clients over the whole run) went negative
+    whole = r.summary.filter(pl.col("tier") == "all").row(0, named=True)
+    assert served - (whole["ok"] + whole["error"]) < 0
+    assert rv.run_numbers(r, end_s=10.0)["wasted_share"] == pytest.approx(wasted / served)
+
+
+def test_wasted_work_at_fan_out_three_counts_each_requests_copies_from_its_records():
+    sc = make_scenario(rate=150.0, duration=40.0, nodes=4, servers=2, deadline_ms=50, fanout=3,
+                       tiers={"gold": 0.1, "silver": 0.3, "bronze": 0.6}, interval=15.0)
+    sc.pop("faults")
+    r = relakit.simulate(sc, record_requests=True)
+    served, wasted = rv.wasted_copies(r, fanout=3)
+    t = rv.counts_span(r)[1]
+    recs = r.requests.with_columns((pl.col("arrival_s") + pl.col("latency_ms") / 1000).alias("end"))
+    ended = recs.filter(pl.col("end") <= t)
+    # every copy of a request answered ok is useful; what is left is bounded by hand: at
+    # least the copies the servers finished late (their own timeouts), at most every copy
+    # of the requests that timed out by then and of those still open at the read time
+    late = read_at(r, "requests_total", ["timeout"], t, pl.col("node") >= 0)
+    open_at_t = recs.filter((pl.col("arrival_s") <= t) & (pl.col("end") > t)).height
+    timed_out = ended.filter(pl.col("outcome") == "timeout").height
+    assert served - wasted == 3 * ended.filter(pl.col("outcome") == "ok").height
+    assert 0 < late <= wasted <= 3 * (timed_out + open_at_t), (late, wasted, timed_out, open_at_t)
+    with pytest.raises(ValueError, match="record_requests=True"):
+        rv.wasted_copies(relakit.simulate(sc, record_requests=False), fanout=3)
+    with pytest.raises(ValueError, match="fanout"):
+        rv.wasted_copies(r, fanout=0)
+
+
+def test_recovery_is_read_as_censored():
+    # 10 and 20 s observed, two runs censored at 30 s: Kaplan-Meier 3/4 after 10 s, 1/2
+    # after 20 s (the median); all censored: no median
+    assert rv.km_median([10.0, 20.0, 30.0, 30.0], [True, True, False, False]) == 20.0
+    assert rv.km_median([10.0, 30.0, 30.0], [True, False, False]) is None
+    assert rv.km_median([5.0, 5.0, 9.0], [True, True, True]) == 5.0
+    runs = pl.DataFrame({"variant": ["a"] * 4 + ["b"] * 4,
+                         "recovery_s": [10.0, 20.0, 30.0, 30.0, 5.0, 6.0, 7.0, 30.0],
+                         "recovered": [1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]})
+    s = rv.recovery_summary(runs)
+    a, b = s.row(0, named=True), s.row(1, named=True)
+    assert a["within_s"] == 30.0 and (a["recovered"], a["runs"]) == (2, 4)
+    assert a["km_median_s"] == 20.0 and b["km_median_s"] == 6.0
+    iv = relakit.stats.binomial_interval(3, 4)
+    assert (b["share_within"], b["share_low"], b["share_high"]) == (0.75, iv.low, iv.high)
+    # the follow-up the runs report wins over what the times suggest
+    s = rv.recovery_summary(runs.with_columns(pl.lit(40.0).alias("followed_s")))
+    assert s["within_s"].to_list() == [40.0, 40.0] and s["recovered"].to_list() == [2, 3]
+    assert s.row(0, named=True)["share_within"] == 0.5
+    with pytest.raises(ValueError, match="km_median"):
+        rv.km_median([], [])
+    assert "recovery_s" not in rv.NUMBERS  # never a paired mean of censored times
+
+
+def limited(mechanism: str) -> dict:
+    """Twice the capacity of two nodes of two 10 ms servers for 90 s, one local mechanism."""
+    sc = fleet(rate=800.0, duration=90.0)
+    if mechanism == "client_throttle":
+        sc["fleet"]["queue_limit"] = 2  # fast refusals, so the throttle's window fills
+        sc["workload"]["arrival"] = {"kind": "poisson", "rate_rps": 2000.0}
+    return rv.with_local(sc, mechanism)
+
+
+def moves(r) -> list[tuple[str, str, str]]:
+    """(action, mode, signal) of every change of mode the control plane made."""
+    d = r.decisions.filter(pl.col("action").is_in(["enter", "preempt", "exit"]))
+    return list(zip(d["action"], d["mode"], d["signal"], strict=True))
+
+
+def test_rela_sees_a_servers_refusals_only_through_the_in_path_policy():
+    """rela.yaml counts no `rejected`: beside a concurrency limit that keeps the queue
+    short it sees a slow tail at most (performance: hedging, more load), never survival;
+    rela-in-path.yaml counts the refusals as failures and sheds."""
+    sc = limited("concurrency_limit aimd")
+    blind = relakit.simulate(rv.with_control(sc, POLICY, CLOCKS))
+    seeing = relakit.simulate(rv.with_control(sc, load_yaml(IN_PATH_POLICY, "policy")[0], CLOCKS))
+    assert blind.summary.filter(pl.col("tier") == "all")["rejected"][0] > 10_000  # overloaded
+    assert "survival" not in {m for _, m, _ in moves(blind)}, moves(blind)
+    assert ("preempt", "survival", "error_ratio") in moves(seeing), moves(seeing)
+    assert seeing.summary.filter(pl.col("tier") == "all")["dropped"][0] > 10_000  # it shed
+
+
+def test_rela_sees_a_clients_throttle_only_through_the_in_path_policy():
+    """Five times the capacity all run: the throttle's refusals hide the overload from
+    rela.yaml, which goes back to normal while it goes on; rela-in-path.yaml reads the
+    clients' throttled share and moves to relief (no hedging, degraded), not to shedding."""
+    sc = limited("client_throttle")
+    blind = relakit.simulate(rv.with_control(sc, POLICY, CLOCKS))
+    seeing = relakit.simulate(rv.with_control(sc, load_yaml(IN_PATH_POLICY, "policy")[0], CLOCKS))
+    for r in (blind, seeing):
+        every = r.summary.filter(pl.col("tier") == "all").row(0, named=True)
+        assert every["throttled"] > every["requests"] / 2  # most refused by the clients
+    assert moves(blind)[-1][:2] == ("exit", "normal"), moves(blind)
+    assert moves(seeing)[-1] == ("enter", "relief", "throttle_ratio"), moves(seeing)
+    assert seeing.info["flags_at_end"]["degraded_mode"] is True
+    assert seeing.info["flags_at_end"]["shed_bronze"] is False  # relief never sheds
+    last = seeing.timeline.filter(pl.col("time_s") >= 80.0)
+    assert (last["throttle_ratio"] > 0.05).all(), last
+
+
+def test_the_in_path_policy_is_checked_like_any_other(tmp_path):
+    from relakit.control.policy import load_policy
+    from relakit.scenario import ScenarioError
+
+    pol = load_policy(IN_PATH_POLICY)
+    assert pol.signals["throttle_ratio"].selector.source == "client"
+    assert "rejected" in pol.signals["error_ratio"].selector.labels["outcome"]
+    text = IN_PATH_POLICY.read_text().replace("[error, timeout, rejected]",
+                                              "[error, timeout, refused]")
+    bad = tmp_path / "typo.yaml"
+    bad.write_text(text)
+    with pytest.raises(ScenarioError) as e:
+        load_policy(bad)
+    msg = str(e.value)
+    assert "\n" not in msg and str(bad) in msg and "signals.error_ratio.num.outcome" in msg
+    assert "'refused'" in msg and "rejected" in msg  # names the mistake and what is allowed
+    # on a fleet without in-path mechanisms no throttled series exists: refused, by key
+    plain = rv.with_control(fleet(), load_yaml(IN_PATH_POLICY, "policy")[0], CLOCKS)
+    with pytest.raises(Exception, match="throttle_ratio"):
+        relakit.simulate(plain)

@@ -87,7 +87,13 @@ from relakit.control.promql_values import (  # noqa: F401  (re-exported as above
     set_operation,
     vector_scalar,
 )
-from relakit.control.tsdb import TSDB, extrapolated_rate, window, window_bounds
+from relakit.control.tsdb import (
+    TSDB,
+    counter_resets,
+    extrapolated_rate,
+    window,
+    window_bounds,
+)
 
 DEFAULT_SUBQUERY_STEP_S = 60.0  # a step-less subquery's step: the global evaluation_interval
 _BLOCK = 64  # series per array operation of a window function (bounds its temporaries)
@@ -140,6 +146,8 @@ class Evaluator:
         self._selected: dict = {}  # (name, matchers) -> the series a selector selects
         self._windows: dict = {}  # (series, function, range, instants) -> values, oldest first
         self._window_bytes = 0
+        self._drops: dict = {}  # id(store series' values) -> (values, counter resets)
+        self._texts: dict = {}  # id(node) -> (node, text, selected names)
         for s in store:
             self._by_name.setdefault(s.label("__name__"), []).append(s)
 
@@ -208,11 +216,10 @@ class Evaluator:
     def _eval(self, node, t):
         if not self._uses or not isinstance(node, Call | Aggregate):
             return self._compute(node, t)
-        text = to_text(node)
+        text, names = self._text(node)
         left = self._uses.get(text, 0)
         if not left:
             return self._compute(node, t)
-        names = frozenset(s.name for s in selectors(node))
         key = (t.size, float(t[0]) if t.size else 0.0, hash(t.tobytes()), names & self.late)
         hit = self._memo.get(text)
         if hit is None or hit[0] != key:
@@ -225,11 +232,20 @@ class Evaluator:
             self._memo[text] = hit
         else:  # the sub-expressions inside were not evaluated: their uses are spent too
             for inner in _subexpressions(node)[1:]:
-                self._spend(to_text(inner))
+                self._spend(self._text(inner)[0])
         self._spend(text)
         if hit[4] is not None:
             self._error(hit[3], *hit[4])
         return hit[2]
+
+    def _text(self, node) -> tuple:
+        """(text, names of the series it selects) of a sub-expression, worked out once per
+        node (a rule's tree is evaluated at every group, its text asked for each time)."""
+        hit = self._texts.get(id(node))
+        if hit is None or hit[0] is not node:
+            hit = self._texts[id(node)] = (node, to_text(node),
+                                           frozenset(s.name for s in selectors(node)))
+        return hit[1:]
 
     def _spend(self, text: str):
         """One use of a shared value is over; after its last, it is forgotten."""
@@ -269,9 +285,19 @@ class Evaluator:
         key = (sel.name or None, tuple(tuple(m) for m in sel.matchers))
         hit = self._selected.get(key)
         if hit is None:
-            pool = self._by_name.get(sel.name, []) if sel.name else self.store
-            hit = [s for s in pool
-                   if all(matcher_matches(m, s.label(m[0])) for m in sel.matchers)]
+            hit = self._by_name.get(sel.name, []) if sel.name else self.store
+            for m in sel.matchers:  # one matcher at a time, each label value tried once
+                seen: dict = {}
+                keep = []
+                for s in hit:
+                    value = s.label(m[0])
+                    ok = seen.get(value)
+                    if ok is None:
+                        ok = seen[value] = matcher_matches(m, value)
+                    if ok:
+                        keep.append(s)
+                hit = keep
+            hit = list(hit)
             self._selected[key] = hit
         return list(hit)
 
@@ -529,8 +555,10 @@ class Evaluator:
                 yield k, hit[1]
         for at in range(0, len(todo), _BLOCK):
             part = todo[at:at + _BLOCK]
-            v = extrapolated_rate(m.series[part[0]][1], [m.series[k][2] for k in part], lo,
-                                     hi, te, rng, f == "rate", f != "delta")
+            values = [m.series[k][2] for k in part]
+            drops = [self._resets(v) for v in values] if m.stored and f != "delta" else None
+            v = extrapolated_rate(m.series[part[0]][1], values, lo, hi, te, rng, f == "rate",
+                                  f != "delta", drops)
             for k, row in zip(part, v, strict=True):
                 if keys:
                     row = row.copy()  # (not a view keeping the whole block)
@@ -541,6 +569,14 @@ class Evaluator:
         while self._window_bytes > WINDOW_CACHE_BYTES and self._windows:
             _, row = self._windows.pop(next(iter(self._windows)))
             self._window_bytes -= row.nbytes
+
+    def _resets(self, values):
+        """A store series' counter resets (:func:`counter_resets`), found once: rules read
+        one counter at several ranges and through several selectors."""
+        hit = self._drops.get(id(values))
+        if hit is None or hit[0] is not values:
+            hit = self._drops[id(values)] = (values, counter_resets([values])[0])
+        return hit[1]
 
     def _window_function(self, node, f, series, lo, hi, te, scalars, t):
         """(values, present) of a range function but rate/increase/delta for one series."""

@@ -76,7 +76,27 @@ def instant_rate(times, values, lo, hi, is_rate):
 
 def sum_count(values, lo, n, mean: bool):
     """``sum``/``avg_over_time``, adding in sample order as Prometheus 2.42 does
-    (Kahan-Neumaier; ``avg`` as its incremental mean), one step per window position."""
+    (Kahan-Neumaier; ``avg`` as its incremental mean), one step per window position.
+
+    The mean of a window whose samples are one finite value v is v (+ 0.0) without
+    stepping: the first step sets the mean to v, every later one adds v/j - v/j = 0
+    with no rounding error (``up`` over an hour: 240 steps for nothing)."""
+    out = np.empty(lo.size)
+    if mean and values.size:
+        first = np.clip(lo, 0, values.size - 1)
+        moved = np.zeros(values.size, dtype=np.int64)  # changes up to each sample
+        np.cumsum(values[1:] != values[:-1], out=moved[1:])  # (NaN != NaN: a change)
+        flat = (n >= 1) & (moved[np.clip(lo + n - 1, 0, values.size - 1)] == moved[first])
+        flat &= np.isfinite(values[first])
+        if flat.any():
+            out[flat] = values[first[flat]] + 0.0
+            rest = np.flatnonzero(~flat)
+            out[rest] = _sum_count(values, lo[rest], n[rest], mean)
+            return out
+    return _sum_count(values, lo, n, mean)
+
+
+def _sum_count(values, lo, n, mean: bool):
     order, lo_o, _, active = longest_first(lo, n)
     acc, c = np.zeros(lo.size), np.zeros(lo.size)
     with np.errstate(all="ignore"):
@@ -142,7 +162,10 @@ def quantile_window(values, lo, n, q):
     width = int(n.max(initial=0))
     if width == 0:
         return np.full(lo.size, np.nan)
-    rows = np.column_stack([nth_sample(values, lo, n, j)[0] for j in range(width)])
+    if values.size == 0:
+        return np.full(lo.size, np.nan)
+    # every window's samples as one gather (what lies past a window's end is not read)
+    rows = values[np.clip(lo[:, None] + np.arange(width)[None, :], 0, values.size - 1)]
     return go_quantile(rows, n, q)
 
 
@@ -167,10 +190,11 @@ def regression(times, series, lo, n, intercept_t, block: int = 64):
     order of additions (the same bits: tests/test_promql_functions.py against a
     transcription of its Go). The windows are taken longest first, so that the ones
     still adding at position j are a prefix (no masks); a position's sums are one
-    contiguous array, one :func:`kahan_into`, written in place. Sums whose additions are
-    all exact (:func:`whole_x_sums`, :func:`whole_sums`: whole numbers below 2**53) come
-    from integer prefix sums instead; float prefix sums of every term would be faster
-    still but change the bits (docs/performance.md).
+    contiguous array, one :func:`kahan_into`, written in place. Sums of whole-number terms
+    (:func:`whole_x_sums`, :func:`whole_sums`, :func:`whole_xy_sums`) come from integer
+    prefix sums instead: Go's compensated sum of such terms is the exact sum rounded
+    once; float prefix sums of every term would be faster still but change the bits
+    (docs/performance.md).
     Why not a compiled loop, ~3.5x faster: a rule backtest then never loads numba, whose
     start in a fresh process (~0.45 s of CPU, ~125 MB) is more than the 300-rule
     benchmark's regressions gain from it (docs/performance.md)."""
@@ -204,7 +228,10 @@ def regression(times, series, lo, n, intercept_t, block: int = 64):
         m = vals.shape[1]
         y_sums = whole_sums(vals, on, ends)
         ay = m if y_sums is None else 0
-        w = ax + ay + m
+        xy_sums = (whole_xy_sums(t_ms, i_o, on, ends, vals)
+                   if x_sums is not None and y_sums is not None else None)
+        axy = m if xy_sums is None else 0
+        w = ax + ay + axy
         first = vals[np.minimum(lo_o, vals.shape[0] - 1)]
         # constant over the window (Go: every sample == the first; NaN never is): no
         # sample differs from the one before it, counted with prefix sums
@@ -214,7 +241,7 @@ def regression(times, series, lo, n, intercept_t, block: int = 64):
             np.minimum(lo_o, vals.shape[0] - 1)]
         acc, c = np.zeros((order.size, w)), np.zeros((order.size, w))
         with np.errstate(all="ignore"):
-            for j, k in enumerate(active):  # the windows holding a j-th sample: [:k]
+            for j, k in enumerate(active if w else ()):  # windows holding a j-th sample: [:k]
                 at = lo_o[:k] + j
                 row = inc[:k * w].reshape(k, w)
                 x = row[:, 0] if ax else x_b[:k]
@@ -229,7 +256,7 @@ def regression(times, series, lo, n, intercept_t, block: int = 64):
             tot = acc + c
             sx, sx2 = (x_sums if x_sums is not None else (tot[:, :1], tot[:, 1:2]))
             sy = tot[:, ax:ax + m] if ay else y_sums
-            sxy = tot[:, ax + ay:]
+            sxy = tot[:, ax + ay:] if axy else xy_sums
             cov = sxy - sx * sy / cnt
             var = sx2 - sx * sx / cnt
             sl = cov / var
@@ -243,6 +270,7 @@ def regression(times, series, lo, n, intercept_t, block: int = 64):
 
 
 _EXACT = 2.0 ** 52  # below 2**53: every integer and every sum of two is a double exactly
+_INT = 2.0 ** 62  # below 2**63: an int64 sum (its partial sums may wrap) is the true sum
 
 
 def whole_x_sums(t_ms, i_o, on, ends):
@@ -252,17 +280,11 @@ def whole_x_sums(t_ms, i_o, on, ends):
     the sums are the exact sums whatever the order, here from prefix sums of integers
     (scrapes on whole seconds evaluated on whole seconds: the usual case). None when
     that does not hold."""
-    if t_ms.size == 0 or t_ms.size >= 1 << 20:
+    whole = _whole_x(t_ms, i_o, on, ends)
+    if whole is None:
         return None
-    r = t_ms[0] % 1000
-    if (t_ms % 1000 != r).any() or (i_o[on] % 1000 != r).any():
-        return None
-    ts = (t_ms - t_ms[0]) // 1000
-    xi = (i_o[on] - t_ms[0]) // 1000
-    if (np.diff(ts) < 0).any() or ts[-1] >= 1 << 21 or (np.abs(xi) >= 1 << 21).any():
-        return None
+    ts, xi, reach = whole
     a, e = ends
-    reach = np.maximum(np.abs(ts[a] - xi), np.abs(ts[e - 1] - xi)).astype(float)
     if ((e - a) * reach * reach >= _EXACT).any():
         return None
     p1 = np.concatenate([[0], np.cumsum(ts)])
@@ -274,19 +296,86 @@ def whole_x_sums(t_ms, i_o, on, ends):
     return sx, sx2
 
 
-def whole_sums(vals, on, ends):
-    """Per window and series the sums of y as Go's Kahan sums give them, when every value
-    of every series is a whole number and their magnitudes add up to below 2**53 (exact
-    additions, as in :func:`whole_x_sums`: counters, bytes); None otherwise."""
+def _whole_x(t_ms, i_o, on, ends):
+    """(sample times in whole seconds from the first, each window's intercept in the
+    same seconds, each window's largest |x|) when every x is a whole number of seconds
+    (and small), else None."""
+    if t_ms.size == 0 or t_ms.size >= 1 << 20:
+        return None
+    r = t_ms[0] % 1000
+    if (t_ms % 1000 != r).any() or (i_o[on] % 1000 != r).any():
+        return None
+    ts = (t_ms - t_ms[0]) // 1000
+    xi = (i_o[on] - t_ms[0]) // 1000
+    if (np.diff(ts) < 0).any() or ts[-1] >= 1 << 21 or (np.abs(xi) >= 1 << 21).any():
+        return None
+    a, e = ends
+    reach = np.maximum(np.abs(ts[a] - xi), np.abs(ts[e - 1] - xi)).astype(float)
+    return ts, xi, reach
+
+
+def _whole_y(vals, ends):
+    """Per series the largest |y|, when every value is a whole number and every window's
+    sum of |y| is below 2**62; else None."""
     with np.errstate(invalid="ignore"):
         whole = np.isfinite(vals).all() and (vals == np.round(vals)).all()
-    if not whole or (np.abs(vals).sum(axis=0) >= _EXACT).any():
+    if not whole or vals.size == 0:
+        return None
+    top = np.abs(vals).max(axis=0)
+    a, e = ends
+    longest = float((e - a).max(initial=0))
+    if (top >= _EXACT).any() or (longest * top >= _INT).any():
+        return None
+    return top
+
+
+def whole_sums(vals, on, ends):
+    """Per window and series the sums of y as Go's Kahan sums give them, when every value
+    of every series is a whole number below 2**52 and every window's sum of magnitudes
+    is below 2**62 (counters, bytes); None otherwise.
+
+    Why exact: every term is an integer, so each addition's rounding error (which the
+    compensation captures exactly: TwoSum/Fast2Sum) is an integer, and their sum, below
+    2**53 here, is added without rounding; hence ``sum + c`` is the exact sum rounded
+    once, whatever the order -- the exact sum (int64 prefix sums) converted to a double,
+    which rounds to nearest-even as Go's last addition does. Below 2**53 the sum is the
+    exact sum itself (the compensation stays 0)."""
+    if _whole_y(vals, ends) is None:
         return None
     p = np.zeros((vals.shape[0] + 1, vals.shape[1]), dtype=np.int64)
     np.cumsum(vals.astype(np.int64), axis=0, out=p[1:])
     a, e = ends
     out = np.zeros((on.size, vals.shape[1]))
     out[on] = p[e] - p[a]
+    return out
+
+
+def whole_xy_sums(t_ms, i_o, on, ends, vals):
+    """Per window and series the sums of x*y as Go's Kahan sums give them, when every x
+    is a whole number of seconds, every y a whole number, every product below 2**52 (so
+    that Go's x*y is exact) and every window's sum of |x*y| below 2**62: the exact sum
+    rounded once, as :func:`whole_sums` argues, from int64 prefix sums of t*y
+    (sum (t - i) y = sum t y - i sum y; the prefix sums may wrap, the window's sum does
+    not). None otherwise."""
+    whole = _whole_x(t_ms, i_o, on, ends)
+    top = _whole_y(vals, ends) if whole is not None else None
+    if top is None:
+        return None
+    ts, xi, reach = whole
+    a, e = ends
+    far = float(reach.max(initial=0))
+    if (far * top >= _EXACT).any() or (float(((e - a) * reach).max(initial=0)) * top
+                                      >= _INT).any():
+        return None
+    y = vals.astype(np.int64)
+    with np.errstate(over="ignore"):
+        py = np.zeros((y.shape[0] + 1, y.shape[1]), dtype=np.int64)
+        np.cumsum(y, axis=0, out=py[1:])
+        pty = np.zeros_like(py)
+        np.cumsum(ts[:, None] * y, axis=0, out=pty[1:])  # (wraps past 2**63: modular)
+        s = (pty[e] - pty[a]) - xi[:, None] * (py[e] - py[a])
+    out = np.zeros((on.size, vals.shape[1]))
+    out[on] = s
     return out
 
 
@@ -378,6 +467,13 @@ def sequential(vals: np.ndarray, oks: np.ndarray, mean: bool) -> np.ndarray:
     acc = np.zeros(vals.shape[1])
     n = np.zeros(vals.shape[1])
     with np.errstate(all="ignore"):
+        if oks.all():  # every series at every instant (the usual case): no masks
+            for j, v in enumerate(vals):
+                if not mean:
+                    acc = acc + v
+                else:
+                    acc = v.copy() if j == 0 else acc + (v / (j + 1) - acc / (j + 1))
+            return acc
         for v, ok in zip(vals, oks, strict=True):
             n = n + ok
             if mean:

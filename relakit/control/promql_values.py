@@ -117,10 +117,10 @@ def histogram_quantile(q: np.ndarray, v: Vector) -> Vector:
         oks = np.column_stack([b[2] for b in buckets])
         present = oks.any(axis=1)
         res = np.full(q.size, np.nan)
-        patterns = {tuple(r) for r in oks[present]}
+        patterns = np.unique(oks[present], axis=0)
         for pat in patterns:  # usually one: every bucket present together
             cols = np.flatnonzero(pat)
-            rows = present & (oks == np.array(pat)).all(axis=1)
+            rows = present & (oks == pat).all(axis=1)
             bounds = np.unique(les[cols])
             # buckets with the same bound add up (coalesceBuckets)
             onehot = (les[cols][:, None] == bounds[None, :]).astype(float)

@@ -207,12 +207,19 @@ def increases(parts: list, t_eval, range_s: float, as_rate: bool = False,
         rows = [parts[i][0].values[a:b, np.asarray(parts[i][1], dtype=np.int64)].T
                 for i in members]
         v = rows[0] if len(rows) == 1 else np.concatenate(rows)  # (columns, samples)
-        if nan_samples or not np.isnan(v).any():
+        gaps = np.zeros(0, dtype=np.int64) if nan_samples else np.flatnonzero(
+            np.isnan(v).any(axis=1))
+        res = np.full((0, t_eval.size), np.nan)
+        if gaps.size < v.shape[0]:  # the series with every sample: one block
+            whole = v if not gaps.size else np.delete(v, gaps, axis=0)
             lo, hi = window_bounds(times, t_eval, range_s, cut)
-            res = extrapolated_rate(times, v, lo, hi, t_eval, range_s, as_rate, counter)
-        else:
+            res = extrapolated_rate(times, whole, lo, hi, t_eval, range_s, as_rate, counter)
+        if gaps.size:
+            full = res if gaps.size < v.shape[0] else None
             res = np.full((v.shape[0], t_eval.size), np.nan)
-            for k in range(v.shape[0]):  # a series missing samples: its own samples only
+            if full is not None:
+                res[np.setdiff1d(np.arange(v.shape[0]), gaps)] = full
+            for k in gaps:  # a series missing samples: its own samples only, alone
                 ok = ~np.isnan(v[k])
                 lo, hi = window_bounds(times[ok], t_eval, range_s, cut)
                 res[k] = extrapolated_rate(times[ok], v[k:k + 1, ok], lo, hi, t_eval,
@@ -224,61 +231,86 @@ def increases(parts: list, t_eval, range_s: float, as_rate: bool = False,
     return out
 
 
-def extrapolated_rate(times, series, lo, hi, te, rng, is_rate: bool, is_counter: bool):
+def extrapolated_rate(times, series, lo, hi, te, rng, is_rate: bool, is_counter: bool,
+                      drops=None):
     """Prometheus' ``extrapolatedRate`` (``rate``/``increase``; ``delta`` with
     ``is_counter`` false) of several series sampled at the same ``times`` (a list of
     value arrays, or the rows of one array), at every instant at once: a (series, T)
     array, NaN where a window holds fewer than two samples. ``lo``/``hi``: each
-    instant's first and last sample (:func:`window_bounds`).
+    instant's first and last sample (:func:`window_bounds`). ``drops``: per series the
+    samples that follow a counter reset (:func:`counter_resets`), if known already.
 
     Every float operation is Prometheus', in its order, so the bits are the same
     (tests/test_control.py against a sample-by-sample transcription of its Go): the
     increase is last - first, plus, in sample order, the value before each counter reset
     in the window (found among the series' resets, which are few); the extrapolation's
-    terms are the same for every series (they depend on times only) except the clamp at
-    the counter's zero point. Why numpy rather than a compiled loop: PromQL and the
-    control plane then never load numba (~0.45 s of CPU and ~145 MB in a fresh process),
-    and a whole block of series is one array operation."""
+    terms are the same for every series (they depend on times only) and are computed
+    once per instant, except where a counter's zero point clamps the start (few
+    windows: those are computed again). Why numpy rather than a compiled loop: PromQL
+    and the control plane then never load numba (~0.45 s of CPU and ~145 MB in a fresh
+    process), and a whole block of series is one array operation."""
     if times.size == 0 or len(series) == 0:
         return np.full((len(series), te.size), np.nan)
     n = hi - lo + 1
     ok = n >= 2
     a, b = np.where(ok, lo, 0), np.where(ok, hi, 0)
     block = isinstance(series, np.ndarray)
-    first = series[:, a] if block else np.stack([v[a] for v in series])
-    result = (series[:, b] if block else np.stack([v[b] for v in series])) - first
+    if block:
+        first, result = series[:, a], series[:, b]
+    else:
+        first, result = np.stack([v[a] for v in series]), np.stack([v[b] for v in series])
+    result -= first
     with np.errstate(all="ignore"):
         if is_counter:
-            rows = (np.flatnonzero((series[:, 1:] < series[:, :-1]).any(axis=1)) if block
-                    else range(len(series)))
-            for r in rows:
-                v = series[r]
-                drops = np.flatnonzero(v[1:] < v[:-1]) + 1  # the sample after each reset
-                if drops.size == 0:
+            if drops is None:
+                drops = counter_resets(series)
+            for r, d in enumerate(drops):
+                if d is None or d.size == 0:
                     continue
-                k0 = np.searchsorted(drops, a + 1, side="left")
-                k1 = np.searchsorted(drops, b + 1, side="left")
+                v = series[r]
+                k0 = np.searchsorted(d, a + 1, side="left")
+                k1 = np.searchsorted(d, b + 1, side="left")
                 k1 = np.where(ok, k1, k0)
                 for k in range(int((k1 - k0).max(initial=0))):
                     on = k0 + k < k1
-                    j = drops[np.minimum(k0 + k, drops.size - 1)]
+                    j = d[np.minimum(k0 + k, d.size - 1)]
                     result[r, on] += v[j[on] - 1]
         t_first, t_last = times[a], times[b]
         sampled = t_last - t_first
         to_start = t_first - (te - rng)
         to_end = te - t_last
         avg_gap = sampled / (n - 1)
-        if is_counter:  # counters cannot go below zero: never extrapolate past that point
-            to_zero = sampled * (first / result)
-            to_start = np.where((result > 0) & (first >= 0) & (to_zero < to_start), to_zero,
-                                to_start)
         threshold = avg_gap * 1.1
-        interval = sampled + np.where(to_start < threshold, to_start, avg_gap / 2)
-        interval = interval + np.where(to_end < threshold, to_end, avg_gap / 2)
-        factor = interval / sampled
-        if is_rate:
-            factor = factor / rng
-        return np.where(ok, result * factor, np.nan)
+
+        def factor(to_start, sampled, to_end, avg_gap, threshold):
+            interval = sampled + np.where(to_start < threshold, to_start, avg_gap / 2)
+            interval = interval + np.where(to_end < threshold, to_end, avg_gap / 2)
+            f = interval / sampled
+            return f / rng if is_rate else f
+
+        out = result * factor(to_start, sampled, to_end, avg_gap, threshold)
+        if is_counter:  # counters cannot go below zero: never extrapolate past that point
+            to_zero = first / result
+            np.multiply(sampled, to_zero, out=to_zero)
+            clamp = to_zero < to_start
+            clamp &= result > 0
+            clamp &= first >= 0
+            if clamp.any():  # those windows' start is the zero point
+                r, i = np.nonzero(clamp)
+                out[r, i] = result[r, i] * factor(to_zero[r, i], sampled[i], to_end[i],
+                                                  avg_gap[i], threshold[i])
+        out[:, ~ok] = np.nan
+        return out
+
+
+def counter_resets(series) -> list:
+    """Per series (a list of value arrays, or the rows of one array) the samples that
+    follow a counter reset (a value below the one before it), as indices."""
+    if isinstance(series, np.ndarray) and series.ndim == 2 and series.shape[1] > 1:
+        rows = set(np.flatnonzero((series[:, 1:] < series[:, :-1]).any(axis=1)).tolist())
+        return [np.flatnonzero(series[r, 1:] < series[r, :-1]) + 1 if r in rows else None
+                for r in range(series.shape[0])]
+    return [np.flatnonzero(v[1:] < v[:-1]) + 1 for v in series]
 
 
 def over_time(target: Target, cols: np.ndarray, t_eval: np.ndarray, range_s: float,

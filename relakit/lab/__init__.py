@@ -15,7 +15,8 @@ How a lab is stopped even when its owner was killed, and where the token travels
 
 Modules: :mod:`.lifecycle` (what ``relakit lab up|load|record|down`` does: the command
 line only parses its arguments), :mod:`.lab` (the processes, queries, recording, ``stop_lab``),
-:mod:`.agent` (the deciders live), :mod:`.load` (the load generator),
+:mod:`.agent` (the deciders live), :mod:`.load` (the load generator), :mod:`.calls`
+(what it shares with the front: outcomes, the polled state, the throttle),
 :mod:`.config_server` and :mod:`.dataplane` (the services), :mod:`.procs`
 (process records). The names above are loaded when first asked for.
 """

@@ -39,17 +39,23 @@ import asyncio
 import json
 import random
 import signal
-import time
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+from relakit.lab.calls import (
+    HEDGE_DELAY_S,
+    NO_INSTANCE,
+    keep_polling,
+    outcome_of,
+    read_state,
+    through_throttle,
+)
 from relakit.lab.dataplane import TIER_HEADER, tier_of
 from relakit.lab.in_path import ClientThrottle, first_answer
 from relakit.vocab import OUTCOMES, ROUTINGS, TIERS
 
 KEEPALIVE_S = 75.0  # idle keep-alive, seconds (the issue's clients thought up to 60 s)
-HEDGE_DELAY_S = 0.1  # as relakit.lab.load's generator
 MAX_HEAD = 65536  # bytes of a request's line and headers before it is refused (431)
 MAX_IDLE = 256  # idle keep-alive connections kept per instance
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
@@ -90,11 +96,9 @@ class Front:
         return a if self.outstanding[a] <= self.outstanding[b] else b
 
     def apply_state(self, state: dict) -> None:
-        """The config server's state: flags, and the instances made unroutable."""
-        self.flags.update(state.get("flags", {}))
-        out = {int(k) for k, v in state.get("instances", {}).items()
-               if not v.get("routable", True)}
-        self.routable = [i for i in range(len(self.urls)) if i not in out]
+        """The config server's state: flags, and the instances made unroutable
+        (:func:`relakit.lab.calls.read_state`)."""
+        self.routable = read_state(state, len(self.urls), self.flags)
 
 
 def _head(data: bytearray, end: int) -> tuple[bytes, dict[bytes, list[bytes]]]:
@@ -318,49 +322,34 @@ def make_app(front: Front, config_url: str, poll_s: float, tier_header: str = TI
     throttle = front.throttle = (None if client_throttle is None
                                  else ClientThrottle(**client_throttle))
     answered = {(t, o): 0 for t in TIERS for o in OUTCOMES}  # client_requests_total
-    outcome_of = {200: "ok", 500: "error", 504: "timeout", 503: "dropped", 429: "rejected"}
 
     async def poll():
         async with httpx.AsyncClient(timeout=max(2.0, poll_s)) as client:
-            while True:
-                try:
-                    front.apply_state((await client.get(f"{config_url}/state")).json())
-                except (httpx.HTTPError, KeyError, ValueError, AttributeError):
-                    pass  # keep the last state it knew
-                await asyncio.sleep(poll_s)
+            await keep_polling(client, config_url, front.apply_state, poll_s)
 
     async def call(i: int, tier: str) -> tuple[int, bytes]:
-        if throttle is not None:  # ---- the clients' adaptive throttle (issue 33)
-            if throttle.cost_s > 0.0:
-                await asyncio.sleep(throttle.cost_s)
-            if throttle.judge(time.monotonic(), front.flags.get("throttle_k")):
-                return 429, b"throttled"
-        front.outstanding[i] += 1
-        try:
-            status, body = await pools[i].get(tier)
-            if throttle is not None and status in (200, 500):
-                throttle.accepted(time.monotonic())
-            return status, body
-        except OSError as exc:  # refused, reset, closed, or TimeoutError (timeout_s)
-            return 502, f"instance {i}: {type(exc).__name__}".encode()
-        finally:
-            front.outstanding[i] -= 1
+        async def send() -> tuple[int, bytes]:
+            front.outstanding[i] += 1
+            try:
+                return await pools[i].get(tier)
+            except OSError as exc:  # refused, reset, closed, or TimeoutError (timeout_s)
+                return 502, f"instance {i}: {type(exc).__name__}".encode()
+            finally:
+                front.outstanding[i] -= 1
+
+        # the clients' adaptive throttle (issue 33), when the front has one
+        return await through_throttle(throttle, front.flags.get("throttle_k"), send)
 
     async def route(tier: str) -> tuple[int, bytes]:
         i = front.pick()
         if i < 0:
-            status, body = 503, b"no routable instance"
+            status, body = NO_INSTANCE
         elif not front.flags.get("hedge_enabled"):
             status, body = await call(i, tier)
         else:
             status, body = await hedged(i, tier)
-        if throttle is not None:
-            # a full queue errs, as simulated; so does no routable instance (the kernel's
-            # copy with no node), which the load generator also counts as an error
-            o = ("throttled" if body == b"throttled"
-                 else "error" if i < 0 or body == b"queue full"
-                 else outcome_of.get(status, "error"))
-            answered[tier, o] += 1
+        if throttle is not None:  # the outcome as the load generator counts it
+            answered[tier, outcome_of(status, body)] += 1
         return status, body
 
     async def hedged(i: int, tier: str) -> tuple[int, bytes]:

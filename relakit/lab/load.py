@@ -10,6 +10,14 @@ import time
 
 import httpx
 
+from relakit.lab.calls import (
+    HEDGE_DELAY_S,
+    keep_polling,
+    outcome_of,
+    read_state,
+    refresh,
+    through_throttle,
+)
 from relakit.lab.in_path import ClientThrottle, first_answer
 from relakit.lab.lab import Lab
 from relakit.vocab import OUTCOMES, TIERS
@@ -19,18 +27,10 @@ from relakit.vocab import OUTCOMES, TIERS
 MAX_CONNECTIONS = 400
 MAX_RATE_RPS = 10_000.0
 MAX_PHASE_S = 86_400.0
-THROTTLED = -1  # (a call's status when its client throttled it: never sent)
-QUEUE_FULL = -2  # (an instance's 503 for a full queue: an error, as the simulator counts it)
-
-
-def outcome_of(status: int) -> str:
-    """A call's outcome from the instance's answer (as the front passes it back)."""
-    return {200: "ok", 503: "dropped", 504: "timeout", 429: "rejected",
-            THROTTLED: "throttled", QUEUE_FULL: "error"}.get(status, "error")
 
 
 def run_load(lab: Lab, phases: list[tuple[float, float]], tiers=(0.1, 0.3, 0.6),
-             hedge_delay_s: float = 0.1, timeout_s: float = 2.0, seed: int = 0,
+             hedge_delay_s: float = HEDGE_DELAY_S, timeout_s: float = 2.0, seed: int = 0,
              fanout: int = 1) -> list[dict]:
     """The front: open-loop Poisson arrivals, ``phases`` = [(duration_s, rate_rps), ...].
 
@@ -54,35 +54,19 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
     flags = {"hedge_enabled": False, "throttle_k": None}
     ct = lab.spec.mitigations.get("client_throttle")
     throttle = None if ct is None else ClientThrottle(**ct, seed=seed)
-    routable = {"set": set(range(len(lab.instance_urls)))}
+    routable = {"list": list(range(len(lab.instance_urls)))}
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=100)
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
-        async def refresh():
-            try:
-                state = (await client.get(f"{lab.config_url}/state")).json()
-                flags.update(state["flags"])
-                out = {int(k) for k, v in state.get("instances", {}).items()
-                       if not v.get("routable", True)}
-                routable["set"] = set(range(len(lab.instance_urls))) - out
-            except (httpx.HTTPError, KeyError, ValueError):
-                pass
-
-        async def poll_flags():
-            while True:
-                await asyncio.sleep(lab.clocks.poll_s)
-                await refresh()
+        def apply(state):  # (relakit.lab.calls.read_state: flags and routable instances)
+            routable["list"] = read_state(state, len(lab.instance_urls), flags)
 
         async def call(url, tier):
-            if throttle is not None:  # ---- the client's adaptive throttle (issue 33)
-                if throttle.cost_s > 0.0:
-                    await asyncio.sleep(throttle.cost_s)
-                if throttle.judge(time.monotonic(), flags.get("throttle_k")):
-                    return THROTTLED
-            r = await client.get(f"{url}/work", params={"tier": tier})
-            if throttle is not None and r.status_code in (200, 500):  # a server answered
-                throttle.accepted(time.monotonic())
-            return QUEUE_FULL if r.status_code == 503 and r.text == "queue full" \
-                else r.status_code
+            async def send():
+                r = await client.get(f"{url}/work", params={"tier": tier})
+                return r.status_code, r.content
+
+            # the client's adaptive throttle (issue 33), when the scenario has one
+            return await through_throttle(throttle, flags.get("throttle_k"), send)
 
         async def one_call(urls, tier):
             first = asyncio.create_task(call(urls[0], tier))
@@ -95,11 +79,10 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
                     second = asyncio.create_task(call(urls[1], tier))
                     second.add_done_callback(lambda f: f.cancelled() or f.exception())
                     tasks.add(second)
-                decided = await first_answer(tasks, lambda code: code == 200)
+                decided = await first_answer(tasks, lambda answer: answer[0] == 200)
                 for p in tasks - {decided}:
                     p.cancel()
-                code = decided.result()
-                outcome = outcome_of(code)
+                outcome = outcome_of(*decided.result())
             except (TimeoutError, httpx.TimeoutException):
                 outcome = "timeout"
             except httpx.HTTPError:
@@ -109,7 +92,7 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
 
         async def one(tier):
             t0 = time.time()
-            pool = [lab.instance_urls[i] for i in sorted(routable["set"])]
+            pool = [lab.instance_urls[i] for i in routable["list"]]
             if not pool:
                 records.append({"start_s": t0, "tier": tier, "outcome": "error",
                                 "latency_ms": 0.0, "hedged": False, "instance": -1})
@@ -127,8 +110,10 @@ async def _load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
                             "hedged": any(h for _, h in results),
                             "instance": lab.instance_urls.index(targets[0])})
 
-        await refresh()  # the flags in force before the first request (a policy's throttle_k)
-        poller = asyncio.create_task(poll_flags())
+        # the flags in force before the first request (a policy's throttle_k), then polled
+        await refresh(client, lab.config_url, apply)
+        poller = asyncio.create_task(keep_polling(client, lab.config_url, apply,
+                                                  lab.clocks.poll_s, now=False))
         inflight = []
         t = time.time()
         for duration, rate in phases:

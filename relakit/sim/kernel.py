@@ -1099,20 +1099,20 @@ def client_ids(cfg, st):
     return [base[k] + np.arange(live[k], dtype=np.int64) for k in range(len(TIERS))]
 
 
-def client_starts(cfg, st):
-    """Every closed client begins thinking at t = 0 (those a population schedule has at
-    0: IS_CUT): its first send after a think time (:func:`client_think_starts`); the
-    sends go onto the heap sorted with whatever it holds (a sorted array is a heap).
-    Once per run, O(clients)."""
-    ids = client_ids(cfg, st)
+def start_thinking(cfg, st, ids, t):
+    """The closed clients ``ids`` (per tier, gold first) begin thinking at time ``t``:
+    each first send after a think time (:func:`client_think_starts`), all put on the
+    heap at once, sorted with whatever it holds (a sorted array is a heap): one numpy
+    merge where a push per client was a Python call each. Shared by the run's start
+    and each population step; O((heap + clients) log)."""
     counts = np.array([x.size for x in ids], np.int64)
     total = int(counts.sum())
     if total == 0:
         return
-    times = client_think_starts(cfg.cfg_i, cfg.cfg_f, st.rng, counts)
-    n = int(st.is_[IS_HEAP_N])  # (a start state's events, if any: kept, in time order)
+    times = t + client_think_starts(cfg.cfg_i, cfg.cfg_f, st.rng, counts)
+    n = int(st.is_[IS_HEAP_N])  # (the events it holds: kept, in time order)
     if st.heap_t.shape[0] < n + total:
-        raise RuntimeError("client_starts: the heap must hold every client")
+        raise RuntimeError("start_thinking: the heap must hold every client")
     t_all = np.concatenate([st.heap_t[:n], times])
     k_all = np.concatenate([st.heap_k[:n], (np.concatenate(ids) << EV_BITS) | EV_THINK])
     order = np.argsort(t_all, kind="stable")
@@ -1122,12 +1122,19 @@ def client_starts(cfg, st):
     st.is_[IS_EVENTS + EV_THINK] += total  # (the loops count their heap events by kind)
 
 
+def client_starts(cfg, st):
+    """Every closed client begins thinking at t = 0 (those a population schedule has at
+    0: IS_CUT), by :func:`start_thinking`. Once per run, O(clients)."""
+    start_thinking(cfg, st, client_ids(cfg, st), 0.0)
+
+
 def population_step(cfg, st, t, live):
     """A population schedule's step at time ``t`` (seconds): each tier's population is
     ``live[tier]`` from now. Ids above it are cut (IS_CUT: each retires when its think
     ends, in the loop); ids within it that are not alive (neither thinking on the heap
     nor waiting on a request in flight) start thinking at ``t``, their think times drawn
-    as at t = 0. Python, once per step: O(heap + user rows)."""
+    as at t = 0 (:func:`start_thinking`). Python, once per step: O(heap log heap + user
+    rows)."""
     pops = cfg.cfg_i[CI_CLIENTS:CI_CLIENTS + len(TIERS)]
     st.is_[IS_CUT:IS_CUT + len(TIERS)] = pops - np.asarray(live, np.int64)
     n = int(st.is_[IS_HEAP_N])
@@ -1138,12 +1145,7 @@ def population_step(cfg, st, t, live):
     in_flight[st.usr_free[:st.is_[IS_USR_FREE_N]]] = False
     waiting = st.usr_i[in_flight, UI_CLIENT]
     alive[waiting[waiting >= 0]] = True
-    new = [ids[~alive[ids]] for ids in client_ids(cfg, st)]
-    times = t + client_think_starts(cfg.cfg_i, cfg.cfg_f, st.rng,
-                                    np.array([x.size for x in new], np.int64))
-    for time, client in zip(times, np.concatenate(new), strict=True):
-        heap_push(st.heap_t, st.heap_k, st.is_, float(time),
-                  np.int64((int(client) << EV_BITS) | EV_THINK))
+    start_thinking(cfg, st, [ids[~alive[ids]] for ids in client_ids(cfg, st)], t)
 
 
 def schedule_step(cfg, st):

@@ -45,8 +45,8 @@ def parse_label_text(text: str | None) -> tuple:
     if not text:
         return ()
     unesc = {"n": "\n", "\\": "\\", '"': '"'}
-    return tuple(sorted((k, re.sub(r"\\(.)", lambda m: unesc.get(m.group(1), m.group(1)), v))
-                        for k, v in _LABEL_PAIR.findall(text)))
+    return tuple(sorted((k, re.sub(r"\\(.)", lambda m: unesc.get(m.group(1), m.group(1)), v)
+                         if "\\" in v else v) for k, v in _LABEL_PAIR.findall(text)))
 
 
 def canonical_labels(text: str, source, where: str) -> str | None:

@@ -1,0 +1,130 @@
+"""What the lab's front and its load generator share (relakit/lab/calls.py): one outcome
+map, one reader of the config server's state, one throttle in front of a call — tested
+here on the decision path both take, with no lab running."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+
+import pytest
+
+from relakit.lab import calls, front, load
+from relakit.lab.calls import (
+    NO_INSTANCE,
+    QUEUE_FULL,
+    THROTTLED,
+    outcome_of,
+    read_state,
+    through_throttle,
+)
+from relakit.lab.front import Front, make_app
+from relakit.lab.in_path import ClientThrottle
+from relakit.vocab import OUTCOMES
+
+
+def test_every_answer_has_the_outcome_the_simulator_counts():
+    # what relakit.lab.dataplane and the front answer, and how the kernel counts each
+    answers = {(200, b"ok"): "ok", (500, b"error"): "error", (504, b"deadline"): "timeout",
+               (503, b"shed"): "dropped", QUEUE_FULL: "error", NO_INSTANCE: "error",
+               (429, b"rejected"): "rejected", THROTTLED: "throttled",
+               (502, b"instance 0: ConnectionRefusedError"): "error"}
+    for answer, outcome in answers.items():
+        assert outcome_of(*answer) == outcome, answer
+    assert set(answers.values()) <= set(OUTCOMES)
+    # both clients count with this one map (neither keeps a copy of its own)
+    assert front.outcome_of is load.outcome_of is calls.outcome_of
+
+
+def test_the_state_gives_the_flags_and_the_routable_instances():
+    flags = {"hedge_enabled": False, "throttle_k": None}
+    state = {"flags": {"hedge_enabled": True, "throttle_k": 3.0},
+             "instances": {"1": {"routable": False}, "2": {"routable": True}}}
+    assert read_state(state, 4, flags) == [0, 2, 3]
+    assert flags == {"hedge_enabled": True, "throttle_k": 3.0}
+    assert read_state({"flags": {}}, 2, flags) == [0, 1]  # no controls: every instance
+    for bad in ([], {"flags": []}, {"instances": {"x": {"routable": False}}}):
+        with pytest.raises(ValueError):
+            read_state(bad, 2, flags)
+    assert flags["throttle_k"] == 3.0  # a bad state changed nothing
+    f = Front(["http://a", "http://b", "http://c"])
+    f.apply_state(state)
+    assert f.routable == [0, 2] and f.flags["hedge_enabled"] is True
+
+
+class _Draw:
+    """A throttle's random source that returns ``u`` (and says whether it was asked)."""
+
+    def __init__(self, u: float):
+        self.u, self.asked = u, 0
+
+    def random(self) -> float:
+        self.asked += 1
+        return self.u
+
+
+def _throttle(requests: int, accepts: int, k: float, u: float) -> ClientThrottle:
+    """A throttle whose window holds ``requests`` and ``accepts`` in its bucket at t = 0."""
+    th = ClientThrottle(k=k, window_s=10.0)
+    th.req[0], th.acc[0], th.requests, th.accepts = requests, accepts, requests, accepts
+    th.rng = _Draw(u)
+    return th
+
+
+def _call(th, k, monkeypatch, answer=(200, b"ok")):
+    """One call through :func:`through_throttle` at t = 0.5 s: (its answer, whether it
+    was sent)."""
+    monkeypatch.setattr(calls, "time", types.SimpleNamespace(monotonic=lambda: 0.5))
+    sent = []
+
+    async def send():
+        sent.append(True)
+        return answer
+
+    return asyncio.run(through_throttle(th, k, send)), bool(sent)
+
+
+@pytest.mark.parametrize("k, p", [(None, 60 / 101), (2.0, 60 / 101), (3.0, 40 / 101)])
+def test_a_call_is_refused_exactly_below_the_sre_probability(monkeypatch, k, p):
+    """100 requests and 20 accepts in the window: refused with probability
+    (requests - k accepts) / (requests + 1), k the scenario's 2 or a policy's throttle_k."""
+    th = _throttle(100, 20, 2.0, p - 1e-9)
+    assert _call(th, k, monkeypatch) == (THROTTLED, False)  # refused: never sent
+    assert (th.requests, th.accepts, th.throttled) == (101, 20, 1)
+    th = _throttle(100, 20, 2.0, p + 1e-9)
+    assert _call(th, k, monkeypatch) == ((200, b"ok"), True)
+    assert (th.requests, th.accepts, th.throttled) == (101, 21, 0)  # sent and accepted
+
+
+def test_no_draw_while_accepts_cover_requests_and_only_answers_count_as_accepts(monkeypatch):
+    th = _throttle(100, 50, 2.0, 0.0)  # p = (100 - 100) / 101 = 0: a draw of 0 would refuse
+    assert _call(th, None, monkeypatch) == ((200, b"ok"), True)
+    assert th.rng.asked == 0
+    for answer, accepted in (((500, b"error"), 1), ((503, b"shed"), 0), ((504, b"x"), 0),
+                             ((429, b"rejected"), 0)):
+        th = _throttle(0, 0, 2.0, 0.5)
+        assert _call(th, None, monkeypatch, answer) == (answer, True)
+        assert th.accepts == accepted, answer
+
+
+def test_the_refusal_frequency_is_the_sre_probability(monkeypatch):
+    """With its own random draws: 3,000 throttles each judge one call in the state
+    above; the share refused is 60 / 101 within four standard errors (0.036)."""
+    n, refused = 3000, 0
+    for seed in range(n):
+        th = _throttle(100, 20, 2.0, 0.0)
+        th.rng = ClientThrottle(k=2.0, window_s=10.0, seed=seed).rng
+        refused += _call(th, None, monkeypatch)[0] == THROTTLED
+    p = 60 / 101
+    assert abs(refused / n - p) <= 4 * (p * (1 - p) / n) ** 0.5, refused / n
+
+
+def test_the_front_counts_a_call_with_no_routable_instance_an_error():
+    f = Front(["http://127.0.0.1:9"])
+    handle = make_app(f, "http://127.0.0.1:9", 1.0, client_throttle={"k": 2.0, "window_s": 5.0})
+    f.routable = []
+    assert asyncio.run(handle(b"GET", b"/work?tier=gold", {})) == NO_INSTANCE
+    status, text = handle(b"GET", b"/metrics", {})
+    assert status == 200
+    assert b'client_requests_total{tier="gold",outcome="error"} 1' in text
+    assert text.count(b"} 1\n") == 1  # that call, and only there
