@@ -337,8 +337,13 @@ def judge_stepped(tier: str, counts: np.ndarray, r: np.ndarray, edges: np.ndarra
     for p in range(len(bounds) - 1):
         m = use & (phase == p)
         t0 = step_time(counts, edges, bounds, near, p)
-        if counts[phase == p].sum() < MIN_PHASE_BINS or m.sum() < 2:  # nothing sent: N = 0
+        if counts[phase == p].sum() < MIN_PHASE_BINS:  # nothing sent: N = 0
             phases.append(Phase(t0, 0.0, (0.0, 0.0), 0))
+            continue
+        if m.sum() < 2:  # sent, but too short to fit once the bins by its steps are left
+            q = (phase == p) & np.isfinite(r)  # out (a step's transient cut in two): its
+            rough = float((counts[q] / bin_s * (r[q] + z_hat)).mean()) if q.any() else 0.0
+            phases.append(Phase(t0, rough, (math.nan, math.nan), 0))  # rough N; merged
             continue
         x, rr = counts[m] / bin_s, r[m]
         nb = x * (rr + z_hat)
@@ -387,6 +392,14 @@ def fit_population(rec: Recording, edges: np.ndarray) -> PopulationFit:
         fit = judge_stepped(t, counts[k], r, edges, starts, shared)
         while fit is not None and fit.phases:  # neighbours of one N (a rate that fell as
             ph = fit.phases  # latency rose, not a step of N) are one phase
+            short = [i for i, q in enumerate(ph) if q.bins == 0 and q.population > 0]
+            if short:  # a phase too short to fit joins the neighbour nearer its rough N
+                i = short[0]
+                j = min((e for e in (i - 1, i + 1) if 0 <= e < len(ph)),
+                        key=lambda e: abs(ph[e].population - ph[i].population))
+                starts = [s for e, s in enumerate(starts, 1) if e != max(i, j)]
+                fit = judge_stepped(t, counts[k], r, edges, starts, shared) if starts else None
+                continue
             same = [i for i in range(1, len(ph)) if ph[i].population > 0
                     and ph[i - 1].population > 0
                     and (ph[i].ci_at_z[0] <= ph[i - 1].population <= ph[i].ci_at_z[1]
