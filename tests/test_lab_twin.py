@@ -25,10 +25,11 @@ request counts in the cell where it ended, as the servers' histogram counts it.
 
 Each run draws fresh service times (``LabSpec.seed`` unset: a new seed, kept in the lab's
 state.json; the test's kept run.json has it): with the instances seeded by their index,
-every recording drew the same service times and repeated runs were not samples. In
-`make test`'s wallclock stage, ~100-110 s wall at load 4-6 on 2 cores: every check held
-on 8 of 8 consecutive fresh recordings at aa558d2 (docs/performance.md, "The lab's twin
-in make test"); ``RELAKIT_KEEP_LAB_RUN=DIR`` keeps a run to re-calibrate offline.
+every recording drew the same service times and repeated runs were not samples. ~92-110 s
+wall on 2 shared cores. Every check held on 8 of 8 consecutive fresh recordings at aa558d2,
+then 11 of 16 more (6 of 9 at 5357050): gold's N and Z intervals miss wrk's counts in about
+one run in eight, so it stays in `make acceptance` (docs/performance.md, "The lab's twin
+and make test"); ``RELAKIT_KEEP_LAB_RUN=DIR`` keeps a run to re-calibrate offline.
 
 The lab's service is exponential here (``slow_fraction = 0``): its default adds a 2 %
 slow path of 200 ms (two exponentials, CV 1.24: relakit's `hyperexponential`). With it
@@ -63,8 +64,9 @@ from relakit.replications import replication_seeds
 from relakit.stats import t_interval
 from relakit.traces import read_trace
 
-pytestmark = pytest.mark.skipif(shutil.which("wrk") is None or shutil.which("prometheus") is None,
-                                reason="the set-up installs wrk and prometheus")
+pytestmark = [pytest.mark.acceptance,  # `make acceptance` (see the Makefile), not make test
+              pytest.mark.skipif(shutil.which("wrk") is None or shutil.which("prometheus")
+                                 is None, reason="the set-up installs wrk and prometheus")]
 
 THINK_MS = 500
 # per tier: (start, connections, seconds), staggered (see the module's docstring)
