@@ -48,7 +48,12 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None],
 
 
 def write_parquet(df, path) -> Path:
-    return atomic_write(path, lambda tmp: df.write_parquet(tmp))
+    """A polars frame, or a pyarrow table (zstd, as polars writes), to ``path``."""
+    if hasattr(df, "write_parquet"):
+        return atomic_write(path, lambda tmp: df.write_parquet(tmp))
+    import pyarrow.parquet as pq
+
+    return atomic_write(path, lambda tmp: pq.write_table(df, tmp, compression="zstd"))
 
 
 def write_parquet_chunks(frames, path) -> Path:

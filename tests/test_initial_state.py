@@ -226,6 +226,36 @@ def test_the_ctmc_ablation_model_drains_as_the_kernel_and_its_coin_does_not():
         ctmc_ablation_drain(10.0, "coin", "det", "exact", 0, 10)
 
 
+def test_the_ablation_models_mean_jobs_is_the_kernels_and_the_share_alone_moves_it():
+    """ctmc_ablation_fill started full (Metafor's node, 3 s): the exact model's stationary
+    mean jobs against the kernel's recorded interval (benchmarks/ctmc_vs_simulation.json,
+    100 runs started full); the CTMC's attempt share without the retries' acceptance,
+    switched on alone, puts it ~0.11 below; with the acceptance, back."""
+    import json
+    from pathlib import Path
+
+    from relakit.sim.reference import ctmc_ablation_fill
+    from relakit.stats import t_interval
+
+    rec = json.loads((Path(__file__).resolve().parents[1] / "benchmarks"
+                      / "ctmc_vs_simulation.json").read_text())["worked"]["mean_jobs"]
+    lo, hi = rec["mean"] - rec["half_width"], rec["mean"] + rec["half_width"]
+
+    def mean(count, acceptance):
+        return t_interval(np.array([ctmc_ablation_fill(
+            3.0, "exact", "det", count, s, 400.0, start=101, warmup_s=100.0,
+            acceptance=acceptance)[1] for s in range(20)]))
+
+    exact, share, accepted = mean("exact", 1.0), mean("share", 1.0), mean("share", 0.5228)
+    assert exact.low < hi and lo < exact.high, (exact, lo, hi)
+    assert share.high < lo and share.high < exact.low
+    assert accepted.low < hi and lo < accepted.high, (accepted, lo, hi)
+    up, _ = ctmc_ablation_fill(3.0, "exact", "det", "exact", 0, 5000.0, level=90)
+    assert 0 < up < 5000
+    with pytest.raises(ValueError, match="level, warmup_s: give exactly one"):
+        ctmc_ablation_fill(3.0, "exact", "det", "exact", 0, 100.0)
+
+
 def test_a_start_state_and_the_retry_semantics_show_in_the_scenario_facts():
     facts = load_scenario(node("keep_listening", queue=30, pending=5, backoff_ms=20,
                                jitter=True)).facts()

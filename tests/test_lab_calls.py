@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import types
 
+import httpx
 import pytest
 
 from relakit.lab import calls, front, load
@@ -20,7 +21,7 @@ from relakit.lab.calls import (
 )
 from relakit.lab.front import Front, make_app
 from relakit.lab.in_path import ClientThrottle
-from relakit.vocab import OUTCOMES
+from relakit.vocab import OUTCOMES, POLICY_FLAGS
 
 
 def test_every_answer_has_the_outcome_the_simulator_counts():
@@ -50,6 +51,101 @@ def test_the_state_gives_the_flags_and_the_routable_instances():
     f = Front(["http://a", "http://b", "http://c"])
     f.apply_state(state)
     assert f.routable == [0, 2] and f.flags["hedge_enabled"] is True
+
+
+def _gauges(client) -> dict[str, float]:
+    """An instance's flag and concurrency-limit gauges, from its ``/metrics``."""
+    out = {}
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(("flag{", "concurrency_limit ")):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def test_every_reader_of_the_state_coerces_and_refuses_it_alike():
+    """The instances (relakit.lab.dataplane), the front and the load generator read the
+    config server's state with one reader: policy flags come as bools whatever truthy
+    value was served, and a malformed state is refused whole by all three (the last one
+    stays, the poller goes on) — an instance once died polling a state that was a list."""
+    from fastapi.testclient import TestClient
+
+    from relakit.lab.dataplane import make_app as instance_app
+
+    app = instance_app("http://config", 1.0, servers=1, mean_ms=1, slow_ms=1,
+                       slow_fraction=0.0, error_rate=0.0, token="t",
+                       concurrency_limit={"initial": 20.0, "max": 50.0})
+    instance = TestClient(app)  # not entered: no poller of its own; we poll for it
+    fr = Front(["http://a", "http://b"])
+    load_flags = {"hedge_enabled": False, "throttle_k": None}  # as relakit.lab.load starts
+    good = {"flags": {"hedge_enabled": 1, "shed_bronze": "yes", "degraded_mode": 0,
+                      "throttle_k": 3, "concurrency_max": 4.0},
+            "instances": {"1": {"routable": False}}}
+    bad = ([], {"flags": []},
+           {"flags": {"shed_bronze": False}, "instances": {"x": {"routable": False}}},
+           {"flags": {"shed_bronze": False, "concurrency_max": 0.5}},
+           {"flags": {"shed_bronze": False, "throttle_k": "3"}})
+    readers = {"instance": app.state.apply_state, "front": fr.apply_state,
+               "load": lambda state: read_state(state, 2, load_flags)}
+    served = [good, *bad]
+
+    async def poll_all():
+        """Each reader polls the same states in turn through calls.keep_polling."""
+        seen = {name: [] for name in readers}
+
+        def handler(request):
+            return httpx.Response(200, json=served[min(len(log), len(served) - 1)])
+
+        log: list = []
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            for name, apply in readers.items():
+                log.clear()
+
+                def applied(state, apply=apply, name=name):
+                    log.append(state)
+                    apply(state)  # raises on a malformed state: keep_polling goes on
+                    seen[name].append(len(log))
+
+                task = asyncio.create_task(calls.keep_polling(client, "http://config",
+                                                              applied, 0.0))
+                while len(log) < len(served) + 1:  # every state, and one poll after
+                    assert not task.done(), f"{name}'s poller stopped"
+                    await asyncio.sleep(0)
+                task.cancel()
+        return seen
+
+    seen = asyncio.run(poll_all())
+    assert seen == {name: [1] for name in readers}  # the good state only, for each
+    # flags coerced to bools, once, for every reader
+    assert fr.flags == {"hedge_enabled": True, "throttle_k": 3, "shed_bronze": True,
+                        "degraded_mode": False, "concurrency_max": 4.0}
+    assert load_flags == fr.flags and fr.routable == [0]
+    assert all(type(load_flags[k]) is bool for k in POLICY_FLAGS)
+    # the instance applies what it read, and the malformed states after it changed nothing
+    assert _gauges(instance) == {'flag{flag="hedge_enabled"}': 1.0,
+                                 'flag{flag="shed_bronze"}': 1.0,
+                                 'flag{flag="degraded_mode"}': 0.0, "concurrency_limit": 4.0}
+    shed = instance.get("/work", params={"tier": "bronze"})
+    assert (shed.status_code, shed.text) == (503, "shed")
+    for state in bad:
+        assert not asyncio.run(calls.refresh(_Serving(state), "http://config",
+                                             app.state.apply_state))
+    assert _gauges(instance)["concurrency_limit"] == 4.0
+    app.state.apply_state({"flags": {"shed_bronze": False, "concurrency_max": None}})
+    assert _gauges(instance) == {'flag{flag="hedge_enabled"}': 1.0,
+                                 'flag{flag="shed_bronze"}': 0.0,
+                                 'flag{flag="degraded_mode"}': 0.0, "concurrency_limit": 4.0}
+    assert instance.get("/work", params={"tier": "bronze"}).status_code == 200
+
+
+class _Serving:
+    """A client whose ``get`` answers ``state`` (for :func:`calls.refresh`)."""
+
+    def __init__(self, state):
+        self.state = state
+
+    async def get(self, url):
+        return httpx.Response(200, json=self.state)
 
 
 class _Draw:

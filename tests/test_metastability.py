@@ -67,10 +67,10 @@ def test_triggers_are_written_into_the_scenario_and_bad_ones_refused():
 def test_ctmc_against_the_simulation_on_a_small_worked_example():
     """The worked example shrunk to 30 places and a 1 s timeout (150 replications). The
     CTMC's first passage empty -> 27 jobs falls short of the simulation's, by a measured
-    bias (about 16 % here: 9.2 s against 10.9 +- 0.9 s with 300 replications) that
-    shrinks as phases grow but does not vanish: retries return after an exponential
-    delay in the chain, some much sooner than the real timeout. Its stationary mean jobs
-    is within 0.5 % of the capacity (a bias of about 0.1 job, the same at any phases)."""
+    bias (about 20 %: 9.2 s against 11.5 +- 0.7 s with 600 replications) that shrinks
+    as phases grow but does not vanish: the doom coin's (benchmarks/ctmc_vs_simulation.py).
+    Its stationary mean jobs is inside the simulation's interval (it was 0.11 low before
+    the retries' acceptance entered the chain)."""
     sim = first_passage_runs(node(), 27, 150, warmup_s=200, workers=1)
     fp = t_interval(sim["first_passage_s"].to_numpy())  # no run is censored at 600 s
     jobs = t_interval(sim["mean_jobs"].to_numpy())
@@ -80,7 +80,7 @@ def test_ctmc_against_the_simulation_on_a_small_worked_example():
         ups.append(m.first_passage(lambda j, r: (j == 0) & (r == 0), lambda j, r: j >= 27))
     assert ups[0] < ups[1] < fp.high  # sharper clocks move towards the simulation
     assert abs(ups[1] - fp.mean) < 0.25 * fp.mean, (ups, fp)
-    assert abs(m.mean_jobs - jobs.mean) < 0.005 * 31, (m.mean_jobs, jobs)
+    assert jobs.low < m.mean_jobs < jobs.high, (m.mean_jobs, jobs)
 
 
 def test_workload_ctmc_against_the_simulation_where_the_count_ctmc_fails():
@@ -88,8 +88,7 @@ def test_workload_ctmc_against_the_simulation_where_the_count_ctmc_fails():
     finds, no doom coin) against the simulation on the shrunk example (150 runs) and on
     Metafor's node started full at a 10 s timeout (16 runs): the count model's first
     passage falls short (9.2 s at 256 phases) and its drain is ~10^5 s; the workload
-    model's are inside the simulation's intervals. Its stationary mean keeps the count
-    model's bias of ~0.1 job (the exponential retry delay)."""
+    model's are inside the simulation's intervals, and so is its stationary mean."""
     from relakit.metastability import base_scenario
 
     sim = first_passage_runs(node(), 27, 150, warmup_s=200, workers=1)
@@ -98,7 +97,7 @@ def test_workload_ctmc_against_the_simulation_where_the_count_ctmc_fails():
     m = retry_ctmc(9.5, 10.0, 1, 30, 1.0, 5, phases=1, model="workload")
     up = m.first_passage(lambda j, r: (j == 0) & (r == 0), lambda j, r: j >= 27)
     assert fp.low < up < fp.high, (up, fp)
-    assert abs(m.mean_jobs - jobs.mean) < 0.005 * 31, (m.mean_jobs, jobs)
+    assert jobs.low < m.mean_jobs < jobs.high, (m.mean_jobs, jobs)
 
     w = base_scenario("params/scenarios/metafor-node.yaml")
     w["workload"]["deadline_ms"] = 10_000

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,39 @@ def test_replay_rules_alone_writes_the_alerts_of_backtest_rules(tmp_path, capsys
     for row in expected.iter_rows(named=True):
         assert row["alert"] in printed
     assert not (out / "decisions.parquet").exists()  # no policy, no chain: no decisions
+
+
+def test_replay_rules_over_parquet_never_loads_polars_and_keeps_rule_file_order(tmp_path):
+    """A Parquet trace is read and the alerts written by pyarrow: the command never imports
+    polars (~0.13 s of its start, docs/performance.md), and the file is backtest_rules'
+    table. Rows tied on (pending_at, alert, labels) -- two rules of one name -- keep the
+    rule file's order."""
+    from relakit.traces import read_trace
+
+    trace, rules, out = tmp_path / "t.parquet", tmp_path / "dup.yml", tmp_path / "out"
+    read_trace(TRACE).write_parquet(trace)
+    rules.write_text(RULES.read_text() + """
+  - name: dup
+    rules:
+      - alert: Twice
+        expr: vector(1)
+        for: 5m
+      - alert: Twice
+        expr: vector(1)
+""")
+    code = ("import sys; from relakit.cli import main; "
+            f"rc = main(['replay', {str(trace)!r}, '--rules', {str(rules)!r}, '--out', "
+            f"{str(out)!r}]); print(rc, 'polars' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert run.stdout.split()[-2:] == ["0", "False"], run.stderr[-2000:]
+    written = pl.read_parquet(out / "alerts.parquet")
+    expected = backtest_rules(trace, rules)
+    assert written.equals(expected) and written.height > 2
+    twice = expected.filter(pl.col("alert") == "Twice")
+    t0 = twice["pending_at"][0]
+    assert twice["pending_at"].to_list() == [t0, t0]
+    assert twice["firing_at"].to_list() == [t0 + 300.0, t0]
 
 
 def test_replay_rules_respects_start_and_end_and_runs_beside_a_policy(tmp_path, capsys):

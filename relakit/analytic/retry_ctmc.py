@@ -8,14 +8,15 @@ algebra in seconds (:func:`retry_ctmc`).
 **Semantics (relakit's data plane, ``on_timeout="abandon"``).** One node, ``servers``
 exponential servers at ``service_rate`` each, FCFS, ``queue_limit`` waiting places (so at
 most ``K = servers + queue_limit`` jobs). Requests arrive as a Poisson stream. An attempt
-that finds ``K`` jobs is dropped and *not* retried (relakit's default ``retry_on: [error,
-timeout]``). The client's deadline runs per attempt from when it is sent; when it passes,
-the client gives up on the attempt but **the server goes on working on it** (the job stays
-in the queue and is served: wasted work), and, if the request has attempts left
-(``max_attempts`` counts all attempts: "4 retries" is ``max_attempts=5``), a retry is sent
-after the backoff. This is what ``relakit/sim/kernel.py`` does (EV_TIMEOUT marks the job
-timed out and leaves it queued; the retry timer is ``min(backoff * 2^(a-1), max)``,
-uniform in [0, that] with jitter).
+that finds ``K`` jobs is dropped and *not* retried: its request ends (``retry_on:
+[timeout]``, the worked example's; relakit's default ``[error, timeout]`` would retry it,
+which the chain does not model). The client's deadline runs per attempt from when it is
+sent; when it passes, the client gives up on the attempt but **the server goes on working
+on it** (the job stays in the queue and is served: wasted work), and, if the request has
+attempts left (``max_attempts`` counts all attempts: "4 retries" is ``max_attempts=5``), a
+retry is sent after the backoff. This is what ``relakit/sim/kernel.py`` does (EV_TIMEOUT
+marks the job timed out and leaves it queued; the retry timer is ``min(backoff *
+2^(a-1), max)``, uniform in [0, that] with jitter).
 
 **Why the state is only (n, r).** Because abandoned jobs stay and the queue is FCFS with
 exponential service, whether an attempt times out is decided when it arrives: its sojourn is
@@ -25,13 +26,25 @@ timeout as an Erlang clock of ``phases`` stages (mean ``timeout_s``; determinist
 ``phases`` grows, the convergence measured in docs/performance.md). A doomed attempt that
 may retry puts a token into the pool of pending retries at once; the token comes back as a
 retry after an exponential delay of mean ``timeout_s`` + the mean backoff (the one
-approximation of timing: the real delay is that constant). The attempt number of a retry is
-not in the state: a doomed retry is allowed another attempt with the probability it would
-have if every attempt of its request met the current doom probability ``p`` (exact in a
-stationary regime; in a full collapse, ``p = 1``, it gives ``max_attempts`` attempts per
-request, as the simulation does). The pool is truncated at ``retry_limit``: a token that
-would exceed it is lost, and the stationary mass on the boundary is reported (and warned
-about when not negligible).
+approximation of timing: the real delay is that constant). The pool is truncated at
+``retry_limit``: a token that would exceed it is lost, and the stationary mass on the
+boundary is reported (and warned about when not negligible).
+
+**Attempts left.** The attempt number of a retry is not in the state: a doomed retry is
+allowed another attempt with the share of a request's accepted, doomed retries that are
+not its last, as if each of its attempts had gone on to the next with probability
+``x = a p`` (:func:`_retry_allowed`): ``p`` the current doom probability, ``a`` the
+probability that a retry is accepted, not dropped by a full queue. A dropped attempt ends
+its request, so at a full node the pool holds mostly early retries: with ``a`` left out
+(``a = 1``) the chain undercounts the retries of a collapse and its mean jobs fell 0.11
+short of the simulation's at any phases (docs/performance.md, "Metastability"). ``a`` is
+the stationary chain's own, a fixed point (:func:`retry_ctmc`, a few stationary solves):
+right for the regime the stationary mass sits in (Metafor's node: ``a`` = 0.5228, the
+value ``lambda (a + ... + a^5) = mu`` gives a full node); in a transient through states the
+stationary mass does not visit (a build-up from empty, where nothing is dropped and
+``a = 1``) it is an approximation, measured there (first passage moved by <= 1.3 %). In a
+full collapse (``p = 1``) it gives each request its attempts up to the first dropped one
+and at most ``max_attempts``, as the simulation does.
 
 **The doom coin, and the workload model (``model="workload"``, one server).** The
 count model decides each attempt's fate by a coin of probability ``P(S_n > T)``,
@@ -71,7 +84,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._validate import as_int, as_nonnegative, as_positive
+from ._validate import as_int, as_nonnegative, as_positive, as_probability
 
 __all__ = ["RetryCTMC", "RetryCTMCWarning", "doom_probability", "retry_ctmc", "retry_generator"]
 
@@ -79,6 +92,8 @@ ON_TIMEOUT = ("abandon",)
 MODELS = ("count", "workload")
 DEFAULT_PHASES = {"count": 16, "workload": 1}
 BOUNDARY_WARN = 1e-6  # stationary mass on the truncation boundary worth a warning
+ACCEPT_TOL = 1e-3  # the retries' acceptance fixed point: |g(a) - a| below this
+ACCEPT_ITER = 12  # solves before giving up on it
 
 
 class RetryCTMCWarning(UserWarning):
@@ -109,21 +124,25 @@ def doom_probability(jobs_found, servers: int, service_rate: float, timeout_s: f
     return w[ahead, k]
 
 
-def _retry_allowed(p: np.ndarray, levels: int) -> np.ndarray:
-    """Share of doomed attempts at ``levels`` consecutive levels (the first of which can
-    retry) that may still retry, when each attempt is doomed with probability ``p``:
-    sum_{i<levels} p^i / sum_{i<=levels} p^i; 1 level can never retry."""
+def _retry_allowed(x: np.ndarray, levels: int) -> np.ndarray:
+    """Share of a request's accepted, doomed retries that may still retry, over ``levels``
+    retry levels (attempts 2 .. ``levels`` + 1), when each attempt of the request goes on
+    to a next one with probability ``x``: levels weigh 1, x, x^2, ... and all but the last
+    may retry, so sum_{i<levels-1} x^i / sum_{i<levels} x^i; 1 level can never retry.
+    ``x`` is the doom probability times the retries' acceptance (:func:`retry_generator`)."""
     if levels <= 1:
-        return np.zeros_like(p)
-    powers = p[:, None] ** np.arange(levels)[None, :]
+        return np.zeros_like(x)
+    powers = x[:, None] ** np.arange(levels)[None, :]
     return powers[:, :-1].sum(axis=1) / powers.sum(axis=1)
 
 
-def retry_allowed_share(p, levels: int) -> np.ndarray:
+def retry_allowed_share(p, levels: int, acceptance: float = 1.0) -> np.ndarray:
     """The CTMC's share of doomed retries allowed one more attempt, per doom probability
-    ``p`` (array), for ``levels = max_attempts - 1`` retry levels (see :func:`_retry_allowed`):
-    public for ``benchmarks/ctmc_drain_ablation.py``, which switches it off and on."""
-    return _retry_allowed(np.asarray(p, dtype=float), levels)
+    ``p`` (array), for ``levels = max_attempts - 1`` retry levels and a retry
+    ``acceptance`` probability (see :func:`_retry_allowed`): public for
+    ``benchmarks/ctmc_drain_ablation.py``, which switches it off and on."""
+    return _retry_allowed(np.asarray(p, dtype=float) * as_probability("acceptance", acceptance),
+                          levels)
 
 
 @dataclass
@@ -289,12 +308,17 @@ def retry_generator(arrival_rate: float, service_rate: float, servers: int, queu
                     timeout_s: float, max_attempts: int, phases: int | None = None,
                     on_timeout: str = "abandon", backoff_s: float = 0.0,
                     backoff_max_s: float = 1.0, jitter: bool = True,
-                    retry_limit: int | None = None, model: str = "count"):
+                    retry_limit: int | None = None, model: str = "count",
+                    retry_acceptance: float = 1.0):
     """The generator alone, unsolved (same arguments as :func:`retry_ctmc`): ``(Q, jobs,
     retries, doom, params)``. Two calls that differ only in rates share one state space,
     which is what a transient (a spike, a slowdown) evolves over. With
     ``model="workload"`` a state's ``jobs`` is the count its workload maps to
-    (:func:`_workload_parts`) and ``doom`` is per workload level."""
+    (:func:`_workload_parts`) and ``doom`` is per workload level. ``retry_acceptance``:
+    the probability that a request's earlier retries were accepted (not dropped by a full
+    queue), which sets the share of doomed retries with attempts left (module docstring,
+    "Attempts left"); 1 (the default) is right where the queue never fills, as in a
+    build-up from empty; :func:`retry_ctmc` solves it for the stationary regime."""
     from scipy.sparse import coo_matrix
 
     if model not in MODELS:
@@ -308,6 +332,7 @@ def retry_generator(arrival_rate: float, service_rate: float, servers: int, queu
     tau = as_positive("timeout_s", timeout_s, allow_inf=True)
     m_att = as_int("max_attempts", max_attempts, 1)
     k_ph = as_int("phases", phases, 1)
+    accept = as_probability("retry_acceptance", retry_acceptance)
     if on_timeout not in ON_TIMEOUT:
         raise ValueError(f"on_timeout: expected one of {', '.join(ON_TIMEOUT)}, got "
                          f"{on_timeout!r} (keep_listening is not expressible in (jobs, "
@@ -334,7 +359,7 @@ def retry_generator(arrival_rate: float, service_rate: float, servers: int, queu
               "capacity": cap, "timeout_s": tau, "max_attempts": m_att, "phases": k_ph,
               "on_timeout": on_timeout, "backoff_s": b0, "backoff_max_s": bmax,
               "jitter": jitter, "retry_limit": rl, "retry_return_rate": theta,
-              "model": model}
+              "model": model, "retry_acceptance": accept}
     never = math.isinf(tau) or m_att == 1  # nothing is ever retried
     if model == "workload":
         q_levels = 1.0 if math.isinf(tau) else 1.0 / k_ph
@@ -352,7 +377,7 @@ def retry_generator(arrival_rate: float, service_rate: float, servers: int, queu
         raise ValueError(f"retry_limit: {n_lv} x {rl + 1} states is past 2,000,000; "
                          "lower retry_limit, queue_limit or phases")
     first_retry = doom * (1.0 if m_att > 1 else 0.0)  # a first attempt may retry if M > 1
-    again = doom * _retry_allowed(doom, m_att - 1)  # a retry may retry once more
+    again = doom * _retry_allowed(doom * accept, m_att - 1)  # a retry may retry again
 
     lv = np.repeat(np.arange(n_lv), rl + 1)
     rets = np.tile(np.arange(rl + 1), n_lv)
@@ -454,7 +479,8 @@ def retry_ctmc(arrival_rate: float, service_rate: float, servers: int, queue_lim
                timeout_s: float, max_attempts: int, phases: int | None = None,
                on_timeout: str = "abandon", backoff_s: float = 0.0,
                backoff_max_s: float = 1.0, jitter: bool = True,
-               retry_limit: int | None = None, model: str = "count") -> RetryCTMC:
+               retry_limit: int | None = None, model: str = "count",
+               retry_acceptance: float | None = None) -> RetryCTMC:
     """Build and solve the chain (module docstring). ``backoff_s``/``backoff_max_s``/
     ``jitter`` are ``mitigations.retries.backoff_ms``/``backoff_max_ms``/``jitter`` in
     seconds (the mean backoff over retry levels enters the return delay);
@@ -462,11 +488,19 @@ def retry_ctmc(arrival_rate: float, service_rate: float, servers: int, queue_lim
     pending retries (default: the capacity, servers + queue_limit). ``model``: ``"count"``
     (the default: states (jobs, retries), ``phases`` Erlang stages of the timeout clock,
     default 16) or ``"workload"`` (one server: states (workload level, retries),
-    ``phases`` levels per mean service time, default 1; module docstring)."""
+    ``phases`` levels per mean service time, default 1; module docstring).
+    ``retry_acceptance``: the probability that a request's earlier retries were accepted,
+    which sets how many doomed retries have attempts left (module docstring, "Attempts
+    left"); ``None`` (the default) solves it as the stationary chain's own (a fixed point,
+    ``params["retry_acceptance"]``), 1 is exact for a transient in which the queue has
+    not filled (a build-up from empty)."""
+    args = dict(phases=phases, on_timeout=on_timeout, backoff_s=backoff_s,
+                backoff_max_s=backoff_max_s, jitter=jitter, retry_limit=retry_limit,
+                model=model)
+    node = (arrival_rate, service_rate, servers, queue_limit, timeout_s, max_attempts)
+    fixed = retry_acceptance is not None
     q, jobs, rets, doom, params = retry_generator(
-        arrival_rate, service_rate, servers, queue_limit, timeout_s, max_attempts,
-        phases=phases, on_timeout=on_timeout, backoff_s=backoff_s,
-        backoff_max_s=backoff_max_s, jitter=jitter, retry_limit=retry_limit, model=model)
+        *node, **args, retry_acceptance=retry_acceptance if fixed else 1.0)
     rl = params["retry_limit"]
     # retries-major order: every transition moves at most one level of retries and one
     # job (workload: one level down, at most the largest job up), so the band is about
@@ -477,12 +511,56 @@ def retry_ctmc(arrival_rate: float, service_rate: float, servers: int, queue_lim
     rank[order] = np.arange(order.size)
     band, bw = _as_band(q, order)
     pi = _gth_stationary(band, bw)[rank]  # the last state kept: the fullest, most likely
+    # the retries' acceptance (module docstring, "Attempts left"): a fixed point, solved
+    # by secant steps on g(a) - a, g(a) the acceptance the chain built with a gives
+    accept_of = _acceptance_reader(params, levels, rets)
+    solve = not fixed and params["max_attempts"] > 2 and rl > 0  # else it changes nothing
+    tried = [(1.0, accept_of(pi))] if solve else []
+    while tried and abs(tried[-1][1] - tried[-1][0]) > ACCEPT_TOL:
+        if len(tried) > ACCEPT_ITER:
+            raise RuntimeError(f"retry_acceptance: no fixed point within {ACCEPT_ITER} "
+                               f"solves (last {tried[-1]})")
+        (a0, g0), (a1, g1) = tried[-2] if len(tried) > 1 else (None, None), tried[-1]
+        if a0 is None or (g1 - a1) == (g0 - a0):
+            a = g1
+        else:  # the secant through the last two residuals (g(a) - a is near linear)
+            a = a1 - (g1 - a1) * (a1 - a0) / ((g1 - a1) - (g0 - a0))
+        a = min(max(a, 0.0), 1.0)
+        q, jobs, rets, doom, params = retry_generator(*node, **args, retry_acceptance=a)
+        band, bw = _as_band(q, order)
+        pi = _gth_stationary(band, bw)[rank]
+        tried.append((a, accept_of(pi)))
+    params["acceptance_solves"] = len(tried)  # stationary solves (1: no fixed point needed)
+    params["acceptance_residual"] = abs(tried[-1][1] - tried[-1][0]) if tried else 0.0
     boundary = float(pi[rets == rl].sum()) if rl > 0 else 0.0
     if boundary > BOUNDARY_WARN:
         warnings.warn(f"retry_limit: {boundary:.2g} of the stationary mass sits at the "
                       f"truncation ({rl} pending retries); raise retry_limit",
                       RetryCTMCWarning, stacklevel=2)
-    return RetryCTMC(params, q, jobs, rets, pi, boundary, doom, levels, order, rank)
+    ctmc = RetryCTMC(params, q, jobs, rets, pi, boundary, doom, levels, order, rank)
+    ctmc._band_cache = (band, bw)
+    return ctmc
+
+
+def _acceptance_reader(params: dict, levels: np.ndarray, rets: np.ndarray):
+    """``pi -> `` the probability that a returning retry is accepted, under ``pi``: the
+    drop probability of each state (count model: a full node; workload model:
+    P(jobs >= capacity | level)) averaged with the retries' return rate, ``retries``
+    times the return rate (1 when no retry is ever pending)."""
+    if params["model"] == "workload":
+        q = 1.0 if math.isinf(params["timeout_s"]) else 1.0 / params["phases"]
+        drop = _workload_parts(params["capacity"], q, params.get("deadline_levels", 0),
+                               True)[1]
+        if drop.size != params["levels"]:
+            raise AssertionError("the workload levels were not rebuilt the same")
+    else:
+        drop = (np.arange(params["capacity"] + 1) >= params["capacity"]).astype(float)
+    weight_drop = rets * drop[levels]
+
+    def accept(pi: np.ndarray) -> float:
+        returning = float(pi @ rets)
+        return 1.0 if returning <= 0.0 else 1.0 - float(pi @ weight_drop) / returning
+    return accept
 
 
 def _as_band(q, order: np.ndarray) -> tuple[np.ndarray, int]:

@@ -117,7 +117,11 @@ def histogram_quantile(q: np.ndarray, v: Vector) -> Vector:
         oks = np.column_stack([b[2] for b in buckets])
         present = oks.any(axis=1)
         res = np.full(q.size, np.nan)
-        patterns = np.unique(oks[present], axis=0)
+        seen = oks[present]
+        if seen.shape[0] and (seen == seen[0]).all():  # one pattern: no sort of the rows
+            patterns = seen[:1]
+        else:
+            patterns = np.unique(seen, axis=0)
         for pat in patterns:  # usually one: every bucket present together
             cols = np.flatnonzero(pat)
             rows = present & (oks == pat).all(axis=1)
@@ -161,6 +165,8 @@ def apply_op(op: str, a, b):
 
 
 def drop_name(labels: tuple) -> tuple:
+    if labels and labels[0][0] == "__name__":  # sorted: first unless a name sorts before it
+        return tuple(labels[1:])  # (a label set names each label once)
     return tuple(kv for kv in labels if kv[0] != "__name__")
 
 

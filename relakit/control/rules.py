@@ -43,23 +43,27 @@ refused with the rules of the cycle.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import polars as pl
 
 from relakit.control import promql
 from relakit.control.promql_store import read_store, store_from_frame
 from relakit.control.tsdb import TSDB
 from relakit.validate import ScenarioError, load_yaml
 
+if TYPE_CHECKING:
+    import polars as pl
+
 DEFAULT_INTERVAL_S = 60.0  # Prometheus' global evaluation_interval default
 _DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?"
                        r"(?:(\d+)ms)?$")
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-ALERT_SCHEMA = {"alert": pl.String, "labels": pl.String, "pending_at": pl.Float64,
-                "firing_at": pl.Float64, "resolved_at": pl.Float64, "error": pl.String}
+#: The alerts table's columns: alert, labels and error are text, the times float seconds.
+ALERT_COLUMNS = ("alert", "labels", "pending_at", "firing_at", "resolved_at", "error")
 
 
 @dataclass(frozen=True)
@@ -285,13 +289,15 @@ def _merge(series: list, t: np.ndarray, failed: np.ndarray, what: str):
     return out, failed, msg
 
 
-def evaluate_rules(trace_or_tsdb, rules, start_s=None, end_s=None):
+def evaluate_rules(trace_or_tsdb, rules, start_s=None, end_s=None, *, arrow=False):
     """(alerts table, evaluator holding the recorded series) for a rule file, over a
     trace (path or long table), a TSDB, or a list of :class:`promql.Series` (whose
-    labels may be any)."""
+    labels may be any). The table is a polars DataFrame, or with ``arrow=True`` the same
+    table as a pyarrow Table (``replay --rules`` writes it so and never loads polars)."""
+    pl = sys.modules.get("polars")  # a polars frame exists only if polars is loaded
     if isinstance(trace_or_tsdb, TSDB):
         store = promql.store_from_tsdb(trace_or_tsdb)
-    elif isinstance(trace_or_tsdb, pl.DataFrame):
+    elif pl is not None and isinstance(trace_or_tsdb, pl.DataFrame):
         store = store_from_frame(trace_or_tsdb)
     elif isinstance(trace_or_tsdb, list):  # a promql series store: any labels
         store = list(trace_or_tsdb)
@@ -333,8 +339,23 @@ def evaluate_rules(trace_or_tsdb, rules, start_s=None, end_s=None):
                 rows += _episodes(rule, lab, ok[keep], t[keep])
         rows += _error_rows(rule, failed, t, msg)
     ev.late = frozenset()
-    alerts = pl.DataFrame(rows, schema=ALERT_SCHEMA, orient="row")
-    return alerts.sort("pending_at", "alert", "labels"), ev
+    rows.sort(key=lambda r: (r[2], r[0], r[1]))  # pending_at, alert, labels (never null)
+    alerts = _arrow_table(rows)
+    if arrow:
+        return alerts, ev
+    import polars as pl
+
+    return pl.from_arrow(alerts), ev
+
+
+def _arrow_table(rows: list) -> object:
+    """The alerts rows as a pyarrow Table of :data:`ALERT_COLUMNS` (None: null)."""
+    import pyarrow as pa
+
+    types = (pa.string(), pa.string(), pa.float64(), pa.float64(), pa.float64(), pa.string())
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(types)
+    return pa.table([pa.array(c, type=t) for c, t in zip(cols, types, strict=True)],
+                    names=list(ALERT_COLUMNS))
 
 
 def _error_rows(rule: Rule, failed: np.ndarray, t: np.ndarray, msg) -> list:
@@ -461,14 +482,18 @@ def label_warnings(groups: list[Group], store: list, source: str = "<rules>") ->
     return found
 
 
-def backtest_rules(trace_or_tsdb, rules_path, start_s=None, end_s=None) -> pl.DataFrame:
+def backtest_rules(trace_or_tsdb, rules_path, start_s=None, end_s=None, *,
+                   arrow=False) -> pl.DataFrame:
     """The ``alerts`` table of a rule file evaluated over a trace (path, long table or
-    TSDB) from ``start_s`` to ``end_s`` (default: the trace's span), open loop."""
-    return evaluate_rules(trace_or_tsdb, rules_path, start_s, end_s)[0]
+    TSDB) from ``start_s`` to ``end_s`` (default: the trace's span), open loop (a
+    pyarrow Table with ``arrow=True``)."""
+    return evaluate_rules(trace_or_tsdb, rules_path, start_s, end_s, arrow=arrow)[0]
 
 
 def firing_at(alerts: pl.DataFrame, t: float) -> pl.DataFrame:
     """The alerts firing at instant ``t`` (alert, labels), as Prometheus would list them."""
+    import polars as pl
+
     return alerts.filter(pl.col("firing_at").is_not_null() & (pl.col("firing_at") <= t)
                          & (pl.col("resolved_at").is_null() | (pl.col("resolved_at") > t))
                          & pl.col("error").is_null()

@@ -18,9 +18,12 @@ controller cannot see the future.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import polars as pl
+
+if TYPE_CHECKING:
+    import polars as pl
 
 LABELS = ("tier", "outcome", "le")
 
@@ -103,6 +106,8 @@ class TSDB:
     def from_long(cls, df: pl.DataFrame) -> TSDB:
         """Pivot the long metrics table (one row per sample) into targets; a series is
         (name, tier, outcome, le) and, when the table has one, its ``labels``."""
+        import polars as pl
+
         extra = "labels" in df.columns
         key = ["name", *LABELS] + (["labels"] if extra else [])
         if extra:

@@ -1,12 +1,14 @@
 """What the lab's two clients of the instances share: the front (:mod:`.front`, for a
-user's own load tool) and the load generator (:mod:`.load`).
+user's own load tool) and the load generator (:mod:`.load`); the instances
+(:mod:`.dataplane`) read the config server's state with the same reader and poller.
 
 - :func:`outcome_of`: an answer's outcome (relakit.vocab.OUTCOMES), as the simulator
   counts it: a full queue and no routable instance are errors, a shed request is
   ``dropped``, a concurrency limit's 429 ``rejected``, the client throttle's
   ``throttled``;
 - :func:`read_state` / :func:`keep_polling`: the config server's ``/state`` (its flags,
-  and which instances are routable), polled; a failed poll keeps the last state;
+  and which instances are routable), polled; a failed poll or a malformed state keeps
+  the last state;
 - :func:`through_throttle`: one call through the client's adaptive throttle
   (:class:`relakit.lab.in_path.ClientThrottle`): its decision cost, its judgement (a
   refused call is never sent), an answer from a server counted an accept.
@@ -18,6 +20,8 @@ import asyncio
 import time
 
 import httpx
+
+from relakit.vocab import LOCAL_FLAGS, POLICY_FLAGS, Flags
 
 HEDGE_DELAY_S = 0.1  # a call unanswered this long is hedged (while hedge_enabled is on)
 ACCEPTED = (200, 500)  # a server answered: the throttle's accept (the kernel's)
@@ -38,16 +42,21 @@ def outcome_of(status: int, body: bytes = b"") -> str:
 
 
 def read_state(state, instances: int, flags: dict) -> list[int]:
-    """The config server's ``/state``: ``flags`` updated in place with its flags, and the
-    instances (0 .. ``instances`` - 1) routable by its per-instance controls returned.
-    A state of another shape raises ValueError (the poller then keeps the last one)."""
+    """The config server's ``/state``: ``flags`` updated in place with its flags (the
+    policy's :data:`~relakit.vocab.POLICY_FLAGS` as bools, here and only here), and the
+    instances (0 .. ``instances`` - 1) routable by its per-instance controls returned
+    (``instances`` 0: a data-plane instance, which reads the flags only). A state of
+    another shape, or a :data:`~relakit.vocab.LOCAL_FLAGS` value that is not a number
+    >= 1 or null, raises ValueError and changes nothing (the poller keeps the last)."""
     if not isinstance(state, dict) or not isinstance(state.get("flags", {}), dict) \
             or not isinstance(state.get("instances", {}), dict):
         raise ValueError(f"config server state: expected flags and instances as mappings, "
                          f"got {str(state)[:80]}")
+    got = state.get("flags", {})
+    Flags(**{k: got[k] for k in LOCAL_FLAGS if k in got})  # vocab's check: ValueError
     out = {int(k) for k, v in state.get("instances", {}).items()
            if isinstance(v, dict) and not v.get("routable", True)}
-    flags.update(state.get("flags", {}))
+    flags.update({k: bool(v) if k in POLICY_FLAGS else v for k, v in got.items()})
     return [i for i in range(instances) if i not in out]
 
 

@@ -17,7 +17,8 @@ With a concurrency limit (``--concurrency-limit JSON``: a scenario's
 take the instance's admitted requests over the limit is refused at once with 429 and
 counted ``rejected`` (``requests_total``, ``rejected_total``); the limit is the gauge
 ``concurrency_limit`` and learns from each finished request, and a policy's
-``concurrency_max`` polled from the config server caps it.
+``concurrency_max`` polled from the config server caps it. The config server's state is
+read and polled as the front and the load generator do (:mod:`relakit.lab.calls`).
 ``POST /repair`` mends its fault (error rate 0, no slowdown): the chain's repair, done
 live; like a write to the config server it needs the lab's token (``Authorization:
 Bearer``), since any local process could otherwise heal a fault an experiment injected.
@@ -38,8 +39,9 @@ import httpx
 from fastapi import FastAPI, Header, HTTPException, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from relakit.lab.calls import keep_polling, read_state
 from relakit.lab.in_path import ConcurrencyLimit
-from relakit.vocab import POLICY_FLAGS
+from relakit.vocab import LOCAL_FLAGS, POLICY_FLAGS
 
 # the latency histogram's bucket bounds (s) unless told otherwise: fine enough between
 # 50 ms and 2 s that a p99 read from them is within a bucket's width of the clients'
@@ -78,7 +80,7 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
     in_flight = Gauge("in_flight", "requests in the instance", registry=reg)
     busy = Counter("busy_seconds", "server-seconds spent serving", registry=reg)
     flag_gauge = Gauge("flag", "flags as the instance applies them", ["flag"], registry=reg)
-    flags = {f: False for f in POLICY_FLAGS}  # relakit.vocab's
+    flags = {**{f: False for f in POLICY_FLAGS}, **{f: None for f in LOCAL_FLAGS}}
     limiter = None if concurrency_limit is None else ConcurrencyLimit(**concurrency_limit)
     if limiter is not None:  # its series only where it runs, as in the simulator
         rejected = Counter("rejected", "requests refused by the concurrency limit",
@@ -90,20 +92,21 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
     fault = {"error_rate": error_rate, "slowdown": slowdown}  # mended by POST /repair
     rng = random.Random(seed)
 
+    def apply_state(state) -> None:
+        """The config server's state, read as the front and the load generator read it
+        (:func:`relakit.lab.calls.read_state`: flags coerced there; a malformed state is
+        refused whole and the last one stays)."""
+        read_state(state, 0, flags)  # 0: an instance routes nothing, it reads the flags
+        for k in POLICY_FLAGS:
+            flag_gauge.labels(k).set(int(flags[k]))
+        if limiter is not None:  # a policy's ceiling (None: the scenario's)
+            limiter.set_ceiling(flags["concurrency_max"])
+
+    app.state.apply_state = apply_state  # what each poll does (tests call it directly)
+
     async def poll():
         async with httpx.AsyncClient(timeout=2.0) as client:
-            while True:
-                try:
-                    state = (await client.get(f"{config_url}/state")).json()
-                    got = state["flags"]
-                    flags.update({k: bool(got[k]) for k in POLICY_FLAGS if k in got})
-                    for k in POLICY_FLAGS:
-                        flag_gauge.labels(k).set(int(flags[k]))
-                    if limiter is not None:  # a policy's ceiling (None: the scenario's)
-                        limiter.set_ceiling(got.get("concurrency_max"))
-                except (httpx.HTTPError, KeyError, ValueError):
-                    pass  # keep the last state it knew
-                await asyncio.sleep(poll_s)
+            await keep_polling(client, config_url, apply_state, poll_s)
 
     @app.on_event("startup")
     async def start_polling():

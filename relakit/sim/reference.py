@@ -241,7 +241,8 @@ def retry_node_reference(rate_rps: float, mean_ms: float, servers: int, queue_li
 
 def ctmc_ablation_drain(timeout_s: float, doom: str, delay: str, count: str, seed: int,
                         cap_s: float, arrival_rps: float = 9.5, service_rps: float = 10.0,
-                        capacity: int = 101, max_attempts: int = 5) -> float:
+                        capacity: int = 101, max_attempts: int = 5,
+                        acceptance: float = 1.0) -> float:
     """Seconds for a full node to drain (<= 1 job, no retry pending; nan: not by ``cap_s``)
     in a small model of one FCFS exponential server with per-attempt deadlines and retries
     at the deadline, with each of :func:`relakit.analytic.retry_ctmc`'s approximations
@@ -250,10 +251,39 @@ def ctmc_ablation_drain(timeout_s: float, doom: str, delay: str, count: str, see
     probability ``doom_probability(n found)``, independent of the services that then
     drain the queue); ``delay`` ``det`` (a retry at the deadline) or ``exp`` (after an
     exponential delay of that mean); ``count`` ``exact`` (at most ``max_attempts``) or
-    ``share`` (a doomed retry retries again with the CTMC's stationary share). Started
-    with ``capacity`` first attempts sent at 0 and no retry pending: the kernel's
-    ``initial: {queue: capacity}``, the CTMC's state (capacity, 0). ``exact det exact`` is
-    the kernel's node (``benchmarks/ctmc_drain_ablation.py`` compares their drains)."""
+    ``share`` (a doomed retry retries again with the CTMC's share for a retry
+    ``acceptance``). Started with ``capacity`` first attempts sent at 0 and no retry
+    pending: the kernel's ``initial: {queue: capacity}``, the CTMC's state (capacity, 0).
+    ``exact det exact`` is the kernel's node (``benchmarks/ctmc_drain_ablation.py``
+    compares their drains)."""
+    return _ablation_node(timeout_s, doom, delay, count, seed, cap_s, arrival_rps,
+                          service_rps, capacity, max_attempts, acceptance, start=capacity,
+                          stop_level=None, warmup_s=None)[0]
+
+
+def ctmc_ablation_fill(timeout_s: float, doom: str, delay: str, count: str, seed: int,
+                       until_s: float, level: int | None = None, start: int = 0,
+                       warmup_s: float | None = None, arrival_rps: float = 9.5,
+                       service_rps: float = 10.0, capacity: int = 101, max_attempts: int = 5,
+                       acceptance: float = 1.0) -> tuple[float, float]:
+    """The model of :func:`ctmc_ablation_drain` (same switches) started with ``start``
+    first attempts sent at 0 (0: empty): ``(first time at least level jobs are in the
+    node, nan if not by until_s; the time-average jobs over [warmup_s, until_s])``. With
+    ``level`` the run stops at it (and the mean is nan); with ``warmup_s`` it runs to
+    ``until_s`` (``benchmarks/ctmc_vs_simulation.py``: which approximation moves the
+    CTMC's first passage from empty and its stationary mean jobs)."""
+    if (level is None) == (warmup_s is None):
+        raise ValueError("level, warmup_s: give exactly one (a first passage or a mean)")
+    return _ablation_node(timeout_s, doom, delay, count, seed, until_s, arrival_rps,
+                          service_rps, capacity, max_attempts, acceptance, start=start,
+                          stop_level=level, warmup_s=warmup_s)
+
+
+def _ablation_node(timeout_s, doom, delay, count, seed, cap_s, arrival_rps, service_rps,
+                   capacity, max_attempts, acceptance, start, stop_level, warmup_s):
+    """The ablation model's one loop: ``(stop time or nan, mean jobs over [warmup_s,
+    cap_s] or nan)``; it stops at the drain (<= 1 job, no retry pending) when neither
+    ``stop_level`` nor ``warmup_s`` is given, at ``stop_level`` jobs when that is."""
     import random
 
     import numpy as np
@@ -266,11 +296,19 @@ def ctmc_ablation_drain(timeout_s: float, doom: str, delay: str, count: str, see
             raise ValueError(f"{name}: expected one of {', '.join(allowed)}, got {v!r}")
     rng = random.Random(seed)
     p_doom = doom_probability(np.arange(capacity + 1), 1, service_rps, timeout_s, 256)
-    again = retry_allowed_share(p_doom, max_attempts - 1)
+    again = retry_allowed_share(p_doom, max_attempts - 1, acceptance)
+    drain = stop_level is None and warmup_s is None
+    w0 = math.inf if warmup_s is None else warmup_s
+    area = 0.0  # integral of the jobs over [w0, cap_s]
+
+    def overlap(a, b):
+        return max(0.0, min(b, cap_s) - max(a, w0))
+
     deps, last = [], 0.0  # departure times of the jobs in the node (FCFS: increasing)
-    for _ in range(capacity):
+    for _ in range(start):
         last += rng.expovariate(service_rps)
         deps.append(last)
+        area += overlap(0.0, last)
     retries: list = []  # (time due, attempt number)
     if doom == "exact":  # the start's attempts that will time out retry at the deadline
         retries = [(timeout_s if delay == "det" else rng.expovariate(1 / timeout_s), 2)
@@ -281,12 +319,12 @@ def ctmc_ablation_drain(timeout_s: float, doom: str, delay: str, count: str, see
     while True:
         t = min(t_arr, retries[0][0] if retries else math.inf)
         if t > cap_s:
-            return math.nan
+            return math.nan, (area / (cap_s - w0) if warmup_s is not None else math.nan)
         while gone < len(deps) and deps[gone] <= t:
             gone += 1
         n = len(deps) - gone
-        if n <= 1 and not retries:  # drained at the departure that left <= 1 job
-            return deps[gone - 1] if gone > 0 else t
+        if drain and n <= 1 and not retries:  # drained at the departure that left <= 1 job
+            return (deps[gone - 1] if gone > 0 else t), math.nan
         if retries and retries[0][0] <= t_arr:
             attempt = heapq.heappop(retries)[1]
         else:
@@ -296,6 +334,9 @@ def ctmc_ablation_drain(timeout_s: float, doom: str, delay: str, count: str, see
             continue  # dropped (not retried)
         d = max(t, deps[-1] if n else t) + rng.expovariate(service_rps)
         deps.append(d)
+        area += overlap(t, d)
+        if stop_level is not None and n + 1 >= stop_level:
+            return t, math.nan
         doomed = (d - t > timeout_s) if doom == "exact" else rng.random() < p_doom[n]
         if not doomed:
             continue

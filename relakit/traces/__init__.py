@@ -34,23 +34,32 @@ names the file, the place in it (line, column, JSON path such as
 ``data.result[3].values[7]``) and what was expected.
 """
 
-from relakit.traces._csvlong import read_csv_long, write_csv_long
-from relakit.traces._dispatch import is_parquet, read_trace
-from relakit.traces._openmetrics import read_openmetrics
-from relakit.traces._promjson import parse_prometheus_json, read_prometheus_json
-from relakit.traces._schema import (
-    LABELS,
-    SCHEMA,
-    TraceError,
-    label_text,
-    natural_key,
-    parse_label_text,
-    parse_number,
-    validate_trace,
-)
-from relakit.traces.synthetic import SHAPES, shape_level, synthetic_trace  # noqa: E402
+_NAMES = {  # name: the module defining it, imported when the name is first asked for
+    "read_csv_long": "_csvlong", "write_csv_long": "_csvlong", "read_trace": "_dispatch",
+    "read_openmetrics": "_openmetrics", "parse_prometheus_json": "_promjson",
+    "read_prometheus_json": "_promjson", "COLUMNS": "_names", "LABELS": "_names",
+    "is_parquet": "_names", "parse_label_text": "_names", "parse_number": "_names",
+    "SCHEMA": "_schema", "TraceError": "_schema", "label_text": "_schema",
+    "natural_key": "_schema", "validate_trace": "_schema", "SHAPES": "synthetic",
+    "shape_level": "synthetic", "synthetic_trace": "synthetic",
+}
+
+
+def __getattr__(name: str):
+    """The package's names, each imported when first asked for (PEP 562): reading a
+    Parquet trace for ``replay --rules`` needs only :mod:`relakit.traces._names` and
+    never loads polars, which every importer imports (~0.13 s of a fresh process)."""
+    from importlib import import_module
+
+    if name not in _NAMES:
+        raise AttributeError(f"module 'relakit.traces' has no attribute {name!r}")
+    value = getattr(import_module(f"relakit.traces.{_NAMES[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
+    "COLUMNS",
     "LABELS",
     "SCHEMA",
     "SHAPES",

@@ -8,7 +8,8 @@ from pathlib import Path
 import polars as pl
 
 from relakit.traces._csvlong import read_csv_long
-from relakit.traces._openmetrics import SUFFIXES, read_openmetrics
+from relakit.traces._names import SUFFIXES
+from relakit.traces._openmetrics import read_openmetrics
 from relakit.traces._promjson import read_prometheus_json
 from relakit.traces._schema import trace_error, validate_trace
 
@@ -50,23 +51,6 @@ def read_trace(path, instances: list[str] | None = None) -> pl.DataFrame:
         raise trace_error(p, None, f"cannot read as Parquet ({e}); expected a Parquet file "
                                    f"with the long metrics columns") from None
     return validate_trace(df, source=str(p))
-
-
-def is_parquet(path) -> bool:
-    """Whether :func:`read_trace` would read ``path`` as a Parquet long table (a file
-    that cannot be read is not: :func:`read_trace` says why)."""
-    p = Path(path)
-    if not p.is_file():
-        return False
-    suffix = p.suffix.lower()
-    if suffix in (".json", ".csv") or suffix in SUFFIXES:
-        return False
-    if suffix == ".parquet":
-        return True
-    try:
-        return _sniff(p) == "parquet"
-    except ValueError:
-        return False
 
 
 def _sniff(p: Path) -> str:

@@ -10,6 +10,7 @@ from urllib.parse import unquote
 
 import polars as pl
 
+from relakit.traces._names import SUFFIXES
 from relakit.traces._schema import (
     NUMBER_HINT,
     Rows,
@@ -20,7 +21,6 @@ from relakit.traces._schema import (
     trace_error,
 )
 
-SUFFIXES = (".prom", ".om", ".txt")
 _FILE_NAME = re.compile(r"(?P<instance>.+)@(?P<ts>\d+(?:\.\d+)?)\.(?:prom|om|txt)")
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")

@@ -9,26 +9,20 @@ from decimal import Decimal
 
 import polars as pl
 
+from relakit.traces._names import (  # noqa: F401  (the package's names, kept here too)
+    COLUMNS,
+    LABEL_PAIR,
+    LABELS,
+    NUMBER_PATTERN,
+    parse_label_text,
+    parse_number,
+)
+
 #: The columns and dtypes of every trace frame, in order (also the simulator's metrics frame).
-SCHEMA = pl.Schema({
-    "time_s": pl.Float64(),
-    "node": pl.Int32(),
-    "name": pl.String(),
-    "tier": pl.String(),
-    "outcome": pl.String(),
-    "le": pl.String(),
-    "value": pl.Float64(),
-})
+SCHEMA = pl.Schema(dict(zip(COLUMNS, (pl.Float64(), pl.Int32(), pl.String(), pl.String(),
+                                      pl.String(), pl.String(), pl.Float64()), strict=True)))
 _NOT_NULL = ("time_s", "node", "name", "value")
 KEY_COLUMNS = ("time_s", "node", "name", "tier", "outcome", "le")
-
-#: An optional column after the schema's: every other label of a series (``job``,
-#: ``mode``, ...) as one text ``k="v",...`` (sorted, Prometheus' escaping; null: none),
-#: dictionary-encoded (``Categorical``), so a label set costs an index per sample, not
-#: a string. Importers of real recordings (Prometheus JSON) fill it; the simulator's
-#: own series have no such labels and no such column.
-LABELS = "labels"
-_LABEL_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 def label_text(labels: Mapping[str, str]) -> str | None:
@@ -40,22 +34,13 @@ def label_text(labels: Mapping[str, str]) -> str | None:
                     for k, v in sorted(labels.items()))
 
 
-def parse_label_text(text: str | None) -> tuple:
-    """The (name, value) pairs of a ``labels`` text, sorted."""
-    if not text:
-        return ()
-    unesc = {"n": "\n", "\\": "\\", '"': '"'}
-    return tuple(sorted((k, re.sub(r"\\(.)", lambda m: unesc.get(m.group(1), m.group(1)), v)
-                         if "\\" in v else v) for k, v in _LABEL_PAIR.findall(text)))
-
-
 def canonical_labels(text: str, source, where: str) -> str | None:
     """A ``labels`` cell as :func:`label_text` writes it; TraceError if it is not one."""
     pairs = parse_label_text(text)
     out = label_text(dict(pairs))
-    if text.strip() and (out is None or len(pairs) != len(_LABEL_PAIR.findall(text))
+    if text.strip() and (out is None or len(pairs) != len(LABEL_PAIR.findall(text))
                          or len(dict(pairs)) != len(pairs)
-                         or re.sub(_LABEL_PAIR, "", text).strip(", ") != ""):
+                         or re.sub(LABEL_PAIR, "", text).strip(", ") != ""):
         raise trace_error(source, where, f"{text!r} is not a label set; expected "
                                          'name="value" pairs separated by commas')
     return out
@@ -92,12 +77,6 @@ def trace_error(source, where: str | None, problem: str) -> TraceError:
 
 # -- values -------------------------------------------------------------------------------------
 
-#: A sample value as Prometheus writes it (ASCII digits; Inf and NaN in any case).
-NUMBER_PATTERN = (r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
-                  r"|(?i:inf|infinity|nan))")
-_NUMBER = re.compile(NUMBER_PATTERN)
-
-
 def parse_numbers(texts) -> list[float] | None:
     """Many :func:`parse_number` at once, or None if any is not a number (then look closer).
 
@@ -113,17 +92,6 @@ def parse_numbers(texts) -> list[float] | None:
         return list(map(float, texts))
     except ValueError:
         return None
-
-
-def parse_number(text: str) -> float:
-    """A Prometheus sample value: a decimal, ``NaN``, ``+Inf``/``-Inf`` (any case).
-
-    Stricter than ``float()``: no ``_`` digit separators, no surrounding blanks.
-    Raises ``ValueError``.
-    """
-    if not isinstance(text, str) or not _NUMBER.fullmatch(text):
-        raise ValueError(text)
-    return float(text)
 
 
 def format_le(x: float) -> str:
