@@ -207,15 +207,19 @@ def record_quantiles(requests: pl.DataFrame, windows, bounds_s, qs=(0.5, 0.99)) 
     """:func:`tier_quantiles` for a simulation's request records (``arrival_s``,
     ``latency_ms``, ``tier``; answered requests, ``ok`` or ``error``, as the servers'
     histogram counts them): each latency put in the same buckets and read the same way,
-    so that a twin and its recording are compared like with like."""
+    and in the window where it *ended* (``arrival_s`` + ``latency_ms``), as a server
+    observes its histogram at completion, so that a twin and its recording are compared
+    like with like (by arrival, an overload's longest waits fell in the window before
+    the one the live histogram counts them in)."""
     from relakit.control.tsdb import bucket_quantile
 
     bounds = np.asarray(bounds_s, dtype=float)
     bounds = np.append(bounds[np.isfinite(bounds)], np.inf)  # (+Inf: every request)
-    answered = requests.filter(pl.col("outcome").is_in(SERVED))
+    answered = requests.filter(pl.col("outcome").is_in(SERVED)).with_columns(
+        end_s=pl.col("arrival_s") + pl.col("latency_ms") / 1000.0)
     rows = []
     for w, (t0, t1) in enumerate(windows):
-        inside = answered.filter(pl.col("arrival_s").is_between(t0, t1, closed="left"))
+        inside = answered.filter(pl.col("end_s").is_between(t0, t1, closed="left"))
         for tier in sorted(set(inside["tier"].to_list())):
             lat = inside.filter(pl.col("tier") == tier)["latency_ms"].to_numpy() / 1000.0
             cum = np.searchsorted(np.sort(lat), bounds, side="right").astype(float)

@@ -102,6 +102,10 @@ class LabSpec:
     # .concurrency_limit as relakit.lab.in_path.lab_mitigations reads them: the
     # instances enforce the limit, the load generator and the front throttle
     mitigations: dict = field(default_factory=dict)
+    # the instances' service-time generators (instance i draws from seed + i, the front's
+    # routing from seed + instances): None draws a fresh one per run, kept in state.json (spec.seed)
+    # so a run can be repeated; with a fixed seed every run drew the same service times
+    seed: int | None = None
 
     def __post_init__(self):
         from relakit.lab.in_path import LAB_MITIGATIONS
@@ -130,6 +134,7 @@ class Lab:
         self.instance_urls: list[str] = []
         self.front_url = ""
         self.started_at = time.time()  # `lab record` records from here by default
+        self.seed = self.spec.seed if self.spec.seed is not None else secrets.randbits(32) + 1
 
     def _spawn(self, args: list[str], name: str, env: dict | None = None) -> subprocess.Popen:
         with open(self.workdir / f"{name}.log", "w") as log:
@@ -172,7 +177,8 @@ class Lab:
                          str(s.slow_ms), "--slow-fraction", str(s.slow_fraction),
                          "--error-rate", str(s.error_rates[i] if s.error_rates else s.error_rate),
                          "--slowdown", str(s.slowdowns[i] if s.slowdowns else 1.0),
-                         "--seed", str(i), "--buckets", ",".join(f"{b:g}" for b in s.buckets_s),
+                         "--seed", str(self.seed + i),
+                         "--buckets", ",".join(f"{b:g}" for b in s.buckets_s),
                          "--tier-header", s.tier_header, "--keepalive-s", str(s.keepalive_s)]
                         + ([] if s.queue_limit is None else ["--queue-limit", str(s.queue_limit)])
                         + ([] if s.deadline_ms is None else ["--deadline-ms", str(s.deadline_ms)])
@@ -185,7 +191,8 @@ class Lab:
         self._spawn([py, "-m", "relakit.lab.front", "--port", str(fport), "--config-url",
                      self.config_url, "--instances", ",".join(self.instance_urls),
                      "--poll-s", str(self.clocks.poll_s), "--routing", s.routing,
-                     "--tier-header", s.tier_header, "--keepalive-s", str(s.keepalive_s)]
+                     "--tier-header", s.tier_header, "--keepalive-s", str(s.keepalive_s),
+                     "--seed", str(self.seed + s.instances)]
                     + ([] if "client_throttle" not in s.mitigations else [
                         "--client-throttle", json.dumps(s.mitigations["client_throttle"])]),
                     "front")  # no token: the front writes nothing anywhere
@@ -270,7 +277,8 @@ class Lab:
                                     "buckets_s": list(self.spec.buckets_s),
                                     "lease_s": self.spec.lease_s,
                                     "renew_s": self.spec.renew_s,
-                                    "mitigations": self.spec.mitigations},
+                                    "mitigations": self.spec.mitigations,
+                                    "seed": self.seed},
                            "processes": self.records}, self.workdir / STATE, mode=0o600)
 
     @classmethod
@@ -285,7 +293,7 @@ class Lab:
                              "`relakit lab down`)")
         known = {k: v for k, v in (state.get("spec") or {}).items()
                  if k in ("instances", "servers", "lease_s", "renew_s", "routing",
-                          "queue_limit", "deadline_ms", "buckets_s", "mitigations")}
+                          "queue_limit", "deadline_ms", "buckets_s", "mitigations", "seed")}
         lab = cls(LabSpec(clocks=state["clocks"], **known), workdir=str(workdir))
         lab.config_url, lab.prom_url = state["config_url"], state["prom_url"]
         lab.instance_urls, lab.token = state["instance_urls"], state["token"]
