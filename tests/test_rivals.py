@@ -314,10 +314,13 @@ def test_wasted_work_at_fan_out_three_counts_each_requests_copies_from_its_recor
     timed_out = ended.filter(pl.col("outcome") == "timeout").height
     assert served - wasted == 3 * ended.filter(pl.col("outcome") == "ok").height
     assert 0 < late <= wasted <= 3 * (timed_out + open_at_t), (late, wasted, timed_out, open_at_t)
-    with pytest.raises(ValueError, match="record_requests=True"):
-        rv.wasted_copies(relakit.simulate(sc, record_requests=False), fanout=3)
-    with pytest.raises(ValueError, match="fanout"):
-        rv.wasted_copies(r, fanout=0)
+    assert rv.wasted_copies(r) == (served, wasted)  # the run's own fan-out, read from it
+    bare = relakit.simulate(sc, record_requests=False)
+    for given in (3, None):  # a fan-out-3 run without records, told or not
+        with pytest.raises(ValueError, match="record_requests=True"):
+            rv.wasted_copies(bare, fanout=given)
+    with pytest.raises(ValueError, match="workload.fanout is 3, got 1"):
+        rv.wasted_copies(r, fanout=1)
 
 
 def test_recovery_is_read_as_censored():
