@@ -236,6 +236,8 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0,
       the scenario's, above 1 it needs the run's records);
     * ``followed_s``: how long the run was watched after ``end_s`` (a censored run's
       ``recovery_s``);
+    * ``shed_share``: the share of requests shed (``dropped``: the control plane's
+      ``shed_bronze``), after warm-up;
     * ``mode_entries``: how often the control plane entered a mode (its audit's ``enter``
       and ``preempt`` rows; 0 without one): whether it acted at all.
     """
@@ -262,6 +264,7 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0,
             "recovered": float(rec == rec),
             "followed_s": float(t[-1] - end_s),  # how long after end_s the run was watched
             "wasted_share": wasted / served if served else 0.0,
+            "shed_share": every["dropped"] / every["requests"] if every["requests"] else 0.0,
             "mode_entries": float(entries)}
 
 
