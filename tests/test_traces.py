@@ -492,3 +492,24 @@ def test_trace_error_carries_source_and_where(tmp_path):
     assert info.value.source == str(path)
     assert info.value.where == "line 2, column value"
     assert isinstance(info.value, ValueError)
+
+
+def test_the_fast_reader_and_read_trace_tell_a_format_alike(tmp_path):
+    """`replay`'s polars-free reader takes a file as Parquet exactly when read_trace does
+    (one suffix map and one sniffer, relakit.traces._names)."""
+    from relakit.traces._names import is_parquet
+
+    frame = pl.DataFrame({"time_s": [0.0, 15.0], "node": [0, 0], "name": ["up", "up"],
+                          "tier": [None, None], "outcome": [None, None], "le": [None, None],
+                          "value": [1.0, 1.0]},
+                         schema={"time_s": pl.Float64, "node": pl.Int32, "name": pl.String,
+                                 "tier": pl.String, "outcome": pl.String, "le": pl.String,
+                                 "value": pl.Float64})
+    frame.write_parquet(tmp_path / "a.parquet")
+    frame.write_parquet(tmp_path / "a.bin")  # no known suffix: the magic bytes tell
+    frame.write_csv(tmp_path / "a.dat")      # no known suffix: the header tells
+    (tmp_path / "a.prom").write_text("up 1\n")
+    (tmp_path / "b.csv").write_bytes((tmp_path / "a.bin").read_bytes())  # the suffix wins
+    want = {"a.parquet": True, "a.bin": True, "a.dat": False, "a.prom": False, "b.csv": False}
+    assert {name: is_parquet(tmp_path / name) for name in want} == want
+    assert read_trace(tmp_path / "a.bin").height == read_trace(tmp_path / "a.dat").height == 2

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import polars as pl
 
 from relakit.traces._csvlong import read_csv_long
-from relakit.traces._names import SUFFIXES
+from relakit.traces._names import kind_by_content, kind_by_suffix
 from relakit.traces._openmetrics import read_openmetrics
 from relakit.traces._promjson import read_prometheus_json
 from relakit.traces._schema import trace_error, validate_trace
@@ -31,12 +30,7 @@ def read_trace(path, instances: list[str] | None = None) -> pl.DataFrame:
     p = Path(path)
     if p.is_dir():
         return read_openmetrics(p, instances)
-    suffix = p.suffix.lower()
-    kind = {".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(suffix)
-    if kind is None and suffix in SUFFIXES:
-        kind = "text"
-    if kind is None:
-        kind = _sniff(p)
+    kind = kind_by_suffix(p) or _sniff(p)
     if kind == "json":
         return read_prometheus_json(p, instances)
     if kind == "csv":
@@ -59,15 +53,8 @@ def _sniff(p: Path) -> str:
             head = fh.read(4096)
     except OSError as e:
         raise trace_error(p, None, f"cannot read: {e.strerror or e}") from None
-    if head.startswith(b"PAR1"):
-        return "parquet"
-    text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
-    stripped = text.lstrip()
-    if stripped.startswith(("{", "[")):
-        return "json"
-    first = stripped.split("\n", 1)[0]
-    if "," in first and "time_s" in (c.strip().strip('"') for c in first.split(",")):
-        return "csv"
-    if stripped.startswith("#") or re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*[{ \t]", stripped):
-        return "text"
-    raise trace_error(p, None, "cannot tell the format from the suffix or content; " + _FORMATS)
+    kind = kind_by_content(head)
+    if kind is None:
+        raise trace_error(p, None, "cannot tell the format from the suffix or content; "
+                          + _FORMATS)
+    return kind

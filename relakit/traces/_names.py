@@ -47,20 +47,42 @@ def parse_number(text: str) -> float:
     return float(text)
 
 
+def kind_by_suffix(p: Path) -> str | None:
+    """The trace format a path's suffix names (json, csv, parquet, text), or None: then
+    the content tells (:func:`kind_by_content`)."""
+    suffix = p.suffix.lower()
+    return {".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(
+        suffix, "text" if suffix in SUFFIXES else None)
+
+
+def kind_by_content(head: bytes) -> str | None:
+    """The trace format a file's first bytes show, or None: the Parquet magic bytes, a
+    leading ``{`` or ``[`` (JSON), a header line with ``time_s`` and a comma (CSV), a
+    ``#`` line or a sample (text exposition)."""
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    stripped = head.decode("utf-8", errors="replace").lstrip("\ufeff").lstrip()
+    if stripped.startswith(("{", "[")):
+        return "json"
+    first = stripped.split("\n", 1)[0]
+    if "," in first and "time_s" in (c.strip().strip('"') for c in first.split(",")):
+        return "csv"
+    if stripped.startswith("#") or re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*[{ \t]", stripped):
+        return "text"
+    return None
+
+
 def is_parquet(path) -> bool:
     """Whether :func:`read_trace` would read ``path`` as a Parquet long table (a file
-    that cannot be read is not: :func:`read_trace` says why): a ``.parquet`` file, or
-    one of no known suffix that starts with Parquet's magic bytes."""
+    that cannot be read is not: :func:`read_trace` says why)."""
     p = Path(path)
     if not p.is_file():
         return False
-    suffix = p.suffix.lower()
-    if suffix in (".json", ".csv") or suffix in SUFFIXES:
-        return False
-    if suffix == ".parquet":
-        return True
+    kind = kind_by_suffix(p)
+    if kind is not None:
+        return kind == "parquet"
     try:
         with open(p, "rb") as fh:
-            return fh.read(4) == b"PAR1"
+            return kind_by_content(fh.read(4)) == "parquet"
     except OSError:
         return False
