@@ -135,9 +135,9 @@ def response_times(rec: Recording, edges: np.ndarray,
     lab's do); else, and for ``None``, every tier's."""
     if tier is not None:
         k = TIERS.index(tier)
-        nodes = [n for n in rec.nodes if n.tier_lat_sum is not None
-                 and n.tier_lat_count is not None]
-        if nodes:
+        nodes = [n for n in rec.nodes if n.lat_sum is not None and n.lat_count is not None]
+        if nodes and all(n.tier_lat_sum is not None and n.tier_lat_count is not None
+                         for n in nodes):  # every node's (a node without: every tier's)
             total = sum(_binned(n.t, n.tier_lat_sum[:, k], edges) for n in nodes)
             count = sum(_binned(n.t, n.tier_lat_count[:, k], edges) for n in nodes)
             with np.errstate(invalid="ignore", divide="ignore"):
