@@ -339,7 +339,7 @@ def _cross_checks(loaded: dict) -> list[C.Finding]:
                                  missing=C.WARNING, what=f"the trace {source}")
             out += C.check_rule_labels(groups, rules_file, store_from_frame(frame, source))
         if not traces:
-            names = [s[1] for s in C.simulator_series(_default_buckets())]
+            names = [s[1] for s in C.simulator_series(_default_buckets(), in_path=True)]
             out += C.check_rules(groups, rules_file, names, missing=C.WARNING,
                                  what="the simulator")
     for frame, source in traces:
@@ -356,7 +356,8 @@ def _cross_checks(loaded: dict) -> list[C.Finding]:
         series = C.simulator_series(_default_buckets(), in_path=True)
         for pol in policies:
             out += C.check_policy(pol)
-            out += C.check_signals(pol, series, missing=C.WARNING, what="the simulator")
+            out += C.check_signals(pol, series, missing=C.WARNING, what="the simulator",
+                                   own=True)
         for ch in chains:
             out += C.check_chain(ch, None)
     for clk in loaded["clocks"]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from relakit.validate import ScenarioError, display_path
-from relakit.vocab import IN_PATH_OUTCOMES
+from relakit.vocab import IN_PATH_KEYS, IN_PATH_OUTCOMES, OUTCOMES, TIERS
 
 ERROR, WARNING = "error", "warning"
 # a rate needs two samples in its window; Prometheus advises a window of four scrapes
@@ -207,8 +207,7 @@ def _why_no_match(name, sel, series) -> tuple[str, str]:
             present = sorted({str(s[idx]) for s in same_name if s[0] == sel.source})
             wanted = want if isinstance(want, tuple | list) else (want,)
             if not set(wanted) & set(present):
-                only = (" (counted only in a run with an in-path mechanism: client_throttle, "
-                        "concurrency_limit, codel)" if label == "outcome"
+                only = (f" ({IN_PATH_ONLY})" if label == "outcome"
                         and set(wanted) <= set(IN_PATH_OUTCOMES) else "")
                 return (f"no '{name}' series has {label} {' or '.join(map(repr, wanted))} "
                         f"(present: {', '.join(present)}){only}", label)
@@ -223,14 +222,30 @@ def _why_no_match(name, sel, series) -> tuple[str, str]:
     return (f"the series are: {shown}" if names else "there are no series at all"), "metric"
 
 
+IN_PATH_ONLY = f"counted only in a run with an in-path mechanism: {', '.join(IN_PATH_KEYS)}"
+RELAKIT_NAMES = {"outcome": OUTCOMES, "tier": TIERS}  # the label values relakit's own series use
+
+
+def _foreign_values(sel) -> list[tuple[str, str]]:
+    """(label, value) pairs of ``sel`` no series of relakit's own can carry."""
+    out = []
+    for lab, allowed in RELAKIT_NAMES.items():
+        want = sel.labels.get(lab, ())
+        out += [(lab, v) for v in ((want,) if isinstance(want, str) else want)
+                if v not in allowed]
+    return out
+
+
 def check_signals(policy, series, *, missing: str, what: str, parent: str | None = None,
-                  labels: bool = True) -> list[Finding]:
+                  labels: bool = True, own: bool = False) -> list[Finding]:
     """Each signal's metric and labels against the series that exist.
 
     ``missing`` is the severity of a signal that reads nothing (error where the
     series are known in advance, the simulator's; warning for one trace);
     ``what`` names where the series come from, for the message. A label value in a
-    list that matches nothing while the others do is a warning: probably a typo."""
+    list that matches nothing while the others do is a warning: probably a typo. ``own``:
+    the series are relakit's own (the simulator's, the lab's), whose outcomes and tiers are
+    a closed set, so a value outside it is an error (a recording may carry others)."""
     file, pre = _where(policy.source, parent, "policy")
     out = []
     for name, sig in policy.signals.items():
@@ -240,6 +255,13 @@ def check_signals(policy, series, *, missing: str, what: str, parent: str | None
             continue
         for part, asked, sel in _selectors(sig):
             key = f"{pre}signals.{name}.{part}"
+            foreign = _foreign_values(sel) if own else []
+            for label, v in foreign:
+                out.append(Finding(ERROR, file, key + label,
+                                   f"no {label} '{v}' in {what}: its {label}s are "
+                                   f"{', '.join(RELAKIT_NAMES[label])}"))
+            if foreign:
+                continue
             found = _matches(sel.source, asked, sel.labels if labels else {}, series)
             if not found:
                 hint, sub = _why_no_match(asked, sel, series)
@@ -254,8 +276,7 @@ def check_signals(policy, series, *, missing: str, what: str, parent: str | None
                     continue
                 for v in want:
                     if not _matches(sel.source, asked, {**sel.labels, label: v}, series):
-                        why = (f"'{v}' is counted only in a run with an in-path mechanism "
-                               "(client_throttle, concurrency_limit, codel)"
+                        why = (f"'{v}' is {IN_PATH_ONLY}"
                                if label == "outcome" and v in IN_PATH_OUTCOMES else "a typo?")
                         out.append(Finding(WARNING, file, key + label,
                                            f"{label} '{v}' matches no '{asked}' series in "
@@ -407,7 +428,7 @@ def check_scenario(sc) -> list[Finding]:
 
         out += check_signals(sc.policy, simulator_series(sc.metrics.latency_buckets_s,
                                                          in_path(sc)),
-                             missing=ERROR, what="the simulator", parent=src)
+                             missing=ERROR, what="the simulator", parent=src, own=True)
         out += check_local_flags(sc)
     if sc.chain is not None:
         out += check_chain(sc.chain, sc.fleet.nodes, src)
@@ -669,7 +690,7 @@ def check_lab(policy, clocks, buckets_s=None, extra_series=()) -> list[Finding]:
     series = [("nodes", n, None, None, None) for n in (*LAB_SERIES, *extra_series)]
     return (check_policy(policy)
             + check_signals(policy, series, missing=ERROR, what="the lab's data plane",
-                            labels=False)
+                            labels=False, own=True)
             + [Finding(f.severity, "lab", "--" + f.key.replace("_", "-"), f.message)
                for f in check_clocks(clocks, needs_rates=policy_needs_rates(policy))]
             + ([] if buckets_s is None else check_bucket_edges(policy, buckets_s)))

@@ -179,7 +179,7 @@ def counts_span(result) -> tuple[dict[int, float], float]:
     return nodes, float(clients["time_s"].max())
 
 
-def wasted_copies(result, fanout: int = 1) -> tuple[float, float]:
+def wasted_copies(result, fanout: int | None = None) -> tuple[float, float]:
     """(copies served, copies that answered no client), both read over one span
     (:func:`counts_span`). Copies served: the servers' own ``requests_total`` (ok, error,
     timeout: a copy finished after its client gave up counts as timeout) at each node's
@@ -187,9 +187,15 @@ def wasted_copies(result, fanout: int = 1) -> tuple[float, float]:
     ``fanout`` of every request that ended ok or error by the clients' read time (degraded
     requests have fewer); without records, the requests the clients counted as ended ok or
     error (``client_requests_total``) by then, which needs ``fanout`` 1 (the scenario's
-    ``workload.fanout``; above 1 without records is refused)."""
-    if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < 1:
-        raise ValueError(f"fanout: the scenario's workload.fanout, an integer >= 1, got {fanout!r}")
+    ``workload.fanout``, read from the run; above 1 without records is refused; a
+    ``fanout`` given that is not the run's is refused too)."""
+    ran = result.info.get("fanout", 1)
+    if fanout is not None and fanout != ran:
+        raise ValueError(f"fanout: this run's workload.fanout is {ran}, got {fanout!r}")
+    fanout = ran
+    if result.info.get("warmup_s", 0.0):
+        raise ValueError("wasted_copies: a scenario with warmup_s 0 (work is counted from "
+                         "the run's start)")
     nodes, t_client = counts_span(result)
     m = result.metrics
     at = pl.DataFrame({"node": list(nodes), "time_s": list(nodes.values())},
@@ -213,7 +219,7 @@ def wasted_copies(result, fanout: int = 1) -> tuple[float, float]:
 
 
 def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0,
-                fanout: int = 1) -> dict:
+                fanout: int | None = None) -> dict:
     """One run judged on :data:`NUMBERS`:
 
     * ``gold_success``: gold's ok share, after warm-up;
@@ -230,6 +236,8 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0,
       the scenario's, above 1 it needs the run's records);
     * ``followed_s``: how long the run was watched after ``end_s`` (a censored run's
       ``recovery_s``);
+    * ``shed_share``: the share of requests shed (``dropped``: the control plane's
+      ``shed_bronze``), after warm-up;
     * ``mode_entries``: how often the control plane entered a mode (its audit's ``enter``
       and ``preempt`` rows; 0 without one): whether it acted at all.
     """
@@ -256,6 +264,7 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0,
             "recovered": float(rec == rec),
             "followed_s": float(t[-1] - end_s),  # how long after end_s the run was watched
             "wasted_share": wasted / served if served else 0.0,
+            "shed_share": every["dropped"] / every["requests"] if every["requests"] else 0.0,
             "mode_entries": float(entries)}
 
 

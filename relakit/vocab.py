@@ -20,6 +20,8 @@ TIERS = ("gold", "silver", "bronze")  # priority order: gold is never shed
 # of the first four never move
 OUTCOMES = ("ok", "error", "timeout", "dropped", "throttled", "rejected")
 IN_PATH_OUTCOMES = ("throttled", "rejected")
+# mitigations.<key> that act in the request path (their refusals: IN_PATH_OUTCOMES)
+IN_PATH_KEYS = ("client_throttle", "concurrency_limit", "codel")
 FAILED = ("error", "timeout")  # answered, not ok: an error ratio's part, retried by default
 ANSWERED = ("ok", *FAILED)  # what a node answered (dropped: refused before service)
 # what a server's latency histogram observes: answers it gave (a timeout is the client's)
@@ -148,7 +150,8 @@ class Flags:
 FLAG_NAMES = tuple(f.name for f in fields(Flags))
 
 __all__ = ["ANSWERED", "BREAKER_STATES", "CANCELS", "CONCURRENCY_ALGORITHMS", "FAILED",
-           "FLAG_NAMES", "Flags", "IN_PATH_OUTCOMES", "LOCAL_FLAGS", "NOT_OK", "ON_TIMEOUT",
+           "FLAG_NAMES", "Flags", "IN_PATH_KEYS", "IN_PATH_OUTCOMES", "LOCAL_FLAGS", "NOT_OK",
+           "ON_TIMEOUT",
            "OUTCOMES", "POLICY_FLAGS", "QUEUE_DISCIPLINES", "ROLLOUT_KEYS", "ROUTINGS",
            "SERVICE_KINDS",
            "SERVICE_PARAMS", "SHEDDABLE", "STRESS_LEVELS", "TIERS", "TIER_MIX"]

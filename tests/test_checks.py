@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import polars as pl
 import pytest
+import yaml
 from conftest import ROOT, make_scenario
 
 from relakit.checkfiles import check_files
@@ -206,3 +207,29 @@ def test_relakit_check_knows_every_file_the_project_ships_and_finds_nothing(caps
     assert {"scenario", "policy", "chain", "clocks", "sweep", "search", "rules", "trace",
             "rate trace", "audit", "requests", "papermill parameters", "alert mapping",
             "documentation"} <= kinds, kinds
+
+
+def test_an_outcome_of_its_own_is_refused_by_the_simulator_yet_replays_over_a_recording(tmp_path):
+    """relakit's outcomes are a closed set, a recording's are not: ``outcome: 5xx`` is an
+    error against the simulator (and `relakit check POLICY` alone) but a recording that
+    carries it replays, and its series are read."""
+    pol = {**POLICY, "signals": {**POLICY["signals"],
+                                 "errors": {"kind": "ratio",
+                                            "num": {"metric": "requests_total", "outcome": "5xx"},
+                                            "den": {"metric": "requests_total"}}}}
+    sc = {**make_scenario(rate=50.0, duration=10.0, interval=1.0), "policy": pol,
+          "clocks": {"scrape_s": 1, "window_s": 4, "eval_s": 1, "poll_s": 1}}
+    with pytest.raises(CheckError) as info:
+        simulate(sc)
+    (f,) = info.value.findings
+    assert f.key == "policy.signals.errors.num.outcome" and "rejected" in f.message
+    path = tmp_path / "pol.yaml"
+    path.write_text(yaml.safe_dump(pol))
+    findings, _ = check_files([str(path)])
+    assert [(x.severity, x.key) for x in findings if "5xx" in x.message] == [
+        ("error", "signals.errors.num.outcome")]
+    trace = _trace().with_columns(pl.when(pl.col("time_s") >= 20).then(pl.lit("5xx"))
+                                  .otherwise(pl.col("outcome")).alias("outcome"))
+    rep = replay(trace, pol, Clocks(scrape_s=1, window_s=5, eval_s=1, poll_s=1))
+    errors = rep.timeline.filter(pl.col("time_s") == 29.0)["errors"]
+    assert errors.len() == 1 and errors[0] > 0

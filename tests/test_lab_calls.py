@@ -63,10 +63,10 @@ def _gauges(client) -> dict[str, float]:
     return out
 
 
-def test_every_reader_of_the_state_coerces_and_refuses_it_alike():
+def test_every_reader_of_the_state_reads_and_refuses_it_alike():
     """The instances (relakit.lab.dataplane), the front and the load generator read the
-    config server's state with one reader: policy flags come as bools whatever truthy
-    value was served, and a malformed state is refused whole by all three (the last one
+    config server's state with one reader: a policy flag that is not a bool ("false"
+    would read as True) or any other malformed state is refused whole by all three (the last one
     stays, the poller goes on) — an instance once died polling a state that was a list."""
     from fastapi.testclient import TestClient
 
@@ -78,13 +78,14 @@ def test_every_reader_of_the_state_coerces_and_refuses_it_alike():
     instance = TestClient(app)  # not entered: no poller of its own; we poll for it
     fr = Front(["http://a", "http://b"])
     load_flags = {"hedge_enabled": False, "throttle_k": None}  # as relakit.lab.load starts
-    good = {"flags": {"hedge_enabled": 1, "shed_bronze": "yes", "degraded_mode": 0,
+    good = {"flags": {"hedge_enabled": True, "shed_bronze": True, "degraded_mode": False,
                       "throttle_k": 3, "concurrency_max": 4.0},
             "instances": {"1": {"routable": False}}}
     bad = ([], {"flags": []},
            {"flags": {"shed_bronze": False}, "instances": {"x": {"routable": False}}},
            {"flags": {"shed_bronze": False, "concurrency_max": 0.5}},
-           {"flags": {"shed_bronze": False, "throttle_k": "3"}})
+           {"flags": {"shed_bronze": False, "throttle_k": "3"}},
+           {"flags": {"shed_bronze": "false"}}, {"flags": {"hedge_enabled": 0}})
     readers = {"instance": app.state.apply_state, "front": fr.apply_state,
                "load": lambda state: read_state(state, 2, load_flags)}
     served = [good, *bad]
@@ -116,7 +117,7 @@ def test_every_reader_of_the_state_coerces_and_refuses_it_alike():
 
     seen = asyncio.run(poll_all())
     assert seen == {name: [1] for name in readers}  # the good state only, for each
-    # flags coerced to bools, once, for every reader
+    # the flags as served, for every reader
     assert fr.flags == {"hedge_enabled": True, "throttle_k": 3, "shed_bronze": True,
                         "degraded_mode": False, "concurrency_max": 4.0}
     assert load_flags == fr.flags and fr.routable == [0]
@@ -224,3 +225,18 @@ def test_the_front_counts_a_call_with_no_routable_instance_an_error():
     assert status == 200
     assert b'client_requests_total{tier="gold",outcome="error"} 1' in text
     assert text.count(b"} 1\n") == 1  # that call, and only there
+
+
+def test_a_load_draws_a_fresh_seed_unless_given_one(monkeypatch):
+    """`lab load` twice on one lab: two independent arrival streams (the instances' service
+    times are drawn afresh per lab: LabSpec.seed); a given seed is kept."""
+    seen = []
+
+    async def fake_load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout=1):
+        seen.append(seed)
+        return []
+
+    monkeypatch.setattr(load, "_load", fake_load)
+    for seed in (None, None, 7):
+        load.run_load(None, [(1.0, 1.0)], seed=seed)
+    assert seen[0] != seen[1] and seen[2] == 7 and all(isinstance(x, int) for x in seen)

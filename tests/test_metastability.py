@@ -67,8 +67,9 @@ def test_triggers_are_written_into_the_scenario_and_bad_ones_refused():
 def test_ctmc_against_the_simulation_on_a_small_worked_example():
     """The worked example shrunk to 30 places and a 1 s timeout (150 replications). The
     CTMC's first passage empty -> 27 jobs falls short of the simulation's, by a measured
-    bias (about 20 %: 9.2 s against 11.5 +- 0.7 s with 600 replications) that shrinks
-    as phases grow but does not vanish: the doom coin's (benchmarks/ctmc_vs_simulation.py).
+    bias (19 %: 9.15 s at 1,024 phases against 11.31 +- 0.76 s over 400 runs,
+    benchmarks/ctmc_vs_simulation.json) that more phases narrow at first and then no
+    longer move: the doom coin's (benchmarks/ctmc_vs_simulation.py).
     Its stationary mean jobs is inside the simulation's interval (it was 0.11 low before
     the retries' acceptance entered the chain)."""
     sim = first_passage_runs(node(), 27, 150, warmup_s=200, workers=1)

@@ -314,10 +314,13 @@ def test_wasted_work_at_fan_out_three_counts_each_requests_copies_from_its_recor
     timed_out = ended.filter(pl.col("outcome") == "timeout").height
     assert served - wasted == 3 * ended.filter(pl.col("outcome") == "ok").height
     assert 0 < late <= wasted <= 3 * (timed_out + open_at_t), (late, wasted, timed_out, open_at_t)
-    with pytest.raises(ValueError, match="record_requests=True"):
-        rv.wasted_copies(relakit.simulate(sc, record_requests=False), fanout=3)
-    with pytest.raises(ValueError, match="fanout"):
-        rv.wasted_copies(r, fanout=0)
+    assert rv.wasted_copies(r) == (served, wasted)  # the run's own fan-out, read from it
+    bare = relakit.simulate(sc, record_requests=False)
+    for given in (3, None):  # a fan-out-3 run without records, told or not
+        with pytest.raises(ValueError, match="record_requests=True"):
+            rv.wasted_copies(bare, fanout=given)
+    with pytest.raises(ValueError, match="workload.fanout is 3, got 1"):
+        rv.wasted_copies(r, fanout=1)
 
 
 def test_recovery_is_read_as_censored():
@@ -391,8 +394,8 @@ def test_rela_sees_a_clients_throttle_only_through_the_in_path_policy():
 
 
 def test_the_in_path_policy_is_checked_like_any_other(tmp_path):
+    from relakit.checkfiles import check_files
     from relakit.control.policy import load_policy
-    from relakit.scenario import ScenarioError
 
     pol = load_policy(IN_PATH_POLICY)
     assert pol.signals["throttle_ratio"].selector.source == "client"
@@ -401,10 +404,9 @@ def test_the_in_path_policy_is_checked_like_any_other(tmp_path):
                                               "[error, timeout, refused]")
     bad = tmp_path / "typo.yaml"
     bad.write_text(text)
-    with pytest.raises(ScenarioError) as e:
-        load_policy(bad)
-    msg = str(e.value)
-    assert "\n" not in msg and str(bad) in msg and "signals.error_ratio.num.outcome" in msg
+    (f,) = [f for f in check_files([str(bad)])[0] if f.severity == "error"]
+    msg = f.line()
+    assert "\n" not in msg and f.file == str(bad) and f.key == "signals.error_ratio.num.outcome"
     assert "'refused'" in msg and "rejected" in msg  # names the mistake and what is allowed
     # on a fleet without in-path mechanisms no throttled series exists: refused, by key
     plain = rv.with_control(fleet(), load_yaml(IN_PATH_POLICY, "policy")[0], CLOCKS)

@@ -31,7 +31,6 @@ import numpy as np
 
 from relakit.control.tsdb import TSDB, bucket_quantile, increases, over_time
 from relakit.validate import Reader
-from relakit.vocab import OUTCOMES
 
 KINDS = ("rate", "ratio", "histogram_quantile", "gauge")  # and "promql" (``promql:`` key)
 OVER_TIME = ("avg", "max", "min", "last")
@@ -233,11 +232,6 @@ def _selector_from(s: Reader) -> Selector:
             labels[lab] = tuple(v)
         else:
             s.fail(f"expected a label value or a list of them, got {v!r}", lab)
-        if lab == "outcome":  # relakit's outcomes are a closed set (data plane and lab alike)
-            unknown = [x for x in ([v] if isinstance(v, str) else v) if x not in OUTCOMES]
-            if unknown:
-                s.fail(f"no outcome {' or '.join(map(repr, unknown))}: outcomes are "
-                       f"{', '.join(OUTCOMES)}", lab)
     return Selector(metric, labels, s.choice("source", ("nodes", "client"), "nodes"))
 
 

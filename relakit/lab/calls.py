@@ -43,20 +43,25 @@ def outcome_of(status: int, body: bytes = b"") -> str:
 
 def read_state(state, instances: int, flags: dict) -> list[int]:
     """The config server's ``/state``: ``flags`` updated in place with its flags (the
-    policy's :data:`~relakit.vocab.POLICY_FLAGS` as bools, here and only here), and the
+    policy's :data:`~relakit.vocab.POLICY_FLAGS`, true or false), and the
     instances (0 .. ``instances`` - 1) routable by its per-instance controls returned
     (``instances`` 0: a data-plane instance, which reads the flags only). A state of
-    another shape, or a :data:`~relakit.vocab.LOCAL_FLAGS` value that is not a number
-    >= 1 or null, raises ValueError and changes nothing (the poller keeps the last)."""
+    another shape, a policy flag that is not a bool, or a
+    :data:`~relakit.vocab.LOCAL_FLAGS` value that is not a number >= 1 or null, raises
+    ValueError and changes nothing (the poller keeps the last)."""
     if not isinstance(state, dict) or not isinstance(state.get("flags", {}), dict) \
             or not isinstance(state.get("instances", {}), dict):
         raise ValueError(f"config server state: expected flags and instances as mappings, "
                          f"got {str(state)[:80]}")
     got = state.get("flags", {})
     Flags(**{k: got[k] for k in LOCAL_FLAGS if k in got})  # vocab's check: ValueError
+    odd = [k for k in POLICY_FLAGS if k in got and not isinstance(got[k], bool)]
+    if odd:  # "false" would read as True
+        raise ValueError(f"config server state: flag '{odd[0]}' is {got[odd[0]]!r}, "
+                         "expected true or false")
     out = {int(k) for k, v in state.get("instances", {}).items()
            if isinstance(v, dict) and not v.get("routable", True)}
-    flags.update({k: bool(v) if k in POLICY_FLAGS else v for k, v in got.items()})
+    flags.update(got)
     return [i for i in range(instances) if i not in out]
 
 

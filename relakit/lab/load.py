@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 import time
 
 import httpx
@@ -30,8 +31,8 @@ MAX_PHASE_S = 86_400.0
 
 
 def run_load(lab: Lab, phases: list[tuple[float, float]], tiers=(0.1, 0.3, 0.6),
-             hedge_delay_s: float = HEDGE_DELAY_S, timeout_s: float = 2.0, seed: int = 0,
-             fanout: int = 1) -> list[dict]:
+             hedge_delay_s: float = HEDGE_DELAY_S, timeout_s: float = 2.0,
+             seed: int | None = None, fanout: int = 1) -> list[dict]:
     """The front: open-loop Poisson arrivals, ``phases`` = [(duration_s, rate_rps), ...].
 
     Each user request goes to ``fanout`` distinct routable instances (per the config
@@ -43,7 +44,10 @@ def run_load(lab: Lab, phases: list[tuple[float, float]], tiers=(0.1, 0.3, 0.6),
     is first judged by one throttle (the simulator's: one client population), after its
     ``cost_us``; a call it refuses is never sent (outcome ``throttled``), and the
     ``throttle_k`` the config server serves (a policy's) replaces the scenario's k.
+    ``seed`` (arrivals, tiers, targets, the throttle's draws): None draws a fresh one, so
+    two loads are independent samples as the instances' service times are (``LabSpec.seed``).
     """
+    seed = secrets.randbits(31) if seed is None else seed
     return asyncio.run(_load(lab, phases, tiers, hedge_delay_s, timeout_s, seed, fanout))
 
 

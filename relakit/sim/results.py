@@ -158,6 +158,7 @@ class SimulationResult:
         info = {
             "scenario": sc.name, "source": sc.source, "seed": fleet.seed,
             "duration_s": fleet.now, "warmup_s": sc.warmup_s, "nodes": sc.fleet.nodes,
+            "fanout": sc.workload.fanout,
             "user_requests": fleet.n_arrived, "counted_requests": counted,
             "offered_rps": counted / span,
             "goodput_rps": int(out.tier_cnt[:, K.OK].sum()) / span,

@@ -23,6 +23,7 @@ from relakit.vocab import (  # noqa: F401 - re-exported
     CANCELS,
     CONCURRENCY_ALGORITHMS,
     FAILED,
+    IN_PATH_KEYS,
     NOT_OK,
     ON_TIMEOUT,
     QUEUE_DISCIPLINES,
@@ -216,9 +217,6 @@ class CoDel:
     target_ms: float = 5.0
     interval_ms: float = 100.0
     cost_us: float = 0.0
-
-
-IN_PATH_KEYS = ("client_throttle", "concurrency_limit", "codel")
 
 
 @dataclass(frozen=True)
