@@ -218,3 +218,88 @@ def test_a_steady_closed_tier_is_told_from_open_arrivals_when_another_tier_moves
                    for _ in range(200))
     assert closed_in(12 / (r_true + 0.5)) >= 175
     assert closed_in(np.full(r_true.size, 12 / 0.56)) <= 12
+
+
+def _tier_labelled(folder):
+    """The recording as the lab exports it: latency_seconds_sum and _count per tier (from
+    the requests the run recorded, each counted when it ended) instead of every tier's."""
+    import numpy as np
+    import polars as pl
+
+    from relakit.vocab import TIERS
+
+    m = pl.read_parquet(folder / "metrics.parquet")
+    lat_names = ["latency_seconds_sum", "latency_seconds_count"]
+    times = np.unique(m.filter(pl.col("name").is_in(lat_names))["time_s"].to_numpy())
+    req = pl.read_parquet(folder / "requests.parquet").filter(
+        pl.col("latency_ms").is_not_null()).with_columns(
+        end=pl.col("arrival_s") + pl.col("latency_ms") / 1000)
+    rows = []
+    for node in np.unique(m["node"].to_numpy()):
+        for tier in TIERS:
+            q = req.filter((pl.col("tier") == tier) & (pl.col("node") == node)).sort("end")
+            k = np.searchsorted(q["end"].to_numpy(), times, side="right")
+            lat = np.concatenate([[0.0], np.cumsum(q["latency_ms"].to_numpy() / 1000)])
+            for name, v in zip(lat_names, (lat[k], k.astype(float)), strict=True):
+                rows.append(pl.DataFrame({"time_s": times, "node": node, "name": name,
+                                          "tier": tier, "outcome": None, "le": None,
+                                          "value": v}).cast(m.schema))
+    pl.concat([m.filter(~pl.col("name").is_in(lat_names)), *rows]).write_parquet(
+        folder / "metrics.parquet")
+    return folder / "metrics.parquet"
+
+
+def test_a_closed_tiers_own_latency_takes_the_bias_out_of_n_beside_an_open_tier(tmp_path):
+    """The mixed truth above: from every tier's latency gold's N reads 20 % high at this
+    seed's 300 s (22.4 and Z 226 ms at 900 s, seed 3); from its own (the lab's histograms
+    carry the tier) N and Z are within 5 % with 20 and 200 ms in their intervals."""
+    truth = {"name": "mixed-truth", "duration_s": 900, "seed": 3,
+             "workload": {"clients": {"population": {"gold": 20},
+                                      "think": {"kind": "exponential", "mean_ms": 200}},
+                          "arrival": {"kind": "trace", "interpolation": "step",
+                                      "points": [[0, 20], [300, 120], [600, 20]]},
+                          "tiers": {"gold": 0, "silver": 0, "bronze": 1}},
+             "fleet": {**FLEET, "nodes": 1}, "metrics": {"interval_s": 5}}
+    relakit.simulate(truth).write(tmp_path)
+    every = calibrate(tmp_path / "metrics.parquet").population
+    assert "own" not in every.latency_source
+    assert every.tiers["gold"].population > 21.0  # the bias this fixes, still there without
+    fit = calibrate(_tier_labelled(tmp_path)).population
+    assert "each tier's own" in fit.latency_source
+    g = fit.tiers["gold"]
+    assert fit.closed_tiers == ("gold",) and g.phases is None, fit.note()
+    assert g.population == pytest.approx(20, rel=0.05) and g.think_s == pytest.approx(0.2, rel=0.05)
+    assert g.population_ci[0] <= 20 <= g.population_ci[1], g
+    assert g.think_ci[0] <= 0.2 <= g.think_ci[1], g
+
+
+def test_n_and_z_intervals_cover_the_truth_over_seeds(tmp_path):
+    """The closed truth of the first test over 100 seeds: each 95 % interval holds the
+    truth in 99 and 98 of them (seeds 1000-1199: N 187, Z 186 of 200), and its
+    half-width is 1.96 standard errors that match the estimates' spread over the seeds
+    (within 25 %). Bins are not independent (R carries over), but the line's residuals
+    are (lag-1 autocorrelation -0.08 over 39 lab recordings): Newey-West standard
+    errors made the intervals narrower and covered less (181 of 200)."""
+    import numpy as np
+
+    hits_n = hits_z = 0
+    est, half = [], []
+    for seed in range(100):
+        truth = {"name": "closed-truth", "duration_s": 900, "seed": seed,
+                 "workload": {"clients": {"population": {"bronze": 40},
+                                          "think": {"kind": "exponential", "mean_ms": 300}}},
+                 "fleet": FLEET, "metrics": {"interval_s": 5},
+                 "faults": [{"node": n, "start_s": 300, "end_s": 600, "slowdown": 3}
+                            for n in (0, 1)]}
+        folder = tmp_path / str(seed)
+        relakit.simulate(truth, record_requests=False).write(folder)
+        b = calibrate(folder / "metrics.parquet").population.tiers["bronze"]
+        assert b.closed, b.reason
+        hits_n += b.population_ci[0] <= 40 <= b.population_ci[1]
+        hits_z += b.think_ci[0] <= 0.3 <= b.think_ci[1]
+        est.append((b.population, b.think_s))
+        half.append(((b.population_ci[1] - b.population_ci[0]) / 2,
+                     (b.think_ci[1] - b.think_ci[0]) / 2))
+    assert hits_n >= 88 and hits_z >= 88, (hits_n, hits_z)
+    ratio = np.median(half, axis=0) / 1.96 / np.std(est, axis=0)
+    assert ((ratio > 0.8) & (ratio < 1.25)).all(), ratio

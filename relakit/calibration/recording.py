@@ -78,6 +78,8 @@ class NodeData:
     buckets: np.ndarray | None = None    # (S, B) cumulative bucket counts, filled
     lat_count: np.ndarray | None = None  # latency_seconds_count, filled
     lat_sum: np.ndarray | None = None    # latency_seconds_sum, filled
+    tier_lat_count: np.ndarray | None = None  # (S, tiers) latency_seconds_count{tier}, filled
+    tier_lat_sum: np.ndarray | None = None    # (S, tiers) latency_seconds_sum{tier}, filled
 
     @property
     def dt(self) -> np.ndarray:
@@ -300,6 +302,12 @@ def _node(tgt: Target, from_zero: bool) -> NodeData:
         v = _column(tgt, name)
         if v is not None:
             setattr(nd, attr, fill_counter(v))
+    for attr, name in (("tier_lat_count", "latency_seconds_count"),
+                       ("tier_lat_sum", "latency_seconds_sum")):
+        cols = [_column(tgt, name, tier=t) for t in TIERS]
+        if any(c is not None for c in cols):  # the series carry the tier: each filled
+            setattr(nd, attr, np.column_stack([np.zeros(tgt.times.size) if c is None
+                                               else fill_counter(c) for c in cols]))
     idx = tgt.select("latency_seconds_bucket")
     if idx.size:
         les = np.array([_le(tgt.columns[i][3]) for i in idx])
