@@ -63,17 +63,22 @@ def test_the_closed_twin_yaml_runs_as_a_scenario(closed_twin, tmp_path):
     assert r.info["clients"]["population"] == fitted  # the run has the fitted clients
 
 
+# 20 gold clients thinking 200 ms beside open bronze arrivals stepping 20 -> 120 -> 20 req/s
+# (one node of 2 servers of 10 ms: the step drives the latency up)
+MIXED_TRUTH = {"name": "mixed-truth", "duration_s": 900, "seed": 3,
+               "workload": {"clients": {"population": {"gold": 20},
+                                        "think": {"kind": "exponential", "mean_ms": 200}},
+                            "arrival": {"kind": "trace", "interpolation": "step",
+                                        "points": [[0, 20], [300, 120], [600, 20]]},
+                            "tiers": {"gold": 0, "silver": 0, "bronze": 1}},
+               "fleet": {**FLEET, "nodes": 1}, "metrics": {"interval_s": 5}}
+
+
 @pytest.fixture(scope="module")
 def mixed_twin(tmp_path_factory):
     """20 gold clients thinking 200 ms beside open bronze arrivals stepping 20 -> 120 ->
     20 req/s (one node of 2 servers of 10 ms: the step drives the latency up)."""
-    truth = {"name": "mixed-truth", "duration_s": 900, "seed": 3,
-             "workload": {"clients": {"population": {"gold": 20},
-                                      "think": {"kind": "exponential", "mean_ms": 200}},
-                          "arrival": {"kind": "trace", "interpolation": "step",
-                                      "points": [[0, 20], [300, 120], [600, 20]]},
-                          "tiers": {"gold": 0, "silver": 0, "bronze": 1}},
-             "fleet": {**FLEET, "nodes": 1}, "metrics": {"interval_s": 5}}
+    truth = MIXED_TRUTH
     return load_scenario(truth), calibrate(_recorded(truth, tmp_path_factory.mktemp("mixed")))
 
 
@@ -253,13 +258,7 @@ def test_a_closed_tiers_own_latency_takes_the_bias_out_of_n_beside_an_open_tier(
     """The mixed truth above: from every tier's latency gold's N reads 20 % high at this
     seed's 300 s (22.4 and Z 226 ms at 900 s, seed 3); from its own (the lab's histograms
     carry the tier) N and Z are within 5 % with 20 and 200 ms in their intervals."""
-    truth = {"name": "mixed-truth", "duration_s": 900, "seed": 3,
-             "workload": {"clients": {"population": {"gold": 20},
-                                      "think": {"kind": "exponential", "mean_ms": 200}},
-                          "arrival": {"kind": "trace", "interpolation": "step",
-                                      "points": [[0, 20], [300, 120], [600, 20]]},
-                          "tiers": {"gold": 0, "silver": 0, "bronze": 1}},
-             "fleet": {**FLEET, "nodes": 1}, "metrics": {"interval_s": 5}}
+    truth = MIXED_TRUTH
     relakit.simulate(truth).write(tmp_path)
     every = calibrate(tmp_path / "metrics.parquet").population
     assert "own" not in every.latency_source

@@ -63,14 +63,20 @@ def test_a_stable_run_is_a_steady_state_and_says_nothing_more():
     assert "steady state" not in r.format_summary()
 
 
-def test_a_closed_loop_on_a_metric_the_simulator_does_not_export_is_refused():
-    pol = {**POLICY, "signals": {"errors": {**POLICY["signals"]["errors"],
-                                            "num": {"metric": "requests_totl"}}}}
-    sc = {**make_scenario(rate=50.0, duration=10.0, interval=1.0), "policy": pol,
+def _refused(policy):
+    """The one finding that refuses a short closed loop with ``policy``."""
+    sc = {**make_scenario(rate=50.0, duration=10.0, interval=1.0), "policy": policy,
           "clocks": {"scrape_s": 1, "window_s": 4, "eval_s": 1, "poll_s": 1}}
     with pytest.raises(CheckError) as info:
         simulate(sc)
     (f,) = info.value.findings
+    return f
+
+
+def test_a_closed_loop_on_a_metric_the_simulator_does_not_export_is_refused():
+    pol = {**POLICY, "signals": {"errors": {**POLICY["signals"]["errors"],
+                                            "num": {"metric": "requests_totl"}}}}
+    f = _refused(pol)
     assert f.key == "policy.signals.errors.num.metric" and "requests_total" in f.message
 
 
@@ -217,11 +223,7 @@ def test_an_outcome_of_its_own_is_refused_by_the_simulator_yet_replays_over_a_re
                                  "errors": {"kind": "ratio",
                                             "num": {"metric": "requests_total", "outcome": "5xx"},
                                             "den": {"metric": "requests_total"}}}}
-    sc = {**make_scenario(rate=50.0, duration=10.0, interval=1.0), "policy": pol,
-          "clocks": {"scrape_s": 1, "window_s": 4, "eval_s": 1, "poll_s": 1}}
-    with pytest.raises(CheckError) as info:
-        simulate(sc)
-    (f,) = info.value.findings
+    f = _refused(pol)
     assert f.key == "policy.signals.errors.num.outcome" and "rejected" in f.message
     path = tmp_path / "pol.yaml"
     path.write_text(yaml.safe_dump(pol))

@@ -23,10 +23,10 @@ Labels: ``__name__`` becomes ``name``; ``tier``, ``outcome``, ``le`` keep
 their columns; ``instance`` is turned into ``node``: the instances are put in
 natural order ("host:9102" < "host:9110", "node-2" < "node-10") and numbered
 0..n-1, unless ``instances=[...]`` fixes the order; a ``node`` label is used
-directly when there is no instance. ``job`` is read but not kept. EVERY OTHER
-LABEL IS DROPPED, and series that differ only in dropped labels are added up
-(as ``sum without (...)`` would); one series given twice (overlapping
-queries, repeated snapshots) counts once. Summary quantile series and
+directly when there is no instance. ``job`` and every other label are kept in
+an optional ``labels`` column after these (:data:`LABELS`: one dictionary-encoded
+text per label set), so rules select on them as Prometheus would; one series
+given twice (overlapping queries, repeated snapshots) counts once. Summary quantile series and
 ``*_created`` series are skipped.
 
 Problems in the input raise :class:`TraceError`, a ``ValueError`` whose message
