@@ -411,7 +411,9 @@ def fit_population(rec: Recording, edges: np.ndarray) -> PopulationFit:
             return steady  # load test; too few requests are too few, steps or not
         if shared is not None:  # given Z, steps of N: a rate that fell as the latency rose
             rz = np.where(np.isfinite(r), r, np.nanmean(r)) + shared[1]  # is one phase
-            starts = phase_starts(counts[k], 1.0 / rz) or starts
+            starts = phase_starts(counts[k], 1.0 / rz)
+            if not starts:  # no step of N given Z: one phase, as merging down to one ends
+                return steady
         fit = judge_stepped(t, counts[k], r, edges, starts, shared)
         while fit is not None and fit.phases:  # neighbours of one N (a rate that fell as
             ph = fit.phases  # latency rose, not a step of N) are one phase
