@@ -382,7 +382,7 @@ def _number_series(batches, key: list, full_check):
             cols[j] = remap[idx[:cols.shape[1]]]
         if (cols[1] < 0).any():  # a null name
             full_check()
-        parts.append((nd.size, *index.lookup(cols, p)))
+        parts.append((nd.size, p, index.lookup(cols)))  # p: one period's rows, or 0
     strings = [None] + [list(k) for k in known]
     return parts, index.keys[:index.n], strings
 
@@ -430,16 +430,14 @@ class _KeyIndex:
                 k = (k + 1) & (size - 1)
             self.table[k] = s
 
-    def lookup(self, cols: np.ndarray, periodic: int = 0) -> tuple:
-        """(periodic, the series number of each row (column) of ``cols``); new keys added.
-        ``periodic``: the rows of ``cols`` are one period, of that length, of a batch that
-        repeats it (found by :func:`key_period` on the batch's codes), or 0."""
+    def lookup(self, cols: np.ndarray) -> np.ndarray:
+        """The series number of each row (column) of ``cols``; new keys added."""
         need = np.array([int(c.max(initial=0) + 1).bit_length() for c in cols])
         need[0] = max(need[0], 1)
         if (need > self.bits).any():
             self.bits = np.maximum(self.bits, need)
             self._rebuild()
-        return periodic, self._lookup(cols, self._pack(cols))
+        return self._lookup(cols, self._pack(cols))
 
     def _lookup(self, cols: np.ndarray, words: np.ndarray) -> np.ndarray:
         """Each row probed from its slot until its key or an empty slot is found; keys

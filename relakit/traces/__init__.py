@@ -58,24 +58,4 @@ def __getattr__(name: str):
     return value
 
 
-__all__ = [
-    "COLUMNS",
-    "LABELS",
-    "SCHEMA",
-    "SHAPES",
-    "TraceError",
-    "is_parquet",
-    "label_text",
-    "natural_key",
-    "parse_label_text",
-    "parse_number",
-    "parse_prometheus_json",
-    "read_csv_long",
-    "read_openmetrics",
-    "read_prometheus_json",
-    "read_trace",
-    "shape_level",
-    "synthetic_trace",
-    "validate_trace",
-    "write_csv_long",
-]
+__all__ = sorted(_NAMES)  # every name, each defined where _NAMES says
