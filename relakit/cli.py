@@ -610,7 +610,7 @@ def _lab(args) -> int:
     if args.action == "down":
         return lifecycle.down(work)
     if args.action == "load":
-        return lifecycle.load(work, args.phases)
+        return lifecycle.load(work, args.phases, args.seed)
     if (work / "state.json").is_file():  # no lab is said first (by lifecycle), then --out
         out = _out_file(args.out or work, "recorded.json", (".json",))
     else:
@@ -920,6 +920,9 @@ def build_parser() -> argparse.ArgumentParser:
     ld = action("load", "send open-loop load to the running lab, phase by phase")
     ld.add_argument("--phases", type=_phases, default="10:50,20:200,10:50",
                     help="seconds:rate pairs (rate in requests/s), run in order")
+    ld.add_argument("--seed", type=int, default=None,
+                    help="arrivals, tiers, targets and throttle draws (default: a fresh "
+                         "one, printed, so a load can be repeated)")
     rec = action("record", "save what Prometheus scraped, for `relakit replay`")
     rec.add_argument("--since", type=_positive, default=None,
                      help="how far back to record, seconds (default: the whole run)")

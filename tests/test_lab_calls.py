@@ -240,3 +240,26 @@ def test_a_load_draws_a_fresh_seed_unless_given_one(monkeypatch):
     for seed in (None, None, 7):
         load.run_load(None, [(1.0, 1.0)], seed=seed)
     assert seen[0] != seen[1] and seen[2] == 7 and all(isinstance(x, int) for x in seen)
+
+
+def test_lab_load_prints_the_seed_it_drew_and_keeps_one_given(monkeypatch, tmp_path, capsys):
+    """`relakit lab load` without --seed draws one and prints it; --seed N is used as given
+    (the load's draws are repeatable like the instances' service times)."""
+    from relakit.lab import lab as lab_module
+    from relakit.lab import lifecycle
+
+    used = []
+
+    def fake_run_load(lab, phases, seed=None, **_):
+        used.append(seed)
+        return [{"start_s": 0.0, "tier": "gold", "outcome": "ok", "latency_ms": 1.0,
+                 "hedged": False, "instance": 0}]
+
+    monkeypatch.setattr(lifecycle, "_require_running", lambda work: None)
+    monkeypatch.setattr(lab_module.Lab, "attach", classmethod(lambda cls, work: None))
+    monkeypatch.setattr(load, "run_load", fake_run_load)
+    assert lifecycle.load(tmp_path, [(1.0, 1.0)]) == 0
+    drawn = int(capsys.readouterr().out.split("seed ", 1)[1].split()[0])
+    assert used == [drawn]
+    assert lifecycle.load(tmp_path, [(1.0, 1.0)], seed=7) == 0
+    assert used[-1] == 7 and "seed 7" not in capsys.readouterr().out

@@ -530,7 +530,7 @@ def retry_ctmc(arrival_rate: float, service_rate: float, servers: int, queue_lim
         band, bw = _as_band(q, order)
         pi = _gth_stationary(band, bw)[rank]
         tried.append((a, accept_of(pi)))
-    params["acceptance_solves"] = len(tried)  # stationary solves (1: no fixed point needed)
+    params["acceptance_solves"] = len(tried) or 1  # stationary solves (1: none needed)
     params["acceptance_residual"] = abs(tried[-1][1] - tried[-1][0]) if tried else 0.0
     boundary = float(pi[rets == rl].sum()) if rl > 0 else 0.0
     if boundary > BOUNDARY_WARN:

@@ -137,9 +137,12 @@ def down(work: Path) -> int:
     return 0
 
 
-def load(work: Path, phases: list[tuple[float, float]]) -> int:
+def load(work: Path, phases: list[tuple[float, float]], seed: int | None = None) -> int:
     """Send open-loop load to the running lab, phase by phase (seconds, requests/s);
-    print the outcomes by tier and keep every request in ``requests.parquet``."""
+    print the outcomes by tier and keep every request in ``requests.parquet``. ``seed``:
+    the load's draws (None: a fresh one, printed, so the load can be repeated)."""
+    import secrets
+
     import polars as pl
 
     from relakit.io import write_parquet
@@ -149,9 +152,12 @@ def load(work: Path, phases: list[tuple[float, float]]) -> int:
 
     _require_running(work)
     lab = Lab.attach(work)
+    if seed is None:
+        seed = secrets.randbits(31)
+        print(f"lab load: seed {seed} (--seed {seed} repeats this load)")
     with Ticker(Progress("lab load", sum(seconds for seconds, _ in phases), "s of load"),
                 wall=True):
-        recs = run_load(lab, phases)
+        recs = run_load(lab, phases, seed=seed)
     table = pl.DataFrame(recs)
     print(outcome_counts(table))
     print(f"wrote {write_parquet(table, work / 'requests.parquet')}")
