@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from relakit.validate import ScenarioError, display_path
-from relakit.vocab import IN_PATH_KEYS, IN_PATH_OUTCOMES, OUTCOMES, TIERS
+from relakit.vocab import IN_PATH_COUNTED_BY, IN_PATH_OUTCOMES, OUTCOMES, TIERS
 
 ERROR, WARNING = "error", "warning"
 # a rate needs two samples in its window; Prometheus advises a window of four scrapes
@@ -207,7 +207,7 @@ def _why_no_match(name, sel, series) -> tuple[str, str]:
             present = sorted({str(s[idx]) for s in same_name if s[0] == sel.source})
             wanted = want if isinstance(want, tuple | list) else (want,)
             if not set(wanted) & set(present):
-                only = (f" ({IN_PATH_ONLY})" if label == "outcome"
+                only = (f" ({'; '.join(map(counted_only, wanted))})" if label == "outcome"
                         and set(wanted) <= set(IN_PATH_OUTCOMES) else "")
                 return (f"no '{name}' series has {label} {' or '.join(map(repr, wanted))} "
                         f"(present: {', '.join(present)}){only}", label)
@@ -222,7 +222,10 @@ def _why_no_match(name, sel, series) -> tuple[str, str]:
     return (f"the series are: {shown}" if names else "there are no series at all"), "metric"
 
 
-IN_PATH_ONLY = f"counted only in a run with an in-path mechanism: {', '.join(IN_PATH_KEYS)}"
+def counted_only(outcome: str) -> str:
+    """Which mitigation counts an in-path outcome, for a hint."""
+    keys = " or ".join(f"mitigations.{k}" for k in IN_PATH_COUNTED_BY[outcome])
+    return f"'{outcome}' is counted only in a run with {keys}"
 RELAKIT_NAMES = {"outcome": OUTCOMES, "tier": TIERS}  # the label values relakit's own series use
 
 
@@ -276,7 +279,7 @@ def check_signals(policy, series, *, missing: str, what: str, parent: str | None
                     continue
                 for v in want:
                     if not _matches(sel.source, asked, {**sel.labels, label: v}, series):
-                        why = (f"'{v}' is {IN_PATH_ONLY}"
+                        why = (counted_only(v)
                                if label == "outcome" and v in IN_PATH_OUTCOMES else "a typo?")
                         out.append(Finding(WARNING, file, key + label,
                                            f"{label} '{v}' matches no '{asked}' series in "

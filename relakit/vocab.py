@@ -22,6 +22,9 @@ OUTCOMES = ("ok", "error", "timeout", "dropped", "throttled", "rejected")
 IN_PATH_OUTCOMES = ("throttled", "rejected")
 # mitigations.<key> that act in the request path (their refusals: IN_PATH_OUTCOMES)
 IN_PATH_KEYS = ("client_throttle", "concurrency_limit", "codel")
+# which of them counts each in-path outcome (the throttle refuses before sending; a limit or
+# CoDel refuses at the server)
+IN_PATH_COUNTED_BY = {"throttled": ("client_throttle",), "rejected": ("concurrency_limit", "codel")}
 FAILED = ("error", "timeout")  # answered, not ok: an error ratio's part, retried by default
 ANSWERED = ("ok", *FAILED)  # what a node answered (dropped: refused before service)
 # what a server's latency histogram observes: answers it gave (a timeout is the client's)
@@ -150,7 +153,8 @@ class Flags:
 FLAG_NAMES = tuple(f.name for f in fields(Flags))
 
 __all__ = ["ANSWERED", "BREAKER_STATES", "CANCELS", "CONCURRENCY_ALGORITHMS", "FAILED",
-           "FLAG_NAMES", "Flags", "IN_PATH_KEYS", "IN_PATH_OUTCOMES", "LOCAL_FLAGS", "NOT_OK",
+           "FLAG_NAMES", "Flags", "IN_PATH_COUNTED_BY", "IN_PATH_KEYS", "IN_PATH_OUTCOMES",
+           "LOCAL_FLAGS", "NOT_OK",
            "ON_TIMEOUT",
            "OUTCOMES", "POLICY_FLAGS", "QUEUE_DISCIPLINES", "ROLLOUT_KEYS", "ROUTINGS",
            "SERVICE_KINDS",

@@ -235,3 +235,17 @@ def test_an_outcome_of_its_own_is_refused_by_the_simulator_yet_replays_over_a_re
     rep = replay(trace, pol, Clocks(scrape_s=1, window_s=5, eval_s=1, poll_s=1))
     errors = rep.timeline.filter(pl.col("time_s") == 29.0)["errors"]
     assert errors.len() == 1 and errors[0] > 0
+
+
+def test_a_signal_on_an_in_path_outcome_names_the_mechanism_that_counts_it():
+    from relakit.checks import check_signals, simulator_series
+
+    pol = load_policy({**POLICY, "signals": {**POLICY["signals"],
+                       "errors": {"kind": "ratio",
+                                  "num": {"metric": "requests_total", "outcome": "rejected"},
+                                  "den": {"metric": "requests_total"}}}})
+    (f,) = check_signals(pol, simulator_series((0.1, 1.0)), missing="error",
+                         what="the simulator", own=True)
+    assert f.key == "signals.errors.num.outcome", f
+    assert "mitigations.concurrency_limit or mitigations.codel" in f.message
+    assert "client_throttle" not in f.message

@@ -388,3 +388,19 @@ def test_replay_reads_the_in_path_series():
     entered = rep.decisions.filter(pl.col("mode") == "survival")
     assert entered.height > 0
     assert json.loads(entered["desired"][0])["throttle_k"] == 1.5
+
+
+def test_each_in_path_outcome_is_counted_by_the_mechanisms_vocab_names():
+    """vocab.IN_PATH_COUNTED_BY (the checks' hints read it) against the kernel: under 3x
+    overload each mechanism alone counts its own refusal and never the other's."""
+    from relakit.vocab import IN_PATH_COUNTED_BY
+
+    alone = {"client_throttle": {"k": 1.1, "window_s": 5},
+             "concurrency_limit": {"algorithm": "aimd", "initial": 4, "min": 1, "max": 8},
+             "codel": {"target_ms": 5, "interval_ms": 100}}
+    assert {k for ks in IN_PATH_COUNTED_BY.values() for k in ks} == set(alone)
+    for key, cfg in alone.items():
+        row = all_row(relakit.simulate(node(3 * CAPACITY, {key: cfg}, duration=30.0,
+                                            deadline_ms=200)))
+        for outcome, by in IN_PATH_COUNTED_BY.items():
+            assert (row[outcome] > 0) == (key in by), (key, outcome, row[outcome])

@@ -26,9 +26,9 @@ request counts in the cell where it ended, as the servers' histogram counts it.
 Each run draws fresh service times (``LabSpec.seed`` unset: a new seed, kept in the lab's
 state.json; the test's kept run.json has it): with the instances seeded by their index,
 every recording drew the same service times and repeated runs were not samples. ~92-110 s
-wall on 2 shared cores. Every check held on 8 of 8 consecutive fresh recordings at aa558d2,
-then 11 of 16 more (6 of 9 at 5357050): gold's N and Z intervals miss wrk's counts in about
-one run in twelve, which two honest 95 % intervals do (their coverage checked on 39 kept
+wall on 2 shared cores. Every check held on 22 of 27 fresh recordings since aa558d2 (8 of
+8, 5 of 7, 6 of 9 at 5357050, 3 of 3 after): gold's N or Z interval misses wrk's count in
+about one run in ten, as two honest 95 % intervals do (their coverage checked on 39 kept
 recordings and 200 synthetic seeds), so it stays in `make acceptance` (docs/performance.md,
 "The lab's twin and make test" and "Gold's N and Z intervals on the kept recordings");
 ``RELAKIT_KEEP_LAB_RUN=DIR`` keeps a run to re-calibrate offline.
