@@ -179,20 +179,16 @@ def counts_span(result) -> tuple[dict[int, float], float]:
     return nodes, float(clients["time_s"].max())
 
 
-def wasted_copies(result, fanout: int | None = None) -> tuple[float, float]:
+def wasted_copies(result) -> tuple[float, float]:
     """(copies served, copies that answered no client), both read over one span
     (:func:`counts_span`). Copies served: the servers' own ``requests_total`` (ok, error,
     timeout: a copy finished after its client gave up counts as timeout) at each node's
     read time. Copies that answered a client: with the run's per-request records, the
     ``fanout`` of every request that ended ok or error by the clients' read time (degraded
     requests have fewer); without records, the requests the clients counted as ended ok or
-    error (``client_requests_total``) by then, which needs ``fanout`` 1 (the scenario's
-    ``workload.fanout``, read from the run; above 1 without records is refused; a
-    ``fanout`` given that is not the run's is refused too)."""
-    ran = result.info.get("fanout", 1)
-    if fanout is not None and fanout != ran:
-        raise ValueError(f"fanout: this run's workload.fanout is {ran}, got {fanout!r}")
-    fanout = ran
+    error (``client_requests_total``) by then, which needs the run's ``workload.fanout``
+    1 (above 1 without records is refused)."""
+    fanout = result.info.get("fanout", 1)
     if result.info.get("warmup_s", 0.0):
         raise ValueError("wasted_copies: a scenario with warmup_s 0 (work is counted from "
                          "the run's start)")
@@ -213,13 +209,12 @@ def wasted_copies(result, fanout: int | None = None) -> tuple[float, float]:
                                   & (pl.col("name") == "client_requests_total") & ended)
                          ["value"].sum())
     else:
-        raise ValueError(f"run_numbers: work wasted at fan-out {fanout} counts each request's "
+        raise ValueError(f"wasted_copies: work wasted at fan-out {fanout} counts each request's "
                          "copies from its records: run with record_requests=True")
     return served, served - answered
 
 
-def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0,
-                fanout: int | None = None) -> dict:
+def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0) -> dict:
     """One run judged on :data:`NUMBERS`:
 
     * ``gold_success``: gold's ok share, after warm-up;
@@ -232,8 +227,8 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0,
       lower bound; :func:`recovery_summary` reads them as censored times, never a mean);
     * ``wasted_share``: copies the servers served that answered no client (served after
       their client gave up, after another copy had answered, or a failed attempt retried)
-      over all copies served, both read over one span (:func:`wasted_copies`; ``fanout``:
-      the scenario's, above 1 it needs the run's records);
+      over all copies served, both read over one span (:func:`wasted_copies`: at the run's
+      fan-out above 1 it needs its records);
     * ``followed_s``: how long the run was watched after ``end_s`` (a censored run's
       ``recovery_s``);
     * ``shed_share``: the share of requests shed (``dropped``: the control plane's
@@ -244,9 +239,7 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0,
     from relakit.metastability import recovery_time
 
     info = result.info
-    if info.get("warmup_s", 0.0):
-        raise ValueError("run_numbers: a scenario with warmup_s 0 (work is counted from the "
-                         "run's start)")
+    served, wasted = wasted_copies(result)  # first: it refuses a run with a warm-up
     summary = result.summary
     every = summary.filter(pl.col("tier") == "all").row(0, named=True)
     gold = summary.filter(pl.col("tier") == "gold").row(0, named=True)
@@ -254,7 +247,6 @@ def run_numbers(result, end_s: float, level: float = 0.02, hold_s: float = 10.0,
     t = series["time_s"].to_numpy()
     failing = 1.0 - series["success_ratio"].fill_null(1.0).to_numpy()
     rec = recovery_time(t, failing, end_s, level, hold_s)
-    served, wasted = wasted_copies(result, fanout)
     entries = (0 if result.decisions is None else
                result.decisions.filter(pl.col("action").is_in(["enter", "preempt"])).height)
     return {"gold_success": gold["success_ratio"],
@@ -281,6 +273,11 @@ def recovery_summary(runs: pl.DataFrame, by: str = "variant", within_s: float | 
 
     if within_s is not None:
         horizon = float(within_s)
+        watched = runs["followed_s"].min() if "followed_s" in runs.columns else None
+        if watched is not None and horizon > watched:
+            raise ValueError(f"within_s: {horizon:g} s is longer than the shortest follow-up "
+                             f"({watched:g} s): a run not watched that long would count as "
+                             "not recovered")
     elif "followed_s" in runs.columns:  # every run watched at least this long
         horizon = float(runs["followed_s"].min())
     else:  # a censored run was watched for its recovery_s; an observed one at least that long
@@ -334,7 +331,7 @@ def _variant_runs(sc_dict: dict, seeds: list[int], end_s: float, level: float,
         for i, s in enumerate(seeds):
             r = run_once(sc, int(s), record_requests=sc.workload.fanout > 1)
             out.append({"replication": i, "seed": int(s),
-                        **run_numbers(r, end_s, level, hold_s, sc.workload.fanout)})
+                        **run_numbers(r, end_s, level, hold_s)})
     return out
 
 

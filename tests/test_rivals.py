@@ -302,7 +302,7 @@ def test_wasted_work_at_fan_out_three_counts_each_requests_copies_from_its_recor
                        tiers={"gold": 0.1, "silver": 0.3, "bronze": 0.6}, interval=15.0)
     sc.pop("faults")
     r = relakit.simulate(sc, record_requests=True)
-    served, wasted = rv.wasted_copies(r, fanout=3)
+    served, wasted = rv.wasted_copies(r)  # the run's fan-out (3), read from the run
     t = rv.counts_span(r)[1]
     recs = r.requests.with_columns((pl.col("arrival_s") + pl.col("latency_ms") / 1000).alias("end"))
     ended = recs.filter(pl.col("end") <= t)
@@ -314,13 +314,8 @@ def test_wasted_work_at_fan_out_three_counts_each_requests_copies_from_its_recor
     timed_out = ended.filter(pl.col("outcome") == "timeout").height
     assert served - wasted == 3 * ended.filter(pl.col("outcome") == "ok").height
     assert 0 < late <= wasted <= 3 * (timed_out + open_at_t), (late, wasted, timed_out, open_at_t)
-    assert rv.wasted_copies(r) == (served, wasted)  # the run's own fan-out, read from it
-    bare = relakit.simulate(sc, record_requests=False)
-    for given in (3, None):  # a fan-out-3 run without records, told or not
-        with pytest.raises(ValueError, match="record_requests=True"):
-            rv.wasted_copies(bare, fanout=given)
-    with pytest.raises(ValueError, match="workload.fanout is 3, got 1"):
-        rv.wasted_copies(r, fanout=1)
+    with pytest.raises(ValueError, match="record_requests=True"):  # fan-out 3, no records
+        rv.wasted_copies(relakit.simulate(sc, record_requests=False))
 
 
 def test_recovery_is_read_as_censored():
@@ -333,7 +328,7 @@ def test_recovery_is_read_as_censored():
                          "recovery_s": [10.0, 20.0, 30.0, 30.0, 5.0, 6.0, 7.0, 30.0],
                          "recovered": [1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]})
     s = rv.recovery_summary(runs)
-    a, b = s.row(0, named=True), s.row(1, named=True)
+    a, b = (s.filter(pl.col("variant") == v).row(0, named=True) for v in ("a", "b"))
     assert a["within_s"] == 30.0 and (a["recovered"], a["runs"]) == (2, 4)
     assert a["km_median_s"] == 20.0 and b["km_median_s"] == 6.0
     iv = relakit.stats.binomial_interval(3, 4)
@@ -341,7 +336,9 @@ def test_recovery_is_read_as_censored():
     # the follow-up the runs report wins over what the times suggest
     s = rv.recovery_summary(runs.with_columns(pl.lit(40.0).alias("followed_s")))
     assert s["within_s"].to_list() == [40.0, 40.0] and s["recovered"].to_list() == [2, 3]
-    assert s.row(0, named=True)["share_within"] == 0.5
+    assert s.filter(pl.col("variant") == "a")["share_within"].item() == 0.5
+    with pytest.raises(ValueError, match="within_s"):  # longer than any run was watched
+        rv.recovery_summary(runs.with_columns(pl.lit(40.0).alias("followed_s")), within_s=41.0)
     with pytest.raises(ValueError, match="km_median"):
         rv.km_median([], [])
     assert "recovery_s" not in rv.NUMBERS  # never a paired mean of censored times
