@@ -214,16 +214,16 @@ def increases(parts: list, t_eval, range_s: float, as_rate: bool = False,
         v = rows[0] if len(rows) == 1 else np.concatenate(rows)  # (columns, samples)
         gaps = np.zeros(0, dtype=np.int64) if nan_samples else np.flatnonzero(
             np.isnan(v).any(axis=1))
-        res = np.full((0, t_eval.size), np.nan)
-        if gaps.size < v.shape[0]:  # the series with every sample: one block
-            whole = v if not gaps.size else np.delete(v, gaps, axis=0)
+        if not gaps.size:  # every series has every sample: one block
             lo, hi = window_bounds(times, t_eval, range_s, cut)
-            res = extrapolated_rate(times, whole, lo, hi, t_eval, range_s, as_rate, counter)
-        if gaps.size:
-            full = res if gaps.size < v.shape[0] else None
+            res = extrapolated_rate(times, v, lo, hi, t_eval, range_s, as_rate, counter)
+        else:
             res = np.full((v.shape[0], t_eval.size), np.nan)
-            if full is not None:
-                res[np.setdiff1d(np.arange(v.shape[0]), gaps)] = full
+            whole = np.setdiff1d(np.arange(v.shape[0]), gaps)
+            if whole.size:  # the series with every sample: still one block
+                lo, hi = window_bounds(times, t_eval, range_s, cut)
+                res[whole] = extrapolated_rate(times, v[whole], lo, hi, t_eval, range_s,
+                                               as_rate, counter)
             for k in gaps:  # a series missing samples: its own samples only, alone
                 ok = ~np.isnan(v[k])
                 lo, hi = window_bounds(times[ok], t_eval, range_s, cut)
