@@ -127,30 +127,35 @@ def tier_counts(rec: Recording, edges: np.ndarray) -> np.ndarray:
                          for n in rec.nodes) for k in range(len(TIERS))])
 
 
+def tiers_labelled(rec: Recording) -> bool:
+    """Whether every node's latency series carry the tier label (the lab's do): each
+    tier's own latency can then be read (a node without: every tier's, for all)."""
+    nodes = [n for n in rec.nodes if n.lat_sum is not None and n.lat_count is not None]
+    return bool(nodes) and all(n.tier_lat_sum is not None and n.tier_lat_count is not None
+                               for n in nodes)
+
+
 def response_times(rec: Recording, edges: np.ndarray,
                    tier: str | None = None) -> tuple[np.ndarray, str]:
     """Per bin, the mean latency the servers measured (s); NaN where none was served.
 
     ``tier``: that tier's own, where the nodes' latency series carry the tier label (the
     lab's do); else, and for ``None``, every tier's."""
-    if tier is not None:
-        k = TIERS.index(tier)
-        nodes = [n for n in rec.nodes if n.lat_sum is not None and n.lat_count is not None]
-        if nodes and all(n.tier_lat_sum is not None and n.tier_lat_count is not None
-                         for n in nodes):  # every node's (a node without: every tier's)
-            total = sum(_binned(n.t, n.tier_lat_sum[:, k], edges) for n in nodes)
-            count = sum(_binned(n.t, n.tier_lat_count[:, k], edges) for n in nodes)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                r = np.where(count > 0, total / count, np.nan)
-            return r, "the nodes' latency_seconds_sum / _count per tier (each tier's own)"
     nodes = [n for n in rec.nodes if n.lat_sum is not None and n.lat_count is not None]
     if not nodes:
         return np.full(edges.size - 1, np.nan), "none (no latency_seconds_sum and _count)"
-    total = sum(_binned(n.t, n.lat_sum, edges) for n in nodes)
-    count = sum(_binned(n.t, n.lat_count, edges) for n in nodes)
+    if tier is not None and tiers_labelled(rec):
+        k = TIERS.index(tier)
+        parts = [(n.tier_lat_sum[:, k], n.tier_lat_count[:, k]) for n in nodes]
+        source = "the nodes' latency_seconds_sum / _count per tier (each tier's own)"
+    else:
+        parts = [(n.lat_sum, n.lat_count) for n in nodes]
+        source = "the nodes' latency_seconds_sum / latency_seconds_count"
+    total = sum(_binned(n.t, lat_sum, edges) for n, (lat_sum, _) in zip(nodes, parts, strict=True))
+    count = sum(_binned(n.t, lat_n, edges) for n, (_, lat_n) in zip(nodes, parts, strict=True))
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.where(count > 0, total / count, np.nan)
-    return r, "the nodes' latency_seconds_sum / latency_seconds_count"
+    return r, source
 
 
 def _line(x: np.ndarray, y: np.ndarray):
@@ -400,8 +405,12 @@ def fit_population(rec: Recording, edges: np.ndarray) -> PopulationFit:
     counts = tier_counts(rec, edges)
     # each tier's own latency where the series carry the tier (the lab's): a closed
     # client arrives to a shorter queue than the mean (the arrival theorem)
-    own = {t: response_times(rec, edges, t) for t in TIERS}
-    source = own[TIERS[0]][1] if "own" in own[TIERS[0]][1] else response_times(rec, edges)[1]
+    if tiers_labelled(rec):
+        own = {t: response_times(rec, edges, t) for t in TIERS}
+        source = own[TIERS[0]][1]
+    else:  # every tier's, once
+        own = dict.fromkeys(TIERS, response_times(rec, edges))
+        source = own[TIERS[0]][1]
     bin_s = float(edges[1] - edges[0])
     def judge(k: int, t: str, shared=None) -> TierPopulation:
         r = own[t][0]
