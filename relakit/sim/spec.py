@@ -796,32 +796,29 @@ def _load_errors(r: Reader) -> tuple[tuple[float, float], ...]:
     return tuple(out)
 
 
+# each service parameter's range (lo, lo_open, hi), in SERVICE_PARAMS' order of reading
+SERVICE_RANGES = {"mean_ms": (0, True, None), "fast_ms": (0, True, None),
+                  "slow_ms": (0, True, None), "slow_fraction": (0, False, 1),
+                  "cv": (0, True, None), "alpha": (1, True, None)}
+
+
 def _service(r: Reader) -> Service:
     if not r.data:
         r.fail(f"is required: a mapping with 'kind' (one of {', '.join(SERVICE_PARAMS)})")
     kind = r.choice("kind", tuple(SERVICE_PARAMS))
     r.only({"kind", *SERVICE_PARAMS[kind]})
     p = {}
-    if kind == "bimodal":
-        p["fast_ms"] = r.number("fast_ms", lo=0, lo_open=True)
-        p["slow_ms"] = r.number("slow_ms", lo=0, lo_open=True)
-        p["slow_fraction"] = r.number("slow_fraction", lo=0, hi=1)
-    elif kind == "hyperexponential":  # two exponential phases: both a share, slow the longer
-        p["fast_ms"] = r.number("fast_ms", lo=0, lo_open=True)
-        p["slow_ms"] = r.number("slow_ms", lo=0, lo_open=True)
-        if p["slow_ms"] < p["fast_ms"]:
+    for key in SERVICE_PARAMS[kind]:
+        lo, lo_open, hi = SERVICE_RANGES[key]
+        if kind == "hyperexponential" and key == "slow_fraction":  # both phases a share
+            lo_open, hi = True, None
+        p[key] = r.number(key, lo=lo, lo_open=lo_open, hi=hi)
+        if kind == "hyperexponential" and key == "slow_ms" and p["slow_ms"] < p["fast_ms"]:
             r.fail(f"{p['slow_ms']:g} is below fast_ms {p['fast_ms']:g}: the slow phase's "
                    "mean must be >= the fast one's", "slow_ms")
-        p["slow_fraction"] = r.number("slow_fraction", lo=0, lo_open=True)
-        if p["slow_fraction"] >= 1:
-            r.fail(f"{p['slow_fraction']!r} is out of range: must be < 1 (a share of "
-                   "requests in the slow phase, strictly between 0 and 1)", "slow_fraction")
-    else:
-        p["mean_ms"] = r.number("mean_ms", lo=0, lo_open=True)
-    if kind == "lognormal":
-        p["cv"] = r.number("cv", lo=0, lo_open=True)
-    if kind == "pareto":
-        p["alpha"] = r.number("alpha", lo=1, lo_open=True)
+    if kind == "hyperexponential" and p["slow_fraction"] >= 1:
+        r.fail(f"{p['slow_fraction']!r} is out of range: must be < 1 (a share of "
+               "requests in the slow phase, strictly between 0 and 1)", "slow_fraction")
     return Service(kind, p)
 
 
@@ -1066,9 +1063,7 @@ def _faults(r: Reader, nodes: int) -> tuple[Fault, ...]:
         end = f.number("end_s", lo=0)
         if end <= start:
             f.fail(f"{end} must be after start_s ({start})", "end_s")
-        crash = f.data.get("crash", False)
-        if not isinstance(crash, bool):
-            f.fail(f"expected true or false, got {crash!r}", "crash")
+        crash = _flag(f, "crash")
         out.append(Fault(
             node=f.number("node", lo=0, hi=nodes - 1, integer=True), start_s=start, end_s=end,
             error_rate=f.number("error_rate", 0.0, lo=0, hi=1),
