@@ -591,14 +591,7 @@ def _initial(r: Reader, fleet: FleetSpec, workload: Workload, retries: Retries) 
     r.only({"queue", "pending_retries"})
     if not r.data:
         return Initial()
-    queue = r.data.get("queue", 0)
-    if isinstance(queue, list):
-        if len(queue) != fleet.nodes:
-            r.fail(f"a list must have one entry per node ({fleet.nodes}), got {len(queue)}",
-                   "queue")
-        queue = _items(r, "queue", queue, lo=0, hi=10**7, integer=True)
-    else:
-        queue = (r.number("queue", 0, lo=0, hi=10**7, integer=True),) * fleet.nodes
+    queue = _per_node(r, "queue", fleet.nodes, 0, lo=0, hi=10**7, integer=True)
     pending = r.number("pending_retries", 0, lo=0, hi=10**7, integer=True)
     if (any(queue) or pending) and workload.fanout != 1:
         r.fail(f"initial requests are one call each; the workload's fan-out is "
@@ -649,19 +642,23 @@ def _items(r: Reader, key: str, values: list, **rules) -> tuple:
                  for i, v in enumerate(values))
 
 
+def _per_node(r: Reader, key: str, nodes: int, default, **rules) -> tuple:
+    """``key``: one number for every node, or a list of one per node, each checked by
+    ``rules`` (:meth:`Reader.number`'s)."""
+    raw = r.data.get(key, default)
+    if isinstance(raw, list):
+        if len(raw) != nodes:
+            r.fail(f"a list must have one entry per node ({nodes}), got {len(raw)}", key)
+        return _items(r, key, raw, **rules)
+    return (r.number(key, default, **rules),) * nodes
+
+
 def _fleet(r: Reader) -> FleetSpec:
     r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights", "load_errors",
             "dependencies", "baseline_error_rate", "probes", "zones", "zone_mix",
             "service_scale", "queue_discipline"})
     nodes = r.number("nodes", 1, lo=1, hi=MAX_NODES, integer=True)
-    servers = r.data.get("servers", 1)
-    if isinstance(servers, list):
-        if len(servers) != nodes:
-            r.fail(f"a list must have one entry per node ({nodes}), got {len(servers)}",
-                   "servers")
-        servers = _items(r, "servers", servers, lo=1, hi=MAX_SERVERS, integer=True)
-    else:
-        servers = (r.number("servers", 1, lo=1, hi=MAX_SERVERS, integer=True),) * nodes
+    servers = _per_node(r, "servers", nodes, 1, lo=1, hi=MAX_SERVERS, integer=True)
     weights = r.data.get("weights")
     if weights is None:
         weights = (1.0,) * nodes
@@ -750,13 +747,7 @@ def _baseline(r: Reader, nodes: int) -> tuple[float, ...]:
     It is how a node is (a legacy backend, a flaky dependency the clients retry), not a
     fault: it holds from t = 0 to the end and no repair removes it.
     """
-    raw = r.data.get("baseline_error_rate", 0.0)
-    if isinstance(raw, list):
-        if len(raw) != nodes:
-            r.fail(f"a list must have one entry per node ({nodes}), got {len(raw)}",
-                   "baseline_error_rate")
-        return _items(r, "baseline_error_rate", raw, lo=0, hi=1)
-    return (r.number("baseline_error_rate", 0.0, lo=0, hi=1),) * nodes
+    return _per_node(r, "baseline_error_rate", nodes, 0.0, lo=0, hi=1)
 
 
 def _dependencies(r: Reader, nodes: int) -> tuple[tuple[int, int, float], ...]:
