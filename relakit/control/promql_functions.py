@@ -463,22 +463,21 @@ def welford(vals: np.ndarray, oks: np.ndarray) -> np.ndarray:
 
 def sequential(vals: np.ndarray, oks: np.ndarray, mean: bool) -> np.ndarray:
     """Sum, or Prometheus' incremental mean (``mean += v/n - mean/n``), series by series
-    in order, vectorised over the instants: the same float operations, the same bits."""
+    in order, vectorised over the instants: the same float operations, the same bits.
+    Both start from the first present value, as Prometheus' aggregation does (not from
+    0 + v: the sum of -0.0 alone is -0.0, tests/test_promql_edges.py)."""
     acc = np.zeros(vals.shape[1])
     n = np.zeros(vals.shape[1])
     with np.errstate(all="ignore"):
         if oks.all():  # every series at every instant (the usual case): no masks
             for j, v in enumerate(vals):
-                if not mean:
-                    acc = acc + v
+                if j == 0:
+                    acc = v.copy()
                 else:
-                    acc = v.copy() if j == 0 else acc + (v / (j + 1) - acc / (j + 1))
+                    acc = acc + (v / (j + 1) - acc / (j + 1)) if mean else acc + v
             return acc
         for v, ok in zip(vals, oks, strict=True):
             n = n + ok
-            if mean:
-                step = np.where(n == 1, v, acc + (v / n - acc / n))
-            else:
-                step = acc + v
-            acc = np.where(ok, step, acc)
+            step = acc + (v / n - acc / n) if mean else acc + v
+            acc = np.where(ok, np.where(n == 1, v, step), acc)
     return acc
