@@ -22,6 +22,20 @@ def nth_sample(values, lo, n, j):
     return values[np.clip(lo + j, 0, values.size - 1)], on
 
 
+def steps_in_window(step, lo, last):
+    """How many flagged steps each window of samples ``lo..last`` holds, from prefix
+    sums: ``step[i]`` flags the step from sample i to i+1 ((S-1,), or (S-1, series));
+    a window of one sample (or none) holds none. The one place of the idiom "one value
+    in the window" (no step: :func:`sum_count`'s flat windows, :func:`regression`'s
+    constant series) and of ``changes``/``resets`` (the steps counted)."""
+    c = np.zeros((step.shape[0] + 1, *step.shape[1:]), dtype=np.int64)
+    np.cumsum(step, axis=0, out=c[1:])
+    top = step.shape[0]
+    held = c[np.clip(last, 0, top)] - c[np.clip(lo, 0, top)]
+    more = (last > lo).reshape(-1, *(1,) * (step.ndim - 1))
+    return np.where(more, held, 0)
+
+
 def kahan_inc(inc, acc, c):
     """Prometheus' kahanSumInc, in place: ``acc`` += ``inc``, its rounding error added to
     ``c`` (views of the windows still adding). Go takes the error as Neumaier does,
@@ -84,9 +98,8 @@ def sum_count(values, lo, n, mean: bool):
     out = np.empty(lo.size)
     if mean and values.size:
         first = np.clip(lo, 0, values.size - 1)
-        moved = np.zeros(values.size, dtype=np.int64)  # changes up to each sample
-        np.cumsum(values[1:] != values[:-1], out=moved[1:])  # (NaN != NaN: a change)
-        flat = (n >= 1) & (moved[np.clip(lo + n - 1, 0, values.size - 1)] == moved[first])
+        # (NaN != NaN: a step)
+        flat = (n >= 1) & (steps_in_window(values[1:] != values[:-1], lo, lo + n - 1) == 0)
         flat &= np.isfinite(values[first])
         if flat.any():
             out[flat] = values[first[flat]] + 0.0
@@ -170,15 +183,10 @@ def quantile_window(values, lo, n, q):
 
 
 def changes(values, lo, hi, resets: bool):
-    """``changes``/``resets`` as differences counted with prefix sums."""
-    if values.size < 2:
-        return np.zeros(lo.size)
+    """``changes``/``resets``: the steps of the window, counted with prefix sums."""
     a, b = values[1:], values[:-1]
     step = (a < b) if resets else ((a != b) & ~(np.isnan(a) & np.isnan(b)))
-    c = np.concatenate([[0], np.cumsum(step)])  # c[i]: steps among samples 0..i
-    lo_c = np.clip(lo, 0, values.size - 1)
-    hi_c = np.clip(hi, 0, values.size - 1)
-    return np.where(hi > lo, c[hi_c] - c[lo_c], 0).astype(float)
+    return steps_in_window(step, lo, hi).astype(float)
 
 
 def regression(times, series, lo, n, intercept_t, block: int = 64):
@@ -234,11 +242,8 @@ def regression(times, series, lo, n, intercept_t, block: int = 64):
         w = ax + ay + axy
         first = vals[np.minimum(lo_o, vals.shape[0] - 1)]
         # constant over the window (Go: every sample == the first; NaN never is): no
-        # sample differs from the one before it, counted with prefix sums
-        moved = np.zeros((vals.shape[0], m), dtype=np.int64)
-        np.cumsum(vals[1:] != vals[:-1], axis=0, out=moved[1:])
-        const = moved[np.minimum(last, vals.shape[0] - 1)] == moved[
-            np.minimum(lo_o, vals.shape[0] - 1)]
+        # sample differs from the one before it
+        const = steps_in_window(vals[1:] != vals[:-1], lo_o, last) == 0
         acc, c = np.zeros((order.size, w)), np.zeros((order.size, w))
         with np.errstate(all="ignore"):
             for j, k in enumerate(active if w else ()):  # windows holding a j-th sample: [:k]
