@@ -1,5 +1,5 @@
 """Edge cases of PromQL against promtool (Prometheus 2.42): the sign of zero through
-aggregations and window functions, and ``histogram_quantile`` over duplicate ``le``
+aggregations and window functions, infinite means, and ``histogram_quantile`` over duplicate ``le``
 bounds, non-monotone buckets, a missing +Inf bucket and NaN or infinite counts.
 
 promtool compares expected and got samples with Go's ``==`` (-0 == +0), so a zero's
@@ -79,6 +79,10 @@ ZEROS = [
     ('mixed{a="1"}', "-0 0 -0 0 -0 -0 -0 0 0 0 " + " ".join(["-0"] * 11)),
     ('flat{a="1"}', "5+0x20"),
     ('neg{a="1"}', "-3+0x20"),
+    # infinities: 2.42's avg keeps an infinite mean (Inf - Inf would be NaN)
+    ('big{a="1"}', " ".join(["Inf"] * 21)), ('big{a="2"}', " ".join(["Inf"] * 21)),
+    ('big{a="3"}', "5+1x20"), ('big{a="4"}', " ".join(["-Inf"] * 21)),
+    ('huge{a="1"}', " ".join(["1e308"] * 21)), ('huge{a="2"}', " ".join(["1e308"] * 21)),
 ]
 ZERO_EXPRS = [
     "sum(nz)", 'sum(nz{a="1"})', "sum by (a) (nz)", "sum(-pz)", "sum(nz) + 0",
@@ -89,12 +93,14 @@ ZERO_EXPRS = [
     "sum_over_time(nz[1m])", "avg_over_time(nz[1m])", "min_over_time(nz[1m])",
     "max_over_time(nz[1m])", "last_over_time(nz[1m])", "quantile_over_time(0.5, nz[1m])",
     "sum(rate(nz[1m]))", "-sum(rate(flat[1m]))", "sum(delta(neg[1m]))",
+    'avg(big{a!="4"})', 'avg(big{a=~"1|3"})', "avg(big)", "avg(huge)",
+    "avg_over_time(big[1m])", "avg_over_time(huge[1m])", "sum_over_time(big[1m])",
     "stddev(nz)", "quantile(0.5, nz)", 'topk(1, nz{a="1"})',  # (ties: promtool's order)
 ]
 
 
 @needs_promtool
-def test_sign_of_zero_equals_promtool(tmp_path):
+def test_sign_of_zero_and_infinite_means_equal_promtool(tmp_path):
     assert run_promtool(tmp_path, ZEROS, ZERO_EXPRS) == ""
 
 

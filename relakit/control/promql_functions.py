@@ -115,10 +115,22 @@ def _sum_count(values, lo, n, mean: bool):
     with np.errstate(all="ignore"):
         for j, k in enumerate(active):
             v = values[lo_o[:k] + j]
-            kahan_inc(v / (j + 1) - acc[:k] / (j + 1) if mean else v, acc[:k], c[:k])
+            if mean:
+                step = v / (j + 1) - acc[:k] / (j + 1)
+                kahan_inc(np.where(mean_stays(acc[:k], v), 0.0, step), acc[:k], c[:k])
+            else:
+                kahan_inc(v, acc[:k], c[:k])
         out = np.empty(lo.size)
         out[order] = np.where(np.isinf(acc), acc, acc + c)
         return out
+
+
+def mean_stays(mean, v):
+    """Where Prometheus 2.42's incremental mean keeps an infinite mean as it is: ``v``
+    the same infinity, or a number (``mean += v/n - mean/n`` would give Inf - Inf, NaN).
+    (Adding 0.0 there instead leaves the mean's bits; its compensation, NaN as Go's, is
+    not read when the mean is infinite.)"""
+    return np.isinf(mean) & ((np.isinf(v) & ((mean > 0) == (v > 0))) | np.isfinite(v))
 
 
 def reduce_window(values, lo, n, fn):
@@ -470,7 +482,8 @@ def sequential(vals: np.ndarray, oks: np.ndarray, mean: bool) -> np.ndarray:
     """Sum, or Prometheus' incremental mean (``mean += v/n - mean/n``), series by series
     in order, vectorised over the instants: the same float operations, the same bits.
     Both start from the first present value, as Prometheus' aggregation does (not from
-    0 + v: the sum of -0.0 alone is -0.0, tests/test_promql_edges.py)."""
+    0 + v: the sum of -0.0 alone is -0.0), and an infinite mean stays as Prometheus
+    keeps it (:func:`mean_stays`; tests/test_promql_edges.py)."""
     acc = np.zeros(vals.shape[1])
     n = np.zeros(vals.shape[1])
     with np.errstate(all="ignore"):
@@ -478,11 +491,16 @@ def sequential(vals: np.ndarray, oks: np.ndarray, mean: bool) -> np.ndarray:
             for j, v in enumerate(vals):
                 if j == 0:
                     acc = v.copy()
+                elif mean:
+                    acc = np.where(mean_stays(acc, v), acc, acc + (v / (j + 1) - acc / (j + 1)))
                 else:
-                    acc = acc + (v / (j + 1) - acc / (j + 1)) if mean else acc + v
+                    acc = acc + v
             return acc
         for v, ok in zip(vals, oks, strict=True):
             n = n + ok
-            step = acc + (v / n - acc / n) if mean else acc + v
+            if mean:
+                step = np.where(mean_stays(acc, v), acc, acc + (v / n - acc / n))
+            else:
+                step = acc + v
             acc = np.where(ok, np.where(n == 1, v, step), acc)
     return acc
