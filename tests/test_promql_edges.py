@@ -1,5 +1,5 @@
 """Edge cases of PromQL against promtool (Prometheus 2.42): the sign of zero through
-aggregations and window functions, infinite means, and ``histogram_quantile`` over duplicate ``le``
+aggregations, window and math functions, infinite means, atan2's metric name, and ``histogram_quantile`` over duplicate ``le``
 bounds, non-monotone buckets, a missing +Inf bucket and NaN or infinite counts.
 
 promtool compares expected and got samples with Go's ``==`` (-0 == +0), so a zero's
@@ -79,6 +79,8 @@ ZEROS = [
     ('mixed{a="1"}', "-0 0 -0 0 -0 -0 -0 0 0 0 " + " ".join(["-0"] * 11)),
     ('flat{a="1"}', "5+0x20"),
     ('neg{a="1"}', "-3+0x20"),
+    # zeros of both signs among numbers, a NaN (at 270 s)
+    ('g{a="1"}', "-3 -2 -1 -0 0 1 2 3 -0 -0 0 0 -0.5 0.5 -1.5 1.5 2.5 -2.5 NaN 7 8"),
     # infinities: 2.42's avg keeps an infinite mean (Inf - Inf would be NaN)
     ('big{a="1"}', " ".join(["Inf"] * 21)), ('big{a="2"}', " ".join(["Inf"] * 21)),
     ('big{a="3"}', "5+1x20"), ('big{a="4"}', " ".join(["-Inf"] * 21)),
@@ -95,6 +97,13 @@ ZERO_EXPRS = [
     "sum(rate(nz[1m]))", "-sum(rate(flat[1m]))", "sum(delta(neg[1m]))",
     'avg(big{a!="4"})', 'avg(big{a=~"1|3"})', "avg(big)", "avg(huge)",
     "avg_over_time(big[1m])", "avg_over_time(huge[1m])", "sum_over_time(big[1m])",
+    # Go's math.Max/Min (0.0 over -0.0 and the reverse; an infinity over NaN), Go's sgn
+    "clamp(nz, 0, 1)", "clamp(pz, -1, -0)", "clamp_max(g, 0)", "clamp_min(nz, 0)",
+    "clamp_min(g, Inf)", "clamp_max(g, -Inf)", "sgn(nz)", "sgn(g)",
+    # atan2 keeps the metric name (2.42's shouldDropMetricName), vector or scalar
+    "nz atan2 pz", "pz atan2 nz", "nz atan2 1", "1 atan2 nz",
+    # "-0" and "0" are two values; equal values in order before the quantile's weights
+    'count_values("v", g)', "quantile_over_time(0.5, g[2m])", "quantile(0.5, g)",
     "stddev(nz)", "quantile(0.5, nz)", 'topk(1, nz{a="1"})',  # (ties: promtool's order)
 ]
 

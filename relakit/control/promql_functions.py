@@ -164,7 +164,9 @@ def go_quantile(rows, n, q):
     pad = np.where(np.arange(width)[None, :] < n[:, None], rows, np.inf)
     nan = np.isnan(pad)
     n_nan = nan.sum(axis=1)
-    ordered = np.sort(np.where(nan, np.inf, pad), axis=1)  # numbers first, then padding
+    # numbers first, then padding; equal values (-0.0 and 0.0) in their order, as Go's
+    # sort.Sort keeps them in the windows it sorts by insertion (up to 12 values)
+    ordered = np.sort(np.where(nan, np.inf, pad), axis=1, kind="stable")
 
     def pick(i):  # the i-th value in Go's order: n_nan NaNs, then the numbers
         idx = np.clip(i - n_nan, 0, width - 1)
@@ -422,15 +424,34 @@ def instant_function(f: str, val, ok, args):
         if f in ("clamp", "clamp_min", "clamp_max"):
             if f == "clamp":
                 lo_, hi_ = args
-                return np.maximum(lo_, np.minimum(hi_, val)), ok & ~(hi_ < lo_)
-            return (np.maximum if f == "clamp_min" else np.minimum)(val, args[0]), ok
+                return go_max(lo_, go_min(hi_, val)), ok & ~(hi_ < lo_)
+            return (go_max if f == "clamp_min" else go_min)(args[0], val), ok
+        if f == "sgn":  # Go's: v itself when it is neither < 0 nor > 0 (-0.0, NaN)
+            return np.where(val < 0, -1.0, np.where(val > 0, 1.0, val)), ok
         fn = {"abs": np.abs, "ceil": np.ceil, "floor": np.floor, "sqrt": np.sqrt,
               "exp": np.exp, "ln": np.log, "log2": np.log2, "log10": np.log10,
-              "sgn": np.sign, "acos": np.arccos, "acosh": np.arccosh, "asin": np.arcsin,
+              "acos": np.arccos, "acosh": np.arccosh, "asin": np.arcsin,
               "asinh": np.arcsinh, "atan": np.arctan, "atanh": np.arctanh, "cos": np.cos,
               "cosh": np.cosh, "sin": np.sin, "sinh": np.sinh, "tan": np.tan,
               "tanh": np.tanh, "deg": np.degrees, "rad": np.radians}[f]
         return fn(val), ok
+
+
+def go_max(x, y):
+    """Go's math.Max: +Inf over NaN, then NaN, and 0.0 over -0.0 (numpy's maximum gives
+    NaN, and the first of two zeros)."""
+    with np.errstate(invalid="ignore"):
+        r = np.where(np.isnan(x) | np.isnan(y), np.nan, np.where(x > y, x, y))
+        r = np.where((x == 0) & (y == 0), np.where(np.signbit(x), y, x), r)
+        return np.where((x == np.inf) | (y == np.inf), np.inf, r)
+
+
+def go_min(x, y):
+    """Go's math.Min: -Inf over NaN, then NaN, and -0.0 over 0.0."""
+    with np.errstate(invalid="ignore"):
+        r = np.where(np.isnan(x) | np.isnan(y), np.nan, np.where(x < y, x, y))
+        r = np.where((x == 0) & (y == 0), np.where(np.signbit(x), x, y), r)
+        return np.where((x == -np.inf) | (y == -np.inf), -np.inf, r)
 
 
 def date_field(f: str, val: np.ndarray) -> np.ndarray:

@@ -18,7 +18,6 @@ import numpy as np
 
 from relakit.control import promql_functions as fn
 from relakit.control.promql_parse import (
-    ARITHMETIC,
     COMPARISON,
     Aggregate,
     Binary,
@@ -172,6 +171,11 @@ def histogram_quantile(q: np.ndarray, v: Vector) -> Vector:
 
 
 # ---- operators ----------------------------------------------------------------------------
+# the operators whose result drops the metric name (2.42's shouldDropMetricName): not
+# atan2, whose result keeps it (tests/test_promql_edges.py)
+DROPS_NAME = ("+", "-", "*", "/", "%", "^")
+
+
 def apply_op(op: str, a, b):
     """(value, keep): the arithmetic result, or the comparison's truth with a's value."""
     with np.errstate(all="ignore"):
@@ -219,7 +223,7 @@ def vector_scalar(node: Binary, lhs, rhs) -> Vector:
             present = ok & keep
             lab = drop_name(lab) if node.bool_ else lab
         else:
-            present, lab = ok, drop_name(lab)
+            present, lab = ok, drop_name(lab) if node.op in DROPS_NAME else lab
         out.append((lab, np.where(present, value, np.nan), present))
     return Vector(out)
 
@@ -234,7 +238,7 @@ def result_labels(many: tuple, one: tuple, node: Binary) -> tuple:
     """Prometheus' resultMetric: the "many" side's labels, name dropped by arithmetic
     and ``bool``, reduced to the matching labels one-to-one, ``group_x`` labels copied."""
     res = many
-    if node.op in ARITHMETIC or node.bool_:
+    if node.op in DROPS_NAME or node.bool_:
         res = drop_name(res)
     if node.card == "one-to-one":
         if node.on is not None:
@@ -345,12 +349,17 @@ def _count_values(key: tuple, vals, oks, label: str) -> list:
     if present_vals.size == 0:
         return out
     texts = {}
-    for x in np.unique(present_vals):  # NaN once (np.unique keeps NaNs apart: merge)
+    # NaN once (np.unique keeps NaNs apart: merge); -0.0 apart from 0.0 ("-0" and "0",
+    # as Go's FormatFloat writes them; np.unique holds one zero)
+    zeros = [np.copysign(0.0, -1.0 if neg else 1.0)
+             for neg in np.unique(np.signbit(present_vals[present_vals == 0]))]
+    for x in [*np.unique(present_vals[present_vals != 0]), *zeros]:
         texts.setdefault(_format_value(float(x)), []).append(x)
     for text, xs in texts.items():
         hit = np.zeros_like(oks)
         for x in xs:
-            hit |= oks & ((vals == x) | (np.isnan(vals) & np.isnan(x)))
+            hit |= oks & (((vals == x) & (np.signbit(vals) == np.signbit(x)))
+                          | (np.isnan(vals) & np.isnan(x)))
         n = hit.sum(axis=0)
         out.append((_set_label(key, label, text), n.astype(float), n > 0))
     return out
