@@ -1,6 +1,7 @@
 """Edge cases of PromQL against promtool (Prometheus 2.42): the sign of zero through
-aggregations, window and math functions, infinite means, atan2's metric name, and ``histogram_quantile`` over duplicate ``le``
-bounds, non-monotone buckets, a missing +Inf bucket and NaN or infinite counts.
+aggregations, window and math functions, infinite means, atan2's metric name, and
+``histogram_quantile`` over duplicate ``le`` bounds, non-monotone buckets, a missing +Inf
+bucket and NaN or infinite counts.
 
 promtool compares expected and got samples with Go's ``==`` (-0 == +0), so a zero's
 sign is checked through ``1 / x`` (-Inf or +Inf); a NaN cannot be expected (NaN !=
@@ -133,6 +134,13 @@ HISTOGRAMS = {
             ("+Inf", "0+4x20")],
     # a negative bound, and a first bucket at or below zero
     "negative": [("-1", "0+1x20"), ("0", "0+2x20"), ("1", "0+3x20"), ("+Inf", "0+4x20")],
+    # -0 and 0: one bound; -Inf as a bound; counts all 0, falling below 0, infinite at once
+    "negzero": [("-0", "0+1x20"), ("0", "0+1x20"), ("1", "0+3x20"), ("+Inf", "0+4x20")],
+    "neginf": [("-Inf", "0+1x20"), ("1", "0+3x20"), ("+Inf", "0+4x20")],
+    "zeros": [("0.5", "0+0x20"), ("1", "0+0x20"), ("+Inf", "0+0x20")],
+    "fall": [("0.5", "0-1x20"), ("1", "0-2x20"), ("+Inf", "0-3x20")],
+    "infc": [("0.5", "1 Inf Inf " + " ".join(["2"] * 18)), ("1", "0+3x20"),
+             ("+Inf", "1 Inf Inf " + " ".join(["5"] * 18))],
     # only +Inf, and +Inf with one finite bound
     "onlyinf": [("+Inf", "0+4x20")],
     "two": [("2", "0+1x20"), ("+Inf", "0+4x20")],
@@ -152,6 +160,8 @@ HIST_SPEC += [  # one bound from two jobs: coalesced once the job is summed away
 HIST_EXPRS = [
     "histogram_quantile(0.5, h_bucket)", "histogram_quantile(0.9, h_bucket)",
     "histogram_quantile(0, h_bucket)", "histogram_quantile(1, h_bucket)",
+    "histogram_quantile(0.1, h_bucket)", "histogram_quantile(-1, h_bucket)",
+    "histogram_quantile(2, h_bucket)",
     "histogram_quantile(0.5, rate(h_bucket[1m]))",
     "histogram_quantile(0.75, sum by (case, le) (rate(h_bucket[1m])))",
     "histogram_quantile(0.5, j_bucket)",
