@@ -134,8 +134,9 @@ HISTOGRAMS = {
             ("+Inf", "0+4x20")],
     # a negative bound, and a first bucket at or below zero
     "negative": [("-1", "0+1x20"), ("0", "0+2x20"), ("1", "0+3x20"), ("+Inf", "0+4x20")],
-    # -0 and 0: one bound; -Inf as a bound; counts all 0, falling below 0, infinite at once
-    "negzero": [("-0", "0+1x20"), ("0", "0+1x20"), ("1", "0+3x20"), ("+Inf", "0+4x20")],
+    # a bound of -0 (its sign returned; with a "0" too, Prometheus' own answer follows the
+    # order it loaded the series in); -Inf as a bound; counts all 0, below 0, infinite
+    "negzero": [("-0", "0+1x20"), ("1", "0+3x20"), ("+Inf", "0+4x20")],
     "neginf": [("-Inf", "0+1x20"), ("1", "0+3x20"), ("+Inf", "0+4x20")],
     "zeros": [("0.5", "0+0x20"), ("1", "0+0x20"), ("+Inf", "0+0x20")],
     "fall": [("0.5", "0-1x20"), ("1", "0-2x20"), ("+Inf", "0-3x20")],

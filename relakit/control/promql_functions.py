@@ -112,14 +112,15 @@ def sum_count(values, lo, n, mean: bool):
 def _sum_count(values, lo, n, mean: bool):
     order, lo_o, _, active = longest_first(lo, n)
     acc, c = np.zeros(lo.size), np.zeros(lo.size)
+    careful = mean and bool(np.isinf(values).any())  # (an infinite mean: decided once)
     with np.errstate(all="ignore"):
         for j, k in enumerate(active):
             v = values[lo_o[:k] + j]
-            if mean:
+            if careful:
                 step = v / (j + 1) - acc[:k] / (j + 1)
                 kahan_inc(np.where(mean_stays(acc[:k], v), 0.0, step), acc[:k], c[:k])
             else:
-                kahan_inc(v, acc[:k], c[:k])
+                kahan_inc(v / (j + 1) - acc[:k] / (j + 1) if mean else v, acc[:k], c[:k])
         out = np.empty(lo.size)
         out[order] = np.where(np.isinf(acc), acc, acc + c)
         return out
@@ -164,9 +165,12 @@ def go_quantile(rows, n, q):
     pad = np.where(np.arange(width)[None, :] < n[:, None], rows, np.inf)
     nan = np.isnan(pad)
     n_nan = nan.sum(axis=1)
-    # numbers first, then padding; equal values (-0.0 and 0.0) in their order, as Go's
-    # sort.Sort keeps them in the windows it sorts by insertion (up to 12 values)
-    ordered = np.sort(np.where(nan, np.inf, pad), axis=1, kind="stable")
+    # numbers first, then padding; equal values (-0.0 and 0.0: no others differ) in their
+    # order, as Go's sort.Sort keeps them in the windows it sorts by insertion (up to 12
+    # values); a stable sort costs ~4x, so only where a -0.0 is
+    keys = np.where(nan, np.inf, pad)
+    signed = bool(((keys == 0) & np.signbit(keys)).any())
+    ordered = np.sort(keys, axis=1, kind="stable" if signed else None)
 
     def pick(i):  # the i-th value in Go's order: n_nan NaNs, then the numbers
         idx = np.clip(i - n_nan, 0, width - 1)
@@ -507,21 +511,21 @@ def sequential(vals: np.ndarray, oks: np.ndarray, mean: bool) -> np.ndarray:
     keeps it (:func:`mean_stays`; tests/test_promql_edges.py)."""
     acc = np.zeros(vals.shape[1])
     n = np.zeros(vals.shape[1])
+    careful = mean and bool(np.isinf(vals).any())  # (an infinite mean: decided once)
     with np.errstate(all="ignore"):
         if oks.all():  # every series at every instant (the usual case): no masks
             for j, v in enumerate(vals):
                 if j == 0:
                     acc = v.copy()
-                elif mean:
+                elif careful:
                     acc = np.where(mean_stays(acc, v), acc, acc + (v / (j + 1) - acc / (j + 1)))
                 else:
-                    acc = acc + v
+                    acc = acc + (v / (j + 1) - acc / (j + 1)) if mean else acc + v
             return acc
         for v, ok in zip(vals, oks, strict=True):
             n = n + ok
-            if mean:
-                step = np.where(mean_stays(acc, v), acc, acc + (v / n - acc / n))
-            else:
-                step = acc + v
+            step = acc + (v / n - acc / n) if mean else acc + v
+            if careful:
+                step = np.where(mean_stays(acc, v), acc, step)
             acc = np.where(ok, np.where(n == 1, v, step), acc)
     return acc
