@@ -240,16 +240,7 @@ def seed_initial(cfg: K.Config, st: K.State, queue, pending: int) -> None:
             _heap_push_py(st, demand * nf[node, K.NF_SLOWDOWN],
                           _event_key_py(j, K.EV_DONE, ji[j, K.JI_GEN]))
         else:  # at the queue's tail
-            ji[j, K.JI_STATE] = K.J_QUEUED
-            ji[j, K.JI_NEXT] = -1
-            tail = ni[node, K.NI_QTAIL]
-            ji[j, K.JI_PREV] = tail
-            if tail >= 0:
-                ji[tail, K.JI_NEXT] = j
-            else:
-                ni[node, K.NI_QHEAD] = j
-            ni[node, K.NI_QTAIL] = j
-            ni[node, K.NI_QLEN] += 1
+            K.enqueue(ni, ji, node, j)
     st.tq_n[K.TQ_TIMEOUT, 1] = tq_c
 
 
