@@ -616,15 +616,11 @@ def _metrics(r: Reader, nodes: int, seed: int, clocks=None) -> Metrics:
     if clocks is not None and interval != clocks.scrape_s:
         r.fail(f"{interval} differs from clocks.scrape_s ({clocks.scrape_s}): with a control "
                "loop the scrape interval is the clocks'", "interval_s")
-    phase = r.data.get("phase_s", 0.0 if clocks is None else clocks.scrape_phase_s)
-    if phase == "random":  # each target scraped at its own offset, reproducibly
+    if r.data.get("phase_s") == "random":  # each target scraped at its own offset, reproducibly
         phases = tuple(np.random.default_rng(seed).uniform(0, interval, nodes).tolist())
-    elif isinstance(phase, list):
-        if len(phase) != nodes:
-            r.fail(f"a list must have one entry per node ({nodes}), got {len(phase)}", "phase_s")
-        phases = _items(r, "phase_s", phase, lo=0, hi=interval)
-    else:
-        phases = (r.number("phase_s", 0.0, lo=0, hi=interval),) * nodes
+    else:  # by default the clocks' (their scrape phase was once read, checked and dropped)
+        phases = _per_node(r, "phase_s", nodes, 0.0 if clocks is None else clocks.scrape_phase_s,
+                           lo=0, hi=interval)
     buckets = r.data.get("latency_buckets_s", list(PROMETHEUS_BUCKETS_S))
     if (not isinstance(buckets, list) or not buckets
             or any(isinstance(b, bool) or not isinstance(b, int | float) or b <= 0
