@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from relakit.validate import ScenarioError, display_path
-from relakit.vocab import IN_PATH_COUNTED_BY, IN_PATH_OUTCOMES, OUTCOMES, TIERS
+from relakit.vocab import IN_PATH_COUNTED_BY, IN_PATH_KEYS, IN_PATH_OUTCOMES, OUTCOMES, TIERS
 
 ERROR, WARNING = "error", "warning"
 # a rate needs two samples in its window; Prometheus advises a window of four scrapes
@@ -433,6 +433,7 @@ def check_scenario(sc) -> list[Finding]:
                                                          in_path(sc)),
                              missing=ERROR, what="the simulator", parent=src, own=True)
         out += check_local_flags(sc)
+        out += check_unmoved(sc)
     if sc.chain is not None:
         out += check_chain(sc.chain, sc.fleet.nodes, src)
     if sc.clocks is not None and (sc.policy is not None or sc.chain is not None):
@@ -470,6 +471,80 @@ def check_throttle(sc) -> list[Finding]:
         "fleet.queue_limit, concurrency_limit, codel, workload.deadline_ms, shedding, "
         "crash or control plane): every request is accepted and the throttle never "
         "throttles; add one of them or drop the throttle")]
+
+
+#: the in-path mechanisms' own series (issue 33) and the mitigations.<key> that move each;
+#: the simulator exports them in any run with an in-path mechanism (``in_path``), and they
+#: stay 0 unless one of their keys is configured (the outcomes: ``IN_PATH_COUNTED_BY``)
+IN_PATH_SERIES_COUNTED_BY = {"client_throttled_total": ("client_throttle",),
+                             "rejected_total": ("concurrency_limit", "codel"),
+                             "codel_dropped_total": ("codel",),
+                             "concurrency_limit": ("concurrency_limit",)}
+
+
+def _movers(series) -> tuple[str, ...] | None:
+    """The mitigations.<key>s that can move a simulator series (src, name, tier, outcome,
+    le), or None when it moves without an in-path mechanism."""
+    return IN_PATH_COUNTED_BY.get(series[3]) or IN_PATH_SERIES_COUNTED_BY.get(series[1])
+
+
+def _unmoved(series, configured) -> bool:
+    movers = _movers(series)
+    return movers is not None and not set(movers) & configured
+
+
+def _promql_series(sel, series) -> list[tuple]:
+    """The simulator series a PromQL selector can read: by name, and by its equality
+    matchers on tier and outcome (other matchers are evaluated, not checked)."""
+    eq = {k: v for k, op, v in sel.matchers if op == "=" and k in ("tier", "outcome")}
+    return [s for s in series if s[1] == sel.name
+            and all({"tier": s[2], "outcome": s[3]}[k] == v for k, v in eq.items())]
+
+
+def check_unmoved(sc) -> list[Finding]:
+    """A signal that reads only series no configured mechanism can move: the in-path
+    mechanisms' outcomes and series exist in any run with one of them (``in_path``), but
+    ``throttled`` stays 0 without a client throttle, ``rejected`` without a concurrency
+    limit or CoDel, so ``throttle_ratio`` beside LIFO alone reads 0 all run and a
+    condition on it never holds, silently. A signal counting them among others (errors,
+    timeouts and ``rejected``) reads what there is, and passes; a PromQL signal is refused
+    only when every selector it has reads nothing else."""
+    from relakit.control.promql import selectors
+    from relakit.sim.spec import in_path
+
+    if not in_path(sc):  # no in-path series at all: check_signals refuses them by name
+        return []
+    mit = sc.mitigations
+    configured = {k for k in IN_PATH_KEYS if getattr(mit, k) is not None}
+    have = (", ".join(f"mitigations.{k}" for k in sorted(configured)) if configured else
+            f"only fleet.queue_discipline {sc.fleet.queue_discipline}, which refuses nothing")
+    series = simulator_series(sc.metrics.latency_buckets_s, True)
+    file, pre = _where(sc.policy.source, sc.source, "policy")
+    out = []
+    for name, sig in sc.policy.signals.items():
+        if sig.kind == "promql":
+            reads = [_promql_series(sel, series) for sel in selectors(sig.node)]
+            reads = [r for r in reads if r]
+            if reads and all(_unmoved(s, configured) for r in reads for s in r):
+                out.append(_unmoved_finding(file, f"{pre}signals.{name}.promql", name,
+                                            "its selectors read", reads[0], have))
+            continue
+        for part, asked, sel in _selectors(sig):
+            found = _matches(sel.source, asked, sel.labels, series)
+            if found and all(_unmoved(s, configured) for s in found):
+                sub = "outcome" if found[0][3] in IN_PATH_COUNTED_BY else "metric"
+                shown = dataclasses.replace(sel, metric=asked).promql()
+                out.append(_unmoved_finding(file, f"{pre}signals.{name}.{part}{sub}", name,
+                                            f"{shown} reads", found, have))
+    return out
+
+
+def _unmoved_finding(file, key, name, what, found, have) -> Finding:
+    movers = " or ".join(f"mitigations.{k}" for k in _movers(found[0]))
+    return Finding(ERROR, file, key,
+                   f"signal '{name}': {what} a counter only {movers} moves, and this "
+                   f"scenario has {have}: it reads 0 all run and conditions on it never "
+                   "hold; add the mechanism, or drop the signal and its conditions")
 
 
 def check_local_flags(sc) -> list[Finding]:

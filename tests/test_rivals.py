@@ -23,6 +23,7 @@ from relakit.validate import load_yaml
 POLICY = load_yaml(ROOT / "params" / "policies" / "rela.yaml", "policy")[0]
 CLOCKS = load_yaml(ROOT / "params" / "clocks" / "rela.yaml", "clocks")[0]
 IN_PATH_POLICY = ROOT / "params" / "policies" / "rela-in-path.yaml"
+SERVER_POLICY = ROOT / "params" / "policies" / "rela-in-path-server.yaml"
 
 
 def fleet(rate=300.0, deadline_ms=None, duration=40.0, **kw) -> dict:
@@ -103,16 +104,25 @@ def test_variants_carry_what_their_names_say():
     assert rv.with_local(base, "concurrency_limit aimd", 250.0)["mitigations"][
         "concurrency_limit"]["cost_us"] == 250.0
     # beside a local mechanism RelA runs the policy that sees its refusals; alone, its own
+    # (the server-side ones without the clients' throttle_ratio, which only a throttle moves)
     seeing = load_yaml(IN_PATH_POLICY, "policy")[0]
-    v = rv.rival_variants(base, POLICY, CLOCKS, in_path_policy=seeing)
+    server = load_yaml(SERVER_POLICY, "policy")[0]
+    v = rv.rival_variants(base, POLICY, CLOCKS, in_path_policy=seeing, server_policy=server)
     assert v[rv.CONTROL]["policy"] == POLICY
-    assert all(sc["policy"] == seeing for name, sc in v.items() if name.endswith("+ RelA"))
+    assert v["client_throttle + RelA"]["policy"] == seeing
+    assert all(sc["policy"] == server for name, sc in v.items()
+               if name.endswith("+ RelA") and not name.startswith("client_throttle"))
     from relakit.checks import check_scenario
 
     for name, sc in v.items():  # each passes the scenario checks (no signal that reads nothing)
         found = [f.text for f in check_scenario(relakit.scenario.load_scenario(sc))
                  if f.severity == "error" or "signals." in f.key]
         assert not found, (name, found)
+    # the throttle's policy beside a server-side mechanism: throttle_ratio would read 0
+    v = rv.rival_variants(base, POLICY, CLOCKS, in_path_policy=seeing)
+    found = [f.key for f in check_scenario(relakit.scenario.load_scenario(
+        v["concurrency_limit aimd + RelA"])) if f.severity == "error"]
+    assert found == ["policy.signals.throttle_ratio.num.outcome"], found  # (an inline policy)
 
 
 def _runs(numbers: dict[str, dict[str, list[float]]]) -> pl.DataFrame:
@@ -362,10 +372,11 @@ def moves(r) -> list[tuple[str, str, str]]:
 def test_rela_sees_a_servers_refusals_only_through_the_in_path_policy():
     """rela.yaml counts no `rejected`: beside a concurrency limit that keeps the queue
     short it sees a slow tail at most (performance: hedging, more load), never survival;
-    rela-in-path.yaml counts the refusals as failures and sheds."""
+    rela-in-path-server.yaml (rela-in-path.yaml without the clients' throttle_ratio) counts
+    the refusals as failures and sheds."""
     sc = limited("concurrency_limit aimd")
     blind = relakit.simulate(rv.with_control(sc, POLICY, CLOCKS))
-    seeing = relakit.simulate(rv.with_control(sc, load_yaml(IN_PATH_POLICY, "policy")[0], CLOCKS))
+    seeing = relakit.simulate(rv.with_control(sc, load_yaml(SERVER_POLICY, "policy")[0], CLOCKS))
     assert blind.summary.filter(pl.col("tier") == "all")["rejected"][0] > 10_000  # overloaded
     assert "survival" not in {m for _, m, _ in moves(blind)}, moves(blind)
     assert ("preempt", "survival", "error_ratio") in moves(seeing), moves(seeing)
