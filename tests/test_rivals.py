@@ -238,6 +238,57 @@ def test_a_small_comparison_end_to_end():
     assert w["value"] < w["baseline"] and w["verdict"] == "better", w
 
 
+# DejaVu Sans (the theme's font) advance widths, in ems, of what a number's tick label holds
+_EM = {**dict.fromkeys("0123456789", 0.636), "\u2212": 0.838, "-": 0.361, ".": 0.318, ",": 0.318,
+       "%": 0.950}
+
+
+def _axis_labels(spec) -> list[list[tuple[float, float]]]:
+    """(left, right) x of each label drawn on each x axis of a rendered chart (vl-convert's
+    scene graph: a label Vega dropped for overlapping has opacity 0; one at the panel's edge
+    is aligned left or right of its tick)."""
+    import vl_convert as vlc
+
+    groups: list = []
+    share = {"left": 0.0, "center": 0.5, "right": 1.0}  # of its width left of its anchor
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("marktype") == "text" and node.get("role") == "axis-label":
+                items = [it for it in node["items"] if it.get("opacity", 1) > 0]
+                if items and all(it.get("baseline") == "top" for it in items):  # an x axis
+                    widths = [sum(_EM.get(ch, 0.7) for ch in it["text"]) * it["fontSize"]
+                              for it in items]
+                    groups.append([(it["x"] - share[it["align"]] * w,
+                                    it["x"] + (1 - share[it["align"]]) * w)
+                                   for it, w in zip(items, widths, strict=True)])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(vlc.vegalite_to_scenegraph(spec))
+    return groups
+
+
+def test_the_differences_chart_never_writes_tick_labels_into_each_other():
+    """The ramp's gold success spans -0.44 to +0.05 in a 150 px panel: its labels were drawn
+    edge to edge (-0.4-0.3-0.2-0.1 0.0 0.1). Every x axis keeps 2 px between labels."""
+    spans = {"gold_success": (-0.44, 0.05), "goodput_rps": (-1200.0, 1900.0),
+             "p99_ms": (-900.0, 10.0), "wasted_share": (-0.2, 0.05)}
+    rows = [{"variant": v, "number": n, "difference": d, "difference_ci": abs(d) * 0.02,
+             "value": 0.5, "value_ci": 0.01, "baseline": 0.5, "verdict": "better"}
+            for n, span in spans.items() for v, d in zip("ab", span, strict=True)]
+    spec = plots.rival_differences_chart(pl.DataFrame(rows), rv.NUMBER_TITLES, title="t",
+                                         baseline=rv.CONTROL).to_dict()
+    axes = _axis_labels(spec)
+    assert len(axes) == len(spans) and all(len(a) >= 2 for a in axes), axes  # still labelled
+    for labels in axes:
+        for (_, right), (left, _) in zip(labels[:-1], labels[1:], strict=True):
+            assert left - right >= 2.0, labels
+
+
 def test_figures_use_the_palette():
     table = pl.DataFrame({"variant": ["a", "b", "a", "b"], "number": ["gold_success"] * 2
                           + ["p99_ms"] * 2, "difference": [0.1, 0.0, -5.0, 3.0],
