@@ -761,17 +761,48 @@ LAB_SERIES = ("requests_total", "latency_seconds_bucket", "latency_seconds_sum",
               "latency_seconds_count", "in_flight", "busy_seconds_total", "flag")
 
 
-def check_lab(policy, clocks, buckets_s=None, extra_series=()) -> list[Finding]:
+#: the in-path outcomes the lab's instances count, and the lab's mitigations that move each:
+#: a throttled request never leaves its client (the load generator's or the front's)
+LAB_COUNTED_BY = {"rejected": ("concurrency_limit",), "throttled": ()}
+
+
+def check_lab(policy, clocks, buckets_s=None, extra_series=(), mechanisms=()) -> list[Finding]:
     """The agent's policy against the data plane's metric names (``extra_series``: those of
     the lab's in-path mechanisms, when on); the lab's clocks; its thresholds against the
-    latency histogram's buckets (``buckets_s``, seconds)."""
+    latency histogram's buckets (``buckets_s``, seconds). ``mechanisms``: the in-path
+    mitigations the lab runs; a signal reading only an outcome none of them moves is
+    refused (:func:`check_unmoved`, the simulator's case)."""
     series = [("nodes", n, None, None, None) for n in (*LAB_SERIES, *extra_series)]
     return (check_policy(policy)
             + check_signals(policy, series, missing=ERROR, what="the lab's data plane",
                             labels=False, own=True)
+            + _lab_unmoved(policy, set(mechanisms))
             + [Finding(f.severity, "lab", "--" + f.key.replace("_", "-"), f.message)
                for f in check_clocks(clocks, needs_rates=policy_needs_rates(policy))]
             + ([] if buckets_s is None else check_bucket_edges(policy, buckets_s)))
+
+
+def _lab_unmoved(policy, configured) -> list[Finding]:
+    out = []
+    for name, sig in policy.signals.items():
+        for part, _, sel in _selectors(sig):
+            want = sel.labels.get("outcome", ())
+            want = (want,) if isinstance(want, str) else tuple(want)
+            if sel.source != "nodes" or not want or not all(v in LAB_COUNTED_BY for v in want):
+                # (the lab has no client series: check_signals refuses those already)
+                continue
+            movers = {k for v in want for k in LAB_COUNTED_BY[v]}
+            if movers & configured:
+                continue
+            why = (f"only a concurrency limit moves it, and the lab runs "
+                   f"{', '.join(sorted(configured)) or 'no in-path mitigation'} (--mitigations)"
+                   if movers else "the lab's instances never count it (a throttled request "
+                   "never leaves its client)")
+            out.append(Finding(ERROR, policy.source, f"signals.{name}.{part}outcome",
+                               f"signal '{name}' reads only outcome "
+                               f"{' or '.join(map(repr, want))}: {why}, so it reads nothing "
+                               "all run and conditions on it never hold"))
+    return out
 
 
 def check_bucket_edges(policy, buckets_s) -> list[Finding]:

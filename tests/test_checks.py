@@ -297,6 +297,33 @@ def test_a_signal_on_a_counter_no_configured_mechanism_moves_is_refused():
         assert found == (["policy.signals.errors.promql"] if refused else []), (expr, found)
 
 
+def test_the_lab_refuses_a_signal_on_an_outcome_its_mechanisms_never_count():
+    """The live lab's instances count `rejected` only with a concurrency limit and never
+    `throttled` (the clients' throttle refuses before sending): a signal reading only one
+    of them reads nothing there, refused as in the simulator; counted among others, read."""
+    from relakit.checks import check_lab
+    from relakit.control import load_clocks
+
+    clocks = load_clocks({}, scrape_s=1, window_s=5, eval_s=1, poll_s=1)
+
+    def errors(outcome, **kw):
+        pol = load_policy({**POLICY, "signals": {"errors": {
+            "kind": "ratio", "num": {"metric": "requests_total", "outcome": outcome},
+            "den": {"metric": "requests_total"}}}})
+        return [f for f in check_lab(pol, clocks, **kw) if f.severity == "error"]
+
+    limit = {"extra_series": ("rejected_total", "concurrency_limit"),
+             "mechanisms": ("concurrency_limit",)}
+    (f,) = errors("rejected")
+    assert f.key == "signals.errors.num.outcome" and "concurrency limit" in f.message, f
+    assert not errors("rejected", **limit)
+    (f,) = errors("throttled", mechanisms=("client_throttle",))
+    assert "never count" in f.message, f
+    assert not errors(["error", "timeout", "rejected"])  # read beside what there is
+    server = load_policy(SERVER_POLICY)
+    assert not [f for f in check_lab(server, clocks) if f.severity == "error"]
+
+
 def test_the_in_path_series_table_names_every_series_an_in_path_run_adds():
     from relakit.checks import IN_PATH_SERIES_COUNTED_BY, simulator_series
     from relakit.vocab import IN_PATH_KEYS
