@@ -160,3 +160,31 @@ def test_delay_cdf_figure_draws_the_closed_form_as_a_line_and_the_runs_as_steps(
     rows = spec["datasets"][band["data"]["name"]]
     assert min(r["low"] for r in rows) >= 0 and max(r["high"] for r in rows) <= 1
     assert "95 % band" in spec["title"]["subtitle"] and "cut off" in spec["title"]["subtitle"]
+
+
+@pytest.mark.parametrize("mechanism", [
+    {"concurrency_limit": {"algorithm": "aimd", "initial": 50, "min": 50, "max": 50,
+                           "cost_us": 2000}},
+    {"codel": {"target_ms": 5, "interval_ms": 100, "cost_us": 2000}}])
+def test_a_probes_service_does_not_depend_on_the_queue_ahead(mechanism):
+    """One server, 10 ms fixed demand, probes at 40 a second (utilisation 0.4: in an M/D/1
+    queue 40 % of them wait) beside a trickle of user requests, with a server-side in-path
+    mechanism whose decisions cost 2 ms. A probe, judged by no in-path mechanism, pays no
+    decision cost whether it started at once (a probe's start_service) or after a queue
+    (the loop's "start service"); a user request pays it. So whenever the node is idle at a
+    sample, its busy seconds are exactly probes x 10 ms + requests served x 12 ms (the old code
+    charged the 2 ms to every probe that had waited: ~0.4 x 4,000 x 2 ms too much)."""
+    base = make_scenario(rate=2, nodes=1, servers=1, duration=100, seed=11,
+                         service={"kind": "deterministic", "mean_ms": 10})
+    sc = load_scenario({**base, "mitigations": mechanism},
+                       overrides={"fleet.probes": {"rate_rps": 40}})
+    m = simulate(sc).metrics.filter(pl.col("node") == 0)
+    wide = m.group_by("time_s", "name").agg(pl.col("value").sum()).pivot(
+        on="name", index="time_s").sort("time_s")
+    idle = wide.filter((pl.col("busy_servers") == 0) & (pl.col("queue_length") == 0))
+    assert idle.height > 40 and wide["queue_length"].max() >= 1  # it idled, it queued
+    assert idle["probe_requests_total"][-1] > 3500 and idle["requests_total"][-1] > 100
+    served = idle["requests_total"] - idle["rejected_total"]  # (CoDel's drops: no service)
+    expect = idle["probe_requests_total"] * 0.010 + served * 0.012
+    np.testing.assert_allclose(idle["busy_seconds_total"].to_numpy(), expect.to_numpy(),
+                               rtol=1e-9, atol=1e-9)

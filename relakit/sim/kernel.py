@@ -681,10 +681,47 @@ def probe_arrives(cfg_f, cfg_i, fs, isv, rng, ni, node_c, job_i, job_f, job_free
     return node
 
 
+# ---- start service: ONE path for every job a server starts (the loop's "start service"
+# and a probe's start_service), so a job's service time never depends on how it reached
+# the server. A probe pays no in-path decision cost: no in-path mechanism judges it (it
+# bypasses admission, the limit never learns from it, CoDel never drops it; design.md).
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def copy_demand(rng, svc_kind, a, b, c):
+    """A hedge's or a retry's demand (stream ``copy_service``); exponential written out."""
+    if svc_kind == S_EXP:
+        return exponential(rng, RNG_COPY_SERVICE, a)
+    return draw_service(rng, RNG_COPY_SERVICE, svc_kind, a, b, c)
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def begin_service(ni, nf, job_i, job_f, nr, jr, t, s, degraded, degraded_mask, svc_factor,
+                  probes, judge_cost):
+    """Job row jr starts service at node row nr at t with demand s: its state, the node's
+    busy count and area; returns its service time (demand x the node's slowdown, x
+    ``svc_factor`` if ``degraded`` and its tier is in the mask, + ``judge_cost`` unless
+    it is a probe). Callers pass the loop's constants, which fold away once inlined."""
+    job_i[jr, JI_STATE] = J_SERVING
+    job_f[jr, JF_T_START] = t
+    busy = ni[nr, NI_BUSY]
+    nf[nr, NF_BUSY_AREA] += busy * (t - nf[nr, NF_LAST_T])
+    nf[nr, NF_LAST_T] = t
+    ni[nr, NI_BUSY] = busy + 1
+    s *= nf[nr, NF_SLOWDOWN]
+    if degraded and (degraded_mask >> job_i[jr, JI_TIER]) & 1:
+        s *= svc_factor  # the cheaper path, at a loss of quality
+        job_i[jr, JI_DEGRADED] = 1
+    if judge_cost > 0.0 and not (probes and job_i[jr, JI_CALL] < 0):
+        s += judge_cost  # ---- in-path: the server's decisions cost service time
+    return s
+
+
 @njit(cache=True, error_model="numpy")
 def start_service(cfg_f, cfg_i, isv, rng, ni, nf, job_i, job_f, heap_t, heap_k, node, t,
                   degraded_mask, svc_factor):
-    """Start queued jobs where servers are free (the loop's "start service", for a probe)."""
+    """Start queued jobs where servers are free (for a probe; each through begin_service,
+    as the loop's "start service")."""
+    judge_cost = cfg_f[CF_JUDGE_COST] if cfg_i[CI_CL_ALGO] != CL_NONE or \
+        cfg_i[CI_CODEL] != 0 or cfg_i[CI_DISCIPLINE] != D_FIFO else 0.0
     while ni[node, NI_QLEN] > 0 and ni[node, NI_BUSY] < ni[node, NI_SERVERS]:
         j = ni[node, NI_QHEAD]
         nxt = job_i[j, JI_NEXT]
@@ -694,19 +731,13 @@ def start_service(cfg_f, cfg_i, isv, rng, ni, nf, job_i, job_f, heap_t, heap_k, 
         else:
             ni[node, NI_QTAIL] = -1
         ni[node, NI_QLEN] -= 1
-        job_i[j, JI_STATE] = J_SERVING
-        job_f[j, JF_T_START] = t
-        touch_busy(ni, nf, node, t)
-        ni[node, NI_BUSY] += 1
         s = job_f[j, JF_DEMAND]
         if s < 0.0:  # a hedge's or a retry's, as the loop draws it (a probe brings its own)
-            s = draw_service(rng, RNG_COPY_SERVICE, cfg_i[CI_SVC_KIND],
-                             cfg_f[CF_SVC_A], cfg_f[CF_SVC_B], cfg_f[CF_SVC_C])
+            s = copy_demand(rng, cfg_i[CI_SVC_KIND], cfg_f[CF_SVC_A], cfg_f[CF_SVC_B],
+                            cfg_f[CF_SVC_C])
             job_f[j, JF_DEMAND] = s
-        s *= nf[node, NF_SLOWDOWN]
-        if (degraded_mask >> job_i[j, JI_TIER]) & 1:
-            s *= svc_factor
-            job_i[j, JI_DEGRADED] = 1
+        s = begin_service(ni, nf, job_i, job_f, node, j, t, s, True, degraded_mask,
+                          svc_factor, True, judge_cost)
         heap_push(heap_t, heap_k, isv, t + s, event_key(j, EV_DONE, job_i[j, JI_GEN]))
 
 
@@ -1218,7 +1249,8 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     codel_target, codel_interval = cfg_f[CF_CODEL_TARGET], cfg_f[CF_CODEL_INTERVAL]
     codel_on = CODEL and cfg_i[CI_CODEL] != 0
     discipline = cfg_i[CI_DISCIPLINE]
-    judge_cost = cfg_f[CF_JUDGE_COST]  # a server decision's service time (s)
+    # a server decision's service time (s); 0 (folded) with no server-side mechanism
+    serve_cost = cfg_f[CF_JUDGE_COST] if CONCURRENCY or CODEL else 0.0
     if CODEL:
         heap_room += CODEL_DROPS_MAX
     while True:
@@ -2047,25 +2079,12 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                     node_c[nr, NC_CODEL_DROPPED] += 1
                     hn = end_synced(isv, job_i, heap_t, heap_k, j, REJECTED, t, hn)
                     continue
-                job_i[jr, JI_STATE] = J_SERVING
-                job_f[jr, JF_T_START] = t
-                busy = node_i[nr, NI_BUSY]
-                node_f[nr, NF_BUSY_AREA] += busy * (t - node_f[nr, NF_LAST_T])
-                node_f[nr, NF_LAST_T] = t
-                node_i[nr, NI_BUSY] = busy + 1
                 s = job_f[jr, JF_DEMAND]
                 if RESENDS and s < 0.0:  # a hedge's or a retry's: its own stream
-                    if svc_kind == S_EXP:
-                        s = exponential(rng, RNG_COPY_SERVICE, svc_a)
-                    else:
-                        s = draw_service(rng, RNG_COPY_SERVICE, svc_kind, svc_a, svc_b, svc_c)
+                    s = copy_demand(rng, svc_kind, svc_a, svc_b, svc_c)
                     job_f[jr, JF_DEMAND] = s
-                s *= node_f[nr, NF_SLOWDOWN]
-                if DEGRADED and (degraded_mask >> job_i[jr, JI_TIER]) & 1:
-                    s *= svc_factor  # the cheaper path, at a loss of quality
-                    job_i[jr, JI_DEGRADED] = 1
-                if (CONCURRENCY or CODEL) and judge_cost > 0.0:
-                    s += judge_cost  # ---- in-path: the server's decisions cost service time
+                s = begin_service(node_i, node_f, job_i, job_f, nr, jr, t, s, DEGRADED,
+                                  degraded_mask, svc_factor, PROBES, serve_cost)
                 if not RESENDS:  # (settled) the event set no other timer: onto the heap
                     # now (sifted up at unsigned positions), not through pend and the filing
                     sift_up(heap_t, heap_k, ROW(hn), ROW(1), t + s,
