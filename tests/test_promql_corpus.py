@@ -5,7 +5,8 @@ sloth/pyrra SLOs, blackbox packs) and together they use every construct issue 32
 added; ``NAME.series.yml`` holds promtool input series with the labels such files
 read (job, namespace, pod, ...). relakit backtests each file over those series and
 its answers become promtool's expected alerts at every instant, and expected samples
-of every recorded series: promtool must pass.
+of every recorded series (and of ``1 / (x == x)`` for one that is 0 somewhere, so a
+zero's sign shows as -Inf or +Inf): promtool must pass.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
-from test_promql import _label_map, check_promtool, expand
+from test_promql import _label_map, check_promtool, expand, sign_form
 
 from relakit.control import promql, rules
 
@@ -119,14 +120,21 @@ def test_corpus_file_equals_promtool(path, tmp_path):
     t = np.array(times, dtype=float)
     for name in sorted({r.name for g in groups for r in g.rules if r.kind == "record"}):
         # a NaN sample cannot be expected (promtool compares with DeepEqual): the
-        # numbers, then where the NaNs are
-        for expr in (f"{name} == {name}", f"{name} != bool {name}"):
+        # numbers, then where the NaNs are; and, for a series that is 0 somewhere, the
+        # sign of each zero (1 / (x == x): -Inf or +Inf, where == sees -0 == +0)
+        forms = [f"{name} == {name}", f"{name} != bool {name}"]
+        while forms:
+            expr = forms.pop(0)
             res = ev.evaluate(promql.parse(expr), t)
+            zero = False
             for i, te in enumerate(times):
                 got = [{"labels": promql.format_labels(lab), "value": float(val[i])}
                        for lab, val, ok in res.series if ok[i]]
                 assert not any(math.isnan(s["value"]) for s in got)
+                zero |= any(s["value"] == 0 for s in got)
                 expr_cases.append({"expr": expr, "eval_time": f"{te}s", "exp_samples": got})
+            if zero and expr == f"{name} == {name}":
+                forms.append(sign_form(name, False))
     (tmp_path / path.name).write_text(path.read_text())
     order = [g.name for g in groups]
     test = {"rule_files": [path.name], "evaluation_interval": f"{EVAL_S}s",
