@@ -91,6 +91,33 @@ def test_corpus_uses_every_construct_of_issue_32():
     assert keep
 
 
+def zero_subexpressions(groups, ev, t) -> list[str]:
+    """The instant-vector sub-expressions of every rule (functions, aggregations, operators;
+    not the rule's whole expression) that answer 0 at some instant, as text."""
+    found = []
+
+    def walk(node):
+        if (isinstance(node, promql.Call | promql.Aggregate | promql.Binary | promql.Unary)
+                and not promql.is_range(node) and not promql.is_scalar(node)):
+            found.append(promql.to_text(node))
+        for a in ("expr", "lhs", "rhs", "param"):
+            if getattr(node, a, None) is not None:
+                walk(getattr(node, a))
+        for a in getattr(node, "args", ()):
+            walk(a)
+
+    for g in groups:
+        for r in g.rules:
+            walk(r.node)
+    whole = {promql.to_text(r.node) for g in groups for r in g.rules}
+    out = []
+    for expr in sorted(set(found) - whole):
+        res = ev.evaluate(promql.parse(expr), t)
+        if any(((val == 0) & ok).any() for _, val, ok in res.series):
+            out.append(expr)
+    return out
+
+
 @needs_promtool
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_corpus_file_equals_promtool(path, tmp_path):
@@ -135,6 +162,16 @@ def test_corpus_file_equals_promtool(path, tmp_path):
                 expr_cases.append({"expr": expr, "eval_time": f"{te}s", "exp_samples": got})
             if zero and expr == f"{name} == {name}":
                 forms.append(sign_form(name, False))
+    # the rules' own sub-expressions that answer 0 somewhere (a rate of a flat counter, a
+    # difference, an aggregation of zeros), with each zero's sign: the recorded series
+    # alone rarely hold a zero
+    for expr in zero_subexpressions(groups, ev, t):
+        res = ev.evaluate(promql.parse(sign_form(expr, False)), t)
+        for i, te in enumerate(times):
+            got = [{"labels": promql.format_labels(lab), "value": float(val[i])}
+                   for lab, val, ok in res.series if ok[i]]
+            expr_cases.append({"expr": sign_form(expr, False), "eval_time": f"{te}s",
+                               "exp_samples": got})
     (tmp_path / path.name).write_text(path.read_text())
     order = [g.name for g in groups]
     test = {"rule_files": [path.name], "evaluation_interval": f"{EVAL_S}s",
@@ -147,7 +184,9 @@ def test_corpus_file_equals_promtool(path, tmp_path):
     alert_failures = (proc.stdout + proc.stderr).count("alertname:")
     assert alert_failures == 0, (proc.stdout + proc.stderr)[:4000]  # firing sets: exact
     check_promtool(proc)  # recorded values: to 1e-9
+    signs = sum(c["expr"].startswith("1 / (") for c in expr_cases)
     print(f"{path.name}: {len(alert_rules)} alerts x {len(times)} instants ({quiet} quiet), "
+          f"{signs} cases of zeros' signs, "
           f"{len(expr_cases)} recorded-series cases; never fire: {never}")
 
 
