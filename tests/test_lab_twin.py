@@ -59,14 +59,17 @@ import yaml
 from conftest import ROOT, relakit_cli
 
 import relakit
+from relakit.calibration import read_recording
 from relakit.calibration import validation as V
+from relakit.calibration.arrivals import fit_arrivals
+from relakit.calibration.population import fit_population
 from relakit.calibration.validation import record_quantiles, tier_quantiles
 from relakit.lab import Lab, LabSpec
 from relakit.replications import replication_seeds
 from relakit.stats import t_interval
 from relakit.traces import read_trace
 
-pytestmark = [pytest.mark.acceptance,  # `make acceptance` (see the Makefile), not make test
+pytestmark = [pytest.mark.wallclock,  # make test's stage that runs alone (a live lab's clocks)
               pytest.mark.skipif(shutil.which("wrk") is None or shutil.which("prometheus")
                                  is None, reason="the set-up installs wrk and prometheus")]
 
@@ -81,6 +84,11 @@ BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0
 SETTLE_S = 2.0  # left out after each step: where the calibration places it, and the transient
 TOLERANCE, TOLERANCE_P90 = V.TOLERANCE["p99_ms"], V.TOLERANCE_P90["p99_ms"]  # the validation's
 REPLICATIONS = 20
+# the population check is one joint criterion: gold's N and Z and each stepped tier's N per
+# phase (K intervals) must all hold wrk's numbers, each interval at 1 - ALPHA / K (Bonferroni):
+# a false alarm in at most ALPHA of the runs (module docstring)
+ALPHA, K = 0.01, 8
+JOINT_LEVEL = 1 - ALPHA / K
 
 
 def _wrk(front: str, tier: str, conns: int, secs: int) -> subprocess.Popen:
@@ -154,19 +162,31 @@ def test_wrk_ran_every_phase_without_errors(run):
 
 
 def test_the_calibration_finds_the_populations_phases_and_think_time(run):
-    """Gold (a steady N) is closed with N and Z inside their intervals. A stepped tier is
-    closed only when its rate follows N / (R + Z) within its phases beyond chance; on 2
-    cores that test's power is not certain (a recording at 838ba9d read silver's slope
-    0.19 ± 0.33 and kept it open, the twin trusted all the same), so a stepped tier is
-    either closed with every phase's N inside its interval, or open with its steps found
-    and the reason said — the issue's "says which it chose and why"."""
+    """Gold (a steady N) is closed, and a stepped tier is closed with its steps where wrk
+    made them, or open with its steps found and the reason said (the rate-follows-N / (R + Z)
+    test's power on 2 cores is not certain: a recording at 838ba9d read silver's slope
+    0.19 ± 0.33 and kept it open, the twin trusted all the same) — the issue's "says which
+    it chose and why". Then ONE joint check: every N and Z interval at JOINT_LEVEL holds
+    wrk's numbers (the verdicts do not depend on the level: the same fit in process at that
+    level must agree with `relakit calibrate`'s at 95 %)."""
     workload = _summary(run)["workload"]
     closed, note = workload["closed"], workload["note"]
     assert "gold" in closed, note
-    g = closed["gold"]
-    assert g["phases"] is None
-    assert g["think_ci"][0] <= THINK_MS / 1000 <= g["think_ci"][1], g
-    assert g["population_ci"][0] <= 12 <= g["population_ci"][1], g
+    assert closed["gold"]["phases"] is None
+    rec = read_recording(read_trace(run["recorded"]), str(run["recorded"]), None)
+    arr = fit_arrivals(rec, 2.0)  # calibrate --bin 2's bins
+    joint = fit_population(rec, np.append(arr.times_s, arr.end_s), JOINT_LEVEL)
+    assert set(joint.closed_tiers) == set(closed), (joint.note(), note)
+    misses, checked = [], 0
+
+    def holds(what, truth, ci):
+        nonlocal checked
+        checked += 1
+        if not ci[0] <= truth <= ci[1]:
+            misses.append(f"{what}: {truth} not in [{ci[0]:.3g}, {ci[1]:.3g}]")
+    g = joint.tiers["gold"]
+    holds("gold N", 12, g.population_ci)
+    holds("gold Z s", THINK_MS / 1000, g.think_ci)
     origin = _origin(run)
     for tier in ("silver", "bronze"):
         made = [ts - origin for t, _, ts in run["starts"] if t == tier]
@@ -177,17 +197,21 @@ def test_the_calibration_finds_the_populations_phases_and_think_time(run):
             assert len(found) == len(made) - 1, (tier, note)
             assert all(abs(f - at) < 2.0 for f, at in zip(found, made[1:], strict=True)), note
             continue
-        phases = closed[tier]["phases"]
+        phases = joint.tiers[tier].phases
+        assert [p["start_s"] for p in closed[tier]["phases"]] == [p.start_s for p in phases]
         # a last phase of none once wrk stopped and the recording went on, if any
         end = run["t0"] + END_S - origin
         if len(phases) == len(made) + 1:
-            assert abs(phases[-1]["start_s"] - end) < 2.0 and phases[-1]["population"] < 0.5
+            assert abs(phases[-1].start_s - end) < 2.0 and phases[-1].population < 0.5
             phases = phases[:-1]
         assert len(phases) == len(made), (tier, phases)
         for p, at in zip(phases[1:], made[1:], strict=True):
-            assert abs(p["start_s"] - at) < 2.0, (tier, p, at)  # within one bin
-        for p, (_, n, _) in zip(phases, PLAN[tier], strict=True):
-            assert p["population_ci"][0] <= n <= p["population_ci"][1], (tier, n, p)
+            assert abs(p.start_s - at) < 2.0, (tier, p, at)  # within one bin
+        for i, (p, (_, n, _)) in enumerate(zip(phases, PLAN[tier], strict=True)):
+            holds(f"{tier} N phase {i}", n, p.population_ci)
+    assert checked <= K, checked
+    assert not misses, (f"{len(misses)} of {checked} intervals at {JOINT_LEVEL:.5f} miss "
+                        f"wrk's numbers", misses, joint.note())
     twin = yaml.safe_load((run["work"] / "twin" / "twin.yaml").read_text())
     pops = twin["workload"]["clients"]["population"]
     assert isinstance(pops["gold"], int), pops
