@@ -11,8 +11,10 @@ stepping at once nothing does, and the calibration keeps them open, as it says).
 
 `relakit calibrate` on `lab record`'s recording must find gold steady and closed with
 its think time, silver and bronze stepped, closed, with their steps where wrk made them;
-the twin (validated on 20 replications of 10 s windows: with 10 the p99's interval
-was ±5-7 points, its upper end 27-30 % on three recordings) must be trusted; and
+the twin (validated on 40 replications of 10 s windows: with 10 the p99's interval
+was ±5-7 points, its upper end 27-30 % on three recordings; at 20 the 90th percentile's
+±8-9 points put r03's 53 % and r12's cells' 53 % over 60 % at the upper end) must be
+trusted; and
 `relakit simulate twin.yaml` must reproduce the recording per phase and tier: p50 and
 p99 of the servers' latency per (stretch between two steps, tier) cell, read from the
 recording's histogram (it carries the tier) and from the twin's requests put in the
@@ -20,18 +22,29 @@ same buckets, with the validation's limits applied over the cells as the validat
 applies them over its windows — the median relative error within 30 % and the 90th
 percentile within 60 %, each at the upper end of its interval over twin replications.
 Those are the limits the validation has for a latency quantile (it has no p50 limit, so
-p50 is held to p99's): a cell's p99 is read from 50-500 requests, itself noisy. A twin
+p50 is held to p99's): a cell's p99 is read from 17-500 requests (at least MIN_CELL: bronze's
+8 s cell at 2 clients held 28.0 ± 4.5 over 40 kept recordings), itself noisy. A twin
 request counts in the cell where it ended, as the servers' histogram counts it.
+
+**One joint criterion for the populations.** K = 8 intervals are asserted: gold's N and
+Z, and N in each of silver's and bronze's three phases. Each is computed at 1 - ALPHA / K
+(Bonferroni, ALPHA = 1 %): all eight miss-free in at least 99 % of runs whatever their
+correlation, so the check's false-alarm rate is at most 1 %. Shown, not assumed: held in
+299 of 300 seeds of the same plan simulated by relakit (truth known) and in all 40 kept
+recordings of this plan; Z's interval is Fieller's (the delta method's missed r27's
+500 ms at the joint level; relakit.calibration.population.fieller). The verdicts (closed or
+open, the steps) do not depend on the level: the in-process fit at JOINT_LEVEL must agree
+with `relakit calibrate`'s. The twin's checks (trusted; the cells) compare the upper end of
+a 95 % interval over 40 twin replications with the validation's limits: their false
+alarms are the twin's true error near a limit, measured, not set: docs/performance.md,
+"One joint criterion for the lab's twin".
 
 Each run draws fresh service times (``LabSpec.seed`` unset: a new seed, kept in the lab's
 state.json; the test's kept run.json has it): with the instances seeded by their index,
-every recording drew the same service times and repeated runs were not samples. ~92-110 s
-wall on 2 shared cores. Every check held on 22 of 27 fresh recordings since aa558d2 (8 of
-8, 5 of 7, 6 of 9 at 5357050, 3 of 3 after): gold's N or Z interval misses wrk's count in
-about one run in ten, as two honest 95 % intervals do (their coverage checked on 39 kept
-recordings and 200 synthetic seeds), so it stays in `make acceptance` (docs/performance.md,
-"The lab's twin and make test" and "Gold's N and Z intervals on the kept recordings");
-``RELAKIT_KEEP_LAB_RUN=DIR`` keeps a run to re-calibrate offline.
+every recording drew the same service times and repeated runs were not samples. ~95-110 s
+wall on 2 shared cores, in `make test`'s wallclock stage (its numbers, fresh live runs and
+every kept recording re-judged offline: docs/performance.md, "One joint criterion for the
+lab's twin"); ``RELAKIT_KEEP_LAB_RUN=DIR`` keeps a run to re-calibrate offline.
 
 The lab's service is exponential here (``slow_fraction = 0``): its default adds a 2 %
 slow path of 200 ms (two exponentials, CV 1.24: relakit's `hyperexponential`). With it
@@ -84,7 +97,7 @@ BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0
 MIN_CELL = 10  # live requests in a (stretch, tier) cell, at least (module docstring)
 SETTLE_S = 2.0  # left out after each step: where the calibration places it, and the transient
 TOLERANCE, TOLERANCE_P90 = V.TOLERANCE["p99_ms"], V.TOLERANCE_P90["p99_ms"]  # the validation's
-REPLICATIONS = int(os.environ.get("TWIN_REPS", "40"))
+REPLICATIONS = 40
 # the population check is one joint criterion: gold's N and Z and each stepped tier's N per
 # phase (K intervals) must all hold wrk's numbers, each interval at 1 - ALPHA / K (Bonferroni):
 # a false alarm in at most ALPHA of the runs (module docstring)
