@@ -47,6 +47,7 @@ __all__ = [
     "paired_difference",
     "prediction_interval",
     "quantile_interval",
+    "interval_text",
     "t_interval",
 ]
 
@@ -333,3 +334,27 @@ def quantile_interval(values, q: float, confidence: float = 0.95) -> Interval:
     est = float(np.quantile(x, q))
     half = max(est - low, high - est) if low == low and high == high else float("nan")
     return Interval(est, half, n, low, high, c)
+
+
+def interval_text(mean: float, half_width: float, decimals: int = 3, signed: bool = False
+                  ) -> str:
+    """``mean ± half-width`` with at least ``decimals`` decimals, as many more as the
+    half-width's first significant digit needs (the mean's, when the half-width is 0), and
+    more again until the interval as printed excludes 0 exactly when the interval does: a
+    paired difference of 0.0004 ± 0.0002 was printed ``+0.000 ± 0.000`` and counted
+    better, one of -0.0024 ± 0.0018 would read ``-0.002 ± 0.002``. ``signed``: the mean
+    with its sign (a difference). A NaN half-width (one run): the mean alone."""
+    lead = abs(half_width) if half_width == half_width and half_width else abs(mean)
+    d = decimals
+    if lead and np.isfinite(lead):
+        d = max(decimals, -int(np.floor(np.log10(lead))))
+    if half_width == half_width and np.isfinite(mean) and np.isfinite(half_width):
+
+        def excludes(m, h):
+            return m - h > 0 or m + h < 0
+
+        while d < 17 and excludes(mean, half_width) != excludes(round(mean, d),
+                                                               round(abs(half_width), d)):
+            d += 1
+    head = f"{mean:+.{d}f}" if signed else f"{mean:.{d}f}"
+    return head if half_width != half_width else f"{head} ± {abs(half_width):.{d}f}"
