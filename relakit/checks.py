@@ -444,12 +444,44 @@ def check_scenario(sc) -> list[Finding]:
     out += check_load(sc)
     out += check_arrival_shape(sc)
     out += check_throttle(sc)
+    out += check_sampled(sc)
     for i, f in enumerate(sc.faults):
         if f.start_s >= sc.duration_s:
             out.append(Finding(WARNING, src, f"faults[{i}].start_s",
                                f"{f.start_s:g} s is not before the end of the run "
                                f"(duration_s {sc.duration_s:g}): this fault never happens"))
     return out
+
+
+def unsampled_s(duration_s: float, interval_s: float) -> float:
+    """Seconds of a run after its last metrics sample (samples at 0, interval_s, ...):
+    ``duration_s`` modulo ``interval_s``, 0 when it is a multiple (to 1e-9 relative)."""
+    k = math.floor(duration_s / interval_s + 1e-9)
+    tail = duration_s - k * interval_s
+    return 0.0 if tail <= 1e-9 * max(duration_s, 1.0) else tail
+
+
+def check_sampled(sc) -> list[Finding]:
+    """A run whose duration is not a multiple of its scrape interval: the metrics grid (the
+    fleet's samples at 0, interval_s, ...) ends before the run, so the control plane and
+    every metric-derived table never see its last seconds (a 100 s run scraped every 15 s
+    was last sampled at 90 s). A warning: the request-level tables do see them. Per-target
+    scrape phases (``metrics.phase_s``) offset each target's scrapes within one interval by
+    design, and are not counted here."""
+    d, dt = sc.duration_s, sc.metrics.interval_s
+    tail = unsampled_s(d, dt)
+    if not tail:
+        return []
+    k = math.floor(d / dt + 1e-9)
+    given = (f"metrics.interval_s ({dt:g} s, clocks.scrape_s)" if sc.clocks is not None
+             else f"metrics.interval_s ({dt:g} s)")
+    lower = f"{k * dt:g} or " if k else ""
+    return [Finding(WARNING, sc.source, "duration_s",
+                    f"{d:g} s is not a multiple of {given}: its last {tail:g} s (after the "
+                    f"last sample at {k * dt:g} s) are never sampled, so the control plane "
+                    f"and every metric-derived table miss them; use duration_s "
+                    f"{lower}{(k + 1) * dt:g} (a multiple of {dt:g}), or an interval that "
+                    f"divides {d:g}")]
 
 
 def check_throttle(sc) -> list[Finding]:
@@ -934,6 +966,6 @@ def check_replay(frame, source: str, policy=None, chain=None, clocks=None, start
 
 __all__ = ["ERROR", "WARNING", "CheckError", "Finding", "RelakitWarning", "available_memory",
            "check_chain", "check_clocks", "check_lab", "check_load", "check_memory",
-           "check_policy", "check_replay", "check_run", "check_scenario", "check_signals",
-           "check_sweep", "check_trace", "enforce", "scrape_interval",
-           "simulator_series", "trace_series"]
+           "check_policy", "check_replay", "check_run", "check_sampled", "check_scenario",
+           "check_signals", "check_sweep", "check_trace", "enforce", "scrape_interval",
+           "simulator_series", "trace_series", "unsampled_s"]

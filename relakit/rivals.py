@@ -27,7 +27,10 @@ import copy
 import polars as pl
 
 from relakit.control.clocks import KEYS as CLOCK_KEYS
-from relakit.metastability import control_delay_s  # the one reckoning, public here too
+from relakit.metastability import (  # the one reckoning, public here too
+    control_delay_s,
+    warn_unsampled,
+)
 from relakit.vocab import ANSWERED, SERVED
 
 __all__ = ["CONTROL", "LOCAL_MECHANISMS", "NUMBERS", "NUMBER_TITLES", "SERVER_MECHANISMS",
@@ -358,6 +361,7 @@ def rival_runs(variants: dict[str, dict], end_s: float, replications: int = 3,
     seeds = replication_seeds(int(first.get("seed", 1) if seed is None else seed),
                               int(replications))
     names = list(variants)
+    warn_unsampled(variants.values())
     parts = run_tasks([(_variant_runs, (variants[n], seeds, end_s, level, hold_s))
                        for n in names], workers=workers, adaptive=True)
     rows = [{"variant": n, "tier": "all", **r} for n, part in zip(names, parts, strict=True)

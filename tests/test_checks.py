@@ -346,3 +346,52 @@ def test_a_signal_on_an_in_path_outcome_names_the_mechanism_that_counts_it():
     assert f.key == "signals.errors.num.outcome", f
     assert "mitigations.concurrency_limit or mitigations.codel" in f.message
     assert "client_throttle" not in f.message
+
+
+# ---- a run's last seconds after its last metrics sample ------------------------------------
+def test_unsampled_tail_is_the_duration_modulo_the_scrape_and_is_warned_by_name():
+    from relakit.checks import check_sampled, unsampled_s
+    from relakit.scenario import load_scenario
+
+    assert unsampled_s(100, 15) == pytest.approx(10)  # notebook 11's run: last sample at 90 s
+    assert unsampled_s(105, 15) == 0 and unsampled_s(0.9, 0.3) == 0  # float multiples
+    assert unsampled_s(105, 1.5) == 0 and unsampled_s(2, 0.75) == pytest.approx(0.5)
+    sc = load_scenario(make_scenario(duration=100, interval=15))
+    (f,) = [f for f in check_scenario(sc) if f.key == "duration_s"]
+    assert f.severity == "warning" and f.file == sc.source
+    for said in ("100 s", "metrics.interval_s (15 s)", "last 10 s", "at 90 s",
+                 "duration_s 90 or 105"):
+        assert said in f.message, f.message
+    assert not check_sampled(load_scenario(make_scenario(duration=105, interval=15)))
+    # a run shorter than one scrape: only the longer multiple is offered
+    short = check_sampled(load_scenario(make_scenario(duration=10, interval=15)))
+    assert "use duration_s 15 " in short[0].message, short[0].message
+
+
+def test_unsampled_tail_names_clocks_scrape_when_the_clocks_set_the_interval():
+    from relakit.checks import check_sampled
+    from relakit.scenario import load_scenario
+
+    sc = make_scenario(duration=62)
+    del sc["metrics"]
+    sc["policy"] = str(ROOT / "params/policies/rela-eager-shed.yaml")
+    sc["clocks"] = {"scrape_s": 5, "window_s": 30, "eval_s": 2, "poll_s": 2}
+    (f,) = check_sampled(load_scenario(sc))
+    assert "metrics.interval_s (5 s, clocks.scrape_s)" in f.message and "last 2 s" in f.message
+
+
+def test_unsampled_tail_is_said_by_every_path_that_runs_a_scenario(tmp_path):
+    """simulate, the checks of a sweep, and the maps and rivals whose workers run with the
+    semantic warnings off (they say it before the workers start)."""
+    from relakit.experiment import simulate
+    from relakit.metastability import Recovery, basin_map
+    from relakit.rivals import rival_runs
+
+    sc = make_scenario(duration=10, interval=3, rate=50, nodes=1, servers=2)
+    with pytest.warns(RelakitWarning, match="last 1 s"):
+        simulate(sc, record_requests=False)
+    with pytest.warns(RelakitWarning, match="not a multiple of metrics.interval_s"):
+        basin_map(sc, "spike", [1.0], [1.0], Recovery(level=10, hold_s=1, within_s=6),
+                  replications=1, start_s=2.0, workers=1)  # a 2 + 1 + 6 + 1 = 10 s run
+    with pytest.warns(RelakitWarning, match="last 1 s"):
+        rival_runs({"a": sc}, end_s=5.0, replications=1, hold_s=1.0, workers=1)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
+import warnings
 
 import numpy as np
 import pytest
@@ -203,3 +204,35 @@ def test_histogram_of_two_names_is_two_groups_that_clash(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "vector cannot contain metrics with the same labelset" in (
         proc.stdout + proc.stderr), proc.stdout + proc.stderr
+
+
+# infinite counts through the extrapolated rate (rate, increase, delta): Inf - Inf is NaN,
+# as in Go, and numpy once said so on stderr ("invalid value encountered in subtract")
+INF_COUNTS = [
+    ('c{a="1"}', "1 Inf Inf 5 6 7 Inf 9 10+1x12"),  # +Inf, then a reset below it
+    ('c{a="2"}', "0+1x20"),
+    ('c{a="3"}', "-Inf 1 2 Inf -Inf 3+1x15"),
+    ('c{a="4"}', " ".join(["Inf"] * 21)),  # Inf - Inf in every window
+]
+INF_EXPRS = ["rate(c[1m])", "increase(c[1m])", "delta(c[1m])", "irate(c[1m])",
+             "idelta(c[1m])", "sum(rate(c[1m]))", "rate(c[2m])"]
+
+
+@needs_promtool
+def test_infinite_counts_through_rates_equal_promtool_without_a_warning(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning from numpy fails the test
+        assert run_promtool(tmp_path, INF_COUNTS, INF_EXPRS) == ""
+
+
+def test_infinite_counts_through_rates_raise_no_warning():
+    """The same without promtool: every number a rate of infinite counts gives is
+    Prometheus' (NaN where Inf - Inf), and numpy says nothing."""
+    t = np.array(TIMES, dtype=float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = promql.Evaluator(store(INF_COUNTS), default_step_s=EVAL_S).evaluate(
+            promql.parse("increase(c[1m])"), t)
+    by = {dict(lab)["a"]: val for lab, val, _ in res.series}
+    assert np.isnan(by["4"]).all()  # Inf - Inf: NaN, as Go's float arithmetic gives
+    assert np.isinf(by["1"][2])  # the window 0-60 s: 1 Inf Inf 5 -> reset adds Inf

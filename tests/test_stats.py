@@ -307,3 +307,28 @@ def test_batch_means_cover_erlang_c_within_single_runs():
     assert abs(lag1) < 0.1  # batches long enough: their means are nearly uncorrelated
     assert naive < 0.6
     assert cover_short < 0.9 and lag1_short > 0.2
+
+
+def test_chance_misses_against_the_binomial_by_hand():
+    """The misses a family of correct 95 % intervals shows by chance, counted term by term
+    (math.comb), against chance_misses; the figures notebooks 01 and 02 quote."""
+    from math import comb
+
+    from relakit.stats import chance_misses
+
+    def tail(k, a, p=0.05):  # P(more than a of k miss)
+        return sum(comb(k, j) * p ** j * (1 - p) ** (k - j) for j in range(a + 1, k + 1))
+
+    for k in (1, 2, 4, 12, 15, 40):
+        m = chance_misses(k)
+        assert m.p_any == pytest.approx(tail(k, 0), abs=1e-12)
+        assert m.p_more == pytest.approx(tail(k, m.allowed), abs=1e-12)
+        assert m.p_more <= 0.05 + 1e-12  # no more misses than allowed: rare
+        assert m.allowed == 0 or tail(k, m.allowed - 1) > 0.05 + 1e-12  # and the fewest such
+    assert (chance_misses(12).allowed, round(100 * chance_misses(12).p_any)) == (2, 46)
+    assert (chance_misses(15).allowed, round(100 * chance_misses(15).p_more)) == (2, 4)
+    for bad in (0, 2.5, -3):
+        with pytest.raises(ValueError, match="intervals"):
+            chance_misses(bad)
+    with pytest.raises(ValueError, match="level"):
+        chance_misses(12, level=1.0)

@@ -264,8 +264,8 @@ def extrapolated_rate(times, series, lo, hi, te, rng, is_rate: bool, is_counter:
         first, result = series[:, a], series[:, b]
     else:
         first, result = np.stack([v[a] for v in series]), np.stack([v[b] for v in series])
-    result -= first
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # Inf - Inf is NaN, as in Go, and said nowhere
+        result -= first
         if is_counter:
             if drops is None:
                 drops = counter_resets(series)
