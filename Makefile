@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 export NUMBA_CACHE_DIR := $(CURDIR)/.numba_cache
 export NUMBA_NUM_THREADS ?= 1
 
-.PHONY: setup system browser bytecode aot run test acceptance lint bench lab figures figures-only clean-cache clean FORCE
+.PHONY: setup system browser bytecode aot run test lint bench lab figures figures-only clean-cache clean FORCE
 
 setup: system $(VENV)/.installed $(NUMBA_CACHE_DIR)/.warm aot bytecode $(VENV)/.chart-js
 
@@ -74,16 +74,9 @@ run: setup
 # starved; the notebooks a notebook per worker (nbval runs a notebook's cells in order)
 test: setup browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not wallclock and not acceptance" tests
-	$(BIN)/python -m pytest -q -m "wallclock and not acceptance" tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not wallclock" tests
+	$(BIN)/python -m pytest -q -m wallclock tests
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --nbval-lax -p no:cacheprovider notebooks
-
-# the live twin of a wrk-driven lab (issue 35): every check held on 22 of 27 fresh
-# recordings on 2 shared cores (8 of 8, then 5 of 7, 6 of 9 at 5357050, 3 of 3 after; what
-# fails is in docs/performance.md), so it is run on purpose, not by every `make test`: a
-# test that fails by chance would fail CI
-acceptance: setup
-	$(BIN)/python -m pytest -q -m acceptance tests
 
 lint: setup
 	$(BIN)/ruff check .

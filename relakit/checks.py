@@ -421,19 +421,28 @@ def check_chain_clocks(chain, clocks, parent: str | None = None) -> list[Finding
 
 
 # ---- a scenario, before it runs ------------------------------------------------------------
+def _policy_checks(sc) -> list[Finding]:
+    """``sc.policy`` against the fleet it decides: its own checks, the series it reads,
+    the flags it sets and the counters it expects to move."""
+    from relakit.sim.spec import in_path
+
+    return (check_policy(sc.policy, sc.source)
+            + check_signals(sc.policy, simulator_series(sc.metrics.latency_buckets_s,
+                                                        in_path(sc)),
+                            missing=ERROR, what="the simulator", parent=sc.source, own=True)
+            + check_local_flags(sc) + check_unmoved(sc))
+
+
 def check_scenario(sc) -> list[Finding]:
     """Everything that can be known about a scenario without running it."""
     out = []
     src = sc.source
     if sc.policy is not None:
-        out += check_policy(sc.policy, src)
-        from relakit.sim.spec import in_path
-
-        out += check_signals(sc.policy, simulator_series(sc.metrics.latency_buckets_s,
-                                                         in_path(sc)),
-                             missing=ERROR, what="the simulator", parent=src, own=True)
-        out += check_local_flags(sc)
-        out += check_unmoved(sc)
+        out += _policy_checks(sc)
+    if sc.rollout is not None:  # the canary's new policy meets the same fleet
+        out += [dataclasses.replace(f, key="rollout." + f.key)
+                if f.file == src and f.key.startswith("policy.") else f
+                for f in _policy_checks(dataclasses.replace(sc, policy=sc.rollout.policy))]
     if sc.chain is not None:
         out += check_chain(sc.chain, sc.fleet.nodes, src)
     if sc.clocks is not None and (sc.policy is not None or sc.chain is not None):
@@ -572,7 +581,8 @@ def check_unmoved(sc) -> list[Finding]:
 
 
 def _unmoved_finding(file, key, name, what, found, have) -> Finding:
-    movers = " or ".join(f"mitigations.{k}" for k in _movers(found[0]))
+    movers = " or ".join(f"mitigations.{k}" for k in dict.fromkeys(k for f in found
+                                                                   for k in _movers(f) or ()))
     return Finding(ERROR, file, key,
                    f"signal '{name}': {what} a counter only {movers} moves, and this "
                    f"scenario has {have}: it reads 0 all run and conditions on it never "

@@ -28,8 +28,8 @@ import polars as pl
 
 from relakit.control.clocks import KEYS as CLOCK_KEYS
 from relakit.metastability import (  # the one reckoning, public here too
+    check_runs,
     control_delay_s,
-    warn_unsampled,
 )
 from relakit.vocab import ANSWERED, SERVED
 
@@ -133,16 +133,20 @@ def with_control(scenario: dict, policy, clocks) -> dict:
     """A copy of ``scenario`` under ``policy`` (a path or mapping) through ``clocks`` (a
     mapping of relakit's clocks keys), its metrics sampled at the scrape interval (as a
     control loop requires)."""
-    out = sampled(scenario, clocks["scrape_s"])
+    out = sampled(scenario, clocks)
     out["policy"], out["clocks"] = copy.deepcopy(policy), dict(clocks)
     return out
 
 
-def sampled(scenario: dict, interval_s: float) -> dict:
-    """A copy of ``scenario`` with its metrics sampled every ``interval_s``: every variant
-    of one comparison on one grid, so times read off the series compare."""
+def sampled(scenario: dict, clocks: dict) -> dict:
+    """A copy of ``scenario`` with its metrics sampled on ``clocks``' scrape grid (every
+    ``scrape_s`` from ``scrape_phase_s``, which a controlled run takes from its clocks):
+    every variant of one comparison on one grid, so times read off the series compare."""
     out = copy.deepcopy(scenario)
-    out["metrics"] = {**(out.get("metrics") or {}), "interval_s": float(interval_s)}
+    grid = {"interval_s": float(clocks["scrape_s"])}
+    if clocks.get("scrape_phase_s"):
+        grid["phase_s"] = float(clocks["scrape_phase_s"])
+    out["metrics"] = {**(out.get("metrics") or {}), **grid}
     return out
 
 
@@ -167,7 +171,7 @@ def rival_variants(base: dict, policy, clocks, mechanisms=LOCAL_MECHANISMS,
     server = hybrid if server_policy is None else server_policy
     out = {CONTROL: with_control(base, policy, clocks)}
     for m in mechanisms:
-        out[f"{m} alone"] = sampled(with_local(base, m), clocks["scrape_s"])
+        out[f"{m} alone"] = sampled(with_local(base, m), clocks)
         out[f"{m} + RelA"] = with_control(with_local(base, m),
                                           hybrid if m == "client_throttle" else server, clocks)
     return out
@@ -361,7 +365,7 @@ def rival_runs(variants: dict[str, dict], end_s: float, replications: int = 3,
     seeds = replication_seeds(int(first.get("seed", 1) if seed is None else seed),
                               int(replications))
     names = list(variants)
-    warn_unsampled(variants.values())
+    check_runs(variants.values())
     parts = run_tasks([(_variant_runs, (variants[n], seeds, end_s, level, hold_s))
                        for n in names], workers=workers, adaptive=True)
     rows = [{"variant": n, "tier": "all", **r} for n, part in zip(names, parts, strict=True)
@@ -435,8 +439,8 @@ def decision_frontier(base: dict, policy: dict, clocks: dict, mechanism: str, co
     shares = [float(s) for s in cost_shares]
     # the control plane's own clocks (factor 1) always a row: where today's configuration sits
     factors = sorted({float(f) for f in clock_factors} | {1.0})
-    variants = {f"path {s}": sampled(with_local(base, mechanism, s * mean_us),
-                                     clocks["scrape_s"]) for s in shares}
+    variants = {f"path {s}": sampled(with_local(base, mechanism, s * mean_us), clocks)
+                for s in shares}
     ladder = {f: scaled_clocks(clocks, f) for f in factors}
     variants |= {f"control {f}": with_control(base, policy, ladder[f]) for f in factors}
     runs = rival_runs(variants, end_s, replications, seed, level, hold_s, workers)

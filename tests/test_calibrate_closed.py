@@ -302,3 +302,58 @@ def test_n_and_z_intervals_cover_the_truth_over_seeds(tmp_path):
     assert hits_n >= 88 and hits_z >= 88, (hits_n, hits_z)
     ratio = np.median(half, axis=0) / 1.96 / np.std(est, axis=0)
     assert ((ratio > 0.8) & (ratio < 1.25)).all(), ratio
+
+
+def test_fiellers_interval_covers_a_ratio_where_the_delta_methods_does_not():
+    """Z = a / b with a, b jointly normal (b's standard error 20 % of it, as gold's slope on
+    the lab): Fieller's 95 % set holds the true ratio in 95 % of draws (it is exact), the
+    delta method's less, short on the side where b reads high (docs/performance.md, "One
+    joint criterion for the lab's twin")."""
+    import math
+
+    import numpy as np
+
+    from relakit.calibration.population import fieller
+
+    rng = np.random.default_rng(35)
+    a0, b0, se_a, se_b, rho = 0.0417, 0.0833, 0.006, 0.0167, -0.6
+    cov = rho * se_a * se_b
+    draws = rng.multivariate_normal([a0, b0], [[se_a ** 2, cov], [cov, se_b ** 2]], 4000)
+    fh = dh = 0
+    high = []  # the delta method's misses: was the ratio read high?
+    for a, b in draws:
+        lo, hi = fieller(a, b, se_a, se_b, cov, 1.96)
+        fh += lo <= a0 / b0 <= hi
+        se_z = math.sqrt((se_a / b) ** 2 + (a * se_b / b ** 2) ** 2 - 2 * a * cov / b ** 3)
+        if abs(a / b - a0 / b0) <= 1.96 * se_z:
+            dh += 1
+        else:
+            high.append(a / b > a0 / b0)
+    assert 0.935 <= fh / 4000 <= 0.965, fh  # 95 % within 2.9 binomial standard errors
+    assert dh < fh and sum(high) < 0.1 * len(high), (dh, fh, sum(high), len(high))  # 3815,
+    # 3758: every one of the delta method's 242 misses read the ratio low (b high)
+    assert fieller(a0, b0, 0.0, 0.0, 0.0, 1.96) == pytest.approx((a0 / b0, a0 / b0))
+    assert fieller(a0, b0, se_a, b0 / 1.5, 0.0, 1.96) == (-math.inf, math.inf)  # b not told
+
+
+def test_the_population_fits_level_widens_the_intervals_not_the_verdicts(closed_twin):
+    """fit_population at a joint level (tests/test_lab_twin.py asks 1 - 0.01 / 8): the same
+    verdict and estimates, intervals that hold the 95 % ones; a level outside [0.5, 1)
+    refused with its value."""
+    import numpy as np
+
+    from relakit.calibration.arrivals import fit_arrivals
+    from relakit.calibration.population import fit_population
+
+    rec = closed_twin.recording
+    arr = fit_arrivals(rec, closed_twin.population.bin_s)
+    edges = np.append(arr.times_s, arr.end_s)
+    base, wide = fit_population(rec, edges), fit_population(rec, edges, 1 - 0.01 / 8)
+    b, w = base.tiers["bronze"], wide.tiers["bronze"]
+    assert w.closed == b.closed and w.reason.split(":")[0] == b.reason.split(":")[0]
+    assert (w.population, w.think_s) == (b.population, b.think_s) and w.level == 0.99875
+    for lo_hi, wide_ci in ((b.population_ci, w.population_ci), (b.think_ci, w.think_ci)):
+        assert wide_ci[0] < lo_hi[0] and lo_hi[1] < wide_ci[1], (lo_hi, wide_ci)
+    with pytest.raises(ValueError, match="level is an interval's confidence in \\[0.5, 1\\), "
+                                         "got 1.0"):
+        fit_population(rec, edges, 1.0)

@@ -297,6 +297,26 @@ def test_a_signal_on_a_counter_no_configured_mechanism_moves_is_refused():
         assert found == (["policy.signals.errors.promql"] if refused else []), (expr, found)
 
 
+def test_a_rollouts_new_policy_meets_the_same_checks_as_the_current_one():
+    """The canary runs the rollout's policy on the same fleet: a signal there that reads a
+    counter nothing moves is refused as it is for ``policy:`` (it was not checked), the
+    key under ``rollout.policy`` when the policy is inline, the file's own otherwise."""
+    sc = _in_path(SERVER_POLICY, "lifo")
+    sc["fleet"]["nodes"] = 4
+    sc["rollout"] = {"policy": str(IN_PATH_POLICY), "canary": {"fraction": 0.25},
+                     "start_s": 10, "observe_s": 10,
+                     "promote_if": {"all": [{"metric": "success_ratio", "tier": "all",
+                                             "op": ">", "margin": 0}]}}
+    (f,) = [x for x in check_scenario(load_scenario(sc)) if x.severity == "error"]
+    assert f.key == "signals.throttle_ratio.num.outcome" and f.file.endswith(
+        "rela-in-path.yaml") and "mitigations.client_throttle" in f.message, f
+    sc["rollout"]["policy"] = yaml.safe_load(IN_PATH_POLICY.read_text())
+    (f,) = [x for x in check_scenario(load_scenario(sc)) if x.severity == "error"]
+    assert f.key == "rollout.policy.signals.throttle_ratio.num.outcome", f
+    sc["rollout"]["policy"] = str(SERVER_POLICY)  # what is allowed
+    assert not [x for x in check_scenario(load_scenario(sc)) if x.severity == "error"]
+
+
 def test_the_lab_refuses_a_signal_on_an_outcome_its_mechanisms_never_count():
     """The live lab's instances count `rejected` only with a concurrency limit and never
     `throttled` (the clients' throttle refuses before sending): a signal reading only one

@@ -11,8 +11,10 @@ stepping at once nothing does, and the calibration keeps them open, as it says).
 
 `relakit calibrate` on `lab record`'s recording must find gold steady and closed with
 its think time, silver and bronze stepped, closed, with their steps where wrk made them;
-the twin (validated on 20 replications of 10 s windows: with 10 the p99's interval
-was ±5-7 points, its upper end 27-30 % on three recordings) must be trusted; and
+the twin (validated on 40 replications of 10 s windows: with 10 the p99's interval
+was ±5-7 points, its upper end 27-30 % on three recordings; at 20 the 90th percentile's
+±8-9 points put r03's 53 % and r12's cells' 53 % over 60 % at the upper end) must be
+trusted; and
 `relakit simulate twin.yaml` must reproduce the recording per phase and tier: p50 and
 p99 of the servers' latency per (stretch between two steps, tier) cell, read from the
 recording's histogram (it carries the tier) and from the twin's requests put in the
@@ -20,18 +22,30 @@ same buckets, with the validation's limits applied over the cells as the validat
 applies them over its windows — the median relative error within 30 % and the 90th
 percentile within 60 %, each at the upper end of its interval over twin replications.
 Those are the limits the validation has for a latency quantile (it has no p50 limit, so
-p50 is held to p99's): a cell's p99 is read from 50-500 requests, itself noisy. A twin
+p50 is held to p99's): a cell's p99 is read from 17-500 requests (at least MIN_CELL: bronze's
+8 s cell at 2 clients held 28.0 ± 4.5 over 40 kept recordings), itself noisy. A twin
 request counts in the cell where it ended, as the servers' histogram counts it.
+
+**One joint criterion for the populations.** K = 8 intervals are asserted: gold's N and
+Z, and N in each of silver's and bronze's three phases. Each is computed at 1 - ALPHA / K
+(Bonferroni, ALPHA = 1 %): all eight miss-free in at least 99 % of runs whatever their
+correlation, so the check's false-alarm rate is at most 1 %. Shown, not assumed: held in
+299 of 300 seeds of the same plan simulated by relakit (truth known) and in all 40 kept
+recordings of this plan; Z's interval is Fieller's (the delta method's missed r27's
+500 ms at the joint level; relakit.calibration.population.fieller). The verdicts (closed or
+open, the steps) do not depend on the level: the in-process fit at JOINT_LEVEL must agree
+with `relakit calibrate`'s. The twin's checks (trusted; the cells) compare the upper end of
+a 95 % interval over 40 twin replications with the validation's limits: their false
+alarms are the twin's true error near a limit, measured, not set: 1 of 23 fresh runs (a twin
+whose Z read 769 ms for 504: the estimator's bias, docs/performance.md, "One joint criterion
+for the lab's twin"), 0 of 40 kept recordings re-judged.
 
 Each run draws fresh service times (``LabSpec.seed`` unset: a new seed, kept in the lab's
 state.json; the test's kept run.json has it): with the instances seeded by their index,
-every recording drew the same service times and repeated runs were not samples. ~92-110 s
-wall on 2 shared cores. Every check held on 22 of 27 fresh recordings since aa558d2 (8 of
-8, 5 of 7, 6 of 9 at 5357050, 3 of 3 after): gold's N or Z interval misses wrk's count in
-about one run in ten, as two honest 95 % intervals do (their coverage checked on 39 kept
-recordings and 200 synthetic seeds), so it stays in `make acceptance` (docs/performance.md,
-"The lab's twin and make test" and "Gold's N and Z intervals on the kept recordings");
-``RELAKIT_KEEP_LAB_RUN=DIR`` keeps a run to re-calibrate offline.
+every recording drew the same service times and repeated runs were not samples. 96-113 s
+wall on 2 shared cores, in `make test`'s wallclock stage (its numbers, fresh live runs and
+every kept recording re-judged offline: docs/performance.md, "One joint criterion for the
+lab's twin"); ``RELAKIT_KEEP_LAB_RUN=DIR`` keeps a run to re-calibrate offline.
 
 The lab's service is exponential here (``slow_fraction = 0``): its default adds a 2 %
 slow path of 200 ms (two exponentials, CV 1.24: relakit's `hyperexponential`). With it
@@ -59,16 +73,19 @@ import yaml
 from conftest import ROOT, relakit_cli
 
 import relakit
+from relakit.calibration import read_recording
 from relakit.calibration import validation as V
+from relakit.calibration.arrivals import fit_arrivals
+from relakit.calibration.population import fit_population
 from relakit.calibration.validation import record_quantiles, tier_quantiles
 from relakit.lab import Lab, LabSpec
 from relakit.replications import replication_seeds
 from relakit.stats import t_interval
 from relakit.traces import read_trace
 
-pytestmark = [pytest.mark.acceptance,  # `make acceptance` (see the Makefile), not make test
-              pytest.mark.skipif(shutil.which("wrk") is None or shutil.which("prometheus")
-                                 is None, reason="the set-up installs wrk and prometheus")]
+# make test runs it in its wallclock stage, alone (tests/conftest.py's WALLCLOCK_FILES)
+pytestmark = pytest.mark.skipif(shutil.which("wrk") is None or shutil.which("prometheus") is None,
+                                reason="the set-up installs wrk and prometheus")
 
 THINK_MS = 500
 # per tier: (start, connections, seconds), staggered (see the module's docstring)
@@ -78,9 +95,15 @@ PLAN = {"gold": [(0, 12, 80)],
 END_S = 80
 BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.125, 0.15,
            0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0)
+MIN_CELL = 10  # live requests in a (stretch, tier) cell, at least (module docstring)
 SETTLE_S = 2.0  # left out after each step: where the calibration places it, and the transient
 TOLERANCE, TOLERANCE_P90 = V.TOLERANCE["p99_ms"], V.TOLERANCE_P90["p99_ms"]  # the validation's
-REPLICATIONS = 20
+REPLICATIONS = 40
+# the population check is one joint criterion: gold's N and Z and each stepped tier's N per
+# phase (K intervals) must all hold wrk's numbers, each interval at 1 - ALPHA / K (Bonferroni):
+# a false alarm in at most ALPHA of the runs (module docstring)
+ALPHA, K = 0.01, 8
+JOINT_LEVEL = 1 - ALPHA / K
 
 
 def _wrk(front: str, tier: str, conns: int, secs: int) -> subprocess.Popen:
@@ -154,19 +177,31 @@ def test_wrk_ran_every_phase_without_errors(run):
 
 
 def test_the_calibration_finds_the_populations_phases_and_think_time(run):
-    """Gold (a steady N) is closed with N and Z inside their intervals. A stepped tier is
-    closed only when its rate follows N / (R + Z) within its phases beyond chance; on 2
-    cores that test's power is not certain (a recording at 838ba9d read silver's slope
-    0.19 ± 0.33 and kept it open, the twin trusted all the same), so a stepped tier is
-    either closed with every phase's N inside its interval, or open with its steps found
-    and the reason said — the issue's "says which it chose and why"."""
+    """Gold (a steady N) is closed, and a stepped tier is closed with its steps where wrk
+    made them, or open with its steps found and the reason said (the rate-follows-N / (R + Z)
+    test's power on 2 cores is not certain: a recording at 838ba9d read silver's slope
+    0.19 ± 0.33 and kept it open, the twin trusted all the same) — the issue's "says which
+    it chose and why". Then ONE joint check: every N and Z interval at JOINT_LEVEL holds
+    wrk's numbers (the verdicts do not depend on the level: the same fit in process at that
+    level must agree with `relakit calibrate`'s at 95 %)."""
     workload = _summary(run)["workload"]
     closed, note = workload["closed"], workload["note"]
     assert "gold" in closed, note
-    g = closed["gold"]
-    assert g["phases"] is None
-    assert g["think_ci"][0] <= THINK_MS / 1000 <= g["think_ci"][1], g
-    assert g["population_ci"][0] <= 12 <= g["population_ci"][1], g
+    assert closed["gold"]["phases"] is None
+    rec = read_recording(read_trace(run["recorded"]), str(run["recorded"]), None)
+    arr = fit_arrivals(rec, 2.0)  # calibrate --bin 2's bins
+    joint = fit_population(rec, np.append(arr.times_s, arr.end_s), JOINT_LEVEL)
+    assert set(joint.closed_tiers) == set(closed), (joint.note(), note)
+    misses, checked = [], 0
+
+    def holds(what, truth, ci):
+        nonlocal checked
+        checked += 1
+        if not ci[0] <= truth <= ci[1]:
+            misses.append(f"{what}: {truth} not in [{ci[0]:.3g}, {ci[1]:.3g}]")
+    g = joint.tiers["gold"]
+    holds("gold N", 12, g.population_ci)
+    holds("gold Z s", THINK_MS / 1000, g.think_ci)
     origin = _origin(run)
     for tier in ("silver", "bronze"):
         made = [ts - origin for t, _, ts in run["starts"] if t == tier]
@@ -177,22 +212,29 @@ def test_the_calibration_finds_the_populations_phases_and_think_time(run):
             assert len(found) == len(made) - 1, (tier, note)
             assert all(abs(f - at) < 2.0 for f, at in zip(found, made[1:], strict=True)), note
             continue
-        phases = closed[tier]["phases"]
+        phases = joint.tiers[tier].phases
+        assert [p["start_s"] for p in closed[tier]["phases"]] == [p.start_s for p in phases]
         # a last phase of none once wrk stopped and the recording went on, if any
         end = run["t0"] + END_S - origin
         if len(phases) == len(made) + 1:
-            assert abs(phases[-1]["start_s"] - end) < 2.0 and phases[-1]["population"] < 0.5
+            assert abs(phases[-1].start_s - end) < 2.0 and phases[-1].population < 0.5
             phases = phases[:-1]
         assert len(phases) == len(made), (tier, phases)
         for p, at in zip(phases[1:], made[1:], strict=True):
-            assert abs(p["start_s"] - at) < 2.0, (tier, p, at)  # within one bin
-        for p, (_, n, _) in zip(phases, PLAN[tier], strict=True):
-            assert p["population_ci"][0] <= n <= p["population_ci"][1], (tier, n, p)
+            assert abs(p.start_s - at) < 2.0, (tier, p, at)  # within one bin
+        for i, (p, (_, n, _)) in enumerate(zip(phases, PLAN[tier], strict=True)):
+            holds(f"{tier} N phase {i}", n, p.population_ci)
+    assert checked <= K, checked
+    assert not misses, (f"{len(misses)} of {checked} intervals at {JOINT_LEVEL:.5f} miss "
+                        f"wrk's numbers", misses, joint.note())
+    # the twin carries the fit: gold's N, and each stepped tier's N per phase, rounded (its
+    # phases' N were checked above; a point estimate is no check of its own)
     twin = yaml.safe_load((run["work"] / "twin" / "twin.yaml").read_text())
     pops = twin["workload"]["clients"]["population"]
-    assert isinstance(pops["gold"], int), pops
-    for tier in set(closed) - {"gold"}:  # the overload phase's population carried over
-        assert [n for _, n in pops[tier]][1] >= 10, pops
+    assert pops["gold"] == max(1, round(closed["gold"]["population"])), pops
+    for tier in set(closed) - {"gold"}:
+        assert [n for _, n in pops[tier]] == [max(0, round(p["population"]))
+                                              for p in closed[tier]["phases"]], pops
 
 
 def test_the_twin_is_trusted(run):
@@ -209,7 +251,7 @@ def test_relakit_simulate_twin_yaml_reproduces_each_phase_per_tier(run):
     origin = _origin(run)
     cells = _cells(run)
     live = tier_quantiles(read_trace(run["recorded"]), cells)
-    assert live.height == len(cells) * 3 * 2 and (live["requests"] >= 20).all(), live
+    assert live.height == len(cells) * 3 * 2 and (live["requests"] >= MIN_CELL).all(), live
     twin_cells = [(a - origin, b - origin) for a, b in cells]
     # the run `relakit simulate twin.yaml` wrote, then replications for the interval
     first = pl.read_parquet(run["sim"] / "requests.parquet")

@@ -123,6 +123,11 @@ def test_variants_carry_what_their_names_say():
     found = [f.key for f in check_scenario(relakit.scenario.load_scenario(
         v["concurrency_limit aimd + RelA"])) if f.severity == "error"]
     assert found == ["policy.signals.throttle_ratio.num.outcome"], found  # (an inline policy)
+    # and running it is refused before any worker starts (the workers skip the checks)
+    from relakit.checks import CheckError
+
+    with pytest.raises(CheckError, match="throttle_ratio"):
+        rv.rival_runs({"x": v["concurrency_limit aimd + RelA"]}, end_s=10.0, replications=1)
 
 
 def _runs(numbers: dict[str, dict[str, list[float]]]) -> pl.DataFrame:

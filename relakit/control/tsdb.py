@@ -400,22 +400,3 @@ def bucket_quantile(q: float, upper: np.ndarray, counts: np.ndarray,
     with np.errstate(all="ignore"):
         out[mid] = start + (upper[bm] - start) * ((rank[mid] - below) / (row[mid, bm] - below))
     return out
-    # missing buckets count 0; counts never decrease along le (ensureMonotonic)
-    row = np.maximum.accumulate(np.where(np.isnan(counts), 0.0, counts), axis=1)
-    total = row[:, -1]
-    rank = q * total
-    hit = row[:, :-1] >= rank[:, None]
-    b = np.where(hit.any(axis=1), hit.argmax(axis=1), n_b - 1)  # the rank's bucket
-    seen = total > 0  # no observations: NaN
-    inf = seen & (b == n_b - 1)
-    out[inf] = upper[n_b - 2]  # in +Inf: the highest finite bound
-    low = seen & (b == 0) & (upper[0] <= 0)
-    out[low] = upper[0]
-    mid = np.flatnonzero(seen & ~inf & ~low)
-    bm = b[mid]
-    prev = np.maximum(bm - 1, 0)
-    start = np.where(bm > 0, upper[prev], 0.0)
-    below = np.where(bm > 0, row[mid, prev], 0.0)
-    with np.errstate(all="ignore"):
-        out[mid] = start + (upper[bm] - start) * ((rank[mid] - below) / (row[mid, bm] - below))
-    return out
