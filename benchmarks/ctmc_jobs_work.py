@@ -46,8 +46,6 @@ DEFAULT_PHASES = {"worked": [1, 2], "shrunk": [1, 2, 3, 4, 6]}
 def one(example: str, phases: int, acceptance: float | None, full: bool) -> dict:
     """The numbers for one (example, phases), in this process: the first passage always,
     the stationary mean jobs and the drain when ``full``."""
-    import numpy as np
-
     from relakit.analytic import retry_ctmc
 
     places, timeout_s, level, rl = EXAMPLES[example]

@@ -160,14 +160,31 @@ class RetryCTMC:
     generator: object  # scipy.sparse.csr_matrix, rows sum to zero
     jobs: np.ndarray
     retries: np.ndarray
-    stationary: np.ndarray
-    boundary_mass: float  # stationary mass with retries == retry_limit
+    _pi: np.ndarray | None  # the stationary distribution (None: not solved yet, _lazy does)
+    _boundary: float | None  # stationary mass with retries == retry_limit
     doom: np.ndarray = field(repr=False)  # doom probability per jobs (workload level) found
     levels: np.ndarray = field(repr=False, default=None)  # each state's jobs or work level
     _order: np.ndarray = field(repr=False, default=None)  # elimination order (small band)
     _rank: np.ndarray = field(repr=False, default=None)  # its inverse permutation
     _band_cache: tuple | None = field(repr=False, default=None)
     tangible: np.ndarray | None = field(repr=False, default=None)  # jobs_work: not adding
+    _lazy: object = field(repr=False, default=None)  # () -> (stationary, boundary mass)
+
+    @property
+    def stationary(self) -> np.ndarray:
+        """The stationary distribution over the states (0 on jobs_work's instantaneous
+        ones); solved on first use when the chain was built without it (jobs_work with a
+        given ``retry_acceptance``, whose stationary solve costs the most)."""
+        if self._pi is None:
+            self._pi, self._boundary = self._lazy()
+        return self._pi
+
+    @property
+    def boundary_mass(self) -> float:
+        """Stationary mass with retries == retry_limit (the truncation)."""
+        if self._boundary is None:
+            self.stationary  # noqa: B018 (solves it)
+        return self._boundary
 
     @property
     def states(self) -> int:
@@ -293,6 +310,8 @@ class RetryCTMC:
                                  "non-negative weights summing to 1")
             return float(h @ from_set)
         start = self.mask(from_set)
+        if start.sum() == 1:  # one state: no stationary weights needed
+            return float(h[start][0])
         weights = self.stationary[start]
         if weights.sum() <= 0:
             weights = np.ones(weights.size)
@@ -559,6 +578,26 @@ def retry_ctmc(arrival_rate: float, service_rate: float, servers: int, queue_lim
             return _gth_stationary(band, bw)[rank], (band, bw)
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
+    def finish(pi):  # the truncations' stationary mass, reported and warned about
+        boundary = float(pi[rets == rl].sum()) if rl > 0 else 0.0
+        if boundary > BOUNDARY_WARN:
+            warnings.warn(f"retry_limit: {boundary:.2g} of the stationary mass sits at the "
+                          f"truncation ({rl} pending retries); raise retry_limit",
+                          RetryCTMCWarning, stacklevel=3)
+        if tangible is not None:  # the window's last levels (one level per job: all, exact)
+            edge = tangible & (jobs > 0) & (levels >= lay["wmax"][jobs])
+            params["window_mass"] = float(pi[edge].sum()) if params["phases"] > 1 else 0.0
+            if params["window_mass"] > BOUNDARY_WARN:
+                warnings.warn(f"phases: {params['window_mass']:.2g} of the stationary mass "
+                              "sits on the work window's last level", RetryCTMCWarning,
+                              stacklevel=3)
+        return pi, boundary
+
+    if tangible is not None and fixed:  # jobs_work: the stationary solve when first asked
+        params["acceptance_solves"], params["acceptance_residual"] = 0, float("nan")
+        ctmc = RetryCTMC(params, q, jobs, rets, None, None, doom, levels, order, rank,
+                         tangible=tangible, _lazy=lambda: finish(stationary(q)[0]))
+        return ctmc
     pi, band = stationary(q)  # the last state kept: the fullest, most likely
     # the retries' acceptance (module docstring, "Attempts left"): a fixed point, solved
     # by secant steps on g(a) - a, g(a) the acceptance the chain built with a gives
@@ -580,19 +619,7 @@ def retry_ctmc(arrival_rate: float, service_rate: float, servers: int, queue_lim
         tried.append((a, accept_of(pi)))
     params["acceptance_solves"] = len(tried) or 1  # stationary solves (1: none needed)
     params["acceptance_residual"] = abs(tried[-1][1] - tried[-1][0]) if tried else 0.0
-    boundary = float(pi[rets == rl].sum()) if rl > 0 else 0.0
-    if boundary > BOUNDARY_WARN:
-        warnings.warn(f"retry_limit: {boundary:.2g} of the stationary mass sits at the "
-                      f"truncation ({rl} pending retries); raise retry_limit",
-                      RetryCTMCWarning, stacklevel=2)
-    if tangible is not None:  # the window's last levels (one level per job: all of it, exact)
-        params["window_mass"] = 0.0
-    if tangible is not None and params["phases"] > 1:
-        edge = tangible & (jobs > 0) & (levels >= lay["wmax"][jobs])
-        params["window_mass"] = float(pi[edge].sum())
-        if params["window_mass"] > BOUNDARY_WARN:
-            warnings.warn(f"phases: {params['window_mass']:.2g} of the stationary mass sits on "
-                          "the work window's last level", RetryCTMCWarning, stacklevel=2)
+    pi, boundary = finish(pi)
     ctmc = RetryCTMC(params, q, jobs, rets, pi, boundary, doom, levels, order, rank,
                      tangible=tangible)
     ctmc._band_cache = band
@@ -847,10 +874,10 @@ def _jobs_work_generator(params: dict, never: bool):
 def _sparse_solve(a, b: np.ndarray, order: np.ndarray, what: str,
                   tol: float = 1e3 * SOLVE_RTOL) -> np.ndarray:
     """``a x = b`` for the jobs-and-work chain: a sparse LU up to ``DIRECT_MAX`` unknowns,
-    else GMRES to a relative residual of ``SOLVE_RTOL`` preconditioned by an incomplete LU
-    (drop tolerance 1e-2, then 1e-3 from there if it stalls) of ``a`` in ``order`` (retries slowest, then jobs, then work:
-    SuperLU's own column orders filled in more: 3.4x the CPU on 359k states; a drop
-    tolerance of 1e-4 cost 3.6x 1e-2's CPU for the same answer). Raises if GMRES stalls."""
+    else GMRES (to a relative residual ``tol``, aiming at ``SOLVE_RTOL``) preconditioned by
+    an incomplete LU (drop tolerance 1e-2, then 1e-3 from there if it stalls) of ``a`` in
+    ``order``: retries slowest, then jobs, then work (SuperLU's own column order cost 3.4x
+    the CPU on 359k states; a full sparse LU did not finish in 300 s). Raises if it stalls."""
     from scipy.sparse.linalg import LinearOperator, gmres, spilu, spsolve
 
     if a.shape[0] <= DIRECT_MAX:
