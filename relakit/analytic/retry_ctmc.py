@@ -63,9 +63,36 @@ service completions: an attempt is doomed iff it finds at least ``mu * T`` jobs.
 levels sharpen the work but lose the count: the queue limit and the job count are then
 read off the work (``w`` levels hold 1 + Binomial(w - 1, 1/phases) jobs; a state's
 ``jobs`` is E[min(jobs, capacity) | w] and an attempt is dropped with P(jobs >= capacity
-| w)), a soft limit whose bias grows with ``phases`` (measured in docs/performance.md:
-the convergent chain would need (jobs, work, retries), ~10^6 states). Retries return as
-in the count model (exponential delay, attempt share).
+| w)), a soft limit whose bias grows with ``phases`` (measured in docs/performance.md;
+``model="jobs_work"`` keeps the count). Retries return as in the count model
+(exponential delay, attempt share).
+
+**The jobs-and-work model (``model="jobs_work"``, one server).** Keeps the count beside
+the work: states (jobs ``n``, work ``w`` in levels, retries ``r``). Levels and deadline
+as in the workload model; an attempt is dropped iff ``n`` = capacity (a hard limit,
+exact), else it adds ``S`` levels and is doomed iff ``w + S`` passes the deadline. On a
+level completion the count falls with probability ``(n - 1)/(w - 1)`` (1 when ``w`` =
+1): under the product-geometric law the ``n`` job ends are the last level and ``n - 1``
+positions uniform among the first ``w - 1`` (P(s_1..s_n) ~ p^n (1 - p)^(w - n) is
+uniform over compositions). Exact in the work, so in every attempt's fate; an
+approximation in the count (the history reveals sizes), exact with no deadline (the
+count is then M/M/1/K at any ``phases``, tested). ``phases=1`` is the workload model
+exactly. The Geometric jump is taken level by level through instantaneous states
+(``(n, w, r, kind)``, kind 1 when a doomed end puts a retry token back; their rows are
+probabilities minus the identity), ~4 entries a row where the jump itself needs ~27
+``phases`` per kind of attempt; ``w`` is cut per ``n`` at n + NegBin(n, 1/phases)'s 1 -
+1e-12 quantile (the stationary mass on the cut is ``params["window_mass"]``). Three times
+the tangible states, 3-D structured: a sparse LU fills in past reach (no answer in 300 s
+on 459k states), so past 60,000 states each solve is GMRES with an incomplete-LU
+preconditioner (:func:`_sparse_solve`: relative residual 1e-10 for hitting times; 1e-6
+accepted for the stationary solve, whose pinned system spans the collapse's mass and the
+empty node's and stalls near 1e-7). The stationary solve costs the most (~400 s CPU at 2
+phases on the shrunk node against 6 s for a first passage), so with ``retry_acceptance``
+given it is done when first asked. No spectral gap (the matrix is not a generator).
+Measured in docs/performance.md ("The jobs-and-work model"): the first passage falls with
+phases by shrinking steps, inside the simulation's interval on the worked and the shrunk
+node; the exponential retry delay is what is left (the ablation's exact-doom,
+exponential-delay node is 0.8 s early on the shrunk node, 109.0 against 109.6 s worked).
 
 ``on_timeout="keep_listening"`` (the kernel has it: a late answer still answers the
 request, and the copies still queued for it are withdrawn) is not expressible in (n, r)
