@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from relakit.validate import ScenarioError, display_path
-from relakit.vocab import IN_PATH_COUNTED_BY, IN_PATH_OUTCOMES, OUTCOMES, TIERS
+from relakit.vocab import IN_PATH_COUNTED_BY, IN_PATH_KEYS, IN_PATH_OUTCOMES, OUTCOMES, TIERS
 
 ERROR, WARNING = "error", "warning"
 # a rate needs two samples in its window; Prometheus advises a window of four scrapes
@@ -433,6 +433,7 @@ def check_scenario(sc) -> list[Finding]:
                                                          in_path(sc)),
                              missing=ERROR, what="the simulator", parent=src, own=True)
         out += check_local_flags(sc)
+        out += check_unmoved(sc)
     if sc.chain is not None:
         out += check_chain(sc.chain, sc.fleet.nodes, src)
     if sc.clocks is not None and (sc.policy is not None or sc.chain is not None):
@@ -443,12 +444,44 @@ def check_scenario(sc) -> list[Finding]:
     out += check_load(sc)
     out += check_arrival_shape(sc)
     out += check_throttle(sc)
+    out += check_sampled(sc)
     for i, f in enumerate(sc.faults):
         if f.start_s >= sc.duration_s:
             out.append(Finding(WARNING, src, f"faults[{i}].start_s",
                                f"{f.start_s:g} s is not before the end of the run "
                                f"(duration_s {sc.duration_s:g}): this fault never happens"))
     return out
+
+
+def unsampled_s(duration_s: float, interval_s: float) -> float:
+    """Seconds of a run after its last metrics sample (samples at 0, interval_s, ...):
+    ``duration_s`` modulo ``interval_s``, 0 when it is a multiple (to 1e-9 relative)."""
+    k = math.floor(duration_s / interval_s + 1e-9)
+    tail = duration_s - k * interval_s
+    return 0.0 if tail <= 1e-9 * max(duration_s, 1.0) else tail
+
+
+def check_sampled(sc) -> list[Finding]:
+    """A run whose duration is not a multiple of its scrape interval: the metrics grid (the
+    fleet's samples at 0, interval_s, ...) ends before the run, so the control plane and
+    every metric-derived table never see its last seconds (a 100 s run scraped every 15 s
+    was last sampled at 90 s). A warning: the request-level tables do see them. Per-target
+    scrape phases (``metrics.phase_s``) offset each target's scrapes within one interval by
+    design, and are not counted here."""
+    d, dt = sc.duration_s, sc.metrics.interval_s
+    tail = unsampled_s(d, dt)
+    if not tail:
+        return []
+    k = math.floor(d / dt + 1e-9)
+    given = (f"metrics.interval_s ({dt:g} s, clocks.scrape_s)" if sc.clocks is not None
+             else f"metrics.interval_s ({dt:g} s)")
+    lower = f"{k * dt:g} or " if k else ""
+    return [Finding(WARNING, sc.source, "duration_s",
+                    f"{d:g} s is not a multiple of {given}: its last {tail:g} s (after the "
+                    f"last sample at {k * dt:g} s) are never sampled, so the control plane "
+                    f"and every metric-derived table miss them; use duration_s "
+                    f"{lower}{(k + 1) * dt:g} (a multiple of {dt:g}), or an interval that "
+                    f"divides {d:g}")]
 
 
 def check_throttle(sc) -> list[Finding]:
@@ -470,6 +503,80 @@ def check_throttle(sc) -> list[Finding]:
         "fleet.queue_limit, concurrency_limit, codel, workload.deadline_ms, shedding, "
         "crash or control plane): every request is accepted and the throttle never "
         "throttles; add one of them or drop the throttle")]
+
+
+#: the in-path mechanisms' own series (issue 33) and the mitigations.<key> that move each;
+#: the simulator exports them in any run with an in-path mechanism (``in_path``), and they
+#: stay 0 unless one of their keys is configured (the outcomes: ``IN_PATH_COUNTED_BY``)
+IN_PATH_SERIES_COUNTED_BY = {"client_throttled_total": ("client_throttle",),
+                             "rejected_total": ("concurrency_limit", "codel"),
+                             "codel_dropped_total": ("codel",),
+                             "concurrency_limit": ("concurrency_limit",)}
+
+
+def _movers(series) -> tuple[str, ...] | None:
+    """The mitigations.<key>s that can move a simulator series (src, name, tier, outcome,
+    le), or None when it moves without an in-path mechanism."""
+    return IN_PATH_COUNTED_BY.get(series[3]) or IN_PATH_SERIES_COUNTED_BY.get(series[1])
+
+
+def _unmoved(series, configured) -> bool:
+    movers = _movers(series)
+    return movers is not None and not set(movers) & configured
+
+
+def _promql_series(sel, series) -> list[tuple]:
+    """The simulator series a PromQL selector can read: by name, and by its equality
+    matchers on tier and outcome (other matchers are evaluated, not checked)."""
+    eq = {k: v for k, op, v in sel.matchers if op == "=" and k in ("tier", "outcome")}
+    return [s for s in series if s[1] == sel.name
+            and all({"tier": s[2], "outcome": s[3]}[k] == v for k, v in eq.items())]
+
+
+def check_unmoved(sc) -> list[Finding]:
+    """A signal that reads only series no configured mechanism can move: the in-path
+    mechanisms' outcomes and series exist in any run with one of them (``in_path``), but
+    ``throttled`` stays 0 without a client throttle, ``rejected`` without a concurrency
+    limit or CoDel, so ``throttle_ratio`` beside LIFO alone reads 0 all run and a
+    condition on it never holds, silently. A signal counting them among others (errors,
+    timeouts and ``rejected``) reads what there is, and passes; a PromQL signal is refused
+    only when every selector it has reads nothing else."""
+    from relakit.control.promql import selectors
+    from relakit.sim.spec import in_path
+
+    if not in_path(sc):  # no in-path series at all: check_signals refuses them by name
+        return []
+    mit = sc.mitigations
+    configured = {k for k in IN_PATH_KEYS if getattr(mit, k) is not None}
+    have = (", ".join(f"mitigations.{k}" for k in sorted(configured)) if configured else
+            f"only fleet.queue_discipline {sc.fleet.queue_discipline}, which refuses nothing")
+    series = simulator_series(sc.metrics.latency_buckets_s, True)
+    file, pre = _where(sc.policy.source, sc.source, "policy")
+    out = []
+    for name, sig in sc.policy.signals.items():
+        if sig.kind == "promql":
+            reads = [_promql_series(sel, series) for sel in selectors(sig.node)]
+            reads = [r for r in reads if r]
+            if reads and all(_unmoved(s, configured) for r in reads for s in r):
+                out.append(_unmoved_finding(file, f"{pre}signals.{name}.promql", name,
+                                            "its selectors read", reads[0], have))
+            continue
+        for part, asked, sel in _selectors(sig):
+            found = _matches(sel.source, asked, sel.labels, series)
+            if found and all(_unmoved(s, configured) for s in found):
+                sub = "outcome" if found[0][3] in IN_PATH_COUNTED_BY else "metric"
+                shown = dataclasses.replace(sel, metric=asked).promql()
+                out.append(_unmoved_finding(file, f"{pre}signals.{name}.{part}{sub}", name,
+                                            f"{shown} reads", found, have))
+    return out
+
+
+def _unmoved_finding(file, key, name, what, found, have) -> Finding:
+    movers = " or ".join(f"mitigations.{k}" for k in _movers(found[0]))
+    return Finding(ERROR, file, key,
+                   f"signal '{name}': {what} a counter only {movers} moves, and this "
+                   f"scenario has {have}: it reads 0 all run and conditions on it never "
+                   "hold; add the mechanism, or drop the signal and its conditions")
 
 
 def check_local_flags(sc) -> list[Finding]:
@@ -686,17 +793,48 @@ LAB_SERIES = ("requests_total", "latency_seconds_bucket", "latency_seconds_sum",
               "latency_seconds_count", "in_flight", "busy_seconds_total", "flag")
 
 
-def check_lab(policy, clocks, buckets_s=None, extra_series=()) -> list[Finding]:
+#: the in-path outcomes the lab's instances count, and the lab's mitigations that move each:
+#: a throttled request never leaves its client (the load generator's or the front's)
+LAB_COUNTED_BY = {"rejected": ("concurrency_limit",), "throttled": ()}
+
+
+def check_lab(policy, clocks, buckets_s=None, extra_series=(), mechanisms=()) -> list[Finding]:
     """The agent's policy against the data plane's metric names (``extra_series``: those of
     the lab's in-path mechanisms, when on); the lab's clocks; its thresholds against the
-    latency histogram's buckets (``buckets_s``, seconds)."""
+    latency histogram's buckets (``buckets_s``, seconds). ``mechanisms``: the in-path
+    mitigations the lab runs; a signal reading only an outcome none of them moves is
+    refused (:func:`check_unmoved`, the simulator's case)."""
     series = [("nodes", n, None, None, None) for n in (*LAB_SERIES, *extra_series)]
     return (check_policy(policy)
             + check_signals(policy, series, missing=ERROR, what="the lab's data plane",
                             labels=False, own=True)
+            + _lab_unmoved(policy, set(mechanisms))
             + [Finding(f.severity, "lab", "--" + f.key.replace("_", "-"), f.message)
                for f in check_clocks(clocks, needs_rates=policy_needs_rates(policy))]
             + ([] if buckets_s is None else check_bucket_edges(policy, buckets_s)))
+
+
+def _lab_unmoved(policy, configured) -> list[Finding]:
+    out = []
+    for name, sig in policy.signals.items():
+        for part, _, sel in _selectors(sig):
+            want = sel.labels.get("outcome", ())
+            want = (want,) if isinstance(want, str) else tuple(want)
+            if sel.source != "nodes" or not want or not all(v in LAB_COUNTED_BY for v in want):
+                # (the lab has no client series: check_signals refuses those already)
+                continue
+            movers = {k for v in want for k in LAB_COUNTED_BY[v]}
+            if movers & configured:
+                continue
+            why = (f"only a concurrency limit moves it, and the lab runs "
+                   f"{', '.join(sorted(configured)) or 'no in-path mitigation'} (--mitigations)"
+                   if movers else "the lab's instances never count it (a throttled request "
+                   "never leaves its client)")
+            out.append(Finding(ERROR, policy.source, f"signals.{name}.{part}outcome",
+                               f"signal '{name}' reads only outcome "
+                               f"{' or '.join(map(repr, want))}: {why}, so it reads nothing "
+                               "all run and conditions on it never hold"))
+    return out
 
 
 def check_bucket_edges(policy, buckets_s) -> list[Finding]:
@@ -828,6 +966,6 @@ def check_replay(frame, source: str, policy=None, chain=None, clocks=None, start
 
 __all__ = ["ERROR", "WARNING", "CheckError", "Finding", "RelakitWarning", "available_memory",
            "check_chain", "check_clocks", "check_lab", "check_load", "check_memory",
-           "check_policy", "check_replay", "check_run", "check_scenario", "check_signals",
-           "check_sweep", "check_trace", "enforce", "scrape_interval",
-           "simulator_series", "trace_series"]
+           "check_policy", "check_replay", "check_run", "check_sampled", "check_scenario",
+           "check_signals", "check_sweep", "check_trace", "enforce", "scrape_interval",
+           "simulator_series", "trace_series", "unsampled_s"]

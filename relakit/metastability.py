@@ -35,7 +35,7 @@ import polars as pl
 
 __all__ = ["TRIGGERS", "BasinMap", "Recovery", "base_scenario", "basin_map", "control_delay_s",
            "control_frontier", "ctmc_recovery_map", "first_passage_runs", "recovery_time",
-           "with_trigger"]
+           "warn_unsampled", "with_trigger"]
 
 TRIGGERS = ("spike", "slowdown", "start")
 
@@ -64,6 +64,17 @@ def base_scenario(path) -> dict:
 
     load_scenario(path)
     return load_yaml(path, "scenario")[0]
+
+
+def warn_unsampled(scenarios) -> None:
+    """The workers of a map or of :func:`relakit.rivals.rival_runs` run with the semantic
+    checks' warnings off; a run whose length is not a multiple of its scrape interval (its
+    tail missing from the jobs series: :func:`relakit.checks.check_sampled`) is still said,
+    here, before they start (once per scenario dict given)."""
+    from relakit.checks import check_sampled, enforce
+    from relakit.scenario import load_scenario
+
+    enforce([f for sc in scenarios for f in check_sampled(load_scenario(sc))])
 
 
 def with_trigger(base: dict, kind: str, size: float, duration_s: float, start_s: float,
@@ -188,6 +199,7 @@ def basin_map(base: dict, kind: str, sizes, durations_s, recovery: Recovery,
         run_s = end_s + recovery.within_s + recovery.hold_s
         sc = with_trigger(base, kind, s, d, start_s, run_s)
         tasks.append((_cell, (sc, seeds, end_s, recovery.level, recovery.hold_s)))
+    warn_unsampled({run[1][0]["duration_s"]: run[1][0] for run in tasks}.values())
     wall, cpu = time.perf_counter(), time.process_time()
     times = run_tasks(tasks, workers=workers, scheduler=scheduler, adaptive=True)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

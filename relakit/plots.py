@@ -1969,9 +1969,12 @@ def rival_differences_chart(table: pl.DataFrame, titles: dict[str, str], *, titl
         if part.height == 0:
             raise ValueError(f"rival_differences_chart: no rows for number {number!r}")
         base = alt.Chart(part).encode(y=y if i == 0 else y.axis(labels=False, ticks=False))
-        x = alt.X("difference:Q", title=[words, f"minus {baseline}"])
+        # a 150 px panel over a wide span wrote its tick labels edge to edge (-0.4-0.3-0.2):
+        # every other one is dropped until 6 px separate them
+        axis = alt.Axis(labelOverlap=True, labelSeparation=6)
+        x = alt.X("difference:Q", title=[words, f"minus {baseline}"], axis=axis)
         bars = base.mark_errorbar(ticks=True, color=NEUTRAL["note"]).encode(
-            x=alt.X("lo:Q", title=[words, f"minus {baseline}"]), x2="hi:Q")
+            x=alt.X("lo:Q", title=[words, f"minus {baseline}"], axis=axis), x2="hi:Q")
         points = base.mark_point(filled=True, size=70).encode(
             x=x, color=alt.Color("verdict:N", title="paired difference (95 %)",
                                  scale=_scale(verdicts, list(verdicts)),
@@ -1983,7 +1986,7 @@ def rival_differences_chart(table: pl.DataFrame, titles: dict[str, str], *, titl
                      alt.Tooltip("difference_ci:Q", title="difference ±", format=".2g"),
                      alt.Tooltip("verdict:N")])
         zero = alt.Chart(pl.DataFrame({"zero": [0.0]})).mark_rule(
-            color=NEUTRAL["reference"], strokeDash=[3, 3]).encode(x="zero:Q")
+            color=NEUTRAL["reference"], strokeDash=[3, 3]).encode(x=alt.X("zero:Q", axis=axis))
         panels.append(alt.layer(zero, bars, points).properties(width=150, height=alt.Step(18)))
     sub = subtitle or (f"each variant minus {baseline}, paired by seed (common random "
                        "numbers); bars: 95 % paired t intervals")

@@ -14,7 +14,8 @@ The comparison itself: :func:`rival_variants` puts on one fleet the control plan
 (:func:`relakit.comparison.comparison_table`) on all but time to recover, which is censored
 and read by :func:`recovery_summary` (share recovered, Kaplan-Meier median). The control
 plane beside a local mechanism runs a policy that sees its refusals
-(``params/policies/rela-in-path.yaml``; ``rival_variants(..., in_path_policy=...)``).
+(``params/policies/rela-in-path.yaml``, or ``rela-in-path-server.yaml`` beside a
+server-side one; ``rival_variants(..., in_path_policy=..., server_policy=...)``).
 :func:`decision_frontier` sweeps the decision's cost against the control plane's clocks
 and names the winner of each cell. Notebook 11 draws them.
 """
@@ -26,7 +27,10 @@ import copy
 import polars as pl
 
 from relakit.control.clocks import KEYS as CLOCK_KEYS
-from relakit.metastability import control_delay_s  # the one reckoning, public here too
+from relakit.metastability import (  # the one reckoning, public here too
+    control_delay_s,
+    warn_unsampled,
+)
 from relakit.vocab import ANSWERED, SERVED
 
 __all__ = ["CONTROL", "LOCAL_MECHANISMS", "NUMBERS", "NUMBER_TITLES", "SERVER_MECHANISMS",
@@ -143,24 +147,29 @@ def sampled(scenario: dict, interval_s: float) -> dict:
 
 
 def rival_variants(base: dict, policy, clocks, mechanisms=LOCAL_MECHANISMS,
-                   in_path_policy=None) -> dict[str, dict]:
+                   in_path_policy=None, server_policy=None) -> dict[str, dict]:
     """The rivals on one fleet: :data:`CONTROL` (``base`` under ``policy`` through
     ``clocks``), each of ``mechanisms`` alone (``<m> alone``: no control plane, the
     fleet's flags as ``base`` sets them) and with the control plane (``<m> + RelA``),
     every one's metrics sampled at the clocks' scrape interval. ``in_path_policy``: the
     policy the ``+ RelA`` variants run (default ``policy``): one whose signals see the
     in-path mechanisms' refusals (``params/policies/rela-in-path.yaml``), as an operator
-    running both would ship; ``policy`` itself is for the fleet without them. ``base``
-    must have neither a policy nor clocks of its own (so no variant has one it was not
-    given)."""
+    running both would ship; ``policy`` itself is for the fleet without them.
+    ``server_policy``: the policy of the ``+ RelA`` variants whose mechanism is at the
+    servers (all but ``client_throttle``; default ``in_path_policy``): one without a signal
+    on the clients' throttle, which no server-side mechanism moves and the checks refuse
+    (``params/policies/rela-in-path-server.yaml``). ``base`` must have neither a policy
+    nor clocks of its own (so no variant has one it was not given)."""
     for key in ("policy", "clocks"):
         if base.get(key) is not None:
             raise ValueError(f"base scenario: key {key!r} must be unset (the variants add it)")
     hybrid = policy if in_path_policy is None else in_path_policy
+    server = hybrid if server_policy is None else server_policy
     out = {CONTROL: with_control(base, policy, clocks)}
     for m in mechanisms:
         out[f"{m} alone"] = sampled(with_local(base, m), clocks["scrape_s"])
-        out[f"{m} + RelA"] = with_control(with_local(base, m), hybrid, clocks)
+        out[f"{m} + RelA"] = with_control(with_local(base, m),
+                                          hybrid if m == "client_throttle" else server, clocks)
     return out
 
 
@@ -352,6 +361,7 @@ def rival_runs(variants: dict[str, dict], end_s: float, replications: int = 3,
     seeds = replication_seeds(int(first.get("seed", 1) if seed is None else seed),
                               int(replications))
     names = list(variants)
+    warn_unsampled(variants.values())
     parts = run_tasks([(_variant_runs, (variants[n], seeds, end_s, level, hold_s))
                        for n in names], workers=workers, adaptive=True)
     rows = [{"variant": n, "tier": "all", **r} for n, part in zip(names, parts, strict=True)

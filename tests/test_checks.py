@@ -12,7 +12,7 @@ import yaml
 from conftest import ROOT, make_scenario
 
 from relakit.checkfiles import check_files
-from relakit.checks import CheckError, RelakitWarning, check_memory
+from relakit.checks import CheckError, RelakitWarning, check_memory, check_scenario
 from relakit.control import Clocks, load_policy
 from relakit.control.tsdb import Target, over_time
 from relakit.experiment import simulate
@@ -237,6 +237,103 @@ def test_an_outcome_of_its_own_is_refused_by_the_simulator_yet_replays_over_a_re
     assert errors.len() == 1 and errors[0] > 0
 
 
+IN_PATH_POLICY = ROOT / "params" / "policies" / "rela-in-path.yaml"
+SERVER_POLICY = ROOT / "params" / "policies" / "rela-in-path-server.yaml"
+
+
+def _in_path(policy, discipline="fifo", **mitigations):
+    """A short closed loop under ``policy`` beside the given in-path mechanisms."""
+    sc = {**make_scenario(rate=50.0, duration=30.0, interval=1.0,
+                          tiers={"gold": 0.1, "silver": 0.3, "bronze": 0.6}),
+          "policy": str(policy) if not isinstance(policy, dict) else policy,
+          "clocks": {"scrape_s": 1, "window_s": 4, "eval_s": 1, "poll_s": 1}}
+    sc["fleet"]["queue_discipline"] = discipline
+    sc["mitigations"] = mitigations
+    return sc
+
+
+def test_a_signal_on_a_counter_no_configured_mechanism_moves_is_refused():
+    """LIFO alone makes the run an in-path one (the throttled and rejected series exist),
+    but nothing there throttles: rela-in-path.yaml's throttle_ratio would read 0 all run.
+    Refused by file and key, naming what would move it; the same beside a server-side
+    mechanism only, and for each in-path series by name."""
+    with pytest.raises(CheckError) as info:
+        simulate(_in_path(IN_PATH_POLICY, "lifo"))
+    (f,) = info.value.findings
+    assert f.key == "signals.throttle_ratio.num.outcome", f
+    assert f.file.endswith("rela-in-path.yaml") and "\n" not in f.line()
+    assert "mitigations.client_throttle" in f.message and "lifo" in f.message, f.message
+    limit = {"algorithm": "aimd", "initial": 4}
+    with pytest.raises(CheckError, match="throttle_ratio.num.outcome"):
+        simulate(_in_path(IN_PATH_POLICY, concurrency_limit=limit))
+    # what is allowed: the throttle's own fleet (rejected counted among other outcomes is
+    # read, not refused), and the server policy beside a server-side mechanism
+    throttle = {"k": 2.0, "window_s": 10.0}
+    for sc in (_in_path(IN_PATH_POLICY, client_throttle=throttle, concurrency_limit=limit),
+               _in_path(IN_PATH_POLICY, "lifo", client_throttle=throttle),
+               _in_path(SERVER_POLICY, concurrency_limit=limit),
+               _in_path(SERVER_POLICY, "lifo")):
+        assert not [x for x in check_scenario(load_scenario(sc)) if x.severity == "error"], sc
+    # every in-path series, by name: a gauge or counter only its own mechanism moves
+    for metric, source, mechanism, mit in (
+            ("concurrency_limit", None, "concurrency_limit", {}),
+            ("codel_dropped_total", None, "codel", {"concurrency_limit": limit}),
+            ("rejected_total", None, "concurrency_limit or mitigations.codel",
+             {"client_throttle": throttle}),
+            ("client_throttled_total", "client", "client_throttle", {"concurrency_limit": limit})):
+        sel = {"metric": metric, **({"source": source} if source else {})}
+        pol = {**POLICY, "signals": {"errors": {"kind": "rate", **sel}}}
+        (f,) = [x for x in check_scenario(load_scenario(_in_path(pol, "lifo", **mit)))
+                if x.severity == "error"]
+        assert f.key == "policy.signals.errors.metric" and f"mitigations.{mechanism}" in f.message
+    # a PromQL signal: refused when all it reads is such a series, not when it reads others
+    for expr, refused in (('sum(rate(client_requests_total{outcome="throttled"}[4s]))', True),
+                          ("sum(rate(client_throttled_total[4s]))", True),
+                          ('sum(rate(client_throttled_total[4s])) / sum(rate(requests_total[4s]))',
+                           False)):
+        pol = {**POLICY, "signals": {"errors": {"promql": expr}}}
+        found = [x.key for x in check_scenario(load_scenario(_in_path(pol, "lifo")))
+                 if x.severity == "error"]
+        assert found == (["policy.signals.errors.promql"] if refused else []), (expr, found)
+
+
+def test_the_lab_refuses_a_signal_on_an_outcome_its_mechanisms_never_count():
+    """The live lab's instances count `rejected` only with a concurrency limit and never
+    `throttled` (the clients' throttle refuses before sending): a signal reading only one
+    of them reads nothing there, refused as in the simulator; counted among others, read."""
+    from relakit.checks import check_lab
+    from relakit.control import load_clocks
+
+    clocks = load_clocks({}, scrape_s=1, window_s=5, eval_s=1, poll_s=1)
+
+    def errors(outcome, **kw):
+        pol = load_policy({**POLICY, "signals": {"errors": {
+            "kind": "ratio", "num": {"metric": "requests_total", "outcome": outcome},
+            "den": {"metric": "requests_total"}}}})
+        return [f for f in check_lab(pol, clocks, **kw) if f.severity == "error"]
+
+    limit = {"extra_series": ("rejected_total", "concurrency_limit"),
+             "mechanisms": ("concurrency_limit",)}
+    (f,) = errors("rejected")
+    assert f.key == "signals.errors.num.outcome" and "concurrency limit" in f.message, f
+    assert not errors("rejected", **limit)
+    (f,) = errors("throttled", mechanisms=("client_throttle",))
+    assert "never count" in f.message, f
+    assert not errors(["error", "timeout", "rejected"])  # read beside what there is
+    server = load_policy(SERVER_POLICY)
+    assert not [f for f in check_lab(server, clocks) if f.severity == "error"]
+
+
+def test_the_in_path_series_table_names_every_series_an_in_path_run_adds():
+    from relakit.checks import IN_PATH_SERIES_COUNTED_BY, simulator_series
+    from relakit.vocab import IN_PATH_KEYS
+
+    added = ({s[1] for s in simulator_series((0.1,), True)}
+             - {s[1] for s in simulator_series((0.1,), False)})
+    assert added == set(IN_PATH_SERIES_COUNTED_BY)
+    assert {k for v in IN_PATH_SERIES_COUNTED_BY.values() for k in v} == set(IN_PATH_KEYS)
+
+
 def test_a_signal_on_an_in_path_outcome_names_the_mechanism_that_counts_it():
     from relakit.checks import check_signals, simulator_series
 
@@ -249,3 +346,52 @@ def test_a_signal_on_an_in_path_outcome_names_the_mechanism_that_counts_it():
     assert f.key == "signals.errors.num.outcome", f
     assert "mitigations.concurrency_limit or mitigations.codel" in f.message
     assert "client_throttle" not in f.message
+
+
+# ---- a run's last seconds after its last metrics sample ------------------------------------
+def test_unsampled_tail_is_the_duration_modulo_the_scrape_and_is_warned_by_name():
+    from relakit.checks import check_sampled, unsampled_s
+    from relakit.scenario import load_scenario
+
+    assert unsampled_s(100, 15) == pytest.approx(10)  # notebook 11's run: last sample at 90 s
+    assert unsampled_s(105, 15) == 0 and unsampled_s(0.9, 0.3) == 0  # float multiples
+    assert unsampled_s(105, 1.5) == 0 and unsampled_s(2, 0.75) == pytest.approx(0.5)
+    sc = load_scenario(make_scenario(duration=100, interval=15))
+    (f,) = [f for f in check_scenario(sc) if f.key == "duration_s"]
+    assert f.severity == "warning" and f.file == sc.source
+    for said in ("100 s", "metrics.interval_s (15 s)", "last 10 s", "at 90 s",
+                 "duration_s 90 or 105"):
+        assert said in f.message, f.message
+    assert not check_sampled(load_scenario(make_scenario(duration=105, interval=15)))
+    # a run shorter than one scrape: only the longer multiple is offered
+    short = check_sampled(load_scenario(make_scenario(duration=10, interval=15)))
+    assert "use duration_s 15 " in short[0].message, short[0].message
+
+
+def test_unsampled_tail_names_clocks_scrape_when_the_clocks_set_the_interval():
+    from relakit.checks import check_sampled
+    from relakit.scenario import load_scenario
+
+    sc = make_scenario(duration=62)
+    del sc["metrics"]
+    sc["policy"] = str(ROOT / "params/policies/rela-eager-shed.yaml")
+    sc["clocks"] = {"scrape_s": 5, "window_s": 30, "eval_s": 2, "poll_s": 2}
+    (f,) = check_sampled(load_scenario(sc))
+    assert "metrics.interval_s (5 s, clocks.scrape_s)" in f.message and "last 2 s" in f.message
+
+
+def test_unsampled_tail_is_said_by_every_path_that_runs_a_scenario(tmp_path):
+    """simulate, the checks of a sweep, and the maps and rivals whose workers run with the
+    semantic warnings off (they say it before the workers start)."""
+    from relakit.experiment import simulate
+    from relakit.metastability import Recovery, basin_map
+    from relakit.rivals import rival_runs
+
+    sc = make_scenario(duration=10, interval=3, rate=50, nodes=1, servers=2)
+    with pytest.warns(RelakitWarning, match="last 1 s"):
+        simulate(sc, record_requests=False)
+    with pytest.warns(RelakitWarning, match="not a multiple of metrics.interval_s"):
+        basin_map(sc, "spike", [1.0], [1.0], Recovery(level=10, hold_s=1, within_s=6),
+                  replications=1, start_s=2.0, workers=1)  # a 2 + 1 + 6 + 1 = 10 s run
+    with pytest.warns(RelakitWarning, match="last 1 s"):
+        rival_runs({"a": sc}, end_s=5.0, replications=1, hold_s=1.0, workers=1)

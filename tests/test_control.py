@@ -4,6 +4,7 @@ machine on crafted signals, the audit, and the closed loop against replay."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import polars as pl
@@ -84,16 +85,28 @@ def test_histogram_quantile_interpolates_like_prometheus():
     assert bucket_quantile(0.1, upper, counts)[0] == pytest.approx(0.05)
 
 
-def _bucket_quantile(q, upper, counts):
-    """Prometheus' bucketQuantile (promql/quantile.go) for one row of cumulative counts."""
-    counts = [0.0 if c != c else c for c in counts]
-    for i in range(1, len(counts)):  # ensureMonotonic
-        counts[i] = max(counts[i], counts[i - 1])
+def _bucket_quantile(q, upper, counts, nan_is_missing=True):
+    """Prometheus' bucketQuantile (promql/quantile.go, 2.42) for one row of cumulative
+    counts of distinct bounds; a NaN count read as 0 (a missing bucket) or kept (PromQL)."""
+    counts = [0.0 if c != c and nan_is_missing else c for c in counts]
+    top = -math.inf
+    for i, c in enumerate(counts):  # ensureMonotonic
+        if c > top:
+            top = c
+        elif c < top:
+            counts[i] = top
     total = counts[-1]
-    if total <= 0:
+    if total == 0:
         return float("nan")
     rank = q * total
-    b = next((i for i, c in enumerate(counts[:-1]) if c >= rank), len(counts) - 1)
+    lo, hi = 0, len(counts) - 1  # sort.Search(len(buckets)-1, count >= rank)
+    while lo < hi:
+        h = (lo + hi) // 2
+        if not counts[h] >= rank:
+            lo = h + 1
+        else:
+            hi = h
+    b = lo
     if b == len(counts) - 1:
         return upper[-2]
     if b == 0 and upper[0] <= 0:
@@ -177,10 +190,12 @@ def test_histogram_quantile_equals_prometheus_row_by_row_on_random_counts():
         counts[rng.random((4, b)) < 0.15] = np.nan  # missing buckets count 0
         counts[0] = rng.integers(0, 20, b)  # not monotonic: fixed up
         for q in (0.0, 0.25, 0.5, 0.9, 0.99, 1.0):
-            got = bucket_quantile(q, upper, counts)
-            for i in range(4):
-                want = _bucket_quantile(q, list(upper), list(counts[i]))
-                assert got[i] == want or (np.isnan(want) and np.isnan(got[i])), (q, counts[i])
+            for missing in (True, False):  # NaN: a missing bucket, or PromQL's NaN sample
+                got = bucket_quantile(q, upper, counts, nan_is_missing=missing)
+                for i in range(4):
+                    want = _bucket_quantile(q, list(upper), list(counts[i]), missing)
+                    assert got[i] == want or (np.isnan(want) and np.isnan(got[i])), (
+                        q, counts[i], missing)
 
 
 # ---- signals -----

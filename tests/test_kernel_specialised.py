@@ -374,7 +374,7 @@ def test_simple_loop_compiles_without_the_helpers_it_never_calls():
     fresh.compile(sig)
     ir = fresh.inspect_llvm(sig)
     assert "sample_node" in ir and "hist_bin" in ir  # the check can see the helpers it calls
-    for helper in ("draw_service", "next_arrival", "pick_node", "budget_slot"):
+    for helper in ("draw_service", "next_arrival", "pick_node", "window_slot"):
         assert helper not in ir
 
 

@@ -263,3 +263,41 @@ def test_lab_load_prints_the_seed_it_drew_and_keeps_one_given(monkeypatch, tmp_p
     assert used == [drawn]
     assert lifecycle.load(tmp_path, [(1.0, 1.0)], seed=7) == 0
     assert used[-1] == 7 and "seed 7" not in capsys.readouterr().out
+
+
+def test_an_instance_polls_its_config_while_it_runs_and_stops_on_shutdown(monkeypatch):
+    """The data plane's poller lives in the app's lifespan (FastAPI's on_event is
+    deprecated): entering the app starts it, it applies what it reads, and shutdown
+    cancels it and waits for it, so no poll outlives the instance."""
+    import time
+    import warnings
+
+    from fastapi.testclient import TestClient
+
+    from relakit.lab import dataplane
+
+    polls: list = []
+
+    def handler(request):
+        polls.append(request.url)
+        return httpx.Response(200, json={"flags": {"shed_bronze": True}})
+
+    real = httpx.AsyncClient
+    monkeypatch.setattr(dataplane.httpx, "AsyncClient",
+                        lambda **kw: real(transport=httpx.MockTransport(handler), **kw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # no deprecated start-up hook
+        app = dataplane.make_app("http://config", 0.01, servers=1, mean_ms=1, slow_ms=1,
+                                 slow_fraction=0.0, error_rate=0.0)
+    with TestClient(app) as instance:
+        task = app.state.poller
+        deadline = time.monotonic() + 10.0
+        while _gauges(instance).get('flag{flag="shed_bronze"}') != 1.0:
+            assert time.monotonic() < deadline and not task.done(), "the poller never applied"
+            time.sleep(0.01)
+        assert instance.get("/work", params={"tier": "bronze"}).status_code == 503
+    assert task.cancelled(), task  # stopped with the app, not left pending
+    seen = len(polls)
+    time.sleep(0.1)
+    assert len(polls) == seen >= 1  # nothing polls after shutdown
+    assert str(polls[0]).startswith("http://config")

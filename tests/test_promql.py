@@ -6,7 +6,10 @@ answers are written as promtool's *expected* values and alerts. promtool (Promet
 2.42's own engine and rule manager) must then pass, so relakit's values and firing
 sets equal Prometheus' at every tested instant, including instants where nothing
 fires. promtool 2.42 compares sample values exactly (``reflect.DeepEqual``); on a
-mismatch its printed values are parsed and compared to 1e-9 relative for the report.
+mismatch its printed values are parsed and compared to 1e-9 relative for the report
+(an infinity only to itself). Go's ``==`` holds -0 == +0, so an expression that answers
+0 somewhere is asked again as ``1 / (E == E)`` (:func:`sign_form`): each zero's sign
+becomes -Inf or +Inf, as tests/test_promql_edges.py does.
 """
 
 from __future__ import annotations
@@ -333,27 +336,44 @@ def check_promtool(proc) -> int:
         exp, got = _SAMPLE.findall(exp_line), _SAMPLE.findall(got_line)
         assert [lab for lab, _ in exp] == [lab for lab, _ in got], (exp_line, got_line)
         for (_, e), (_, g) in zip(exp, got, strict=True):
-            e, g = float(e), float(g)
-            assert abs(e - g) <= 1e-9 * max(abs(g), 1e-300), (exp_line, got_line)
+            e, g = float(e), float(g)  # an infinity (a zero's sign, in 1 / x) only equal
+            assert e == g or (math.isfinite(g) and abs(e - g) <= 1e-9 * max(abs(g), 1e-300)
+                              ), (exp_line, got_line)
     return len(blocks)
 
 
+def sign_form(expr: str, scalar: bool) -> str:
+    """``expr`` with every zero shown as its sign: ``1 / (E == E)`` (-Inf or +Inf; promtool
+    compares values with Go's ``==``, where -0 == +0), ``1 / (E)`` for a scalar."""
+    return f"1 / ({expr})" if scalar else f"1 / (({expr}) == ({expr}))"
+
+
 def expr_cases(exprs: list[str], times=EVAL_TIMES) -> tuple[list[dict], int]:
-    """promtool cases holding relakit's answers for each expression at each instant."""
+    """promtool cases holding relakit's answers for each expression at each instant; an
+    expression that answers 0 anywhere is also asked as :func:`sign_form`."""
     tsdb = make_tsdb()
     t = np.array(times, dtype=float)
     cases, n_samples = [], 0
-    for expr in exprs:
+    queue = list(exprs)
+    signed = set()
+    while queue:
+        expr = queue.pop(0)
         # a step-less subquery steps at the evaluation_interval, as promtool's
         ev = promql.Evaluator(promql.store_from_tsdb(tsdb), default_step_s=EVAL_S)
         res = ev.evaluate(promql.parse(expr), t)
-        if isinstance(res, np.ndarray):  # a scalar: promtool takes it as one unlabelled sample
+        scalar = isinstance(res, np.ndarray)
+        if scalar:  # a scalar: promtool takes it as one unlabelled sample
             res = promql.Vector([((), res, np.ones(t.size, dtype=bool))])
+        zero = False
         for i, te in enumerate(times):
             samples = _samples(res, i)
             assert all(not math.isnan(s["value"]) for s in samples), (expr, te)
+            zero |= any(s["value"] == 0 for s in samples)
             n_samples += len(samples)
             cases.append({"expr": expr, "eval_time": f"{te}s", "exp_samples": samples})
+        if zero and expr not in signed and expr in exprs:
+            signed.add(expr)
+            queue.append(sign_form(expr, scalar))
     return cases, n_samples
 
 

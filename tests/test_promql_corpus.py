@@ -5,7 +5,8 @@ sloth/pyrra SLOs, blackbox packs) and together they use every construct issue 32
 added; ``NAME.series.yml`` holds promtool input series with the labels such files
 read (job, namespace, pod, ...). relakit backtests each file over those series and
 its answers become promtool's expected alerts at every instant, and expected samples
-of every recorded series: promtool must pass.
+of every recorded series (and of ``1 / (x == x)`` for one that is 0 somewhere, so a
+zero's sign shows as -Inf or +Inf): promtool must pass.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
-from test_promql import _label_map, check_promtool, expand
+from test_promql import _label_map, check_promtool, expand, sign_form
 
 from relakit.control import promql, rules
 
@@ -90,6 +91,33 @@ def test_corpus_uses_every_construct_of_issue_32():
     assert keep
 
 
+def zero_subexpressions(groups, ev, t) -> list[str]:
+    """The instant-vector sub-expressions of every rule (functions, aggregations, operators;
+    not the rule's whole expression) that answer 0 at some instant, as text."""
+    found = []
+
+    def walk(node):
+        if (isinstance(node, promql.Call | promql.Aggregate | promql.Binary | promql.Unary)
+                and not promql.is_range(node) and not promql.is_scalar(node)):
+            found.append(promql.to_text(node))
+        for a in ("expr", "lhs", "rhs", "param"):
+            if getattr(node, a, None) is not None:
+                walk(getattr(node, a))
+        for a in getattr(node, "args", ()):
+            walk(a)
+
+    for g in groups:
+        for r in g.rules:
+            walk(r.node)
+    whole = {promql.to_text(r.node) for g in groups for r in g.rules}
+    out = []
+    for expr in sorted(set(found) - whole):
+        res = ev.evaluate(promql.parse(expr), t)
+        if any(((val == 0) & ok).any() for _, val, ok in res.series):
+            out.append(expr)
+    return out
+
+
 @needs_promtool
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_corpus_file_equals_promtool(path, tmp_path):
@@ -119,14 +147,31 @@ def test_corpus_file_equals_promtool(path, tmp_path):
     t = np.array(times, dtype=float)
     for name in sorted({r.name for g in groups for r in g.rules if r.kind == "record"}):
         # a NaN sample cannot be expected (promtool compares with DeepEqual): the
-        # numbers, then where the NaNs are
-        for expr in (f"{name} == {name}", f"{name} != bool {name}"):
+        # numbers, then where the NaNs are; and, for a series that is 0 somewhere, the
+        # sign of each zero (1 / (x == x): -Inf or +Inf, where == sees -0 == +0)
+        forms = [f"{name} == {name}", f"{name} != bool {name}"]
+        while forms:
+            expr = forms.pop(0)
             res = ev.evaluate(promql.parse(expr), t)
+            zero = False
             for i, te in enumerate(times):
                 got = [{"labels": promql.format_labels(lab), "value": float(val[i])}
                        for lab, val, ok in res.series if ok[i]]
                 assert not any(math.isnan(s["value"]) for s in got)
+                zero |= any(s["value"] == 0 for s in got)
                 expr_cases.append({"expr": expr, "eval_time": f"{te}s", "exp_samples": got})
+            if zero and expr == f"{name} == {name}":
+                forms.append(sign_form(name, False))
+    # the rules' own sub-expressions that answer 0 somewhere (a rate of a flat counter, a
+    # difference, an aggregation of zeros), with each zero's sign: the recorded series
+    # alone rarely hold a zero
+    for expr in zero_subexpressions(groups, ev, t):
+        res = ev.evaluate(promql.parse(sign_form(expr, False)), t)
+        for i, te in enumerate(times):
+            got = [{"labels": promql.format_labels(lab), "value": float(val[i])}
+                   for lab, val, ok in res.series if ok[i]]
+            expr_cases.append({"expr": sign_form(expr, False), "eval_time": f"{te}s",
+                               "exp_samples": got})
     (tmp_path / path.name).write_text(path.read_text())
     order = [g.name for g in groups]
     test = {"rule_files": [path.name], "evaluation_interval": f"{EVAL_S}s",
@@ -139,7 +184,9 @@ def test_corpus_file_equals_promtool(path, tmp_path):
     alert_failures = (proc.stdout + proc.stderr).count("alertname:")
     assert alert_failures == 0, (proc.stdout + proc.stderr)[:4000]  # firing sets: exact
     check_promtool(proc)  # recorded values: to 1e-9
+    signs = sum(c["expr"].startswith("1 / (") for c in expr_cases)
     print(f"{path.name}: {len(alert_rules)} alerts x {len(times)} instants ({quiet} quiet), "
+          f"{signs} cases of zeros' signs, "
           f"{len(expr_cases)} recorded-series cases; never fire: {never}")
 
 

@@ -23,6 +23,7 @@ from relakit.validate import load_yaml
 POLICY = load_yaml(ROOT / "params" / "policies" / "rela.yaml", "policy")[0]
 CLOCKS = load_yaml(ROOT / "params" / "clocks" / "rela.yaml", "clocks")[0]
 IN_PATH_POLICY = ROOT / "params" / "policies" / "rela-in-path.yaml"
+SERVER_POLICY = ROOT / "params" / "policies" / "rela-in-path-server.yaml"
 
 
 def fleet(rate=300.0, deadline_ms=None, duration=40.0, **kw) -> dict:
@@ -103,16 +104,25 @@ def test_variants_carry_what_their_names_say():
     assert rv.with_local(base, "concurrency_limit aimd", 250.0)["mitigations"][
         "concurrency_limit"]["cost_us"] == 250.0
     # beside a local mechanism RelA runs the policy that sees its refusals; alone, its own
+    # (the server-side ones without the clients' throttle_ratio, which only a throttle moves)
     seeing = load_yaml(IN_PATH_POLICY, "policy")[0]
-    v = rv.rival_variants(base, POLICY, CLOCKS, in_path_policy=seeing)
+    server = load_yaml(SERVER_POLICY, "policy")[0]
+    v = rv.rival_variants(base, POLICY, CLOCKS, in_path_policy=seeing, server_policy=server)
     assert v[rv.CONTROL]["policy"] == POLICY
-    assert all(sc["policy"] == seeing for name, sc in v.items() if name.endswith("+ RelA"))
+    assert v["client_throttle + RelA"]["policy"] == seeing
+    assert all(sc["policy"] == server for name, sc in v.items()
+               if name.endswith("+ RelA") and not name.startswith("client_throttle"))
     from relakit.checks import check_scenario
 
     for name, sc in v.items():  # each passes the scenario checks (no signal that reads nothing)
         found = [f.text for f in check_scenario(relakit.scenario.load_scenario(sc))
                  if f.severity == "error" or "signals." in f.key]
         assert not found, (name, found)
+    # the throttle's policy beside a server-side mechanism: throttle_ratio would read 0
+    v = rv.rival_variants(base, POLICY, CLOCKS, in_path_policy=seeing)
+    found = [f.key for f in check_scenario(relakit.scenario.load_scenario(
+        v["concurrency_limit aimd + RelA"])) if f.severity == "error"]
+    assert found == ["policy.signals.throttle_ratio.num.outcome"], found  # (an inline policy)
 
 
 def _runs(numbers: dict[str, dict[str, list[float]]]) -> pl.DataFrame:
@@ -226,6 +236,57 @@ def test_a_small_comparison_end_to_end():
     # queue, which serves copies whose clients gave up
     w = t.filter(pl.col("number") == "wasted_share").row(0, named=True)
     assert w["value"] < w["baseline"] and w["verdict"] == "better", w
+
+
+# DejaVu Sans (the theme's font) advance widths, in ems, of what a number's tick label holds
+_EM = {**dict.fromkeys("0123456789", 0.636), "\u2212": 0.838, "-": 0.361, ".": 0.318, ",": 0.318,
+       "%": 0.950}
+
+
+def _axis_labels(spec) -> list[list[tuple[float, float]]]:
+    """(left, right) x of each label drawn on each x axis of a rendered chart (vl-convert's
+    scene graph: a label Vega dropped for overlapping has opacity 0; one at the panel's edge
+    is aligned left or right of its tick)."""
+    import vl_convert as vlc
+
+    groups: list = []
+    share = {"left": 0.0, "center": 0.5, "right": 1.0}  # of its width left of its anchor
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("marktype") == "text" and node.get("role") == "axis-label":
+                items = [it for it in node["items"] if it.get("opacity", 1) > 0]
+                if items and all(it.get("baseline") == "top" for it in items):  # an x axis
+                    widths = [sum(_EM.get(ch, 0.7) for ch in it["text"]) * it["fontSize"]
+                              for it in items]
+                    groups.append([(it["x"] - share[it["align"]] * w,
+                                    it["x"] + (1 - share[it["align"]]) * w)
+                                   for it, w in zip(items, widths, strict=True)])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(vlc.vegalite_to_scenegraph(spec))
+    return groups
+
+
+def test_the_differences_chart_never_writes_tick_labels_into_each_other():
+    """The ramp's gold success spans -0.44 to +0.05 in a 150 px panel: its labels were drawn
+    edge to edge (-0.4-0.3-0.2-0.1 0.0 0.1). Every x axis keeps 2 px between labels."""
+    spans = {"gold_success": (-0.44, 0.05), "goodput_rps": (-1200.0, 1900.0),
+             "p99_ms": (-900.0, 10.0), "wasted_share": (-0.2, 0.05)}
+    rows = [{"variant": v, "number": n, "difference": d, "difference_ci": abs(d) * 0.02,
+             "value": 0.5, "value_ci": 0.01, "baseline": 0.5, "verdict": "better"}
+            for n, span in spans.items() for v, d in zip("ab", span, strict=True)]
+    spec = plots.rival_differences_chart(pl.DataFrame(rows), rv.NUMBER_TITLES, title="t",
+                                         baseline=rv.CONTROL).to_dict()
+    axes = _axis_labels(spec)
+    assert len(axes) == len(spans) and all(len(a) >= 2 for a in axes), axes  # still labelled
+    for labels in axes:
+        for (_, right), (left, _) in zip(labels[:-1], labels[1:], strict=True):
+            assert left - right >= 2.0, labels
 
 
 def test_figures_use_the_palette():
@@ -362,10 +423,11 @@ def moves(r) -> list[tuple[str, str, str]]:
 def test_rela_sees_a_servers_refusals_only_through_the_in_path_policy():
     """rela.yaml counts no `rejected`: beside a concurrency limit that keeps the queue
     short it sees a slow tail at most (performance: hedging, more load), never survival;
-    rela-in-path.yaml counts the refusals as failures and sheds."""
+    rela-in-path-server.yaml (rela-in-path.yaml without the clients' throttle_ratio) counts
+    the refusals as failures and sheds."""
     sc = limited("concurrency_limit aimd")
     blind = relakit.simulate(rv.with_control(sc, POLICY, CLOCKS))
-    seeing = relakit.simulate(rv.with_control(sc, load_yaml(IN_PATH_POLICY, "policy")[0], CLOCKS))
+    seeing = relakit.simulate(rv.with_control(sc, load_yaml(SERVER_POLICY, "policy")[0], CLOCKS))
     assert blind.summary.filter(pl.col("tier") == "all")["rejected"][0] > 10_000  # overloaded
     assert "survival" not in {m for _, m, _ in moves(blind)}, moves(blind)
     assert ("preempt", "survival", "error_ratio") in moves(seeing), moves(seeing)

@@ -91,6 +91,18 @@ def test_loading_a_dict_does_not_mutate_it():
     assert data == MINIMAL
 
 
+def test_the_clocks_scrape_phase_is_the_data_planes_unless_metrics_gives_one():
+    """clocks.scrape_phase_s is when every node is scraped (it was read, checked and then
+    dropped: the nodes were scraped at 0); metrics.phase_s, given, is the run's own."""
+    rela = str(DEMO.parents[1] / "policies" / "rela.yaml")
+    clocks = {"scrape_s": 5, "window_s": 20, "eval_s": 5, "poll_s": 5, "scrape_phase_s": 2.5}
+    closed = {**BASE, "duration_s": 30, "policy": rela, "clocks": clocks}
+    assert load_scenario(closed).metrics.phase_s == (2.5, 2.5)
+    own = {**closed, "metrics": {"phase_s": [1.0, 0.5]}}
+    assert load_scenario(own).metrics.phase_s == (1.0, 0.5)
+    assert load_scenario({**BASE, "duration_s": 30}).metrics.phase_s == (0.0, 0.0)
+
+
 def test_scalar_servers_repeat_per_node_and_list_is_kept():
     assert load_scenario(BASE).fleet.servers == (2, 2)
     sc = load_scenario(with_changes(fleet__servers=[1, 3]))

@@ -182,6 +182,27 @@ def test_paired_difference_columns_say_whether_zero_is_inside():
     assert paired_difference([1.0], [2.0]).columns()["significant"] is None  # one pair
 
 
+def test_an_interval_that_excludes_zero_never_reads_as_one_that_does_not():
+    """Notebook 11 printed a paired difference of 0.0004 +- 0.0002 as '+0.000 +- 0.000'
+    and counted it better: the digits follow the half-width's first significant one."""
+    from relakit.stats import interval_text
+
+    d = paired_difference([0.9450, 0.9460, 0.9440, 0.9447, 0.9462],
+                          [0.9446, 0.9455, 0.9437, 0.9444, 0.9457])
+    assert d.significant and d.interval.half_width < 0.0005
+    text = interval_text(d.interval.mean, d.interval.half_width, 3, signed=True)
+    mean, half = (float(x) for x in text.split(" ± "))
+    assert text.startswith("+0.000") and mean - half > 0, text  # its low end above 0, as shown
+    assert interval_text(-0.276, 0.02, 3, signed=True) == "-0.276 ± 0.020"  # 3 enough: kept
+    # rounded to the half-width's digit it would touch 0: one more digit
+    assert interval_text(-0.0024, 0.0018, 3, signed=True) == "-0.0024 ± 0.0018"
+    assert interval_text(0.0015, 0.0016, 3) == "0.002 ± 0.002"  # includes 0, and reads so
+    assert interval_text(0.0, 0.0, 3, signed=True) == "+0.000 ± 0.000"  # a true zero stays
+    assert interval_text(4017.2, 45.1, 0) == "4017 ± 45"
+    assert interval_text(0.5, float("nan")) == "0.500"  # one run: no half-width
+    assert interval_text(0.00096, 0.0) == "0.0010 ± 0.0000"  # a constant difference: the mean's
+
+
 # ---- coverage against Erlang C -------------------------------------------------------
 #
 # The point: M/M/8 at rho = 0.8 (mmc-demo's shape) with 1 ms mean service (6400 req/s),
@@ -286,3 +307,28 @@ def test_batch_means_cover_erlang_c_within_single_runs():
     assert abs(lag1) < 0.1  # batches long enough: their means are nearly uncorrelated
     assert naive < 0.6
     assert cover_short < 0.9 and lag1_short > 0.2
+
+
+def test_chance_misses_against_the_binomial_by_hand():
+    """The misses a family of correct 95 % intervals shows by chance, counted term by term
+    (math.comb), against chance_misses; the figures notebooks 01 and 02 quote."""
+    from math import comb
+
+    from relakit.stats import chance_misses
+
+    def tail(k, a, p=0.05):  # P(more than a of k miss)
+        return sum(comb(k, j) * p ** j * (1 - p) ** (k - j) for j in range(a + 1, k + 1))
+
+    for k in (1, 2, 4, 12, 15, 40):
+        m = chance_misses(k)
+        assert m.p_any == pytest.approx(tail(k, 0), abs=1e-12)
+        assert m.p_more == pytest.approx(tail(k, m.allowed), abs=1e-12)
+        assert m.p_more <= 0.05 + 1e-12  # no more misses than allowed: rare
+        assert m.allowed == 0 or tail(k, m.allowed - 1) > 0.05 + 1e-12  # and the fewest such
+    assert (chance_misses(12).allowed, round(100 * chance_misses(12).p_any)) == (2, 46)
+    assert (chance_misses(15).allowed, round(100 * chance_misses(15).p_more)) == (2, 4)
+    for bad in (0, 2.5, -3):
+        with pytest.raises(ValueError, match="intervals"):
+            chance_misses(bad)
+    with pytest.raises(ValueError, match="level"):
+        chance_misses(12, level=1.0)

@@ -22,6 +22,20 @@ def nth_sample(values, lo, n, j):
     return values[np.clip(lo + j, 0, values.size - 1)], on
 
 
+def steps_in_window(step, lo, last):
+    """How many flagged steps each window of samples ``lo..last`` holds, from prefix
+    sums: ``step[i]`` flags the step from sample i to i+1 ((S-1,), or (S-1, series));
+    a window of one sample (or none) holds none. The one place of the idiom "one value
+    in the window" (no step: :func:`sum_count`'s flat windows, :func:`regression`'s
+    constant series) and of ``changes``/``resets`` (the steps counted)."""
+    c = np.zeros((step.shape[0] + 1, *step.shape[1:]), dtype=np.int64)
+    np.cumsum(step, axis=0, out=c[1:])
+    top = step.shape[0]
+    held = c[np.clip(last, 0, top)] - c[np.clip(lo, 0, top)]
+    more = (last > lo).reshape(-1, *(1,) * (step.ndim - 1))
+    return np.where(more, held, 0)
+
+
 def kahan_inc(inc, acc, c):
     """Prometheus' kahanSumInc, in place: ``acc`` += ``inc``, its rounding error added to
     ``c`` (views of the windows still adding). Go takes the error as Neumaier does,
@@ -84,9 +98,8 @@ def sum_count(values, lo, n, mean: bool):
     out = np.empty(lo.size)
     if mean and values.size:
         first = np.clip(lo, 0, values.size - 1)
-        moved = np.zeros(values.size, dtype=np.int64)  # changes up to each sample
-        np.cumsum(values[1:] != values[:-1], out=moved[1:])  # (NaN != NaN: a change)
-        flat = (n >= 1) & (moved[np.clip(lo + n - 1, 0, values.size - 1)] == moved[first])
+        # (NaN != NaN: a step)
+        flat = (n >= 1) & (steps_in_window(values[1:] != values[:-1], lo, lo + n - 1) == 0)
         flat &= np.isfinite(values[first])
         if flat.any():
             out[flat] = values[first[flat]] + 0.0
@@ -99,13 +112,26 @@ def sum_count(values, lo, n, mean: bool):
 def _sum_count(values, lo, n, mean: bool):
     order, lo_o, _, active = longest_first(lo, n)
     acc, c = np.zeros(lo.size), np.zeros(lo.size)
+    careful = mean and bool(np.isinf(values).any())  # (an infinite mean: decided once)
     with np.errstate(all="ignore"):
         for j, k in enumerate(active):
             v = values[lo_o[:k] + j]
-            kahan_inc(v / (j + 1) - acc[:k] / (j + 1) if mean else v, acc[:k], c[:k])
+            if careful:
+                step = v / (j + 1) - acc[:k] / (j + 1)
+                kahan_inc(np.where(mean_stays(acc[:k], v), 0.0, step), acc[:k], c[:k])
+            else:
+                kahan_inc(v / (j + 1) - acc[:k] / (j + 1) if mean else v, acc[:k], c[:k])
         out = np.empty(lo.size)
         out[order] = np.where(np.isinf(acc), acc, acc + c)
         return out
+
+
+def mean_stays(mean, v):
+    """Where Prometheus 2.42's incremental mean keeps an infinite mean as it is: ``v``
+    the same infinity, or a number (``mean += v/n - mean/n`` would give Inf - Inf, NaN).
+    (Adding 0.0 there instead leaves the mean's bits; its compensation, NaN as Go's, is
+    not read when the mean is infinite.)"""
+    return np.isinf(mean) & ((np.isinf(v) & ((mean > 0) == (v > 0))) | np.isfinite(v))
 
 
 def reduce_window(values, lo, n, fn):
@@ -139,7 +165,12 @@ def go_quantile(rows, n, q):
     pad = np.where(np.arange(width)[None, :] < n[:, None], rows, np.inf)
     nan = np.isnan(pad)
     n_nan = nan.sum(axis=1)
-    ordered = np.sort(np.where(nan, np.inf, pad), axis=1)  # numbers first, then padding
+    # numbers first, then padding; equal values (-0.0 and 0.0: no others differ) in their
+    # order, as Go's sort.Sort keeps them in the windows it sorts by insertion (up to 12
+    # values); a stable sort costs ~4x, so only where a -0.0 is
+    keys = np.where(nan, np.inf, pad)
+    signed = bool(((keys == 0) & np.signbit(keys)).any())
+    ordered = np.sort(keys, axis=1, kind="stable" if signed else None)
 
     def pick(i):  # the i-th value in Go's order: n_nan NaNs, then the numbers
         idx = np.clip(i - n_nan, 0, width - 1)
@@ -170,15 +201,10 @@ def quantile_window(values, lo, n, q):
 
 
 def changes(values, lo, hi, resets: bool):
-    """``changes``/``resets`` as differences counted with prefix sums."""
-    if values.size < 2:
-        return np.zeros(lo.size)
+    """``changes``/``resets``: the steps of the window, counted with prefix sums."""
     a, b = values[1:], values[:-1]
     step = (a < b) if resets else ((a != b) & ~(np.isnan(a) & np.isnan(b)))
-    c = np.concatenate([[0], np.cumsum(step)])  # c[i]: steps among samples 0..i
-    lo_c = np.clip(lo, 0, values.size - 1)
-    hi_c = np.clip(hi, 0, values.size - 1)
-    return np.where(hi > lo, c[hi_c] - c[lo_c], 0).astype(float)
+    return steps_in_window(step, lo, hi).astype(float)
 
 
 def regression(times, series, lo, n, intercept_t, block: int = 64):
@@ -234,11 +260,8 @@ def regression(times, series, lo, n, intercept_t, block: int = 64):
         w = ax + ay + axy
         first = vals[np.minimum(lo_o, vals.shape[0] - 1)]
         # constant over the window (Go: every sample == the first; NaN never is): no
-        # sample differs from the one before it, counted with prefix sums
-        moved = np.zeros((vals.shape[0], m), dtype=np.int64)
-        np.cumsum(vals[1:] != vals[:-1], axis=0, out=moved[1:])
-        const = moved[np.minimum(last, vals.shape[0] - 1)] == moved[
-            np.minimum(lo_o, vals.shape[0] - 1)]
+        # sample differs from the one before it
+        const = steps_in_window(vals[1:] != vals[:-1], lo_o, last) == 0
         acc, c = np.zeros((order.size, w)), np.zeros((order.size, w))
         with np.errstate(all="ignore"):
             for j, k in enumerate(active if w else ()):  # windows holding a j-th sample: [:k]
@@ -405,15 +428,34 @@ def instant_function(f: str, val, ok, args):
         if f in ("clamp", "clamp_min", "clamp_max"):
             if f == "clamp":
                 lo_, hi_ = args
-                return np.maximum(lo_, np.minimum(hi_, val)), ok & ~(hi_ < lo_)
-            return (np.maximum if f == "clamp_min" else np.minimum)(val, args[0]), ok
+                return go_max(lo_, go_min(hi_, val)), ok & ~(hi_ < lo_)
+            return (go_max if f == "clamp_min" else go_min)(args[0], val), ok
+        if f == "sgn":  # Go's: v itself when it is neither < 0 nor > 0 (-0.0, NaN)
+            return np.where(val < 0, -1.0, np.where(val > 0, 1.0, val)), ok
         fn = {"abs": np.abs, "ceil": np.ceil, "floor": np.floor, "sqrt": np.sqrt,
               "exp": np.exp, "ln": np.log, "log2": np.log2, "log10": np.log10,
-              "sgn": np.sign, "acos": np.arccos, "acosh": np.arccosh, "asin": np.arcsin,
+              "acos": np.arccos, "acosh": np.arccosh, "asin": np.arcsin,
               "asinh": np.arcsinh, "atan": np.arctan, "atanh": np.arctanh, "cos": np.cos,
               "cosh": np.cosh, "sin": np.sin, "sinh": np.sinh, "tan": np.tan,
               "tanh": np.tanh, "deg": np.degrees, "rad": np.radians}[f]
         return fn(val), ok
+
+
+def go_max(x, y):
+    """Go's math.Max: +Inf over NaN, then NaN, and 0.0 over -0.0 (numpy's maximum gives
+    NaN, and the first of two zeros)."""
+    with np.errstate(invalid="ignore"):
+        r = np.where(np.isnan(x) | np.isnan(y), np.nan, np.where(x > y, x, y))
+        r = np.where((x == 0) & (y == 0), np.where(np.signbit(x), y, x), r)
+        return np.where((x == np.inf) | (y == np.inf), np.inf, r)
+
+
+def go_min(x, y):
+    """Go's math.Min: -Inf over NaN, then NaN, and -0.0 over 0.0."""
+    with np.errstate(invalid="ignore"):
+        r = np.where(np.isnan(x) | np.isnan(y), np.nan, np.where(x < y, x, y))
+        r = np.where((x == 0) & (y == 0), np.where(np.signbit(x), x, y), r)
+        return np.where((x == -np.inf) | (y == -np.inf), -np.inf, r)
 
 
 def date_field(f: str, val: np.ndarray) -> np.ndarray:
@@ -463,22 +505,27 @@ def welford(vals: np.ndarray, oks: np.ndarray) -> np.ndarray:
 
 def sequential(vals: np.ndarray, oks: np.ndarray, mean: bool) -> np.ndarray:
     """Sum, or Prometheus' incremental mean (``mean += v/n - mean/n``), series by series
-    in order, vectorised over the instants: the same float operations, the same bits."""
+    in order, vectorised over the instants: the same float operations, the same bits.
+    Both start from the first present value, as Prometheus' aggregation does (not from
+    0 + v: the sum of -0.0 alone is -0.0), and an infinite mean stays as Prometheus
+    keeps it (:func:`mean_stays`; tests/test_promql_edges.py)."""
     acc = np.zeros(vals.shape[1])
     n = np.zeros(vals.shape[1])
+    careful = mean and bool(np.isinf(vals).any())  # (an infinite mean: decided once)
     with np.errstate(all="ignore"):
         if oks.all():  # every series at every instant (the usual case): no masks
             for j, v in enumerate(vals):
-                if not mean:
-                    acc = acc + v
+                if j == 0:
+                    acc = v.copy()
+                elif careful:
+                    acc = np.where(mean_stays(acc, v), acc, acc + (v / (j + 1) - acc / (j + 1)))
                 else:
-                    acc = v.copy() if j == 0 else acc + (v / (j + 1) - acc / (j + 1))
+                    acc = acc + (v / (j + 1) - acc / (j + 1)) if mean else acc + v
             return acc
         for v, ok in zip(vals, oks, strict=True):
             n = n + ok
-            if mean:
-                step = np.where(n == 1, v, acc + (v / n - acc / n))
-            else:
-                step = acc + v
-            acc = np.where(ok, step, acc)
+            step = acc + (v / n - acc / n) if mean else acc + v
+            if careful:
+                step = np.where(mean_stays(acc, v), acc, step)
+            acc = np.where(ok, np.where(n == 1, v, step), acc)
     return acc

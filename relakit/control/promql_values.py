@@ -18,7 +18,6 @@ import numpy as np
 
 from relakit.control import promql_functions as fn
 from relakit.control.promql_parse import (
-    ARITHMETIC,
     COMPARISON,
     Aggregate,
     Binary,
@@ -97,21 +96,49 @@ def absent_labels(sel: Selector) -> tuple:
     return tuple(sorted((k, v) for k, v in d.items() if k not in drop))
 
 
+_GO_SPECIAL = {"inf": np.inf, "+inf": np.inf, "-inf": -np.inf, "infinity": np.inf,
+               "+infinity": np.inf, "-infinity": -np.inf, "nan": np.nan}
+
+
+_GO_DIGITS = r"\d(?:_?\d)*"  # digits, "_" only between two of them (Go's underscoreOK)
+_GO_DECIMAL = re.compile(rf"[+-]?(?:{_GO_DIGITS}\.?(?:{_GO_DIGITS})?|\.{_GO_DIGITS})"
+                         rf"(?:[eE][+-]?{_GO_DIGITS})?")
+_GO_HEX = re.compile(r"[+-]?0[xX](?:(?:_?[0-9a-fA-F])+(?:\.[0-9a-fA-F]*)?|_?\.[0-9a-fA-F]+)"
+                     r"[pP][+-]?\d+")  # a hexadecimal float needs its exponent
+
+
+def go_parse_float(text: str) -> float | None:
+    """A float as Go's strconv.ParseFloat reads it, None where it refuses: no spaces
+    around it (Python's float strips them), hexadecimal only with a ``p`` exponent
+    (``0x1p-1``; Python's float refuses it), ``Inf``/``Infinity``/``NaN`` in any case,
+    signed infinities but no signed NaN. (An ``le`` Go cannot read is not a bucket.)"""
+    special = _GO_SPECIAL.get(text.lower())
+    if special is not None:
+        return special
+    if _GO_DECIMAL.fullmatch(text):
+        return float(text)
+    if _GO_HEX.fullmatch(text):
+        return float.fromhex(text.replace("_", ""))
+    return None
+
+
 def histogram_quantile(q: np.ndarray, v: Vector) -> Vector:
-    """Per group of series equal but for ``le``: Prometheus' bucketQuantile at each instant."""
+    """Per group of series equal but for ``le``: Prometheus' bucketQuantile at each instant.
+
+    As Prometheus 2.42: a group is the series' labels but ``le`` (two metric names are two
+    groups, whose results then clash), buckets with the same bound add up however ``le``
+    is spelt ("1", "1.0", "1e0": coalesceBuckets), in order of the bound; a NaN count is a
+    sample, not a missing bucket (tests/test_promql_edges.py)."""
     groups: dict = {}
     for lab, val, ok in v.series:
         d = dict(lab)
-        try:
-            le = float(d.pop("le")) if "le" in d else None
-        except ValueError:
-            le = None
+        le = go_parse_float(d.pop("le")) if "le" in d else None
         if le is None:
             continue  # Prometheus ignores series without a usable le
-        d.pop("__name__", None)
         groups.setdefault(tuple(sorted(d.items())), []).append((le, val, ok))
     out = []
     for key, buckets in groups.items():
+        key = drop_name(key)
         les = np.array([b[0] for b in buckets])
         vals = np.column_stack([b[1] for b in buckets])
         oks = np.column_stack([b[2] for b in buckets])
@@ -125,10 +152,11 @@ def histogram_quantile(q: np.ndarray, v: Vector) -> Vector:
         for pat in patterns:  # usually one: every bucket present together
             cols = np.flatnonzero(pat)
             rows = present & (oks == pat).all(axis=1)
-            bounds = np.unique(les[cols])
-            # buckets with the same bound add up (coalesceBuckets)
-            onehot = (les[cols][:, None] == bounds[None, :]).astype(float)
-            counts = vals[np.ix_(rows, cols)] @ onehot
+            cols = cols[np.argsort(les[cols], kind="stable")]  # by bound (sort.Sort)
+            bounds, first = np.unique(les[cols], return_index=True)
+            # buckets with the same bound add up, left to right (coalesceBuckets)
+            counts = np.add.reduceat(vals[np.ix_(rows, cols)], first, axis=1) if (
+                first.size < cols.size) else vals[np.ix_(rows, cols)]
             for qv in np.unique(q[rows]):
                 sub = rows & (q == qv)
                 if np.isnan(qv):
@@ -136,12 +164,18 @@ def histogram_quantile(q: np.ndarray, v: Vector) -> Vector:
                 elif qv < 0 or qv > 1:
                     res[sub] = -np.inf if qv < 0 else np.inf
                 else:
-                    res[sub] = bucket_quantile(qv, bounds, counts[(q[rows] == qv)])
+                    res[sub] = bucket_quantile(qv, bounds, counts[(q[rows] == qv)],
+                                               nan_is_missing=False)
         out.append((key, res, present))
     return Vector(out)
 
 
 # ---- operators ----------------------------------------------------------------------------
+# the operators whose result drops the metric name (2.42's shouldDropMetricName): not
+# atan2, whose result keeps it (tests/test_promql_edges.py)
+DROPS_NAME = ("+", "-", "*", "/", "%", "^")
+
+
 def apply_op(op: str, a, b):
     """(value, keep): the arithmetic result, or the comparison's truth with a's value."""
     with np.errstate(all="ignore"):
@@ -189,7 +223,7 @@ def vector_scalar(node: Binary, lhs, rhs) -> Vector:
             present = ok & keep
             lab = drop_name(lab) if node.bool_ else lab
         else:
-            present, lab = ok, drop_name(lab)
+            present, lab = ok, drop_name(lab) if node.op in DROPS_NAME else lab
         out.append((lab, np.where(present, value, np.nan), present))
     return Vector(out)
 
@@ -204,7 +238,7 @@ def result_labels(many: tuple, one: tuple, node: Binary) -> tuple:
     """Prometheus' resultMetric: the "many" side's labels, name dropped by arithmetic
     and ``bool``, reduced to the matching labels one-to-one, ``group_x`` labels copied."""
     res = many
-    if node.op in ARITHMETIC or node.bool_:
+    if node.op in DROPS_NAME or node.bool_:
         res = drop_name(res)
     if node.card == "one-to-one":
         if node.on is not None:
@@ -315,12 +349,17 @@ def _count_values(key: tuple, vals, oks, label: str) -> list:
     if present_vals.size == 0:
         return out
     texts = {}
-    for x in np.unique(present_vals):  # NaN once (np.unique keeps NaNs apart: merge)
+    # NaN once (np.unique keeps NaNs apart: merge); -0.0 apart from 0.0 ("-0" and "0",
+    # as Go's FormatFloat writes them; np.unique holds one zero)
+    zeros = [np.copysign(0.0, -1.0 if neg else 1.0)
+             for neg in np.unique(np.signbit(present_vals[present_vals == 0]))]
+    for x in [*np.unique(present_vals[present_vals != 0]), *zeros]:
         texts.setdefault(_format_value(float(x)), []).append(x)
     for text, xs in texts.items():
         hit = np.zeros_like(oks)
         for x in xs:
-            hit |= oks & ((vals == x) | (np.isnan(vals) & np.isnan(x)))
+            hit |= oks & (((vals == x) & (np.signbit(vals) == np.signbit(x)))
+                          | (np.isnan(vals) & np.isnan(x)))
         n = hit.sum(axis=0)
         out.append((_set_label(key, label, text), n.astype(float), n > 0))
     return out

@@ -264,8 +264,8 @@ def extrapolated_rate(times, series, lo, hi, te, rng, is_rate: bool, is_counter:
         first, result = series[:, a], series[:, b]
     else:
         first, result = np.stack([v[a] for v in series]), np.stack([v[b] for v in series])
-    result -= first
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # Inf - Inf is NaN, as in Go, and said nowhere
+        result -= first
         if is_counter:
             if drops is None:
                 drops = counter_resets(series)
@@ -347,21 +347,59 @@ def _over_time(times, v, t_eval, range_s, how):
     return out
 
 
-def bucket_quantile(q: float, upper: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def bucket_quantile(q: float, upper: np.ndarray, counts: np.ndarray,
+                    nan_is_missing: bool = True) -> np.ndarray:
     """``histogram_quantile`` over cumulative bucket counts, one row per time.
 
-    ``upper`` holds the bucket bounds (ascending, the last +Inf); ``counts`` is
+    ``upper`` holds the bucket bounds (ascending, distinct, the last +Inf); ``counts`` is
     (T, B). Follows Prometheus' bucketQuantile: monotonic fix-up, linear
     interpolation in the bucket, the highest finite bound when the rank falls
     in +Inf, NaN without observations. Every row at once, each with bucketQuantile's
     float operations in its order (the same bits: tests/test_control.py).
+    A NaN count is a missing bucket (0) by default, as the TSDB's dense columns hold
+    them; with ``nan_is_missing=False`` it is a NaN sample, kept as Prometheus keeps it
+    (PromQL: a NaN count is left out of the fix-up, and its bucket found or not by the
+    same binary search, tests/test_promql_edges.py).
     """
     upper = np.asarray(upper, dtype=float)
     counts = np.asarray(counts, dtype=float)
     out = np.full(counts.shape[0], np.nan)
     n_b = upper.size
-    if n_b < 2 or not np.isinf(upper[-1]) or counts.shape[0] == 0:
+    if n_b < 2 or not upper[-1] == np.inf or counts.shape[0] == 0:
         return out
+    # counts never decrease along le (ensureMonotonic), a NaN count left as it is
+    if nan_is_missing:
+        counts = np.where(np.isnan(counts), 0.0, counts)
+    row = np.fmax.accumulate(counts, axis=1)
+    row = np.where(np.isnan(counts), counts, row)
+    total = row[:, -1]
+    with np.errstate(invalid="ignore"):
+        rank = q * total
+    # the rank's bucket as Go's sort.Search finds it: a binary search over the finite
+    # buckets for count >= rank (the first such bucket, unless a NaN count breaks the
+    # order; none: +Inf's)
+    lo_b, hi_b = np.zeros(row.shape[0], dtype=np.int64), np.full(row.shape[0], n_b - 1)
+    every = np.arange(row.shape[0])
+    with np.errstate(invalid="ignore"):
+        while (on := lo_b < hi_b).any():
+            h = (lo_b + hi_b) >> 1
+            yes = row[every, np.minimum(h, n_b - 1)] >= rank
+            lo_b = np.where(on & ~yes, h + 1, lo_b)
+            hi_b = np.where(on & yes, h, hi_b)
+    b = lo_b
+    seen = total != 0  # no observations: NaN (a NaN total is not 0, as in Go)
+    inf = seen & (b == n_b - 1)
+    out[inf] = upper[n_b - 2]  # in +Inf: the highest finite bound
+    low = seen & (b == 0) & (upper[0] <= 0)
+    out[low] = upper[0]
+    mid = np.flatnonzero(seen & ~inf & ~low)
+    bm = b[mid]
+    prev = np.maximum(bm - 1, 0)
+    start = np.where(bm > 0, upper[prev], 0.0)
+    below = np.where(bm > 0, row[mid, prev], 0.0)
+    with np.errstate(all="ignore"):
+        out[mid] = start + (upper[bm] - start) * ((rank[mid] - below) / (row[mid, bm] - below))
+    return out
     # missing buckets count 0; counts never decrease along le (ensureMonotonic)
     row = np.maximum.accumulate(np.where(np.isnan(counts), 0.0, counts), axis=1)
     total = row[:, -1]

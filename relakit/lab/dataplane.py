@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -71,7 +72,19 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
              token: str = "", buckets_s=DEFAULT_BUCKETS_S, queue_limit: int | None = None,
              deadline_ms: float | None = None, tier_header: str = TIER_HEADER,
              concurrency_limit: dict | None = None) -> FastAPI:
-    app = FastAPI(title="relakit data plane")
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        """The config poller runs while the server does: started on start-up, cancelled
+        (and waited for) on shutdown, so no poll outlives the app."""
+        app.state.poller = asyncio.create_task(poll())
+        try:
+            yield
+        finally:
+            app.state.poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await app.state.poller
+
+    app = FastAPI(title="relakit data plane", lifespan=lifespan)
     reg = CollectorRegistry()
     requests = Counter("requests", "requests by tier and outcome", ["tier", "outcome"],
                        registry=reg)
@@ -107,10 +120,6 @@ def make_app(config_url: str, poll_s: float, servers: int, mean_ms: float,
     async def poll():
         async with httpx.AsyncClient(timeout=2.0) as client:
             await keep_polling(client, config_url, apply_state, poll_s)
-
-    @app.on_event("startup")
-    async def start_polling():
-        app.state.poller = asyncio.create_task(poll())
 
     held = [0]  # requests admitted and not finished: in service or waiting for a server
 

@@ -35,6 +35,15 @@ from relakit.validate import ScenarioError
 
 LAB_MITIGATIONS = ("client_throttle", "concurrency_limit")  # what the lab runs
 WINDOW_BUCKETS = 10  # the throttle window's buckets: the kernel's BUDGET_BUCKETS
+# what a live run of the lab's concurrency limit is held to beside its simulated twin, one
+# source for tests/test_lab_in_path.py (every live run) and notebook 07 (the recorded one).
+# A live request adds its HTTP round trips through Python on loopback, on 2 cores shared
+# with Prometheus and the generator (p50 166 ms live against 140 simulated at load 10,
+# measured); the p99 of ~70 gold successes is nearly their maximum, so it is held to the
+# prediction interval of one simulated run, widened by that
+TWIN_OK_SHARE_SPARE = 0.03  # live success share beyond one simulated run's 95 % prediction interval
+TWIN_P50_RATIO = (0.8, 1.5)  # live / simulated mean, p50
+TWIN_P99_RATIO = (0.6, 1.6)  # live / simulated one-run 95 % prediction interval's ends, p99
 
 
 def lab_mitigations(source, where: str = "") -> dict:
@@ -171,8 +180,8 @@ class ConcurrencyLimit:
         return limit + math.sqrt(limit)
 
 
-__all__ = ["LAB_MITIGATIONS", "WINDOW_BUCKETS", "ClientThrottle", "ConcurrencyLimit",
-           "lab_mitigations"]
+__all__ = ["LAB_MITIGATIONS", "TWIN_OK_SHARE_SPARE", "TWIN_P50_RATIO", "TWIN_P99_RATIO",
+           "WINDOW_BUCKETS", "ClientThrottle", "ConcurrencyLimit", "lab_mitigations"]
 
 
 async def first_answer(tasks: set, answered) -> asyncio.Future:

@@ -48,7 +48,7 @@ def up(work: Path, *, policy: str | None, chain: str | None, instances: int, age
         enforce(check_lab(pol, load_clocks({}, **clocks),
                           buckets_s=front.get("buckets_s", DEFAULT_BUCKETS_S),
                           extra_series=("rejected_total", "concurrency_limit")
-                          if "concurrency_limit" in mit else ()))
+                          if "concurrency_limit" in mit else (), mechanisms=tuple(mit)))
     if lease_s <= renew_s:
         raise ScenarioError(f"lab up: --lease-s {lease_s:g} must be longer than "
                             f"--renew-s {renew_s:g} (a leader renews its lease "

@@ -1,39 +1,23 @@
 """The plain and lean mitigated specialisations compiled ahead of time: no numba needed.
 
-Why: a warm start (a fresh process loading the cached kernels: every test, sweep
-worker, notebook kernel and CLI call) spent most of its time on numba itself, not
-on relakit. Measured here (2-core VM, fresh processes, 3 runs): numpy 0.13 s,
-polars 0.25 s, ``import numba`` 0.34 s, numba's CPU target set-up 0.54 s (its
-lowering registries, and scipy.linalg, imported by ``numba.np.arraymath`` to look
-for a BLAS), loading the cached loop 0.04 s, the run itself 0.01 s. numba's
-``pycc`` compiles the two plain specialisations of ``kernel.advance`` and its two lean
-mitigated ones (:mod:`relakit.sim.loops`) into a CPython extension module that needs no
-numba to load (numpy only): ``make setup`` builds it (``tools/build_aot.py``) after
-warming numba's cache, and :func:`relakit.sim.loops.plain_loops` and
-:func:`relakit.sim.loops.mitigated_loops` call it when it is there. Everything else
-(the general kernel, the helpers Python calls for varying rates and probes, the
-controller's step) stays numba's and is compiled or loaded on first use, numba
-imported then (:mod:`relakit.jit`).
+Why: a warm start (every test, sweep worker, notebook kernel and CLI call) spent most of
+its time on importing and setting up numba, not on relakit (docs/performance.md, "Warm
+start and imports"). numba's ``pycc`` compiles the two plain and two lean mitigated
+specialisations of ``kernel.advance`` (:mod:`relakit.sim.loops`) into a CPython extension
+that needs numpy only: ``make setup`` builds it (``tools/build_aot.py``) after warming
+numba's cache, and ``loops.plain_loops`` and ``loops.mitigated_loops`` call it when it is
+there; everything else stays numba's, compiled or loaded on first use (:mod:`relakit.jit`).
 
-Same code, same results: the module is compiled from the very functions numba
-compiles (the loops' ``py_func``, their SIMPLE and ONE_CALL constants and
-digest-named copies included), for the argument types numba gives them, with numba's compile flags
-for them (``noalias`` and numpy's error model: pycc's own pipeline sets neither, so
-:func:`build` hands them to it, see :func:`_loop_flags`). The plain loops ran no
-faster with them (A/B, 7 rounds: M/M/8 0.98-1.01x, 50 nodes 1.00-1.01x); the
-lean mitigated ones ran 2.6 % faster with ``noalias`` under numba. ``tests/test_aot.py``
-compares every output array of both on several scenarios, bit for bit.
+Same code, same results: compiled from the very functions numba compiles (the loops'
+``py_func`` with their constants), for the argument types numba gives them, with numba's
+flags for them (``noalias``, numpy's error model: :func:`_loop_flags`);
+``tests/test_aot.py`` compares every output array of both, bit for bit.
 
 Never stale: the module's name carries a digest of every file its code comes from
-(:data:`SOURCES`); an edit is a new name, so an old build is never loaded (and the
-next build deletes it). A build writes into a temporary directory and moves the
-finished file into place, so a half-written module is never on the path.
-``RELAKIT_AOT=0`` switches it off (the numba loops run; ``bench_kernel.py``
-measures a cold start so).
-
-pycc has been "pending deprecation" since numba 0.57 (still here in 0.68, with no
-replacement yet): without it, or without a C compiler, :func:`build` says so in
-one line and runs keep numba's loops, as before; nothing else depends on it.
+(:data:`SOURCES`), and a build is written to a temporary directory and moved into place.
+``RELAKIT_AOT=0`` switches it off. pycc is "pending deprecation" since numba 0.57 (still
+in 0.68, no replacement yet): without it, or without a C compiler, :func:`build` says so in
+one line and runs keep numba's loops.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The stepping interface to the fleet kernel.
-
-:class:`Fleet` owns the kernel's arrays and is the only thing that calls it.
-It turns a validated scenario's data plane (:class:`~relakit.sim.spec.DataPlane`)
-into flat arrays once (so the kernel compiles once, whatever the scenario), grows pools and buffers
-when the kernel asks, and exposes the seam a control plane needs: advance to
-a time, change per-node controls or global flags, advance again. A change
-takes effect in the kernel at exactly the time it is made; delays are the
-control plane's business.
+"""The stepping interface to the fleet kernel: :class:`Fleet` owns the kernel's arrays, is
+the only thing that calls it, grows them when it asks, and is the seam a control plane
+uses (advance to a time, change controls or flags, advance again; a change takes effect at
+exactly the time it is made).
 """
 
 from __future__ import annotations
@@ -106,11 +101,9 @@ def build_config(sc: DataPlane, record_requests: bool) -> K.Config:
             cfg_i[K.CI_THINK_KIND + k] = tkind
             cfg_f[K.CF_THINK + 3 * k: K.CF_THINK + 3 * k + 3] = ta, tb, tc
     faults = sc.faults
-    # a node's baseline error rate is a row that starts at 0, never ends, and no repair
-    # clears (fault_i[:, 2] = 1); apply_faults combines it with the node's real faults
-    # fleet.service_scale rides the same rows as a slowdown: a node's scale multiplies the
-    # demand it serves (NF_SLOWDOWN), drawn before routing, so nothing new is drawn (CRN)
-    # and a fault's slowdown multiplies it; no repair clears it (it is how the node is)
+    # a node's baseline error rate and service scale are fault rows from 0 that never end
+    # and no repair clears (fault_i[:, 2] = 1): the scale multiplies the demand drawn, so
+    # nothing new is drawn (CRN), and a fault's slowdown multiplies it
     rates = fl.baseline_error_rates or (0.0,) * fl.nodes
     base = [(i, b, s) for i, (b, s) in enumerate(zip(rates, fl.scales, strict=True))
             if b > 0 or s != 1.0]
@@ -170,14 +163,12 @@ def _event_key_py(ident: int, kind: int, gen: int) -> int:
 
 def seed_initial(cfg: K.Config, st: K.State, queue, pending: int) -> None:
     """Write a start state into a fleet's arrays at t = 0, before the first kernel call:
-    ``queue[i]`` one-call requests at node i whose first attempt was sent at 0 (the
-    first ``servers`` in service, the rest queued in order, each with its deadline),
-    and ``pending`` requests whose first attempt failed just before 0, each retry due
-    after one backoff (the kernel's: ``backoff_ms`` times a full-jitter draw). The rows
-    are what the loop's arrival and send sections write, so every specialisation may
-    take over. Demands come from the ``copy_service`` stream, tiers from the tier mix
-    in proportion (no draw): the arrival and service streams stay in step with the same
-    run started idle. Python, not the loop: nothing is compiled for it."""
+    ``queue[i]`` one-call requests at node i sent at 0 (the first ``servers`` in service,
+    the rest queued, each with its deadline), and ``pending`` whose first attempt failed
+    just before 0, each retry due after one backoff. The rows are what the loop's sections
+    write, so every specialisation may take over; demands come from ``copy_service``,
+    tiers from the mix in proportion (no draw), so arrivals and demands stay in step with
+    the same run started idle."""
     cfg_f, cfg_i, isv = cfg.cfg_f, cfg.cfg_i, st.is_
     ji, jf, ci, cf, ui, uf = st.job_i, st.job_f, st.call_i, st.call_f, st.usr_i, st.usr_f
     ni, nf = st.node_i, st.node_f
@@ -249,16 +240,7 @@ def seed_initial(cfg: K.Config, st: K.State, queue, pending: int) -> None:
             _heap_push_py(st, demand * nf[node, K.NF_SLOWDOWN],
                           _event_key_py(j, K.EV_DONE, ji[j, K.JI_GEN]))
         else:  # at the queue's tail
-            ji[j, K.JI_STATE] = K.J_QUEUED
-            ji[j, K.JI_NEXT] = -1
-            tail = ni[node, K.NI_QTAIL]
-            ji[j, K.JI_PREV] = tail
-            if tail >= 0:
-                ji[tail, K.JI_NEXT] = j
-            else:
-                ni[node, K.NI_QHEAD] = j
-            ni[node, K.NI_QTAIL] = j
-            ni[node, K.NI_QLEN] += 1
+            K.enqueue(ni, ji, node, j)
     st.tq_n[K.TQ_TIMEOUT, 1] = tq_c
 
 
@@ -472,19 +454,10 @@ class Fleet:
 
     def _kernel(self, t_s: float):
         """(kernel, time to run it to, whether a fault-schedule change is then due) for the
-        next stretch. Three specialisations of the event loop (relakit.sim.loops): the
-        plain ones (no mechanism this stretch may meet, nothing one left pending), the
-        lean mitigated ones (hedging with a fixed delay, deadlines, retries, node errors,
-        or what they left pending) and the general one. A fault-schedule change in a
-        stretch the mitigated ones may run (their faults crash nothing) splits it: the loop
-        runs to the double before the change (the general kernel takes a change before
-        any event at its time), the change is applied in Python (``K.schedule_step``),
-        and the next stretch is chosen after it.
-
-        The choice is kept (:meth:`_choose`) until Python changes a flag, a node control
-        or a fault (:meth:`_rechoose`), or, while a leaner loop waits only for leftovers
-        to drain, until the next call: a loop never leaves behind what a leaner loop it
-        was preferred to could not take, so asking again changes nothing."""
+        next stretch (:meth:`_choose`). A schedule change in a lean mitigated stretch (its
+        faults crash nothing) splits it: the loop runs to the double before the change (the
+        general kernel takes a change before any event at its time), Python applies it
+        (``K.schedule_step``) and the next stretch is chosen after it."""
         if not self.specialise:
             return K.run, t_s, False
         kernel = self._choice
@@ -500,13 +473,10 @@ class Fleet:
         return kernel, t_s, False
 
     def _choose(self):
-        """(kernel, whether to keep it): the leanest loop the state allows (``plain_ok``,
-        ``mitigated_ok``: O(nodes), from the controls and the counts the loop keeps),
-        kept until :meth:`_rechoose` unless a leaner one was refused only for rows still
-        live (a hedge copy, a degraded job): those drain by themselves, so the choice is
-        made again next call. Measured on rela-ramp in closed loop (cProfile, records off,
-        second run in one process, loaded machine): with row scans asked before every
-        call, ``mitigated_ok`` ran 463 times, 12.3 s of 70.1 s; kept, 17 times, 0.4 s."""
+        """(kernel, whether to keep it): the leanest loop the state allows (``relakit.sim.loops``:
+        O(nodes)), kept until :meth:`_rechoose` (Python changed a flag, a control or a fault)
+        unless a leaner one was refused only for rows still live, which drain by themselves.
+        Choosing before every call cost rela-ramp 12.3 s of 70.1 s (docs/performance.md)."""
         cfg, st = self.cfg, self.st
         features = K.features_of(cfg, st)
         if plain_ok(cfg, st, features):
@@ -543,11 +513,9 @@ class Fleet:
         self._check_disjoint()
 
     def _check_disjoint(self) -> None:
-        """Raise unless the configuration, state and output arrays are pairwise disjoint in
-        memory. The plain loops are compiled with numba's ``noalias`` (kernel.specialised:
-        LLVM keeps loaded values across stores to other arrays), so two arrays sharing
-        memory would give wrong numbers silently. Checked where the arrays are made (here
-        and after a growth), not per kernel call: ~50 us."""
+        """Raise unless the kernel's arrays are pairwise disjoint in memory: the lean loops
+        are compiled with ``noalias``, so shared memory would give wrong numbers silently.
+        Checked where arrays are made, not per kernel call."""
         spans = sorted(byte_bounds(a) for part in (self.cfg, self.st, self.out)
                        for a in part if isinstance(a, np.ndarray) and a.size)
         reach = 0
@@ -559,20 +527,11 @@ class Fleet:
 
     def _grow_pools(self, st: K.State) -> K.State:
         """Double what ran short; the user and call pools and the timer rings only when
-        they did.
-
-        The job pool and the heap grow exactly where they always grew: wherever any pool
-        was short, all doubled together. That must stay so for the job pool: a crash
-        ends its node's jobs in row order at one time, so where new rows are numbered
-        from decides the order of those ends, and so the run. The other pools' rows
-        change nothing: they grow only when they themselves are short (doubled, never
-        past the size they would have had, ``self._sizes``), and a growth event is the
-        old one (jobs and heap double) unless only such a pool ran short. Measured on
-        rela-ramp in closed loop: the job pool doubles eleven times in the overload while
-        users, calls and rings have room to spare; growing everything took 4.0 s of a
-        44.7 s profiled run (``numpy.full`` and a copy: 7.0 s of 70.1 s), these alone 0.4 s
-        of 30.0 s.
-        """
+        they did. The job pool and the heap grow where they always grew (all doubled when
+        any pool was short): a crash ends its node's jobs in row order, so where new job
+        rows are numbered from decides the run. The other pools' rows decide nothing
+        (doubled, never past the size they would have had: ``self._sizes``). Growing
+        everything cost rela-ramp 4.0 s of 44.7 s (docs/performance.md)."""
         isv, ci = st.is_, self.cfg.cfg_i
         room = ci[K.CI_FANOUT] + ci[K.CI_MAX_HEDGES] + 4  # (the loops' room checks)
         users, calls, ring = st.usr_i.shape[0], st.call_i.shape[0], st.tq_t.shape[1]
@@ -623,10 +582,7 @@ class Fleet:
         throttles: excess is rejected or goes elsewhere (``controls.throttle_excess``).
         ``None`` removes a cap.
         """
-        n = self.scenario.fleet.nodes
-        nodes = np.atleast_1d(node)
-        if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
-            raise ValueError(f"node must be in 0..{n - 1}, got {node!r}")
+        nodes = self._nodes(node)
         ni, nf = self.st.node_i, self.st.node_f
         before = self._controls_key()
         if routable is not None:
@@ -654,6 +610,13 @@ class Fleet:
         if self._controls_key() != before:
             self._rechoose()
 
+    def _nodes(self, node) -> np.ndarray:
+        n = self.scenario.fleet.nodes
+        nodes = np.atleast_1d(node)
+        if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
+            raise ValueError(f"node must be in 0..{n - 1}, got {node!r}")
+        return nodes
+
     def _controls_key(self) -> bytes:
         """The node controls the choice of loop reads (O(nodes))."""
         ni, nf = self.st.node_i, self.st.node_f
@@ -663,10 +626,7 @@ class Fleet:
     def repair(self, node) -> None:
         """Mend the node now: the faults it has at this moment are cleared (a crashed node
         comes back, empty); faults scheduled to start later still happen."""
-        nodes = np.atleast_1d(node)
-        n = self.scenario.fleet.nodes
-        if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
-            raise ValueError(f"node must be in 0..{n - 1}, got {node!r}")
+        nodes = self._nodes(node)
         self.st.node_f[nodes, K.NF_REPAIRED_AT] = self.now
         cfg, st = self.cfg, self.st
         K.apply_faults(cfg.fault_f, cfg.fault_i, st.is_, st.node_i, st.node_f, st.job_i,

@@ -1,62 +1,13 @@
-"""The fleet's event loop, in numba.
+"""The fleet's event loop, in numba: one binary heap of timed events plus a few "next time"
+scalars over preallocated arrays (users, calls, jobs; docs/design.md, "The data plane").
 
-One mechanism, SimPy-style: a binary heap of timed events plus a few "next
-time" scalars (next arrival, next metrics samples, next fault-schedule
-change). Everything a request is lives in preallocated arrays, so the loop
-never touches a Python object:
-
-* a **user request** (one per arrival) fans out into **calls**, one per
-  target it needs an answer from;
-* a call sends **attempts** (the first, then retries after backoff) and
-  **hedges** (duplicates after a delay, to another node); each copy at a node
-  is a **job**. The first successful copy answers the call; the others are
-  cancelled or abandoned as configured;
-* nodes hold FIFO queues as doubly linked lists through the job pool.
-
-Events carry a generation number, so an event whose job or call has moved
-on (cancelled, answered, crashed) is recognised as stale when popped instead
-of being searched for in the heap.
-
-The loop stops at a requested time (``advance``), which is the seam a control
-plane uses: between two calls Python may change per-node controls and global
-flags in the state arrays; they take effect at exactly that time. When a pool
-or an output buffer is full the loop returns a status *between* events; the
-Python wrapper grows the arrays and calls again, so the run is unchanged.
-
-Random numbers come from independent xoshiro256** streams, one per kind of
-randomness (``STREAMS``; ``st.rng`` holds one row of state per stream, and
-every draw names its row with an ``RNG_*`` constant), so two runs that share
-a seed but differ in policy, thresholds, clocks or mitigations still see the
-same arrivals and the same service demand per request (common random
-numbers: their difference is the policy's, not the dice's):
-
-* ``arrivals``: inter-arrival gaps (and thinning) and each arrival's tier;
-* ``service``: first-attempt service demands, drawn *when the request
-  arrives*, one per call of the scenario's full fan-out (drawn even when the
-  request is rejected at the door, shed, or degraded to a smaller fan-out),
-  kept with the call and scaled by the node's slowdown (and the degraded
-  factor) at service start. Drawing them in job-start order instead would
-  hand a request another's demand as soon as a policy changed the order;
-* ``copy_service``: the demand of every further copy (hedges, retries), drawn
-  when the copy starts service (a copy cancelled in its queue draws nothing);
-* ``routing``: first attempts' node picks (and join-the-shortest-queue
-  tie-breaks); ``reroute``: picks for retries, failover moves and throttled
-  excess sent elsewhere; ``hedge_targets``: picks for hedges;
-* ``errors``: error and wrong-answer draws at each completion;
-* ``retry_jitter``: full-jitter backoff; ``half_open``: the half-open
-  breaker's admission draw;
-* ``probes``: everything about correctness probes (gaps, node, demand, and
-  their error and wrong-answer draws), so probes on or off leave the rest alone.
-
-A stream stays in step between two runs exactly as long as the decisions that
-consume it are the same: arrivals and first-attempt demands always do;
-routing does for random and p2c routing until fan-out or eligibility
-differs. New streams are appended to ``STREAMS``, never inserted, so a seed
-keeps its meaning for the others.
-
-Arrays are grouped in three named tuples: ``cfg`` (read-only model), ``st``
-(mutable state) and ``out`` (outputs). Column indices are the constants
-below; :mod:`relakit.sim.fleet` builds and grows the arrays.
+The loop stops at a requested time (``advance``): between two calls Python changes
+controls and flags in the state arrays, which take effect at exactly that time; a full
+pool returns a status *between* events and ``Fleet`` grows it and calls again. Random
+numbers come from one xoshiro256** stream per kind of draw (``STREAMS``, append only;
+which draws each takes: docs/design.md, "Random streams"), so runs that differ in policy
+still see the same arrivals and demands. Column indices are the constants below;
+:mod:`relakit.sim.fleet` builds and grows the arrays.
 """
 
 from __future__ import annotations
@@ -78,9 +29,12 @@ from relakit.sim.latency_bins import (  # noqa: F401 - HIST_* re-exported
 from relakit.sim.rng import exponential, exponential_py, normal, uniform, uniform_words
 from relakit.vocab import (  # noqa: F401 - re-exported codes' words
     BREAKER_STATES,
+    CANCELS,
     CONCURRENCY_ALGORITHMS,
     OUTCOMES,
     QUEUE_DISCIPLINES,
+    ROUTINGS,
+    SERVICE_KINDS,
     TIERS,
 )
 
@@ -103,85 +57,48 @@ RNG_THROTTLE = STREAMS.index("throttle")  # the client throttle's local rejectio
 RNG_CLIENTS = STREAMS.index("clients")  # closed clients' think times (CLIENTS)
 N_STREAMS = len(STREAMS)
 
-SERVICE_KINDS = ("exponential", "deterministic", "lognormal", "pareto", "bimodal",
-                 "hyperexponential")
 S_EXP, S_DET, S_LOGNORMAL, S_PARETO, S_BIMODAL, S_HYPEREXP = (
     SERVICE_KINDS.index(k) for k in SERVICE_KINDS)
-
-ROUTINGS = ("random", "round_robin", "jsq", "p2c")
 R_RANDOM, R_RR, R_JSQ, R_P2C = (ROUTINGS.index(r) for r in ROUTINGS)
-
-CANCELS = ("queued", "started", "never")
 CANCEL_QUEUED, CANCEL_STARTED, CANCEL_NEVER = (CANCELS.index(c) for c in CANCELS)
 BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = (BREAKER_STATES.index(b) for b in (
     "closed", "half_open", "open"))
 
-# Mechanisms a scenario may switch on. advance() is compiled once per combination in
-# use (``specialised``): each name below is a module constant, True in the general
-# kernel; in a specialisation it is a compile-time False where the mechanism is off,
-# and numba drops the code it guards. What each guards, and so what it costs when on:
-# HEDGING: setting hedge timers at each first attempt (a ring push per copy, and a
-#   drop at the loop head once the call is answered);
-# DEADLINES: an attempt timeout per copy (a ring push, and a drop at the loop head
-#   once the copy is over, or an event if the client is still waiting);
-# RETRIES: the retry decision on a failed copy (budget window, backoff, a heap timer);
-# ERRORS: error, wrong-answer, dependency and load-error draws at every completion;
-# INTAKE: the admission checks per copy (crashed, shed, intake limit, token bucket,
-#   queue limit, excess sent elsewhere); BREAKER: the door check per arrival;
-# DEGRADED: partial fan-out and the cheaper service factor; PROBES: the next probe's
-# time among the rare-event times compared at every event.
-# KEEP_LISTENING: a timed-out attempt's client goes on listening (retries.on_timeout:
-#   keep_listening): its late answer answers the call while the call lives (C_LATE below).
-# THROTTLE, CONCURRENCY, CODEL: the in-path mechanisms (issue 33; section "in-path" below):
-# the client's adaptive throttle per copy sent, a server's adaptive concurrency limit per
-# copy admitted and served, CoDel and the queue's discipline per dequeue.
+# Mechanisms a scenario may switch on. ``advance`` is compiled once per combination in use
+# (``specialised``): each name is a module constant, True in the general kernel and a
+# compile-time False in a specialisation where the mechanism is off, so numba drops the
+# code it guards. HEDGING, DEADLINES: a ring timer per copy (dropped at the loop head once
+# stale); RETRIES: the retry decision on a failed copy; ERRORS: the draws at a completion;
+# INTAKE: the admission checks per copy; BREAKER: the door check per arrival; DEGRADED:
+# partial fan-out and the cheaper service; PROBES: the next probe among the rare events;
+# KEEP_LISTENING: a timed-out copy still answers its call (C_LATE); THROTTLE, CONCURRENCY,
+# CODEL: the in-path mechanisms (issue 33, section "in-path"); CLIENTS: closed clients.
 FEATURES = ("hedging", "deadlines", "retries", "errors", "intake", "breaker", "degraded",
             "probes", "keep_listening", "throttle", "concurrency", "codel", "clients")
-# the mechanisms of the lean (mitigated) specialisations: ``specialised(LEAN_FEATURES,
-# lean=True)``, for the stretches ``loops.mitigated_ok`` accepts
-LEAN_FEATURES = frozenset({"hedging", "deadlines", "retries", "errors"})
-# the in-path mechanisms, which the settled and simple loops may run (``specialised(...,
-# settled=True)``, ``simple=True``; ``loops.in_path_ok``): each decides at once and leaves
-# nothing on the heap but completions
+LEAN_FEATURES = frozenset({"hedging", "deadlines", "retries", "errors"})  # loops.mitigated_ok
+# each decides at once and leaves nothing on the heap but completions (loops.in_path_ok)
 IN_PATH_FEATURES = frozenset({"throttle", "concurrency", "codel"})
 HEDGING = DEADLINES = RETRIES = ERRORS = INTAKE = BREAKER = DEGRADED = PROBES = True
-KEEP_LISTENING = True
-THROTTLE = CONCURRENCY = CODEL = True
-CLIENTS = True  # (see "closed clients" below)
-# Two more, for the leanest stretches (``loops.plain_ok``; ``specialised(..., settled=True)``):
-# LEFTOVERS: the loop may meet what a mechanism left pending (ring timers; hedge, retry,
-#   timeout and move events; copies that are hedges, given up on, ending or moving;
-#   failovers) or a fault-schedule change. False only where none is (a plain stretch):
-#   every copy is then its call's only one, a first attempt, served, and its completion
-#   the only event.
-# SIMPLE: besides, one call to one node per request, exponential demand, a constant
-#   rate, uniform routing over every node and no retry budget (``loops.simple_ok``): the
-#   request's call and user rows are written only at return (LEAN_CALL, LEAN_USER), and
-#   a copy that meets no queue and an idle server starts at once (``direct``). With an
-#   in-path mechanism on, a refused request's rows are the same: its outcome is its
-#   copy's (JI_OUTCOME, read when its end is due, as any loop reads it).
+KEEP_LISTENING = THROTTLE = CONCURRENCY = CODEL = CLIENTS = True
+# The leanest stretches' constants (``specialised(..., settled=True)``, ``simple=True``):
+# LEFTOVERS: the loop may meet what a mechanism left pending (ring timers, events but
+#   completions, copies not a first attempt, failovers, a schedule change); False in a
+#   plain stretch (``loops.plain_ok``), where a completion is the only event.
+# SIMPLE: besides, one call to one node per request, exponential demand, a constant rate,
+#   uniform routing, no retry budget (``loops.simple_ok``): call and user rows are written
+#   only at return (LEAN_CALL, LEAN_USER) and a copy meeting an idle server starts at once.
+# ONE_CALL: fan-out 1 in the lean mitigated loop: the request's end is its call's
+#   (LEAN_USER; ``lean_users`` writes the live user rows at return).
 LEFTOVERS = True
 SIMPLE = False
-# ONE_CALL: requests of one call (fan-out 1, no degraded mode: ``specialised(...,
-#   one_call=True)``, the mitigated stretches' commonest case). The fan-out's loops fold
-#   away and the user row holds the arrival time only while the request lives: its end
-#   is its call's, read from the call row (LEAN_USER; +1.9 %, A/B, the mitigated fleet).
-#   ``lean_users`` writes the live requests' user rows before the loop returns.
 ONE_CALL = False
-# derived (specialised sets it): copies other than first attempts may be sent (hedges,
-# retries, moves). One name, not ``LEFTOVERS or HEDGING or RETRIES``: numba prunes a
-# branch on one constant, not on an expression of several
+# derived by ``specialised`` (numba prunes on one constant, not on an expression of several):
+# RESENDS: copies other than first attempts may be sent; ENDS_EARLY: a copy may end
+# unserved; ROW: how a row index is converted where it indexes (``unsigned`` in the settled
+# loops: no negative-index fix-up; in the index, not the variable's type, since an int64
+# meeting a uint64 becomes a float64 in numba; only after a -1 test).
 RESENDS = True
-# derived too: a copy may end without being served (refused by intake, an in-path
-# mechanism, or anything a mechanism left): False only in a settled loop without those
 ENDS_EARLY = True
-# derived too: how the loop converts a row index where it indexes (ROW: ``unsigned`` in the
-# settled and simple loops, ``as_is`` elsewhere). With a signed index numba adds a
-# negative-index fix-up (a sign test and an add of the length) to every access; the
-# plain loop held its rows unsigned (+6.7 % M/M/8, 0a18643). Converted at each access,
-# not in the variables' types: an int64 and a uint64 that meet become a float64 in numba
-# without a word (test_kernel_specialised reads the types). Only where the index is a
-# row: a value that may be -1 is converted after its test.
 
 # Index constants: each group is unpacked from 0, 1, 2, ...; the name after a group's
 # last member is its count (N_*), so adding one is one edit and nothing is counted by hand
@@ -217,25 +134,18 @@ ID_MASK = (1 << (32 - EV_BITS)) - 1
  CI_CL_ALGO, CI_CL_WINDOW, CI_CL_PERIOD, CI_CODEL, CI_DISCIPLINE,
  N_CI, *_) = _COUNT
 
-# ---- closed clients (CLIENTS) ----------------------------------------------------------
-# workload.clients: per tier a population of clients, each of which sends a request, waits
-# for its outcome (answer, error, drop, or its deadline after the retries configured),
-# thinks for a time drawn from its tier's think distribution (the service kinds), and
-# sends again. Client ids run gold first: 0 .. n_gold - 1, then silver, then bronze.
-# A client thinking has one EV_THINK event on the heap (ident: its id; never stale, so
-# generation 0); its request's user row holds its id (UI_CLIENT; -1: an open arrival).
-# cfg_i[CI_CLIENTS + tier]: the tier's population; cfg_i[CI_THINK_KIND + tier]: its think
-# kind; cfg_f[CF_THINK + 3 * tier + 0..2]: the kind's prepared parameters (as CF_SVC_*).
+# ---- closed clients (CLIENTS): per tier a population that sends, waits for the outcome,
+# thinks (a service kind's draw) and sends again; ids run gold first. A thinking client is
+# one EV_THINK event (ident: its id, generation 0); its request's user row names it
+# (UI_CLIENT; -1: an open arrival). Per tier: CI_CLIENTS + tier its population,
+# CI_THINK_KIND + tier its think kind, CF_THINK + 3 * tier + 0..2 the kind's parameters.
 CI_CLIENTS = N_CI
 CI_THINK_KIND = CI_CLIENTS + len(TIERS)
 N_CI = CI_THINK_KIND + len(TIERS)
 CF_THINK = N_CF
 N_CF = CF_THINK + 3 * len(TIERS)
-# A population schedule (workload.clients.population as [[at_s, N], ...] steps): the ids
-# span the tier's largest N; st.is_[IS_CUT + tier] is how many of its highest ids are cut
-# now (0 without a schedule). A client whose id is cut retires when its think ends (it
-# sends nothing more: one that was waiting for an answer gets it first); a step up starts
-# the ids not alive, thinking from the step (Fleet.advance calls population_step).
+# A population schedule: st.is_[IS_CUT + tier] of the tier's highest ids are cut now; a cut
+# client retires when its think ends; a step up starts the ids not alive (population_step).
 
 # st.fs: state scalars (float)
 (FS_NOW, FS_NEXT_ARRIVAL, FS_NEXT_SAMPLE, FS_NEXT_SCHED, FS_WRR_TOTAL, FS_HEDGE_DELAY,
@@ -251,17 +161,12 @@ N_CF = CF_THINK + 3 * len(TIERS)
 N_IS = IS_EVENTS + N_EVENT_KINDS  # IS_EVENTS + kind: its events on the heap (not EV_DONE's)
 IS_CUT = N_IS  # (CLIENTS) IS_CUT + tier: its clients a population schedule cut (see below)
 N_IS = IS_CUT + len(TIERS)
-# What a mechanism left, kept as it changes (relakit.sim.loops chooses the loop from it in
-# O(nodes)): the heap's events by kind, and the rows live at the end of the last stretch
-# that could leave anything for the plain loops (FS_MARK: its end; IS_OLD: those rows
-# still live) or for the lean ones (FS_MARK_GENERAL, IS_OLD_GENERAL). Every row was made
-# (JF_T_NODE, UF_T_ARRIVAL) by the end of the stretch it was live at, after it if not:
-# the loop counts the old ones down as they free (LEFTOVERS only: the plain loops run
-# when none is left), Fleet sets the marks (Fleet._mark). IS_DRAIN: 1 (2) when a leaner
-# loop waits only for IS_OLD (IS_OLD_GENERAL) to reach 0: the loop then returns SETTLED.
-# Timers with one fixed delay fall due in the order they are set, so they wait in FIFO
-# rings (st.tq_t / st.tq_k; row 0 attempt timeouts, row 1 fixed-delay hedges) instead of
-# the heap: O(1) each, and the heap stays small. st.tq_n[q] = (head, count).
+# What a mechanism left, for loops.py's O(nodes) choice: the heap's events by kind, and the
+# rows live at the end of the last stretch that could leave something for the plain loops
+# (FS_MARK, IS_OLD) or the lean ones (FS_MARK_GENERAL, IS_OLD_GENERAL), counted down by the
+# loop as they free (a row made by the mark is old). IS_DRAIN 1 (2): the loop returns
+# SETTLED once IS_OLD (IS_OLD_GENERAL) is 0. Timers of one fixed delay fall due in the
+# order set, so they wait in FIFO rings (tq_t, tq_k; rows TQ_*; tq_n[q] = head, count).
 TQ_TIMEOUT, TQ_HEDGE, N_TQ, *_ = _COUNT
 TQ_HEAP = -1
 BUDGET_BUCKETS = 10
@@ -349,41 +254,30 @@ Output = namedtuple(
 
 # ---- the simple specialisation's lean rows ------------------------------------------
 # A request the SIMPLE loop admits gets a job row only (and its call's CL_USER): its call
-# and user rows stay unwritten while it lives (measured: +9-11 %, A/B; the rows' ~25 loads
-# and stores were a tenth of a request's cost). What they would hold is fixed or in the
-# job's row: these columns and values, then CL_FIRST (the job), CL_TIER, UI_TIER (the
-# job's tier), CLF_DEMAND, UF_DEMAND (its demand) and UF_T_ARRIVAL (its sending time).
-# lean_rows writes them for the live requests before the loop returns, and checks on
-# entry that the live requests it did not admit hold the same.
+# and user rows stay unwritten while it lives, their values fixed (below) or its job's
+# (CL_FIRST, the tiers, demands, UF_T_ARRIVAL its sending time). lean_rows checks them on
+# entry and writes them for the live requests before the loop returns.
 LEAN_CALL = ((CL_ATTEMPTS, 1), (CL_HEDGES, 0), (CL_COPIES, 1))
 LEAN_USER = ((UI_DEGRADED, 0), (UI_WORST, OK), (UI_CRIT, -1), (UI_FANOUT, 1),
              (UI_ATTEMPTS, 0), (UI_HEDGES, 0), (UI_WRONG, 0), (UI_REMAINING, 1))
-# what a simple request's rows say when it ends (the user row's values plus its call's):
-# fan-out, attempts, hedges, degraded, wrong
+# a simple request's end: fan-out, attempts, hedges, degraded, wrong
 LEAN_END = (dict(LEAN_USER)[UI_FANOUT],
             dict(LEAN_USER)[UI_ATTEMPTS] + dict(LEAN_CALL)[CL_ATTEMPTS],
             dict(LEAN_USER)[UI_HEDGES] + dict(LEAN_CALL)[CL_HEDGES],
             dict(LEAN_USER)[UI_DEGRADED], dict(LEAN_USER)[UI_WRONG])
-# the simple loop's status when the stretch is not simple after all: lean_rows finds a
-# live request's rows otherwise, or (never, given simple_ok) a node is not eligible.
-# Nothing done: the caller runs the stretch in the plain specialisation
+# the simple loop's status when a live request's rows are not lean (nothing done: the
+# caller runs the stretch in the plain specialisation)
 ROWS_NOT_LEAN = -1
 
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def lean_rows(job_i, job_f, call_i, call_f, usr_i, usr_f, write):
     """Whether every live request's call and user rows hold what the simple loop leaves
-    unwritten (:data:`LEAN_CALL`, :data:`LEAN_USER`; tier, demand and arrival from its
-    job's row), and with ``write``, those values written.
-
-    Before a simple stretch (``write`` false): only then may the loop read a request's
-    job row alone and rewrite its rows unchanged. Not so for a request whose hedge was
-    cancelled (CL_HEDGES 1) or that was moved to another node (sent after it arrived):
-    the loop returns ROWS_NOT_LEAN at once and the plain specialisation takes the
-    stretch. After it (``write`` true): the rows the other specialisations would hold,
-    so that any may take over; the rows of requests that ended in the loop keep an
-    older request's values (only their generation counts on): nothing reads a free row.
-    O(job pool), a few us for 50 nodes."""
+    unwritten (:data:`LEAN_CALL`, :data:`LEAN_USER`, its job's tier, demand and arrival),
+    and with ``write``, those values written. Before a simple stretch (``write`` false):
+    a request whose hedge was cancelled or that was moved is not lean, and the loop returns
+    ROWS_NOT_LEAN. After it: the rows any other specialisation reads (a free row keeps an
+    older request's values: nothing reads it). O(job pool)."""
     held = True
     for j in range(job_i.shape[0]):
         if job_i[j, JI_STATE] == J_FREE:
@@ -416,11 +310,8 @@ def lean_rows(job_i, job_f, call_i, call_f, usr_i, usr_f, write):
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def lean_users(call_i, call_f, call_free, call_free_n, usr_i, usr_f):
-    """The user rows of the requests live at the ONE_CALL loop's return, as the other
-    specialisations hold them (:data:`LEAN_USER`; tier and demand from the request's
-    call). A request is live while its call is (one call each), whether a copy of it is
-    out or its retry waits: every call row not on the free list. O(call pool), a few us
-    for 50 nodes."""
+    """The user rows of the requests live at the ONE_CALL loop's return (every call row
+    not on the free list: one call each), as the other specialisations hold them."""
     n = call_i.shape[0]
     free = np.zeros(n, np.bool_)
     for i in range(call_free_n):
@@ -438,9 +329,8 @@ def lean_users(call_i, call_f, call_free, call_free_n, usr_i, usr_f):
 # ---- heap -------------------------------------------------------------------
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def sift_up(ht, hk, i, one, t, key):
-    """File (t, key) in the heap whose new slot is ``i``: the one push, inlined in the loop
-    with ``i`` and ``one`` converted by its ``ROW`` (unsigned in the settled loops: no
-    negative-index fix-up) and called as is by :func:`heap_push`."""
+    """File (t, key) in the heap whose new slot is ``i`` (``i`` and ``one`` converted by
+    the caller's ``ROW``)."""
     while i >= one:
         parent = (i - one) >> one
         if ht[parent] <= t:
@@ -483,23 +373,13 @@ def event_key(ident, kind, gen):
 
 
 # ---- model pieces ------------------------------------------------------------
-# The helpers the loops call and Python never does are ``register_jitable``, not ``njit``
-# dispatchers: each is compiled into the kernel that calls it (and cached with it), once
-# per argument types. A dispatcher paid, on a cold start, for a CPython and a C wrapper
-# nothing called, a module of its own optimised and machine-coded before the caller
-# linked and optimised it again, a cache entry, and one more compile per literal
-# argument (``bisect_right(a, x, 0, n)``): ~0.05 s for the smallest, and the plain
-# loop calls a dozen. LLVM inlines the small ones into the loop as before.
-# ``no_cfunc_wrapper``: numba would still give each a C-callable wrapper (its own
-# function, optimised and machine-coded with the helper) that nothing calls; without
-# them a compile of the plain loop's six helpers took ~0.1 s less (6 interleaved
-# runs, noisy; the whole cold start's instruction count: docs/performance.md). Python
-# calls ``next_arrival`` and ``next_probe`` (``start``, for a varying rate and probes):
-# those stay dispatchers.
+# Helpers the loops call and Python never does are ``register_jitable`` (compiled into
+# their caller, no wrappers of their own: cheaper cold starts, docs/performance.md);
+# those Python calls too (``next_arrival``, ``next_probe``) stay dispatchers.
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def bisect_right(a, x, lo, hi):
-    """``np.searchsorted(a[lo:hi], x, side="right") + lo`` for sorted a: the first index
-    whose value is > x. Written out: numba's searchsorted adds ~1 s to a cold compile."""
+    """``np.searchsorted(a[lo:hi], x, side="right") + lo`` for sorted a, written out
+    (numba's searchsorted is slow to compile)."""
     while lo < hi:
         mid = (lo + hi) >> 1
         if a[mid] <= x:
@@ -674,6 +554,45 @@ def end_now(isv, job_i, heap_t, heap_k, j, outcome, t):
     heap_push(heap_t, heap_k, isv, t, event_key(j, EV_DONE, job_i[j, JI_GEN]))
 
 
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def end_synced(isv, job_i, heap_t, heap_k, j, outcome, t, hn):
+    """:func:`end_now` from the loop, whose heap count ``hn`` lives in a local (HELPER_SYNC):
+    the count after."""
+    isv[IS_HEAP_N] = hn
+    end_now(isv, job_i, heap_t, heap_k, j, outcome, t)
+    return isv[IS_HEAP_N]
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def words(rng, k):
+    """Stream k's state, for the loop's locals (the streams every event draws from)."""
+    return rng[k, 0], rng[k, 1], rng[k, 2], rng[k, 3]
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def put_words(rng, k, w0, w1, w2, w3):
+    """The loop's locals back into stream k's state, on return."""
+    rng[k, 0], rng[k, 1], rng[k, 2], rng[k, 3] = w0, w1, w2, w3
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def ring_pop(head, count, cap):
+    """A FIFO timer ring's (head, count) once its head is taken."""
+    head += 1
+    if head == cap:
+        head = 0
+    return head, count - 1
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def ring_slot(head, count, cap):
+    """Where a FIFO timer ring's next timer goes."""
+    slot = head + count
+    if slot >= cap:
+        slot -= cap
+    return slot
+
+
 @njit(cache=True, error_model="numpy")
 def crash_node(isv, node_i, node_f, job_i, heap_t, heap_k, node, t):
     """The node stops serving: everything queued or in service fails now."""
@@ -722,16 +641,11 @@ def enqueue(node_i, job_i, node, j):
     node_i[node, NI_QLEN] += 1
 
 
-# ---- correctness probes --------------------------------------------------------------
-# A prober sends each node synthetic requests with known answers, a Poisson stream of
-# cfg_f[CF_PROBE_RATE] a second per node, drawn from their own random stream (so turning
-# probes on changes nothing else's dice). A probe is a job with no call (JI_CALL = -1):
-# addressed to its node whatever the routing, intake limits or shedding say (it checks
-# the node, isolated or not), it queues and occupies a server like any request (its
-# cost is load), and at completion its error and wrong-answer draws (the probes stream
-# again) count probe_requests_total and probe_failures_total (an error, or a wrong
-# answer to a question whose answer is known), never requests_total. A crashed node
-# fails its probes at once.
+# ---- correctness probes: per node a Poisson stream (cfg_f[CF_PROBE_RATE] a second) of
+# jobs with no call (JI_CALL = -1), on their own random stream, addressed to their node
+# whatever routing, intake or shedding say; load like any request, counted apart
+# (probe_requests_total, probe_failures_total: an error or a wrong answer), never in
+# requests_total. A crashed node fails its probes at once.
 @njit(cache=True, error_model="numpy")
 def next_probe(rng, rate, n_nodes, t):
     return t + exponential(rng, RNG_PROBES, 1.0 / (rate * n_nodes)) if rate > 0.0 else np.inf
@@ -770,8 +684,7 @@ def probe_arrives(cfg_f, cfg_i, fs, isv, rng, ni, node_c, job_i, job_f, job_free
 @njit(cache=True, error_model="numpy")
 def start_service(cfg_f, cfg_i, isv, rng, ni, nf, job_i, job_f, heap_t, heap_k, node, t,
                   degraded_mask, svc_factor):
-    """Start queued jobs where servers are free (the loop's tail 4, for a rare path).
-    ``degraded_mask``: the tiers served degraded (bit per tier, as IS_DEGRADED_ON)."""
+    """Start queued jobs where servers are free (the loop's "start service", for a probe)."""
     while ni[node, NI_QLEN] > 0 and ni[node, NI_BUSY] < ni[node, NI_SERVERS]:
         j = ni[node, NI_QHEAD]
         nxt = job_i[j, JI_NEXT]
@@ -786,7 +699,7 @@ def start_service(cfg_f, cfg_i, isv, rng, ni, nf, job_i, job_f, heap_t, heap_k, 
         touch_busy(ni, nf, node, t)
         ni[node, NI_BUSY] += 1
         s = job_f[j, JF_DEMAND]
-        if s < 0.0:  # a hedge's or a retry's, as tail 4 draws it (a probe brings its own)
+        if s < 0.0:  # a hedge's or a retry's, as the loop draws it (a probe brings its own)
             s = draw_service(rng, RNG_COPY_SERVICE, cfg_i[CI_SVC_KIND],
                              cfg_f[CF_SVC_A], cfg_f[CF_SVC_B], cfg_f[CF_SVC_C])
             job_f[j, JF_DEMAND] = s
@@ -797,31 +710,33 @@ def start_service(cfg_f, cfg_i, isv, rng, ni, nf, job_i, job_f, heap_t, heap_k, 
         heap_push(heap_t, heap_k, isv, t + s, event_key(j, EV_DONE, job_i[j, JI_GEN]))
 
 
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def fault_state(fault_f, fault_i, nf, t):
+    """Per node (error rate, slowdown, wrong-answer rate, crashed) from the faults active
+    at t. A fault that began before the node's last repair is cleared (a repair mends what
+    is broken now, not what breaks later); a baseline row (``fault_i[f, 2]``) is how the
+    node is, which no repair clears. Compiled into the kernel; plain Python for
+    :func:`schedule_step`."""
+    n = nf.shape[0]
+    err, slow, wrong = np.zeros(n), np.ones(n), np.zeros(n)
+    crashed = np.zeros(n, np.int64)
+    for f in range(fault_f.shape[0]):
+        node = fault_i[f, 0]
+        if fault_f[f, 0] <= t < fault_f[f, 1] and (fault_f[f, 0] > nf[node, NF_REPAIRED_AT]
+                                                   or fault_i[f, 2] != 0):
+            err[node] = 1.0 - (1.0 - err[node]) * (1.0 - fault_f[f, 2])
+            slow[node] *= fault_f[f, 3]
+            wrong[node] = 1.0 - (1.0 - wrong[node]) * (1.0 - fault_f[f, 4])
+            if fault_i[f, 1] != 0:
+                crashed[node] = 1
+    return err, slow, wrong, crashed
+
+
 @njit(cache=True, error_model="numpy")
 def apply_faults(fault_f, fault_i, isv, ni, nf, job_i, heap_t, heap_k, t):
-    """Set every node's fault state from the faults active at t.
-
-    A fault that began before the node's last repair is cleared: a repair
-    mends what is broken now, not what breaks later. A baseline row
-    (``fault_i[f, 2]``) is how the node is, not a fault: no repair clears it.
-    """
-    n = ni.shape[0]
-    crashed_now = np.zeros(n, np.int64)
-    err = np.zeros(n)
-    wrong = np.zeros(n)
-    slow = np.ones(n)
-    ff = fault_f
-    fi = fault_i
-    for f in range(ff.shape[0]):
-        node = fi[f, 0]
-        # fi[f, 2]: a node's baseline (fleet.baseline_error_rate), which no repair clears
-        if ff[f, 0] <= t < ff[f, 1] and (ff[f, 0] > nf[node, NF_REPAIRED_AT] or fi[f, 2] != 0):
-            err[node] = 1.0 - (1.0 - err[node]) * (1.0 - ff[f, 2])
-            slow[node] *= ff[f, 3]
-            wrong[node] = 1.0 - (1.0 - wrong[node]) * (1.0 - ff[f, 4])
-            if fi[f, 1] != 0:
-                crashed_now[node] = 1
-    for i in range(n):
+    """Set every node's fault state from the faults active at t (:func:`fault_state`)."""
+    err, slow, wrong, crashed_now = fault_state(fault_f, fault_i, nf, t)
+    for i in range(ni.shape[0]):
         nf[i, NF_ERR_RATE] = err[i]
         nf[i, NF_SLOWDOWN] = slow[i]
         nf[i, NF_WRONG_RATE] = wrong[i]
@@ -841,11 +756,7 @@ def on_schedule(sched_t, fault_f, fault_i, fs, isv, ni, nf, job_i, heap_t, heap_
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def sample_node(m, sample_t, cnt, ni, nf, node_c, lat_b, isv, phase, dt, i, t):
-    """What a scrape of node i at time t would return, as one row of out.metrics (m).
-
-    Arrays only, as every helper of the loops: a helper taking the Config, State
-    and Output tuples costs about a second more to compile (unboxing ~60 arrays),
-    and ~20 us a call."""
+    """What a scrape of node i at time t would return, as one row of out.metrics (m)."""
     s = ni[i, NI_NSAMPLE]
     sample_t[s, i] = t
     c = 0
@@ -853,7 +764,7 @@ def sample_node(m, sample_t, cnt, ni, nf, node_c, lat_b, isv, phase, dt, i, t):
         for o in range(len(OUTCOMES)):
             m[s, i, c] = cnt[i, tier, o]
             c += 1
-    # touch_busy's two lines written out: as a call, one more function to compile (~0.05 s)
+    # (touch_busy written out: one function fewer to compile)
     nf[i, NF_BUSY_AREA] += ni[i, NI_BUSY] * (t - nf[i, NF_LAST_T])
     nf[i, NF_LAST_T] = t
     m[s, i, M_BUSY] = ni[i, NI_BUSY]
@@ -881,9 +792,8 @@ def sample_node(m, sample_t, cnt, ni, nf, node_c, lat_b, isv, phase, dt, i, t):
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def next_node_sample(nf, fs):
-    """The earliest next node sample, into fs (``start`` does the same in numpy).
-    A compare, not ``min(best, x)`` (numba's min is the same select on ``x < best``):
-    the builtin is one more function to compile for each set of compile flags."""
+    """The earliest next node sample, into fs (``start`` does the same in numpy); a compare,
+    not ``min`` (one builtin fewer to compile per set of flags)."""
     best = np.inf
     for i in range(nf.shape[0]):
         x = nf[i, NF_NEXT_SAMPLE]
@@ -908,7 +818,7 @@ def sample_fleet(f, fleet_t, fleet_c, isv, fs, hist, dt, q, t):
     isv[IS_NSAMPLE] = s + 1
     fs[FS_NEXT_SAMPLE] = (s + 1) * dt
     if q > 0.0:  # hedge after this quantile of the latency seen so far
-        # plain loops, not .sum(axis=0): numpy's axis reductions add seconds to a cold compile
+        # plain loops, not .sum(axis=0): axis reductions are slow to compile
         total = 0
         for tier in range(hist.shape[0]):
             for b in range(hist.shape[2]):
@@ -926,50 +836,35 @@ def sample_fleet(f, fleet_t, fleet_c, isv, fs, hist, dt, q, t):
 
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
-def budget_slot(bud, isv, width, t):
-    """The retry budget's bucket for time t, zeroing buckets the window has left behind.
-
-    The window is BUDGET_BUCKETS buckets of ``width`` seconds: row 0 counts first
-    attempts, row 1 retries. A retry is allowed while retries in the window stay
-    below budget_ratio times the first attempts in it.
-    """
+def window_slot(bud, isv, row, at, width, t):
+    """A sliding window's bucket for time t: BUDGET_BUCKETS buckets of ``width`` seconds in
+    rows ``row``, ``row + 1`` of ``bud``, the current bucket's number at ``isv[at]``; the
+    buckets it leaves behind are zeroed. The retry budget (rows 0, 1: first attempts and
+    retries; IS_BUDGET_BUCKET) allows a retry while retries stay below budget_ratio times
+    first attempts; the client throttle's (BUDGET_THR_REQ, BUDGET_THR_ACC;
+    IS_THROTTLE_BUCKET) totals, IS_THROTTLE_REQ and IS_THROTTLE_ACC, lose them too."""
     b = int(t / width)
-    cur = isv[IS_BUDGET_BUCKET]
+    cur = isv[at]
     if b > cur:
         for k in range(cur + 1, min(b, cur + BUDGET_BUCKETS) + 1):
-            bud[0, k % BUDGET_BUCKETS] = 0
-            bud[1, k % BUDGET_BUCKETS] = 0
-        isv[IS_BUDGET_BUCKET] = b
+            s = k % BUDGET_BUCKETS
+            if at == IS_THROTTLE_BUCKET:
+                isv[IS_THROTTLE_REQ] -= bud[row, s]
+                isv[IS_THROTTLE_ACC] -= bud[row + 1, s]
+            bud[row, s] = 0
+            bud[row + 1, s] = 0
+        isv[at] = b
     return b % BUDGET_BUCKETS
 
 
-# ---- in-path mechanisms (issue 33) ---------------------------------------------------
-# Decisions made in the request path from local state only, at once, with no clock: the
-# client's adaptive throttle (THROTTLE), a server's adaptive concurrency limit
-# (CONCURRENCY), CoDel and the order a node's queue is served in (CODEL). Each is a
-# compile-time constant: off, the loop's few lines that call these fold away.
+# ---- in-path mechanisms (issue 33): decisions in the request path from local state, at
+# once: the client's adaptive throttle, a server's adaptive concurrency limit, CoDel and the
+# queue's discipline (THROTTLE, CONCURRENCY, CODEL; off, the loop's calls fold away).
 CL_NONE, CL_AIMD, CL_GRADIENT = -1, *(CONCURRENCY_ALGORITHMS.index(a) for a in ("aimd",
                                                                                "gradient"))
 D_FIFO, D_LIFO, D_ADAPTIVE_LIFO = (QUEUE_DISCIPLINES.index(d) for d in QUEUE_DISCIPLINES)
 CODEL_DROPS_MAX = 8  # CoDel drops one event may make (heap room): the rest wait a dequeue
 NODE_THROTTLED = -2  # (the send section's mark for a copy its client throttled)
-
-
-@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
-def throttle_slot(bud, isv, width, t):
-    """The client throttle's bucket for time t (as :func:`budget_slot`, rows
-    BUDGET_THR_REQ and BUDGET_THR_ACC, its own IS_THROTTLE_BUCKET); the window's totals
-    (IS_THROTTLE_REQ, IS_THROTTLE_ACC) lose the buckets it leaves behind."""
-    b = int(t / width)
-    cur = isv[IS_THROTTLE_BUCKET]
-    if b > cur:
-        for k in range(cur + 1, min(b, cur + BUDGET_BUCKETS) + 1):
-            isv[IS_THROTTLE_REQ] -= bud[BUDGET_THR_REQ, k % BUDGET_BUCKETS]
-            isv[IS_THROTTLE_ACC] -= bud[BUDGET_THR_ACC, k % BUDGET_BUCKETS]
-            bud[BUDGET_THR_REQ, k % BUDGET_BUCKETS] = 0
-            bud[BUDGET_THR_ACC, k % BUDGET_BUCKETS] = 0
-        isv[IS_THROTTLE_BUCKET] = b
-    return b % BUDGET_BUCKETS
 
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
@@ -990,9 +885,8 @@ def gradient_limit(cfg_f, cfg_i, ni, nf, node):
     """A node's concurrency limit at the end of a window of samples, gradient controller
     (Envoy's manner): limit x g + sqrt(limit x g), g = min_rtt (1 + buffer) / the
     window's mean rtt, clamped to [0.5, 2]; min_rtt the least window mean of this and
-    the last period of windows. (AIMD, + 1 / limit on success and x backoff on a timeout
-    or an rtt over the threshold, is written out in the loop, as is the clamp to
-    [min, max]: a helper taking arrays at every completion cost the throttle 0.66x.)"""
+    the last period of windows. (AIMD and the clamp to [min, max] are written out in the
+    loop: a helper taking arrays at every completion was slower, docs/performance.md.)"""
     n = ni[node, NI_CL_COUNT]
     sample = nf[node, NF_CL_SUM] / n
     ni[node, NI_CL_COUNT] = 0
@@ -1017,13 +911,10 @@ def gradient_limit(cfg_f, cfg_i, ni, nf, node):
 def congested(cfg_f, nf, nr, t):
     """CoDel's signal at a node: its queue has not been empty for a whole interval.
 
-    CoDel as RPC servers run it (Maurer, "Fail at Scale", 2015, after Nichols and
-    Jacobson), written out in the loop's tail 4: a copy dequeued after waiting more than
-    ``target`` while the node is congested, or more than ``interval`` otherwise, is
-    dropped (``rejected``); an empty queue moves the node's last empty time on. Unlike
-    TCP's CoDel, whose drop rate grows as sqrt(count) to slow responsive senders, this
-    bounds the standing delay whatever the load does (an open-loop 1.5x overload kept a
-    200 ms queue under the TCP control law with a 5 ms target)."""
+    CoDel as RPC servers run it (Maurer, "Fail at Scale", 2015), written out in the loop's
+    "start service": a copy dequeued after waiting more than ``target`` while the node is
+    congested, or more than ``interval`` otherwise, is dropped (``rejected``). Unlike TCP's
+    sqrt(count) control law it bounds the standing delay whatever the load (design.md)."""
     return t - nf[nr, NF_CODEL_LAST_EMPTY] > cfg_f[CF_CODEL_INTERVAL]
 
 
@@ -1050,13 +941,14 @@ def dequeue_newest(ni, job_i, nr):
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def client_tier(cfg_i, client):
-    """A closed client's tier: its id's place among the tiers' populations (gold first)."""
+    """A closed client's tier (its id's place among the tiers' populations, gold first)
+    and the tier's first id."""
     tier = 0
-    end = cfg_i[CI_CLIENTS]
-    while client >= end and tier < len(TIERS) - 1:
+    base = 0
+    while client >= base + cfg_i[CI_CLIENTS + tier] and tier < len(TIERS) - 1:
+        base += cfg_i[CI_CLIENTS + tier]
         tier += 1
-        end += cfg_i[CI_CLIENTS + tier]
-    return tier
+    return tier, base
 
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
@@ -1070,11 +962,7 @@ def think_time(cfg_i, cfg_f, rng, tier):
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def client_cut(cfg_i, isv, client):
     """Whether a closed client's id is among those a population step cut (IS_CUT)."""
-    tier = 0
-    base = 0
-    while client >= base + cfg_i[CI_CLIENTS + tier] and tier < len(TIERS) - 1:
-        base += cfg_i[CI_CLIENTS + tier]
-        tier += 1
+    tier, base = client_tier(cfg_i, client)
     return client - base >= cfg_i[CI_CLIENTS + tier] - isv[IS_CUT + tier]
 
 
@@ -1100,11 +988,9 @@ def client_ids(cfg, st):
 
 
 def start_thinking(cfg, st, ids, t):
-    """The closed clients ``ids`` (per tier, gold first) begin thinking at time ``t``:
-    each first send after a think time (:func:`client_think_starts`), all put on the
-    heap at once, sorted with whatever it holds (a sorted array is a heap): one numpy
-    merge where a push per client was a Python call each. Shared by the run's start
-    and each population step; O((heap + clients) log)."""
+    """The closed clients ``ids`` (per tier, gold first) begin thinking at time ``t``, their
+    first sends all put on the heap at once: merged, sorted, with what it holds (a sorted
+    array is a heap; a push per client was a Python call each). O((heap + clients) log)."""
     counts = np.array([x.size for x in ids], np.int64)
     total = int(counts.sum())
     if total == 0:
@@ -1129,12 +1015,9 @@ def client_starts(cfg, st):
 
 
 def population_step(cfg, st, t, live):
-    """A population schedule's step at time ``t`` (seconds): each tier's population is
-    ``live[tier]`` from now. Ids above it are cut (IS_CUT: each retires when its think
-    ends, in the loop); ids within it that are not alive (neither thinking on the heap
-    nor waiting on a request in flight) start thinking at ``t``, their think times drawn
-    as at t = 0 (:func:`start_thinking`). Python, once per step: O(heap log heap + user
-    rows)."""
+    """A population schedule's step at time ``t``: each tier's population is ``live[tier]``
+    from now. Ids above it are cut (IS_CUT: each retires when its think ends); ids within it
+    neither thinking nor waiting on a request start thinking at ``t`` (:func:`start_thinking`)."""
     pops = cfg.cfg_i[CI_CLIENTS:CI_CLIENTS + len(TIERS)]
     st.is_[IS_CUT:IS_CUT + len(TIERS)] = pops - np.asarray(live, np.int64)
     n = int(st.is_[IS_HEAP_N])
@@ -1149,46 +1032,32 @@ def population_step(cfg, st, t, live):
 
 
 def schedule_step(cfg, st):
-    """The fault-schedule change due now (``fs[FS_NEXT_SCHED]``), applied as the loop's
-    :func:`on_schedule` would (the same products in the same order, then the next change
-    armed), for a schedule with no crashing row. In Python: a handful of rows per
-    change, where compiling ``on_schedule`` for Python would cost a cold start ~3 s, and
-    the stretch around the change may then run in a lean loop (``plain`` at t = 0,
-    ``mitigated`` at any time) instead of the general one. A schedule that crashes
-    nodes is the general kernel's (a crash ends the jobs on the node)."""
-    ff, fi, nf, ni = cfg.fault_f, cfg.fault_i, st.node_f, st.node_i
-    if fi[:, 1].any():
+    """The fault-schedule change due now, applied as the loop's :func:`on_schedule` would,
+    for a schedule with no crashing row, in Python: the stretch around it may then run in
+    a lean loop, and nothing is compiled for it (``on_schedule`` for Python: ~3 s)."""
+    nf = st.node_f
+    if cfg.fault_i[:, 1].any():
         raise ValueError("schedule_step: a crashing fault is the general kernel's")
-    t = st.fs[FS_NEXT_SCHED]
-    n = nf.shape[0]
-    err, slow, wrong = np.zeros(n), np.ones(n), np.zeros(n)
-    for f in range(ff.shape[0]):  # apply_faults' test and products, row by row
-        node = fi[f, 0]
-        if ff[f, 0] <= t < ff[f, 1] and (ff[f, 0] > nf[node, NF_REPAIRED_AT] or fi[f, 2] != 0):
-            err[node] = 1.0 - (1.0 - err[node]) * (1.0 - ff[f, 2])
-            slow[node] *= ff[f, 3]
-            wrong[node] = 1.0 - (1.0 - wrong[node]) * (1.0 - ff[f, 4])
+    err, slow, wrong, _ = fault_state(cfg.fault_f, cfg.fault_i, nf, st.fs[FS_NEXT_SCHED])
     nf[:, NF_ERR_RATE] = err
     nf[:, NF_SLOWDOWN] = slow
     nf[:, NF_WRONG_RATE] = wrong
-    ni[:, NI_CRASHED] = 0
+    st.node_i[:, NI_CRASHED] = 0
     pos = st.is_[IS_SCHED_POS] + 1  # on_schedule's step to the next change
     st.is_[IS_SCHED_POS] = pos
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[pos] if pos < cfg.sched_t.shape[0] else np.inf
 
 
 def schedule_at_start(cfg, st):
-    """A schedule change due at t = 0 with no crashing row, applied before the first
-    kernel call (:func:`schedule_step`): a scaled fleet (``fleet.service_scale``, slow
-    faults) then starts in the plain loop, a fleet with error faults from t = 0 in the
-    mitigated one, and neither compiles the general kernel for that one step."""
+    """A schedule change due at t = 0 with no crashing row, applied before the first kernel
+    call (:func:`schedule_step`): a scaled or faulty fleet then starts in a lean loop."""
     if st.fs[FS_NEXT_SCHED] <= 0.0 and not cfg.fault_i[:, 1].any():
         schedule_step(cfg, st)
 
 
 def start(cfg, st):
-    """Draw the first arrival and arm the fault schedule (once, at t = 0). Python
-    calling arrays-only kernels: compiled with the tuples it would cost a second more."""
+    """Draw the first arrival and arm the fault schedule (once, at t = 0), in Python over
+    arrays-only kernels."""
     const = cfg.cfg_i[CI_CONST_RATE] != 0
     rmax = cfg.cfg_f[CF_RATE_MAX]
     if const and rmax > 0.0:  # next_arrival's own draw, in Python: nothing to compile
@@ -1197,14 +1066,12 @@ def start(cfg, st):
         st.fs[FS_NEXT_ARRIVAL] = next_arrival(st.rng, rmax, const, cfg.rate_t, cfg.rate_v, 0.0)
     st.fs[FS_NEXT_SCHED] = cfg.sched_t[0] if cfg.sched_t.shape[0] > 0 else np.inf
     schedule_at_start(cfg, st)
-    rate = cfg.cfg_f[CF_PROBE_RATE]  # no probes (most runs): next_probe is inf, no draw,
-    # and not compiled for nothing (the plain loop never calls it)
+    rate = cfg.cfg_f[CF_PROBE_RATE]  # no probes: no draw, next_probe not compiled
     st.fs[FS_NEXT_PROBE] = next_probe(st.rng, rate, st.node_i.shape[0], 0.0) if rate > 0.0 \
         else np.inf
     st.node_f[:, NF_NEXT_SAMPLE] = cfg.phase
     client_starts(cfg, st)
-    # next_node_sample's minimum, in numpy: called from Python it needed a dispatcher of
-    # its own (wrappers, a cache entry) beside the copy the loops compile in
+    # next_node_sample's minimum, in numpy (no dispatcher of its own to compile)
     st.fs[FS_NEXT_NODE_SAMPLE] = st.node_f[:, NF_NEXT_SAMPLE].min(initial=np.inf)
 
 
@@ -1218,36 +1085,17 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             t_end):
     """Process every event with time <= t_end, or stop early asking for room.
 
-    Each event does its own part, then shares one tail: resolve the call a copy
-    answered (retry, hedge-cancel, finish), record the user request that ended,
-    send the attempts the event asked for, and start service on the nodes it
-    touched. So every mechanism is written once. The hot path is written out
-    here rather than in helpers: numba pays an atomic reference count for every
-    array handed to a helper, which cost more than the event itself (a third of
-    the run time, measured with perf). Helpers remain for rare paths.
+    Each event does its own part, then the sections every event shares: settle the call a
+    copy answered (retry, cancel the other copies, finish), record the user request that
+    ended, send the copies the event asked for, start service where servers are free, file
+    the heap timers it set. So every mechanism is written once. The hot path is written out
+    rather than in helpers that take arrays (numba's reference counting of each array handed
+    over cost a third of the run); rare paths are helpers. The scalars every event touches
+    live in locals, written back where a helper reads them (HELPER_SYNC) and on return.
+    What each section costs: docs/performance.md.
 
-    Sections, and what each costs (perf on the 50-node M/M/8 fleet with every
-    mitigation on; docs/performance.md has the figures): the loop head drops the
-    rings' stale heads (a row read each: most attempt timeouts and fixed-delay
-    hedges fall due after their copy or call is over) and picks the earliest of
-    arrival, heap top, ring heads and the next rare event (locals); the heap
-    pop (O(log n), branch-free child choice: ~18 % of the loop's samples, most
-    of them the loads' latency); a completion (an error draw, the node's bucket
-    search, counters: cache misses on the job, node and user rows); an arrival
-    (3 uniforms, 2 logs); tail 1 (unlink the copy, settle its siblings and its
-    user: one row each); tail 2 (the histogram's bin from the latency's bits,
-    latency_bins.hist_bin, whose 3-D bin store misses the cache); tail 3 (a job
-    from the pool, its timers straight onto the rings' tails, admission: one
-    crash check unless a control asks for more, a FIFO link); tail 4 (a
-    dequeue, busy-seconds, a completion timer); tail 5 (the heap's timers,
-    sifted up in the order set).
-    The scalars every event touches (pool and heap counts, ring heads, clock,
-    rare-event times, the arrival, service, error and routing streams) live in
-    locals, written back where a helper reads them (HELPER_SYNC) and on return.
-
-    Its parameters are the fields of :class:`Config`, :class:`State` and
-    :class:`Output` in order, then ``t_end`` (:func:`run` unpacks them), in every
-    specialisation (general, plain, lean mitigated); so are its rare paths' helpers'.
+    Its parameters are the fields of :class:`Config`, :class:`State` and :class:`Output` in
+    order, then ``t_end`` (:func:`run` unpacks them), in every specialisation.
     """
     isv = is_
     bounds = buckets
@@ -1320,10 +1168,8 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     t_arr = fs[FS_NEXT_ARRIVAL]
     status = DONE
     # the two streams every arrival draws from live in locals until the loop ends
-    a0, a1, a2, a3 = rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1], rng[RNG_ARRIVALS, 2], rng[
-        RNG_ARRIVALS, 3]
-    v0, v1, v2, v3 = rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1], rng[RNG_SERVICE, 2], rng[
-        RNG_SERVICE, 3]
+    a0, a1, a2, a3 = words(rng, RNG_ARRIVALS)
+    v0, v1, v2, v3 = words(rng, RNG_SERVICE)
     # the scalars every event touches live in locals (registers):
     # in isv numba reloads them after every store to another int64 array (it may alias).
     # Written back before a helper that reads them (HELPER_SYNC below) and on return.
@@ -1350,10 +1196,8 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     t_probe = fs[FS_NEXT_PROBE] if PROBES else np.inf
     t_rare = min(min(t_fleet, t_probe), min(t_node, t_sched))
     # the error draws' and the routing draws' streams in locals too (e*, r*)
-    e0, e1, e2, e3 = rng[RNG_ERRORS, 0], rng[RNG_ERRORS, 1], rng[RNG_ERRORS, 2], rng[
-        RNG_ERRORS, 3]
-    r0, r1, r2, r3 = rng[RNG_ROUTING, 0], rng[RNG_ROUTING, 1], rng[RNG_ROUTING, 2], rng[
-        RNG_ROUTING, 3]
+    e0, e1, e2, e3 = words(rng, RNG_ERRORS)
+    r0, r1, r2, r3 = words(rng, RNG_ROUTING)
     # admission checks beyond a crashed node: only if some control asks for them (they
     # change between calls only; a crash may come from the fault schedule at any time)
     checks = qlim >= 0 or shed_mask != 0
@@ -1378,27 +1222,19 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     if CODEL:
         heap_room += CODEL_DROPS_MAX
     while True:
-        # ---- loop head: drop the rings' stale heads first. Most attempt timeouts and
-        # fixed-delay hedges fall due after their copy or call is over (a timer per copy
-        # and per call, cancelled by a generation bump): dropped here for one row read
-        # each, instead of a pass through the loop's event path with its room checks
+        # ---- loop head: drop the rings' stale heads (most timeouts and fixed-delay hedges
+        # fall due after their copy or call is over), one row read each
         while (DEADLINES or LEFTOVERS) and to_n > 0:
             key = tq_k[TQ_TIMEOUT, to_h]
             j = (key >> EV_BITS) & ID_MASK
             if (job_i[j, JI_GEN] & GEN_MASK) == key >> 32 and job_i[j, JI_CLIENT] == C_WAITING:
                 break
-            to_h += 1
-            if to_h == tq_cap:
-                to_h = 0
-            to_n -= 1
+            to_h, to_n = ring_pop(to_h, to_n, tq_cap)
         while (HEDGING or LEFTOVERS) and he_n > 0:
             key = tq_k[TQ_HEDGE, he_h]
             if (call_i[(key >> EV_BITS) & ID_MASK, CL_GEN] & GEN_MASK) == key >> 32:
                 break
-            he_h += 1
-            if he_h == tq_cap:
-                he_h = 0
-            he_n -= 1
+            he_h, he_n = ring_pop(he_h, he_n, tq_cap)
         t_heap = heap_t[0] if hn > 0 else np.inf
         src = TQ_HEAP  # where the earliest timer waits: the heap or a FIFO ring
         if (DEADLINES or LEFTOVERS) and to_n > 0 and tq_t[TQ_TIMEOUT, to_h] < t_heap:
@@ -1494,16 +1330,10 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
 
         if t_heap <= t_arr and src == TQ_TIMEOUT:  # ---- a timer from a FIFO ring
             key = tq_k[TQ_TIMEOUT, to_h]
-            to_h += 1
-            if to_h == tq_cap:
-                to_h = 0
-            to_n -= 1
+            to_h, to_n = ring_pop(to_h, to_n, tq_cap)
         elif t_heap <= t_arr and src == TQ_HEDGE:
             key = tq_k[TQ_HEDGE, he_h]
-            he_h += 1
-            if he_h == tq_cap:
-                he_h = 0
-            he_n -= 1
+            he_h, he_n = ring_pop(he_h, he_n, tq_cap)
         elif t_heap <= t_arr:  # ---- a timed event from the heap
             key = heap_k[0]
             if LEFTOVERS and (key & EV_MASK) != EV_DONE:  # (IS_EVENTS)
@@ -1521,10 +1351,10 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                     if c >= un:
                         break
                     tc = heap_t[c]
-                    if c + U1 < un:  # the smaller child, without a jump: which one is a
-                        t2 = heap_t[c + U1]  # coin toss, so a branch mispredicts half the
-                        c += np.uint64(t2 < tc)  # time (perf: this loop was a quarter of
-                        tc = min(t2, tc)  # the run)
+                    if c + U1 < un:  # the smaller child, branch-free (which one is a
+                        t2 = heap_t[c + U1]  # coin toss: a branch mispredicts half the time)
+                        c += np.uint64(t2 < tc)
+                        tc = min(t2, tc)
                     if tc >= last_t:
                         break
                     heap_t[i] = tc
@@ -1603,7 +1433,8 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                         node_f[nr, NF_CL_LIMIT] = min(max(cl_limit, cl_min), cl_max)
                     if THROTTLE and throttle_on and not probe and job_i[j, JI_CLIENT] == C_WAITING:
                         if t >= thr_next:  # ---- in-path: an accept; the window moves on
-                            thr_slot = throttle_slot(budget, isv, throttle_width, t)
+                            thr_slot = window_slot(budget, isv, BUDGET_THR_REQ, IS_THROTTLE_BUCKET,
+                                                   throttle_width, t)
                             thr_next = (isv[IS_THROTTLE_BUCKET] + 1) * throttle_width
                         budget[BUDGET_THR_ACC, thr_slot] += 1
                         isv[IS_THROTTLE_ACC] += 1
@@ -1700,11 +1531,10 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             user_seq += 1
             in_flight += 1
             if CLIENTS and thinker >= 0:  # its tier is the client's; no arrival draw
-                tier = client_tier(cfg_i, thinker)
+                tier = client_tier(cfg_i, thinker)[0]
             else:
                 x, a0, a1, a2, a3 = uniform_words(a0, a1, a2, a3)
-                # branch-free: which tier is a coin toss, so a branch mispredicted often
-                # (+2.5 %, A/B on the mitigated fleet); the same tier, as tier_cum is cumulative
+                # branch-free (which tier is a coin toss); tier_cum is cumulative
                 tier = (x >= tier_cum[0]) + (x >= tier_cum[1])
             if CLIENTS:
                 usr_i[u, UI_CLIENT] = thinker
@@ -1739,7 +1569,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 usr_i[u, UI_WRONG] = 0
                 usr_f[u, UF_T_ARRIVAL] = t
             # the simple loop's requests each go to one node (simple_ok): a constant, so that
-            # the no-node branch and the outcome fold away (+13-16 %, A/B)
+            # the no-node branch and the outcome fold away
             k = 1 if SIMPLE or ONE_CALL else min(k, n_elig)
             if BREAKER and breaker != BREAKER_CLOSED and (breaker_mask >> tier) & 1 and (
                     breaker == BREAKER_OPEN
@@ -1796,7 +1626,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 a0, a1, a2, a3 = rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1], rng[
                     RNG_ARRIVALS, 2], rng[RNG_ARRIVALS, 3]
 
-        # ---- tail 1: a copy answered its call, or the client gave up on one
+        # ---- settle the call: a copy answered it, or the client gave up on one
         if SIMPLE and res_c >= 0:  # its only copy; the job's row says it all (LEAN_CALL)
             c = res_c
             cr = ROW(c)
@@ -1837,7 +1667,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                     allowed = True
                     if budgeted:
                         isv[IS_BUDGET_BUCKET] = budget_bucket  # HELPER_SYNC
-                        slot = budget_slot(budget, isv, budget_width, t)
+                        slot = window_slot(budget, isv, 0, IS_BUDGET_BUCKET, budget_width, t)
                         budget_bucket = isv[IS_BUDGET_BUCKET]
                         allowed = budget[1].sum() + 1 <= budget_ratio * budget[0].sum()
                         if allowed:
@@ -1936,7 +1766,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                         fin_u = u
                         fin_outcome = usr_i[u, UI_WORST]
 
-        # ---- tail 2: the client sees a user request's outcome
+        # ---- record the user request: its client sees its outcome
         if fin_u >= 0:
             u = fin_u
             in_flight -= 1
@@ -2010,11 +1840,11 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             # ---- (CLIENTS) a closed client's request ended: it thinks, then sends again
             if CLIENTS and has_clients and usr_i[u, UI_CLIENT] >= 0:
                 client = usr_i[u, UI_CLIENT]
-                pend_t[n_pend] = t + think_time(cfg_i, cfg_f, rng, client_tier(cfg_i, client))
+                pend_t[n_pend] = t + think_time(cfg_i, cfg_f, rng, client_tier(cfg_i, client)[0])
                 pend_k[n_pend] = event_key(client, EV_THINK, 0)
                 n_pend += 1
 
-        # ---- tail 3: send copies (first attempts, retries, hedges, failovers)
+        # ---- send copies (first attempts, retries, hedges, failovers)
         for i in range(n_send):
             c = send[i, 0]
             node = send[i, 1]
@@ -2051,11 +1881,11 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 else:
                     call_i[c, CL_ATTEMPTS] += 1
                     if budgeted and call_i[c, CL_ATTEMPTS] == 1:
-                        # budget_slot's bucket; the helper only when the window moves on
+                        # window_slot's bucket; the helper only when the window moves on
                         b = int(t / budget_width)
                         if b > budget_bucket:
                             isv[IS_BUDGET_BUCKET] = budget_bucket  # HELPER_SYNC
-                            budget_slot(budget, isv, budget_width, t)
+                            window_slot(budget, isv, 0, IS_BUDGET_BUCKET, budget_width, t)
                             budget_bucket = isv[IS_BUDGET_BUCKET]
                         budget[0, b % BUDGET_BUCKETS] += 1
                 # the first attempt serves the demand drawn at arrival; a hedge or a
@@ -2065,21 +1895,17 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                     job_f[j, JF_DEMAND] = call_f[c, CLF_DEMAND]
                 else:
                     job_f[j, JF_DEMAND] = NO_DEMAND
-                # its timers: a ring's tail at once (a ring holds one kind; tail 5 files
+                # its timers: a ring's tail at once (a ring holds one kind; "file timers" files
                 # the heap's, in order)
                 if DEADLINES and deadline < np.inf:
-                    slot = to_h + to_n
-                    if slot >= tq_cap:
-                        slot -= tq_cap
+                    slot = ring_slot(to_h, to_n, tq_cap)
                     tq_t[TQ_TIMEOUT, slot] = t + deadline
                     tq_k[TQ_TIMEOUT, slot] = event_key(j, EV_TIMEOUT, job_i[j, JI_GEN])
                     to_n += 1
                 if (HEDGING and (hedge_mask >> call_i[c, CL_TIER]) & 1
                         and call_i[c, CL_HEDGES] < max_hedges and n_elig > 1):
                     if hedge_queue == TQ_HEDGE:
-                        slot = he_h + he_n
-                        if slot >= tq_cap:
-                            slot -= tq_cap
+                        slot = ring_slot(he_h, he_n, tq_cap)
                         tq_t[TQ_HEDGE, slot] = t + hedge_delay
                         tq_k[TQ_HEDGE, slot] = event_key(c, EV_HEDGE, call_i[c, CL_GEN])
                         he_n += 1
@@ -2089,7 +1915,8 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                         n_pend += 1
             if THROTTLE and throttle_on and fresh:  # ---- in-path: the client's adaptive
                 if t >= thr_next:  # throttle (the window moves on)
-                    thr_slot = throttle_slot(budget, isv, throttle_width, t)
+                    thr_slot = window_slot(budget, isv, BUDGET_THR_REQ, IS_THROTTLE_BUCKET,
+                                           throttle_width, t)
                     thr_next = (isv[IS_THROTTLE_BUCKET] + 1) * throttle_width
                 if throttle_judge(budget, isv, rng, throttle_k, thr_slot):
                     node = NODE_THROTTLED  # its client rejects it (below)
@@ -2100,15 +1927,11 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             if THROTTLE and node == NODE_THROTTLED:  # ---- in-path: never sent to a node
                 job_i[j, JI_NODE] = -1
                 fleet_c[F_THROTTLED] += 1
-                isv[IS_HEAP_N] = hn  # HELPER_SYNC
-                end_now(isv, job_i, heap_t, heap_k, j, THROTTLED, t)
-                hn = isv[IS_HEAP_N]
+                hn = end_synced(isv, job_i, heap_t, heap_k, j, THROTTLED, t, hn)
                 continue
             if RESENDS and node < 0:  # (a first attempt has one)
                 job_i[j, JI_STATE] = J_ENDING
-                isv[IS_HEAP_N] = hn  # HELPER_SYNC
-                end_now(isv, job_i, heap_t, heap_k, j, ERROR, t)
-                hn = isv[IS_HEAP_N]
+                hn = end_synced(isv, job_i, heap_t, heap_k, j, ERROR, t, hn)
                 continue
             # admission: refused (crashed), shed, throttled, queue full, or queued
             tier = job_i[jr, JI_TIER]
@@ -2156,18 +1979,14 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                                  tries)
                 job_i[j, JI_NODE] = node
             if rejected >= 0:
-                isv[IS_HEAP_N] = hn  # HELPER_SYNC
-                end_now(isv, job_i, heap_t, heap_k, j, rejected, t)
-                hn = isv[IS_HEAP_N]
+                hn = end_synced(isv, job_i, heap_t, heap_k, j, rejected, t, hn)
                 continue
             if INTAKE:
                 nr = ROW(node)  # (excess may have gone elsewhere)
             if CONCURRENCY and cl_on and (node_i[nr, NI_BUSY] + node_i[nr, NI_QLEN] + 1
                                           > node_f[nr, NF_CL_LIMIT]):
                 node_c[nr, NC_REJECTED] += 1  # ---- in-path: over the node's own limit
-                isv[IS_HEAP_N] = hn  # HELPER_SYNC
-                end_now(isv, job_i, heap_t, heap_k, j, REJECTED, t)
-                hn = isv[IS_HEAP_N]
+                hn = end_synced(isv, job_i, heap_t, heap_k, j, REJECTED, t, hn)
                 continue
             job_i[jr, JI_NEXT] = -1
             tail = node_i[nr, NI_QTAIL]
@@ -2186,7 +2005,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
             touched[ROW(n_touched)] = node
             n_touched += 1
 
-        # ---- tail 4: start service where servers are free
+        # ---- start service where servers are free
         drops_left = CODEL_DROPS_MAX  # (in-path: CoDel's drops this event)
         for i in range(n_touched):
             node = touched[i]
@@ -2226,9 +2045,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                     drops_left -= 1
                     node_c[nr, NC_REJECTED] += 1
                     node_c[nr, NC_CODEL_DROPPED] += 1
-                    isv[IS_HEAP_N] = hn  # HELPER_SYNC
-                    end_now(isv, job_i, heap_t, heap_k, j, REJECTED, t)
-                    hn = isv[IS_HEAP_N]
+                    hn = end_synced(isv, job_i, heap_t, heap_k, j, REJECTED, t, hn)
                     continue
                 job_i[jr, JI_STATE] = J_SERVING
                 job_f[jr, JF_T_START] = t
@@ -2259,7 +2076,7 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                     pend_k[n_pend] = event_key(j, EV_DONE, job_i[jr, JI_GEN])
                     n_pend += 1
 
-        # ---- tail 5: file the heap timers this event set, in the order set (sift up)
+        # ---- file timers: the heap timers this event set, in the order set (sift up)
         for i in range(n_pend):
             sift_up(heap_t, heap_k, ROW(hn), ROW(1), pend_t[i], pend_k[i])
             hn += 1
@@ -2282,29 +2099,22 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
     tq_n[TQ_TIMEOUT, 0], tq_n[TQ_TIMEOUT, 1] = to_h, to_n
     tq_n[TQ_HEDGE, 0], tq_n[TQ_HEDGE, 1] = he_h, he_n
     fs[FS_NOW] = now
-    rng[RNG_ERRORS, 0], rng[RNG_ERRORS, 1] = e0, e1
-    rng[RNG_ERRORS, 2], rng[RNG_ERRORS, 3] = e2, e3
-    rng[RNG_ROUTING, 0], rng[RNG_ROUTING, 1] = r0, r1
-    rng[RNG_ROUTING, 2], rng[RNG_ROUTING, 3] = r2, r3
+    put_words(rng, RNG_ERRORS, e0, e1, e2, e3)
+    put_words(rng, RNG_ROUTING, r0, r1, r2, r3)
     fs[FS_NEXT_ARRIVAL] = t_arr
-    rng[RNG_ARRIVALS, 0], rng[RNG_ARRIVALS, 1] = a0, a1
-    rng[RNG_ARRIVALS, 2], rng[RNG_ARRIVALS, 3] = a2, a3
-    rng[RNG_SERVICE, 0], rng[RNG_SERVICE, 1] = v0, v1
-    rng[RNG_SERVICE, 2], rng[RNG_SERVICE, 3] = v2, v3
+    put_words(rng, RNG_ARRIVALS, a0, a1, a2, a3)
+    put_words(rng, RNG_SERVICE, v0, v1, v2, v3)
     return status
 
 
-# cached under a name carrying a digest of the files it inlines (relakit.sim.cachename):
-# an edit to rng.py or latency_bins.py recompiles it instead of leaving it stale
+# cached under a name carrying a digest of the files it inlines (relakit.sim.cachename)
 _ADVANCE_PY = advance  # (specialised copies its code: no numba needed until one is called)
 advance = njit(cache=True, error_model="numpy")(digest_named(advance))
 
 
 def run(cfg: Config, st: State, out: Output, t_end: float) -> int:
-    """:func:`advance` on a fleet's arrays (``advance`` looked up at each call: tests swap
-    in a specialisation). The loop takes the arrays themselves, the fields of Config,
-    State and Output in order, not the tuples: a kernel taking ~60 arrays in three
-    tuples compiles seconds longer (unboxing them) and costs ~20 us more a call."""
+    """:func:`advance` on a fleet's arrays, the fields of Config, State and Output in order
+    (``advance`` looked up at each call: tests swap in a specialisation)."""
     return advance(*cfg, *st, *out, t_end)
 
 
@@ -2316,17 +2126,12 @@ def specialised(features: frozenset, settled: bool = False, simple: bool = False
                 lean: bool = False, one_call: bool = False):
     """``advance`` compiled with every mechanism not in ``features`` switched off; with
     ``settled``, for a stretch nothing a mechanism left is pending in (:data:`LEFTOVERS`
-    False: ``loops.plain_ok``), and with ``simple`` too, for a simple one (:data:`SIMPLE`).
+    False), and with ``simple`` too, for a simple one (:data:`SIMPLE`).
 
-    The same code object as :func:`advance` under a copy of this module's globals in
-    which the FEATURES constants not named are False: numba reads globals as
-    compile-time constants and prunes the branches they guard. Each combination
-    has its own qualified name (``advance[plain-<digest>]``,
-    ``advance[hedging+retries-<digest>]``, :mod:`relakit.sim.cachename`), which names
-    its on-disk cache entry: numba's cache key hashes the bytecode and the signature
-    but not the globals, so the name is what keeps two combinations apart. Compiled
-    (or loaded from NUMBA_CACHE_DIR) on first use per process.
-    """
+    The same code object under a copy of this module's globals with the constants set
+    (numba reads globals as compile-time constants and prunes what they guard), named
+    ``advance[<features>-<digest>]`` (:mod:`relakit.sim.cachename`): numba's cache key
+    does not hash the globals, so the name keeps two combinations apart on disk."""
     unknown = set(features) - set(FEATURES)
     if unknown:
         raise ValueError(f"unknown kernel features {sorted(unknown)}; known: {FEATURES}")
@@ -2345,15 +2150,15 @@ def specialised(features: frozenset, settled: bool = False, simple: bool = False
                             LEFTOVERS=not (settled or simple), SIMPLE=simple,
                             ONE_CALL=one_call,
                             ROW=unsigned if settled or simple else as_is,
-                            # (codel: its drops and the completions tail 4 sets reach
+                            # (codel: its drops and the completions "start service" sets reach
                             # the heap in the general loop's order, through pend)
                             RESENDS=not (settled or simple) or bool(
                                 {"hedging", "retries", "codel"} & set(names)),
                             ENDS_EARLY=not (settled or simple) or bool(
                                 ({"intake"} | IN_PATH_FEATURES) & set(names)),
                             **{f.upper(): f in names for f in FEATURES})
-        # noalias (relakit.jit): the settled loops gain from it (plain M/M/8 +4 %, 50 nodes
-        # +2 %), the general one did not (1.00 in an A/B of 7 rounds)
+        # noalias (relakit.jit): the settled and lean loops gain from it, the general one
+        # did not (docs/performance.md)
         fn = _SPECIALISED[key] = njit(cache=True, error_model="numpy",
                                       noalias=settled or simple or lean)(body)
     return fn
@@ -2361,11 +2166,9 @@ def specialised(features: frozenset, settled: bool = False, simple: bool = False
 
 def features_of(cfg, st) -> frozenset:
     """The mechanisms the next ``advance`` call may meet, from the model and the state
-    Python left (flags and controls change only between calls; a fault schedule may
-    raise error rates or crash nodes within one, so faults with an error or wrong-answer
-    rate count from the start, and crashing ones as intake). Rows that only slow a
-    node (``fleet.service_scale``, slow faults) are no mechanism: both kernels read the
-    slowdown; a pending schedule change is the general kernel's (``loops.plain_ok``)."""
+    Python left (flags and controls change only between calls; faults with an error rate
+    count from the start, crashing ones as intake). A slowdown is no mechanism: every loop
+    reads it."""
     cfg_f, cfg_i, isv, ni, nf = cfg.cfg_f, cfg.cfg_i, st.is_, st.node_i, st.node_f
     faults = cfg.fault_f.shape[0] > 0
     fault_errors = faults and bool((cfg.fault_f[:, 2] > 0).any() or (cfg.fault_f[:, 4] > 0).any())

@@ -1,26 +1,13 @@
 """Kernel sample grids → the long metrics table, column by column, chunk by chunk.
 
-The kernel scrapes node ``i`` into ``out.metrics[sample, i, column]`` and the
-fleet-wide series into ``out.fleet[sample, column]``; the long table has one
-row per (time, node, series), ordered by ``time_s``, ``node``, ``name``.
-
-Why this module exists: building that table as one small frame per series,
-concatenated and then sorted, held several copies of it at once (a
-``relakit simulate --no-requests`` of 50 M requests peaked at 1,250 MB, against
-312 MB with this module; see ``benchmarks/bench_memory.py``). Here the order is
-computed rather than sorted: the (time, node) *blocks* of the grid are put in
-time order with one ``lexsort`` over blocks (not rows), and every block lists
-its series in the same name order. Each column is then filled straight from
-the grid with numpy index arithmetic, a bounded number of rows at a time, so
-the extra memory is one chunk, whatever the run length. The label columns
-(``name``, ``tier``, ``outcome``, ``le``) are gathered from a handful of
-category strings (polars shares their buffers), and keep the trace schema's
-String dtype so the frame still concatenates and compares with any imported
-trace.
-
-:meth:`MetricsGrid.chunks` yields the table in pieces (``SimulationResult``
-writes ``metrics.parquet`` from them without holding the whole table);
-:meth:`MetricsGrid.table` is the whole frame.
+The long table has one row per (time, node, series), ordered by ``time_s``, ``node``,
+``name``. Its order is computed, not sorted: the grid's (time, node) *blocks* are put in
+time order with one ``lexsort`` over blocks, every block lists its series in one name
+order, and each column is filled from the grid by index arithmetic a chunk at a time, so
+the extra memory is one chunk whatever the run's length (a frame per series, concatenated
+and sorted, held several copies: docs/performance.md, "Memory"). Label columns are String,
+as the trace schema's. :meth:`MetricsGrid.chunks` yields the table in pieces (written to
+parquet without holding it whole); :meth:`MetricsGrid.table` is the whole frame.
 """
 
 from __future__ import annotations

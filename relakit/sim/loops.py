@@ -1,34 +1,19 @@
 """Which specialisation of the one event loop (:func:`relakit.sim.kernel.advance`) a
-stretch may run, and the compiled loop to call for it.
+stretch may run, chosen in O(nodes) from the controls and the counts the loop keeps, and
+the compiled loop to call for it (docs/design.md, "The loops"):
 
-* **plain** (``kernel.specialised(frozenset(), settled=True)``: ``LEFTOVERS`` False):
-  no mechanism on and nothing one left pending (:func:`plain_ok`); its **simple**
-  variant (``simple=True``: ``SIMPLE``) when besides one call goes to one node per
-  request (:func:`simple_ok`). Every closed-form check, sweep and policy run between
-  interventions runs here.
-* **lean mitigated** (``specialised(LEAN_FEATURES, lean=True)``, ``one_call=True`` for
-  fan-out 1): hedging with a fixed delay, deadlines, retries and node error rates and
-  nothing the general loop alone handles pending (:func:`mitigated_ok`). A fault
-  schedule that crashes nothing is allowed: ``Fleet.advance`` runs to just before a
-  change, applies it in Python (``kernel.schedule_step``) and goes on.
-* **in-path** (``specialised(features, settled=True)``, features some of
-  ``kernel.IN_PATH_FEATURES``, and its simple variant, ``simple=True``, on the same
-  test as the plain one's): the plain loops with the client throttle, the concurrency
-  limit or CoDel on (:func:`in_path_ok`). They decide at once and leave nothing on the
-  heap but completions (a refused copy's is due at once), so a stretch of them is
-  plain but for the copies they end unserved (``kernel.ENDS_EARLY``): a refused
-  request's rows are a simple one's (``kernel.LEAN_CALL``, ``LEAN_USER``) but for its
-  outcome, which its copy's row carries (``JI_OUTCOME``).
+* **plain** (``LEFTOVERS`` off: :func:`plain_ok`), and **simple** when besides one call
+  goes to one node per request (``SIMPLE``: :func:`simple_ok`);
+* **lean mitigated** (:data:`MECHANISMS`, ``ONE_CALL`` for fan-out 1: :func:`mitigated_ok`);
+  a fault schedule that crashes nothing is applied in Python between two calls;
+* **in-path** (some of ``kernel.IN_PATH_FEATURES`` and nothing else: :func:`in_path_ok`),
+  settled or simple as the plain ones: a refused copy ends unserved (``ENDS_EARLY``);
 * anything else: the general loop (``kernel.run``).
 
-They are the same code (numba prunes what the constants decide), read and write the
-same arrays and draw the same numbers, so any two hand over between any two calls
-(``tests/test_specialisations.py``: bit for bit, but the per-event scratch arrays,
-:data:`SCRATCH`, and the rows the lean loops leave unwritten: ``kernel.LEAN_CALL``,
-``kernel.LEAN_USER``). What each buys over the general loop: docs/performance.md.
-The loops to call are the ones compiled ahead of time (:mod:`relakit.sim.aot`, built
-by ``make setup``) when on disk and not switched off (``RELAKIT_AOT=0``), which
-spares a process numba altogether; else numba's.
+Same code, same arrays, same draws: any two hand over between any two calls
+(``tests/test_specialisations.py``, bit for bit but the per-event :data:`SCRATCH` and the
+rows lean loops leave unwritten). The plain and lean ones are those built ahead of time
+(:mod:`relakit.sim.aot`) when on disk and not switched off (``RELAKIT_AOT=0``), else numba's.
 """
 
 from __future__ import annotations
@@ -53,17 +38,22 @@ GENERAL_EVENTS = tuple(k for k in range(K.N_EVENT_KINDS) if k not in (K.EV_DONE,
 GENERAL_ROWS = frozenset({"degraded", "probes"})
 
 
+def _pending(st: K.State) -> bool:
+    """Whether a timer waits in a ring, a failover is due or the heap holds an event but
+    completions (O(nodes): the counts the loop keeps, ``kernel.IS_EVENTS``)."""
+    isv = st.is_
+    return (bool(st.tq_n[:, 1].any()) or bool(st.node_i[:, K.NI_FAILOVER].any())
+            or any(isv[K.IS_EVENTS + k] for k in range(K.EV_DONE + 1, K.N_EVENT_KINDS)))
+
+
 def leaves(cfg: K.Config, st: K.State, features: frozenset | None = None) -> tuple[bool, bool]:
     """(plain, lean): whether the next stretch may leave rows the plain loops (a hedge, a
     retry, a copy given up on...), or the lean mitigated ones (:data:`GENERAL_ROWS`),
     could not take: ``Fleet`` then marks its end (``kernel.IS_OLD``). ``features`` is
     ``kernel.features_of(cfg, st)`` (found when None). O(nodes): it reads the controls
     and the counts the loop keeps (``kernel.IS_EVENTS``), no row."""
-    isv = st.is_
     features = K.features_of(cfg, st) if features is None else features
-    plain = (bool(features) or bool(st.tq_n[:, 1].any()) or bool(st.node_i[:, K.NI_FAILOVER].any())
-             or any(isv[K.IS_EVENTS + k] for k in range(K.EV_DONE + 1, K.N_EVENT_KINDS)))
-    return plain, bool(features & GENERAL_ROWS)
+    return bool(features) or _pending(st), bool(features & GENERAL_ROWS)
 
 
 def plain_ok(cfg: K.Config, st: K.State, features: frozenset | None = None) -> bool:
@@ -85,18 +75,21 @@ def in_path_ok(cfg: K.Config, st: K.State, features: frozenset,
     chose with none older, and leaves copies only it or the general loop may end)."""
     if not features or not features <= K.IN_PATH_FEATURES:
         return False
-    isv = st.is_
-    return ((isv[K.IS_OLD] == 0 or after_in_path) and st.fs[K.FS_NEXT_SCHED] == np.inf
-            and not st.tq_n[:, 1].any() and not st.node_i[:, K.NI_FAILOVER].any()
-            and not any(isv[K.IS_EVENTS + k] for k in range(K.EV_DONE + 1, K.N_EVENT_KINDS)))
+    return ((st.is_[K.IS_OLD] == 0 or after_in_path) and st.fs[K.FS_NEXT_SCHED] == np.inf
+            and not _pending(st))
 
 
 def run_in_path(cfg: K.Config, st: K.State, out: K.Output, t_end: float) -> int:
-    """The in-path mechanisms on (:func:`in_path_ok`) in the simple loop when the stretch
-    is simple (:func:`simple_ok`, and its live rows lean: ``kernel.ROWS_NOT_LEAN``), else
-    in the settled one, called as ``kernel.run`` is. numba's (not built ahead of time:
-    docs/performance.md)."""
-    simple, settled = in_path_loops(K.features_of(cfg, st))
+    """The in-path mechanisms on (:func:`in_path_ok`), as :func:`run_plain` runs the plain
+    ones; numba's (not built ahead of time: docs/design.md)."""
+    return _simple_or_settled(in_path_loops(K.features_of(cfg, st)), cfg, st, out, t_end)
+
+
+def _simple_or_settled(loops, cfg: K.Config, st: K.State, out: K.Output, t_end: float) -> int:
+    """The simple loop when the stretch is simple (:func:`simple_ok`) and its live rows are
+    lean (else it returns ``kernel.ROWS_NOT_LEAN`` having done nothing), else the settled one,
+    called as ``kernel.run`` is."""
+    simple, settled = loops
     if simple_ok(cfg, st):
         status = simple(*cfg, *st, *out, t_end)
         if status != K.ROWS_NOT_LEAN:
@@ -149,14 +142,8 @@ def mitigated_ok(cfg: K.Config, st: K.State, features: frozenset | None = None,
 
 
 def run_plain(cfg: K.Config, st: K.State, out: K.Output, t_end: float) -> int:
-    """The simple specialisation (:func:`simple_ok`, unless it finds live rows it would
-    misread: ``kernel.ROWS_NOT_LEAN``), else the plain one, called as ``kernel.run`` is."""
-    simple, settled = plain_loops()
-    if simple_ok(cfg, st):
-        status = simple(*cfg, *st, *out, t_end)
-        if status != K.ROWS_NOT_LEAN:
-            return status
-    return settled(*cfg, *st, *out, t_end)
+    """The simple specialisation, else the plain one (:func:`_simple_or_settled`)."""
+    return _simple_or_settled(plain_loops(), cfg, st, out, t_end)
 
 
 def run_mitigated(cfg: K.Config, st: K.State, out: K.Output, t_end: float) -> int:

@@ -182,7 +182,6 @@ def retry_node_reference(rate_rps: float, mean_ms: float, servers: int, queue_li
                     "tier": tier}
         return c
 
-    total = initial_queue + pending_retries
     for r in range(initial_queue):
         c = new_call(0.0, r)
         send(c, 0.0, -mean_s * log(1.0 - rand_copy()))
@@ -190,7 +189,6 @@ def retry_node_reference(rate_rps: float, mean_ms: float, servers: int, queue_li
         c = new_call(0.0, 0)
         calls[c]["attempts"] = 1
         push(backoff(1), 0, "retry", c)
-    del total
     start_next(0.0)
     t_arr = -gap * log(1.0 - rand())
     while True:

@@ -1,33 +1,17 @@
 """xoshiro256** random numbers, owned by each simulation, in independent streams.
 
-Why not ``np.random`` inside numba: its state is global per thread, so two
-fleets stepped in one process would draw from one stream and stop being
-reproducible. Each fleet carries its own states instead, which also makes a
-run split into many ``advance`` calls bit-identical to one long call.
+Not ``np.random`` inside numba: its state is global per thread, so two fleets in one
+process would share a stream. Each fleet carries an ``(n_streams, 4)`` array of states, one
+per kind of randomness (the kernel's ``STREAMS``; every draw names its row): runs that
+differ in a policy see the same arrivals and demands (common random numbers), and a run
+split into many ``advance`` calls is bit-identical to one. Stream 0 is the seed expanded
+by splitmix64; stream i + 1 is stream i jumped by 2**128 draws, so streams never overlap.
+:class:`XoshiroPy` draws the same streams in pure Python, for reference models.
 
-A fleet holds one state per *stream* (an ``(n_streams, 4)`` array; every
-draw names its row), so each kind of randomness (arrivals, service demand,
-routing, ...: the kernel's ``STREAMS``) is consumed only by its own draws:
-two runs that differ in a policy see the same arrivals and demands (common
-random numbers). Stream 0 is the seed expanded by splitmix64; stream i + 1
-is stream i moved on by the generator's jump (2**128 draws), so streams can
-never overlap within a run.
-
-The pure-Python twin (:class:`XoshiroPy`) draws the same streams, so
-reference models in pure Python can be compared with the kernel number for
-number.
-
-The draws (``uniform``, ``exponential``, ...) are ``register_jitable``, not
-``njit`` dispatchers, for the kernels' cold compile: each is compiled into the
-kernel that calls it, once per argument types, and ``forceinline`` has LLVM
-inline it at every call site, as numba's ``inline="always"`` did (without it
-LLVM left one ``uniform`` call out of line in the general loop). As
-``njit(inline="always")`` numba re-ran its untyped passes on the callee at
-every call site (about 2 of a plain cold start's ~10 CPU s, with the helpers
-that draw; 10 of the general loop's ~34); as plain ``njit`` each stream
-constant (``RNG_*``, typed as a literal int) was a separate compile, and each
-got a CPython wrapper nothing calls (and ``no_cfunc_wrapper``: nor a C one). They
-are not callable from Python as numba code: :class:`XoshiroPy` is the Python side.
+The draws are ``register_jitable`` with ``forceinline`` (compiled into each kernel that
+calls them, inlined at every call site): as ``njit(inline="always")`` or plain ``njit``
+they cost seconds of cold compile (docs/performance.md, "Cold start"). They are not
+callable from Python as numba code: :class:`XoshiroPy` is the Python side.
 """
 
 from __future__ import annotations

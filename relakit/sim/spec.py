@@ -591,14 +591,7 @@ def _initial(r: Reader, fleet: FleetSpec, workload: Workload, retries: Retries) 
     r.only({"queue", "pending_retries"})
     if not r.data:
         return Initial()
-    queue = r.data.get("queue", 0)
-    if isinstance(queue, list):
-        if len(queue) != fleet.nodes:
-            r.fail(f"a list must have one entry per node ({fleet.nodes}), got {len(queue)}",
-                   "queue")
-        queue = _items(r, "queue", queue, lo=0, hi=10**7, integer=True)
-    else:
-        queue = (r.number("queue", 0, lo=0, hi=10**7, integer=True),) * fleet.nodes
+    queue = _per_node(r, "queue", fleet.nodes, 0, lo=0, hi=10**7, integer=True)
     pending = r.number("pending_retries", 0, lo=0, hi=10**7, integer=True)
     if (any(queue) or pending) and workload.fanout != 1:
         r.fail(f"initial requests are one call each; the workload's fan-out is "
@@ -623,15 +616,11 @@ def _metrics(r: Reader, nodes: int, seed: int, clocks=None) -> Metrics:
     if clocks is not None and interval != clocks.scrape_s:
         r.fail(f"{interval} differs from clocks.scrape_s ({clocks.scrape_s}): with a control "
                "loop the scrape interval is the clocks'", "interval_s")
-    phase = r.data.get("phase_s", 0.0 if clocks is None else clocks.scrape_phase_s)
-    if phase == "random":  # each target scraped at its own offset, reproducibly
+    if r.data.get("phase_s") == "random":  # each target scraped at its own offset, reproducibly
         phases = tuple(np.random.default_rng(seed).uniform(0, interval, nodes).tolist())
-    elif isinstance(phase, list):
-        if len(phase) != nodes:
-            r.fail(f"a list must have one entry per node ({nodes}), got {len(phase)}", "phase_s")
-        phases = _items(r, "phase_s", phase, lo=0, hi=interval)
-    else:
-        phases = (r.number("phase_s", 0.0, lo=0, hi=interval),) * nodes
+    else:  # by default the clocks' (their scrape phase was once read, checked and dropped)
+        phases = _per_node(r, "phase_s", nodes, 0.0 if clocks is None else clocks.scrape_phase_s,
+                           lo=0, hi=interval)
     buckets = r.data.get("latency_buckets_s", list(PROMETHEUS_BUCKETS_S))
     if (not isinstance(buckets, list) or not buckets
             or any(isinstance(b, bool) or not isinstance(b, int | float) or b <= 0
@@ -649,19 +638,23 @@ def _items(r: Reader, key: str, values: list, **rules) -> tuple:
                  for i, v in enumerate(values))
 
 
+def _per_node(r: Reader, key: str, nodes: int, default, **rules) -> tuple:
+    """``key``: one number for every node, or a list of one per node, each checked by
+    ``rules`` (:meth:`Reader.number`'s)."""
+    raw = r.data.get(key, default)
+    if isinstance(raw, list):
+        if len(raw) != nodes:
+            r.fail(f"a list must have one entry per node ({nodes}), got {len(raw)}", key)
+        return _items(r, key, raw, **rules)
+    return (r.number(key, default, **rules),) * nodes
+
+
 def _fleet(r: Reader) -> FleetSpec:
     r.only({"nodes", "servers", "service", "queue_limit", "routing", "weights", "load_errors",
             "dependencies", "baseline_error_rate", "probes", "zones", "zone_mix",
             "service_scale", "queue_discipline"})
     nodes = r.number("nodes", 1, lo=1, hi=MAX_NODES, integer=True)
-    servers = r.data.get("servers", 1)
-    if isinstance(servers, list):
-        if len(servers) != nodes:
-            r.fail(f"a list must have one entry per node ({nodes}), got {len(servers)}",
-                   "servers")
-        servers = _items(r, "servers", servers, lo=1, hi=MAX_SERVERS, integer=True)
-    else:
-        servers = (r.number("servers", 1, lo=1, hi=MAX_SERVERS, integer=True),) * nodes
+    servers = _per_node(r, "servers", nodes, 1, lo=1, hi=MAX_SERVERS, integer=True)
     weights = r.data.get("weights")
     if weights is None:
         weights = (1.0,) * nodes
@@ -750,13 +743,7 @@ def _baseline(r: Reader, nodes: int) -> tuple[float, ...]:
     It is how a node is (a legacy backend, a flaky dependency the clients retry), not a
     fault: it holds from t = 0 to the end and no repair removes it.
     """
-    raw = r.data.get("baseline_error_rate", 0.0)
-    if isinstance(raw, list):
-        if len(raw) != nodes:
-            r.fail(f"a list must have one entry per node ({nodes}), got {len(raw)}",
-                   "baseline_error_rate")
-        return _items(r, "baseline_error_rate", raw, lo=0, hi=1)
-    return (r.number("baseline_error_rate", 0.0, lo=0, hi=1),) * nodes
+    return _per_node(r, "baseline_error_rate", nodes, 0.0, lo=0, hi=1)
 
 
 def _dependencies(r: Reader, nodes: int) -> tuple[tuple[int, int, float], ...]:
@@ -796,32 +783,29 @@ def _load_errors(r: Reader) -> tuple[tuple[float, float], ...]:
     return tuple(out)
 
 
+# each service parameter's range (lo, lo_open, hi), in SERVICE_PARAMS' order of reading
+SERVICE_RANGES = {"mean_ms": (0, True, None), "fast_ms": (0, True, None),
+                  "slow_ms": (0, True, None), "slow_fraction": (0, False, 1),
+                  "cv": (0, True, None), "alpha": (1, True, None)}
+
+
 def _service(r: Reader) -> Service:
     if not r.data:
         r.fail(f"is required: a mapping with 'kind' (one of {', '.join(SERVICE_PARAMS)})")
     kind = r.choice("kind", tuple(SERVICE_PARAMS))
     r.only({"kind", *SERVICE_PARAMS[kind]})
     p = {}
-    if kind == "bimodal":
-        p["fast_ms"] = r.number("fast_ms", lo=0, lo_open=True)
-        p["slow_ms"] = r.number("slow_ms", lo=0, lo_open=True)
-        p["slow_fraction"] = r.number("slow_fraction", lo=0, hi=1)
-    elif kind == "hyperexponential":  # two exponential phases: both a share, slow the longer
-        p["fast_ms"] = r.number("fast_ms", lo=0, lo_open=True)
-        p["slow_ms"] = r.number("slow_ms", lo=0, lo_open=True)
-        if p["slow_ms"] < p["fast_ms"]:
+    for key in SERVICE_PARAMS[kind]:
+        lo, lo_open, hi = SERVICE_RANGES[key]
+        if kind == "hyperexponential" and key == "slow_fraction":  # both phases a share
+            lo_open, hi = True, None
+        p[key] = r.number(key, lo=lo, lo_open=lo_open, hi=hi)
+        if kind == "hyperexponential" and key == "slow_ms" and p["slow_ms"] < p["fast_ms"]:
             r.fail(f"{p['slow_ms']:g} is below fast_ms {p['fast_ms']:g}: the slow phase's "
                    "mean must be >= the fast one's", "slow_ms")
-        p["slow_fraction"] = r.number("slow_fraction", lo=0, lo_open=True)
-        if p["slow_fraction"] >= 1:
-            r.fail(f"{p['slow_fraction']!r} is out of range: must be < 1 (a share of "
-                   "requests in the slow phase, strictly between 0 and 1)", "slow_fraction")
-    else:
-        p["mean_ms"] = r.number("mean_ms", lo=0, lo_open=True)
-    if kind == "lognormal":
-        p["cv"] = r.number("cv", lo=0, lo_open=True)
-    if kind == "pareto":
-        p["alpha"] = r.number("alpha", lo=1, lo_open=True)
+    if kind == "hyperexponential" and p["slow_fraction"] >= 1:
+        r.fail(f"{p['slow_fraction']!r} is out of range: must be < 1 (a share of "
+               "requests in the slow phase, strictly between 0 and 1)", "slow_fraction")
     return Service(kind, p)
 
 
@@ -1066,9 +1050,7 @@ def _faults(r: Reader, nodes: int) -> tuple[Fault, ...]:
         end = f.number("end_s", lo=0)
         if end <= start:
             f.fail(f"{end} must be after start_s ({start})", "end_s")
-        crash = f.data.get("crash", False)
-        if not isinstance(crash, bool):
-            f.fail(f"expected true or false, got {crash!r}", "crash")
+        crash = _flag(f, "crash")
         out.append(Fault(
             node=f.number("node", lo=0, hi=nodes - 1, integer=True), start_s=start, end_s=end,
             error_rate=f.number("error_rate", 0.0, lo=0, hi=1),
