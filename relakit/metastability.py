@@ -305,11 +305,34 @@ def ctmc_recovery_map(ctmc_args: dict, kind: str, sizes, durations_s, recovery: 
     ``jobs <= level`` before ``jobs >= collapsed_level`` (one sparse solve). That stands for
     "recovered within T" when T is long against a recovery from the good side and short
     against an escape from collapse (both are checked: ``info``-free, the caller compares
-    with :meth:`relakit.analytic.RetryCTMC.first_passage`); the hold is not modelled."""
+    with :meth:`relakit.analytic.RetryCTMC.first_passage`); the hold is not modelled.
+
+    The retries' acceptance (``retry_acceptance``, how many doomed retries have attempts
+    left: relakit/analytic/retry_ctmc.py, "Attempts left") is the base node's stationary
+    fixed point unless ``ctmc_args`` gives one: the committor weighs the collapse, where a
+    full node drops retries and the base chain's stationary mass sits (a recovering node
+    drops none, and there any value is exact enough: the share only acts on doomed
+    retries); 1 would undercount the collapse's retries (its mean jobs 0.11 low on
+    Metafor's node). The value used is the ``retry_acceptance`` column. Its stationary
+    solve does not warn about mass at ``retry_limit``: the map's chains carry that
+    truncation whatever the acceptance, and their answer is the committor, not the
+    stationary law."""
     from scipy.sparse.linalg import spsolve
 
-    from relakit.analytic import retry_generator
+    from relakit.analytic import retry_ctmc, retry_generator
 
+    if ctmc_args.get("model") == "jobs_work":
+        raise ValueError("model: 'jobs_work' has instantaneous states that uniformisation "
+                         "cannot evolve; give model: count or workload for the CTMC map")
+    if ctmc_args.get("retry_acceptance") is None:
+        import warnings
+
+        from relakit.analytic import RetryCTMCWarning
+
+        with warnings.catch_warnings():  # the truncation's stationary mass is not the map's
+            warnings.simplefilter("ignore", RetryCTMCWarning)  # answer (the committor is)
+            accept = retry_ctmc(**ctmc_args).params["retry_acceptance"]
+        ctmc_args = ctmc_args | {"retry_acceptance": accept}
     base_q, jobs, _r, _d, params = retry_generator(**ctmc_args)
     p0 = np.zeros(jobs.size)
     p0[0] = 1.0
@@ -334,7 +357,8 @@ def ctmc_recovery_map(ctmc_args: dict, kind: str, sizes, durations_s, recovery: 
                                      f"jobs, {rl} retries)")
                 i = int(s) * (rl + 1) + int(d)
                 rows.append({"size": float(s), "duration_s": float(d),
-                             "p_recover": float(np.clip(commit[i], 0, 1))})
+                             "p_recover": float(np.clip(commit[i], 0, 1)),
+                             "retry_acceptance": params["retry_acceptance"]})
         return pl.DataFrame(rows)
     for s in sizes:
         args = dict(ctmc_args)
@@ -351,7 +375,8 @@ def ctmc_recovery_map(ctmc_args: dict, kind: str, sizes, durations_s, recovery: 
                 p = _evolve(q, p, d - prev)
                 prev = d
             rows.append({"size": float(s), "duration_s": d,
-                         "p_recover": float(np.clip(np.clip(p, 0, None) @ commit, 0, 1))})
+                         "p_recover": float(np.clip(np.clip(p, 0, None) @ commit, 0, 1)),
+                         "retry_acceptance": params["retry_acceptance"]})
     return pl.DataFrame(rows)
 
 

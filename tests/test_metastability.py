@@ -193,3 +193,31 @@ def test_the_frontier_ladder_varies_the_hysteresis_count_too():
     assert by[120]["delay_s"] - by[own]["delay_s"] == pytest.approx(want)
     assert want > 100
     assert by[own]["recovered"] > by[120]["recovered"]
+
+
+def test_the_ctmc_map_uses_the_base_nodes_acceptance_fixed_point():
+    """The committor weighs the collapse, where a full node drops retries: the map's chains
+    carry the base node's stationary acceptance (not 1), an explicit value is honoured,
+    and the answer is the one the chain built with that acceptance gives."""
+    from relakit.analytic import retry_ctmc
+
+    args = dict(arrival_rate=7.0, service_rate=10.0, servers=1, queue_limit=100,
+                timeout_s=5.0, max_attempts=3, retry_limit=60)
+    rec = Recovery(level=10, hold_s=10, within_s=300)
+    a = retry_ctmc(**args).params["retry_acceptance"]
+    assert 0.3 < a < 0.95  # the collapsed node drops a good share of its retries
+    got = ctmc_recovery_map(args, "start", [60, 80], [0], rec, start_s=0, collapsed_level=95)
+    assert got["retry_acceptance"].to_list() == [a, a]
+    same = ctmc_recovery_map(args | {"retry_acceptance": a}, "start", [60, 80], [0], rec,
+                             start_s=0, collapsed_level=95)
+    assert got["p_recover"].to_list() == same["p_recover"].to_list()
+    one = ctmc_recovery_map(args | {"retry_acceptance": 1.0}, "start", [60, 80], [0], rec,
+                            start_s=0, collapsed_level=95)
+    assert one["retry_acceptance"].to_list() == [1.0, 1.0]
+    # at a = 1 fewer doomed retries have attempts left (the pool would hold late ones, the
+    # share 1/(1 + x) at 3 attempts falls as x = a p grows): the trap is weaker
+    assert (one["p_recover"] >= got["p_recover"] - 1e-12).all()
+    assert (one["p_recover"] > 1.05 * got["p_recover"]).all()
+    with pytest.raises(ValueError, match="model: 'jobs_work'"):
+        ctmc_recovery_map(args | {"model": "jobs_work"}, "start", [60], [0], rec,
+                          start_s=0, collapsed_level=95)

@@ -297,3 +297,95 @@ def test_first_passage_converges_in_phases_to_a_stated_bias():
     assert abs(stat.first_passage(EMPTY, collapsed) / ups[1] - 1) < 0.01
     work = retry_ctmc(*WORKED, model="workload", retry_limit=130)
     assert lo < work.first_passage(EMPTY, collapsed) < hi
+
+
+# --- the jobs-and-work model (model="jobs_work"): the count kept beside the work ---
+
+TINY = (9.5, 10.0, 1, 15, 0.5, 5)  # Metafor's node with 15 places and a 0.5 s timeout
+
+
+def test_jobs_work_with_one_level_per_job_is_the_workload_model():
+    cpu = time.process_time()
+    j = retry_ctmc(*WORKED, model="jobs_work", retry_limit=130)
+    w = retry_ctmc(*WORKED, model="workload", retry_limit=130)
+    assert j.params["tangible_states"] == w.states  # (jobs, work = jobs, retries)
+    assert j.params["retry_acceptance"] == pytest.approx(w.params["retry_acceptance"], abs=1e-9)
+    assert j.mean_jobs == pytest.approx(w.mean_jobs, abs=1e-9)
+    collapsed = lambda a, r: a >= 90  # noqa: E731
+    assert j.first_passage(EMPTY, collapsed) == pytest.approx(
+        w.first_passage(EMPTY, collapsed), rel=1e-8)
+    assert time.process_time() - cpu < 10.0
+    with pytest.raises(ValueError, match="model: 'jobs_work'"):
+        j.spectral_gap()
+
+
+@pytest.mark.parametrize("phases", [1, 3])
+def test_jobs_work_without_timeouts_counts_jobs_as_mm1k_to_1e10(phases):
+    """No deadline: the count's law is M/M/1/K exactly at any phases (the jobs of the
+    work, (n - 1)/(w - 1), are the product-geometric law's: exact when no fate depends on
+    the work), and the work given the count is n + NegBin(n, 1/phases)."""
+    from scipy.stats import nbinom
+
+    m = retry_ctmc(9.5, 10.0, 1, 30, math.inf, 5, phases=phases, model="jobs_work")
+    by_jobs = np.bincount(m.jobs, weights=m.stationary)
+    assert np.abs(by_jobs - mmck(9.5, 10.0, 1, 31)).max() < 1e-10
+    at = m.tangible & (m.jobs == 20)
+    got = m.stationary[at] / m.stationary[at].sum()
+    np.testing.assert_allclose(got[:40], nbinom.pmf(m.levels[at][:40] - 20, 20, 1 / phases),
+                               atol=1e-10)
+
+
+def test_jobs_work_drops_at_the_hard_limit_and_dooms_by_the_work():
+    m = retry_ctmc(*TINY, phases=3, model="jobs_work", retry_limit=40, retry_acceptance=1.0)
+    assert m.params["deadline_levels"] == 15 and m.jobs.max() == 16  # a hard limit
+    w = np.arange(m.doom.size)
+    np.testing.assert_allclose(m.doom, np.where(w < 15, (2 / 3) ** np.maximum(15 - w, 0), 1.0),
+                               rtol=1e-12)
+    p = m.initial(16, 0)  # a full queue: 16 jobs' work, n + NegBin(n, 1/3) levels
+    assert p.sum() == pytest.approx(1.0) and set(m.jobs[p > 0]) == {16}
+    assert (p[~m.tangible] == 0).all()
+
+
+def test_jobs_work_first_passage_converges_in_phases_into_a_cheap_simulation():
+    """The doom coin removed and the count kept: the first passage from empty settles as
+    the levels get finer (steps shrinking), inside a simulation of the same node run here,
+    where the count model, converged, is below it (the coin; docs/performance.md)."""
+    from relakit.metastability import base_scenario, first_passage_runs
+    from relakit.stats import t_interval
+
+    collapsed = lambda a, r: a >= 13  # noqa: E731
+    ups = [retry_ctmc(*TINY, phases=k, model="jobs_work", retry_limit=40,
+                      retry_acceptance=1.0).first_passage(EMPTY, collapsed) for k in (1, 2, 3)]
+    steps = -np.diff(ups)
+    assert (steps > 0).all() and steps[1] < 0.5 * steps[0]
+    w = base_scenario("params/scenarios/metafor-node.yaml")
+    w["fleet"]["queue_limit"], w["workload"]["deadline_ms"], w["duration_s"] = 15, 500, 200
+    sim = first_passage_runs(w, 13, 300, seed=34, workers=1)["first_passage_s"]
+    assert sim.null_count() == 0
+    ci = t_interval(sim.to_numpy())
+    assert ci.low < ups[-1] < ci.high, (ups, ci)
+    coin = retry_ctmc(*TINY, phases=256, retry_limit=40, retry_acceptance=1.0)
+    assert coin.first_passage(EMPTY, collapsed) < ci.low
+
+
+def test_jobs_work_record_converges_inside_the_recorded_simulation():
+    """benchmarks/ctmc_jobs_work.json (the chain over phases) against
+    benchmarks/ctmc_vs_simulation.json (400 runs from empty): the recorded first passages
+    fall with phases by shrinking steps and stay inside the simulation's interval; the
+    one-level chain recomputed here equals its record."""
+    rec = json.loads((Path(__file__).resolve().parents[1] / "benchmarks"
+                      / "ctmc_jobs_work.json").read_text())["runs"]
+    for name in ("shrunk", "worked"):
+        lo, hi = recorded(name, "first_passage_s")
+        rows = sorted((r for r in rec if r["example"] == name), key=lambda r: r["phases"])
+        ups = [r["first_passage_s"] for r in rows]
+        assert len(ups) >= 2 and all(lo < u < hi for u in ups), (name, ups, lo, hi)
+        if len(ups) >= 3:
+            steps = -np.diff(ups)
+            assert (steps > 0).all() and steps[-1] < steps[0]
+    shrunk = next(r for r in rec if r["example"] == "shrunk" and r["phases"] == 1)
+    m = retry_ctmc(*SHRUNK, phases=1, model="jobs_work", retry_limit=60, retry_acceptance=1.0)
+    assert m.first_passage(EMPTY, lambda a, r: a >= 27) == pytest.approx(
+        shrunk["first_passage_s"], rel=1e-9)
+    lo, hi = recorded("shrunk", "mean_jobs")
+    assert lo < shrunk["mean_jobs"] < hi

@@ -63,9 +63,36 @@ service completions: an attempt is doomed iff it finds at least ``mu * T`` jobs.
 levels sharpen the work but lose the count: the queue limit and the job count are then
 read off the work (``w`` levels hold 1 + Binomial(w - 1, 1/phases) jobs; a state's
 ``jobs`` is E[min(jobs, capacity) | w] and an attempt is dropped with P(jobs >= capacity
-| w)), a soft limit whose bias grows with ``phases`` (measured in docs/performance.md:
-the convergent chain would need (jobs, work, retries), ~10^6 states). Retries return as
-in the count model (exponential delay, attempt share).
+| w)), a soft limit whose bias grows with ``phases`` (measured in docs/performance.md;
+``model="jobs_work"`` keeps the count). Retries return as in the count model
+(exponential delay, attempt share).
+
+**The jobs-and-work model (``model="jobs_work"``, one server).** Keeps the count beside
+the work: states (jobs ``n``, work ``w`` in levels, retries ``r``). Levels and deadline
+as in the workload model; an attempt is dropped iff ``n`` = capacity (a hard limit,
+exact), else it adds ``S`` levels and is doomed iff ``w + S`` passes the deadline. On a
+level completion the count falls with probability ``(n - 1)/(w - 1)`` (1 when ``w`` =
+1): under the product-geometric law the ``n`` job ends are the last level and ``n - 1``
+positions uniform among the first ``w - 1`` (P(s_1..s_n) ~ p^n (1 - p)^(w - n) is
+uniform over compositions). Exact in the work, so in every attempt's fate; an
+approximation in the count (the history reveals sizes), exact with no deadline (the
+count is then M/M/1/K at any ``phases``, tested). ``phases=1`` is the workload model
+exactly. The Geometric jump is taken level by level through instantaneous states
+(``(n, w, r, kind)``, kind 1 when a doomed end puts a retry token back; their rows are
+probabilities minus the identity), ~4 entries a row where the jump itself needs ~27
+``phases`` per kind of attempt; ``w`` is cut per ``n`` at n + NegBin(n, 1/phases)'s 1 -
+1e-12 quantile (the stationary mass on the cut is ``params["window_mass"]``). Three times
+the tangible states, 3-D structured: a sparse LU fills in past reach (no answer in 300 s
+on 459k states), so past 60,000 states each solve is GMRES with an incomplete-LU
+preconditioner (:func:`_sparse_solve`: relative residual 1e-10 for hitting times; 1e-6
+accepted for the stationary solve, whose pinned system spans the collapse's mass and the
+empty node's and stalls near 1e-7). The stationary solve costs the most (~400 s CPU at 2
+phases on the shrunk node against 6 s for a first passage), so with ``retry_acceptance``
+given it is done when first asked. No spectral gap (the matrix is not a generator).
+Measured in docs/performance.md ("The jobs-and-work model"): the first passage falls with
+phases by shrinking steps, inside the simulation's interval on the worked and the shrunk
+node; the exponential retry delay is what is left (the ablation's exact-doom,
+exponential-delay node is 0.8 s early on the shrunk node, 109.0 against 109.6 s worked).
 
 ``on_timeout="keep_listening"`` (the kernel has it: a late answer still answers the
 request, and the copies still queued for it are withdrawn) is not expressible in (n, r)
@@ -89,8 +116,13 @@ from ._validate import as_int, as_nonnegative, as_positive, as_probability
 __all__ = ["RetryCTMC", "RetryCTMCWarning", "doom_probability", "retry_ctmc", "retry_generator"]
 
 ON_TIMEOUT = ("abandon",)
-MODELS = ("count", "workload")
-DEFAULT_PHASES = {"count": 16, "workload": 1}
+MODELS = ("count", "workload", "jobs_work")
+DEFAULT_PHASES = {"count": 16, "workload": 1, "jobs_work": 1}
+WINDOW_TAIL = 1e-12  # jobs_work: levels past n + NegBin(n, q)'s quantile 1 - this are lumped
+SOLVE_RTOL = 1e-10  # jobs_work: GMRES relative residual of each sparse solve
+STATIONARY_TOL = 1e-6  # jobs_work: the stationary solve's accepted relative residual (its
+# pinned system spans the collapse's mass and the empty node's ~1e-20: GMRES stalls ~1e-7)
+DIRECT_MAX = 60_000  # jobs_work: states up to which a sparse LU is cheaper than ILU-GMRES
 BOUNDARY_WARN = 1e-6  # stationary mass on the truncation boundary worth a warning
 ACCEPT_TOL = 1e-3  # the retries' acceptance fixed point: |g(a) - a| below this
 ACCEPT_ITER = 12  # solves before giving up on it
@@ -155,13 +187,31 @@ class RetryCTMC:
     generator: object  # scipy.sparse.csr_matrix, rows sum to zero
     jobs: np.ndarray
     retries: np.ndarray
-    stationary: np.ndarray
-    boundary_mass: float  # stationary mass with retries == retry_limit
+    _pi: np.ndarray | None  # the stationary distribution (None: not solved yet, _lazy does)
+    _boundary: float | None  # stationary mass with retries == retry_limit
     doom: np.ndarray = field(repr=False)  # doom probability per jobs (workload level) found
     levels: np.ndarray = field(repr=False, default=None)  # each state's jobs or work level
     _order: np.ndarray = field(repr=False, default=None)  # elimination order (small band)
     _rank: np.ndarray = field(repr=False, default=None)  # its inverse permutation
     _band_cache: tuple | None = field(repr=False, default=None)
+    tangible: np.ndarray | None = field(repr=False, default=None)  # jobs_work: not adding
+    _lazy: object = field(repr=False, default=None)  # () -> (stationary, boundary mass)
+
+    @property
+    def stationary(self) -> np.ndarray:
+        """The stationary distribution over the states (0 on jobs_work's instantaneous
+        ones); solved on first use when the chain was built without it (jobs_work with a
+        given ``retry_acceptance``, whose stationary solve costs the most)."""
+        if self._pi is None:
+            self._pi, self._boundary = self._lazy()
+        return self._pi
+
+    @property
+    def boundary_mass(self) -> float:
+        """Stationary mass with retries == retry_limit (the truncation)."""
+        if self._boundary is None:
+            self.stationary  # noqa: B018 (solves it)
+        return self._boundary
 
     @property
     def states(self) -> int:
@@ -209,6 +259,13 @@ class RetryCTMC:
         if not (0 <= jobs <= k and 0 <= retries <= r):
             raise ValueError(f"state: jobs must be in [0, {k}] and retries in [0, {r}], got "
                              f"({jobs}, {retries})")
+        if self.params["model"] == "jobs_work":  # the tangible state with the most work
+            # likely for the jobs (NegBin's mode), the window's edge at most
+            q = 1.0 / self.params["phases"]
+            mode = jobs + (int((jobs - 1) * (1 - q) / q) if jobs > 1 else 0)
+            hit = np.flatnonzero(self.tangible & (self.jobs == jobs) & (self.retries == retries)
+                                 & (self.levels <= mode))
+            return int(hit[np.argmax(self.levels[hit])])
         if self.params["model"] == "workload":
             per_level = self.jobs[:: r + 1]
             jobs = min(int(np.searchsorted(per_level, jobs - 1e-9)), per_level.size - 1)
@@ -222,6 +279,16 @@ class RetryCTMC:
         one = np.zeros(self.states)
         one[self.state(jobs, retries)] = 1.0  # also checks the range
         if self.params["model"] == "count" or jobs == 0:
+            return one
+        if self.params["model"] == "jobs_work":  # n + NegBin(n, q) levels, lumped on the edge
+            from scipy.stats import nbinom
+
+            at = np.flatnonzero(self.tangible & (self.jobs == jobs) & (self.retries == retries))
+            w = self.levels[at]
+            p = nbinom.pmf(w - jobs, jobs, 1.0 / self.params["phases"])
+            p[np.argmax(w)] += max(1.0 - p.sum(), 0.0)
+            one[:] = 0.0
+            one[at] = p
             return one
         from scipy.stats import nbinom
 
@@ -242,6 +309,13 @@ class RetryCTMC:
         past double precision (it returned negative times here); GTH only adds positive
         numbers, so each time keeps its relative precision however large it is."""
         target = self.mask(to_set)
+        if self.tangible is not None:  # jobs_work: a sparse solve (_sparse_solve)
+            inner = np.flatnonzero(~target)
+            sub = np.argsort(self._rank[inner], kind="stable")
+            h = np.zeros(self.states)
+            h[inner] = _sparse_solve(-self.generator[inner][:, inner],
+                                     self.tangible[inner].astype(float), sub, "hitting_times")
+            return h
         band, bw = self._band
         return _gth_hitting(band.copy(), bw, target[self._order])[self._rank]
 
@@ -263,6 +337,8 @@ class RetryCTMC:
                                  "non-negative weights summing to 1")
             return float(h @ from_set)
         start = self.mask(from_set)
+        if start.sum() == 1:  # one state: no stationary weights needed
+            return float(h[start][0])
         weights = self.stationary[start]
         if weights.sum() <= 0:
             weights = np.ones(weights.size)
@@ -278,6 +354,10 @@ class RetryCTMC:
         from scipy.sparse import identity
         from scipy.sparse.linalg import LinearOperator, eigs, splu
 
+        if self.tangible is not None:
+            raise ValueError("model: 'jobs_work' has instantaneous states (an attempt adding "
+                             "its levels), so its matrix is not a generator with a spectral "
+                             "gap; use model='count' or 'workload' for the mixing time")
         size = self.states
         scale = float(np.abs(self.generator.diagonal()).max())
         if size <= 10:
@@ -344,8 +424,8 @@ def retry_generator(arrival_rate: float, service_rate: float, servers: int, queu
     if not isinstance(jitter, bool):
         raise ValueError(f"jitter: expected true or false, got {jitter!r}")
     cap = c + ql
-    if model == "workload" and c != 1:
-        raise ValueError(f"model: 'workload' is one FCFS server (servers: 1), got servers "
+    if model in ("workload", "jobs_work") and c != 1:
+        raise ValueError(f"model: {model!r} is one FCFS server (servers: 1), got servers "
                          f"{c}; use model='count'")
     rl = cap if retry_limit is None else as_int("retry_limit", retry_limit, 0)
     if math.isinf(tau) or m_att == 1:
@@ -361,6 +441,8 @@ def retry_generator(arrival_rate: float, service_rate: float, servers: int, queu
               "jitter": jitter, "retry_limit": rl, "retry_return_rate": theta,
               "model": model, "retry_acceptance": accept}
     never = math.isinf(tau) or m_att == 1  # nothing is ever retried
+    if model == "jobs_work":
+        return _jobs_work_generator(params, never)
     if model == "workload":
         q_levels = 1.0 if math.isinf(tau) else 1.0 / k_ph
         deadline = 0 if math.isinf(tau) else max(int(round(tau * mu * k_ph)), 1)
@@ -502,18 +584,51 @@ def retry_ctmc(arrival_rate: float, service_rate: float, servers: int, queue_lim
     q, jobs, rets, doom, params = retry_generator(
         *node, **args, retry_acceptance=retry_acceptance if fixed else 1.0)
     rl = params["retry_limit"]
-    # retries-major order: every transition moves at most one level of retries and one
-    # job (workload: one level down, at most the largest job up), so the band is about
-    # the levels wide (jobs-major would be retry_limit + 2 times the largest jump)
-    levels = np.arange(jobs.size) // (rl + 1)
-    order = np.lexsort((levels, rets))
+    if params["model"] == "jobs_work":
+        lay = _jobs_work_layout(params["capacity"], 1.0 / params["phases"], rl)
+        levels, tangible = lay["work"], lay["kind"] < 0
+        # retries slowest, then jobs, then work (the ILU's order, _sparse_solve)
+        order = np.lexsort((lay["kind"], levels, jobs, rets))
+
+        def stationary(g):
+            return _jobs_work_stationary(g, tangible, jobs, order), None
+    else:
+        tangible = None
+        # retries-major order: every transition moves at most one level of retries and one
+        # job (workload: one level down, at most the largest job up), so the band is about
+        # the levels wide (jobs-major would be retry_limit + 2 times the largest jump)
+        levels = np.arange(jobs.size) // (rl + 1)
+        order = np.lexsort((levels, rets))
+
+        def stationary(g):
+            band, bw = _as_band(g, order)
+            return _gth_stationary(band, bw)[rank], (band, bw)
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    band, bw = _as_band(q, order)
-    pi = _gth_stationary(band, bw)[rank]  # the last state kept: the fullest, most likely
+    def finish(pi):  # the truncations' stationary mass, reported and warned about
+        boundary = float(pi[rets == rl].sum()) if rl > 0 else 0.0
+        if boundary > BOUNDARY_WARN:
+            warnings.warn(f"retry_limit: {boundary:.2g} of the stationary mass sits at the "
+                          f"truncation ({rl} pending retries); raise retry_limit",
+                          RetryCTMCWarning, stacklevel=3)
+        if tangible is not None:  # the window's last levels (one level per job: all, exact)
+            edge = tangible & (jobs > 0) & (levels >= lay["wmax"][jobs])
+            params["window_mass"] = float(pi[edge].sum()) if params["phases"] > 1 else 0.0
+            if params["window_mass"] > BOUNDARY_WARN:
+                warnings.warn(f"phases: {params['window_mass']:.2g} of the stationary mass "
+                              "sits on the work window's last level", RetryCTMCWarning,
+                              stacklevel=3)
+        return pi, boundary
+
+    if tangible is not None and fixed:  # jobs_work: the stationary solve when first asked
+        params["acceptance_solves"], params["acceptance_residual"] = 0, float("nan")
+        ctmc = RetryCTMC(params, q, jobs, rets, None, None, doom, levels, order, rank,
+                         tangible=tangible, _lazy=lambda: finish(stationary(q)[0]))
+        return ctmc
+    pi, band = stationary(q)  # the last state kept: the fullest, most likely
     # the retries' acceptance (module docstring, "Attempts left"): a fixed point, solved
     # by secant steps on g(a) - a, g(a) the acceptance the chain built with a gives
-    accept_of = _acceptance_reader(params, levels, rets)
+    accept_of = _acceptance_reader(params, levels, rets, jobs)
     solve = not fixed and params["max_attempts"] > 2 and rl > 0  # else it changes nothing
     tried = [(1.0, accept_of(pi))] if solve else []
     while tried and abs(tried[-1][1] - tried[-1][0]) > ACCEPT_TOL:
@@ -527,27 +642,27 @@ def retry_ctmc(arrival_rate: float, service_rate: float, servers: int, queue_lim
             a = a1 - (g1 - a1) * (a1 - a0) / ((g1 - a1) - (g0 - a0))
         a = min(max(a, 0.0), 1.0)
         q, jobs, rets, doom, params = retry_generator(*node, **args, retry_acceptance=a)
-        band, bw = _as_band(q, order)
-        pi = _gth_stationary(band, bw)[rank]
+        pi, band = stationary(q)
         tried.append((a, accept_of(pi)))
     params["acceptance_solves"] = len(tried) or 1  # stationary solves (1: none needed)
     params["acceptance_residual"] = abs(tried[-1][1] - tried[-1][0]) if tried else 0.0
-    boundary = float(pi[rets == rl].sum()) if rl > 0 else 0.0
-    if boundary > BOUNDARY_WARN:
-        warnings.warn(f"retry_limit: {boundary:.2g} of the stationary mass sits at the "
-                      f"truncation ({rl} pending retries); raise retry_limit",
-                      RetryCTMCWarning, stacklevel=2)
-    ctmc = RetryCTMC(params, q, jobs, rets, pi, boundary, doom, levels, order, rank)
-    ctmc._band_cache = (band, bw)
+    pi, boundary = finish(pi)
+    ctmc = RetryCTMC(params, q, jobs, rets, pi, boundary, doom, levels, order, rank,
+                     tangible=tangible)
+    ctmc._band_cache = band
     return ctmc
 
 
-def _acceptance_reader(params: dict, levels: np.ndarray, rets: np.ndarray):
+def _acceptance_reader(params: dict, levels: np.ndarray, rets: np.ndarray,
+                       jobs: np.ndarray):
     """``pi -> `` the probability that a returning retry is accepted, under ``pi``: the
     drop probability of each state (count model: a full node; workload model:
     P(jobs >= capacity | level)) averaged with the retries' return rate, ``retries``
     times the return rate (1 when no retry is ever pending)."""
-    if params["model"] == "workload":
+    if params["model"] == "jobs_work":  # the count is in the state: dropped iff full
+        levels = jobs.astype(np.int64)
+        drop = (np.arange(params["capacity"] + 1) >= params["capacity"]).astype(float)
+    elif params["model"] == "workload":
         q = 1.0 if math.isinf(params["timeout_s"]) else 1.0 / params["phases"]
         drop = _workload_parts(params["capacity"], q, params.get("deadline_levels", 0),
                                True)[1]
@@ -664,4 +779,167 @@ def _gth_stationary(band: np.ndarray, bw: int) -> np.ndarray:
             if pi[k] > 1e200:  # relative to an unlikely last state: rescale, never overflow
                 pi[k:] *= 1e-200
     pi = pi[:n]
+    return pi / pi.sum()
+
+
+# --- the jobs-and-work model (model="jobs_work"; module docstring) ---
+
+def _jobs_work_layout(cap: int, q: float, rl: int) -> dict:
+    """The states of the jobs-and-work chain: tangible ``(jobs n, work w, retries r)``
+    with ``w`` in the window ``[n, wmax(n)]`` (``wmax(n)`` = n + the NegBin(n, ``q``)
+    quantile 1 - ``WINDOW_TAIL``, so one level per job when ``q`` = 1; 0 for the empty
+    node), then the instantaneous states of an arriving attempt adding its levels,
+    ``(n, w, r, kind)`` for n >= 1 (kind 1: a retry token is put back if it ends doomed).
+    Returns the window and, per state, ``jobs``, ``work``, ``retries``, ``kind`` (-1 for
+    a tangible state) and the pair index of ``(n, w)``."""
+    from scipy.stats import nbinom
+
+    n = np.arange(cap + 1)
+    if q < 1.0:
+        wmax = n + nbinom.isf(WINDOW_TAIL, np.maximum(n, 1), q).astype(np.int64)
+    else:
+        wmax = n.copy()
+    wmax[0] = 0
+    for i in range(1, cap + 1):  # one more job always has room for one more level
+        wmax[i] = max(wmax[i], wmax[i - 1] + 1)
+    width = np.where(n > 0, wmax - n + 1, 1)
+    pn = np.repeat(n, width)
+    pw = np.arange(pn.size) - np.repeat(np.cumsum(width) - width, width) + np.where(pn > 0, pn, 0)
+    pair = -np.ones((cap + 1, int(wmax.max()) + 1), dtype=np.int64)
+    pair[pn, pw] = np.arange(pn.size)
+    busy = np.flatnonzero(pn > 0)
+    n_t, n_v = pn.size * (rl + 1), busy.size * (rl + 1) * 2
+    tang = {"jobs": np.repeat(pn, rl + 1), "work": np.repeat(pw, rl + 1),
+            "retries": np.tile(np.arange(rl + 1), pn.size), "kind": np.full(n_t, -1)}
+    vpair = np.repeat(busy, (rl + 1) * 2)
+    van = {"jobs": pn[vpair], "work": pw[vpair],
+           "retries": np.tile(np.repeat(np.arange(rl + 1), 2), busy.size),
+           "kind": np.tile([0, 1], busy.size * (rl + 1))}
+    vslot = -np.ones(pn.size, dtype=np.int64)
+    vslot[busy] = np.arange(busy.size)
+    out = {k: np.concatenate([tang[k], van[k]]) for k in tang}
+    out |= {"wmax": wmax, "pair": pair, "vslot": vslot, "tangible_states": n_t,
+            "states": n_t + n_v}
+    return out
+
+
+def _jobs_work_generator(params: dict, never: bool):
+    """The jobs-and-work chain's generator over its tangible and instantaneous states
+    (module docstring, "The jobs-and-work model"): a tangible row holds rates, an
+    instantaneous row the probabilities of where the attempt's levels end, minus 1 on its
+    diagonal, so every row sums to zero and ``y G = 0`` gives the stationary distribution
+    on the tangible states (``y`` on the others is a flow, dropped), ``G h = -1`` (on the
+    tangible rows, 0 on the others) the mean hitting times. Returns ``(G, jobs, retries,
+    doom per work level, params)``."""
+    from scipy.sparse import coo_matrix, diags
+
+    lam, mu, cap = params["arrival_rate"], params["service_rate"], params["capacity"]
+    tau, m_att, k_ph = params["timeout_s"], params["max_attempts"], params["phases"]
+    rl, theta, accept = params["retry_limit"], params["retry_return_rate"], \
+        params["retry_acceptance"]
+    q = 1.0 / k_ph
+    deadline = 0 if math.isinf(tau) else max(int(round(tau * mu * k_ph)), 1)
+    lay = _jobs_work_layout(cap, q, rl)
+    if lay["states"] > 20_000_000:
+        raise ValueError(f"phases: {lay['states']:,} states (jobs x work x retries) is past "
+                         "20,000,000; lower phases, retry_limit or queue_limit")
+    wmax, pair, vslot, n_t = lay["wmax"], lay["pair"], lay["vslot"], lay["tangible_states"]
+    w_all = np.arange(int(wmax.max()) + 2)
+    doom = (np.zeros(w_all.size) if never
+            else np.where(w_all < deadline, (1.0 - q) ** np.maximum(deadline - w_all, 0), 1.0))
+    allowed = _retry_allowed(doom * accept, m_att - 1)  # a returning retry may retry again
+
+    def tangible(n, w, r):
+        return pair[n, np.minimum(w, wmax[n])] * (rl + 1) + np.minimum(r, rl)
+
+    def adding(n, w, r, kind):
+        return n_t + (vslot[pair[n, np.minimum(w, wmax[n])]] * (rl + 1) + r) * 2 + kind
+
+    rows, cols, vals = [], [], []
+
+    def add(src, dst, rate):
+        rate = np.broadcast_to(rate, src.shape)
+        keep = (rate > 0) & (src != dst)
+        rows.append(src[keep])
+        cols.append(dst[keep])
+        vals.append(rate[keep])
+
+    jobs, work, rets, kind = lay["jobs"], lay["work"], lay["retries"], lay["kind"]
+    t = np.arange(n_t)
+    n, w, r = jobs[:n_t], work[:n_t], rets[:n_t]
+    room = n < cap
+    fresh_kind = 0 if never else 1  # a fresh attempt may retry iff max_attempts > 1
+    add(t[room], adding(n[room] + 1, w[room] + 1, r[room], fresh_kind), lam)
+    back = room & (r > 0)  # a retry returns: its token leaves the pool at once
+    nb, wb, rb = n[back], w[back], r[back]
+    add(t[back], adding(nb + 1, wb + 1, rb - 1, 1), rb * theta * allowed[wb])
+    add(t[back], adding(nb + 1, wb + 1, rb - 1, 0), rb * theta * (1.0 - allowed[wb]))
+    full = ~room & (r > 0)  # a retry dropped by the full node ends its request
+    add(t[full], tangible(n[full], w[full], r[full] - 1), r[full] * theta)
+    busy = w >= 1  # a level of work done; it ends a job with probability (n-1)/(w-1)
+    ends = np.where(w > 1, (n - 1) / np.maximum(w - 1, 1), 1.0)
+    nb, wb, rb = n[busy], w[busy], r[busy]
+    add(t[busy], tangible(nb - 1, wb - 1, rb), k_ph * mu * ends[busy])
+    add(t[busy], tangible(nb, wb - 1, rb), k_ph * mu * (1.0 - ends[busy]))
+    v = np.arange(n_t, lay["states"])
+    n, w, r, k = jobs[n_t:], work[n_t:], rets[n_t:], kind[n_t:]
+    edge = w >= wmax[n]  # the window's last level takes the geometric tail past it
+    more = ~edge
+    add(v[more], adding(n[more], w[more] + 1, r[more], k[more]), 1.0 - q)
+    late = (w > deadline) & (not never)  # the attempt's work ends past the deadline
+    add(v, tangible(n, w, r + k * late), np.where(edge, 1.0, q))
+    r_, c_, v_ = (np.concatenate(x) for x in (rows, cols, vals))
+    size = lay["states"]
+    off = coo_matrix((v_, (r_, c_)), shape=(size, size)).tocsr()
+    out_rate = np.asarray(off.sum(axis=1)).ravel()
+    g = (off - diags(out_rate)).tocsr()
+    params |= {"deadline_levels": deadline, "level_rate": k_ph * mu, "levels": w_all.size - 1,
+               "tangible_states": n_t}
+    return g, jobs, rets, doom, params
+
+
+def _sparse_solve(a, b: np.ndarray, order: np.ndarray, what: str,
+                  tol: float = 1e3 * SOLVE_RTOL) -> np.ndarray:
+    """``a x = b`` for the jobs-and-work chain: a sparse LU up to ``DIRECT_MAX`` unknowns,
+    else GMRES (to a relative residual ``tol``, aiming at ``SOLVE_RTOL``) preconditioned by
+    an incomplete LU (drop tolerance 1e-2, then 1e-3 from there if it stalls) of ``a`` in
+    ``order``: retries slowest, then jobs, then work (SuperLU's own column order cost 3.4x
+    the CPU on 359k states; a full sparse LU did not finish in 300 s). Raises if it stalls."""
+    from scipy.sparse.linalg import LinearOperator, gmres, spilu, spsolve
+
+    if a.shape[0] <= DIRECT_MAX:
+        return np.asarray(spsolve(a.tocsc(), b))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    ap = a[order][:, order].tocsc()
+    bp = b[order]
+    x, res, info = None, math.inf, -1
+    for drop in (1e-2, 1e-3):  # the cheap preconditioner first, a finer one if it stalls
+        ilu = spilu(ap, drop_tol=drop, fill_factor=10 if drop > 1e-3 else 20,
+                    permc_spec="NATURAL", diag_pivot_thresh=0.0)
+        pre = LinearOperator(ap.shape, ilu.solve)
+        x, info = gmres(ap, bp, x0=x, M=pre, rtol=SOLVE_RTOL, restart=60, maxiter=40)
+        res = float(np.linalg.norm(ap @ x - bp) / np.linalg.norm(bp))
+        if res <= tol:
+            return x[rank]
+    raise RuntimeError(f"{what}: GMRES left a relative residual of {res:.2g} "
+                       f"(info {info}); lower phases")
+
+
+def _jobs_work_stationary(g, tangible: np.ndarray, jobs: np.ndarray, order: np.ndarray):
+    """``y G = 0`` with ``y`` fixed to 1 on one full-node state (the stationary mass
+    sits at the full node in a collapse; any state would do), the rest by
+    :func:`_sparse_solve`; the tangible part normalised is the stationary distribution."""
+    cand = np.flatnonzero(tangible & (jobs == jobs.max()))
+    pin = int(cand[cand.size // 2])
+    keep = np.ones(g.shape[0], dtype=bool)
+    keep[pin] = False
+    idx = np.flatnonzero(keep)
+    a = g[idx][:, idx].T.tocsr()
+    b = -np.asarray(g[pin, idx].todense()).ravel()
+    sub_order = np.argsort(np.argsort(order)[idx], kind="stable")
+    y = np.zeros(g.shape[0])
+    y[pin] = 1.0
+    y[idx] = _sparse_solve(a, b, sub_order, "stationary", STATIONARY_TOL)
+    pi = np.where(tangible, np.clip(y, 0.0, None), 0.0)
     return pi / pi.sum()
