@@ -684,7 +684,8 @@ def probe_arrives(cfg_f, cfg_i, fs, isv, rng, ni, node_c, job_i, job_f, job_free
 # ---- start service: ONE path for every job a server starts (the loop's "start service"
 # and a probe's start_service), so a job's service time never depends on how it reached
 # the server. A probe pays no in-path decision cost: no in-path mechanism judges it (it
-# bypasses admission, the limit never learns from it, CoDel never drops it; design.md).
+# bypasses admission, the limit never learns from it, CoDel sees its dequeue but never
+# drops it; design.md).
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
 def copy_demand(rng, svc_kind, a, b, c):
     """A hedge's or a retry's demand (stream ``copy_service``); exponential written out."""
@@ -731,6 +732,8 @@ def start_service(cfg_f, cfg_i, isv, rng, ni, nf, job_i, job_f, heap_t, heap_k, 
         else:
             ni[node, NI_QTAIL] = -1
         ni[node, NI_QLEN] -= 1
+        if cfg_i[CI_CODEL] != 0:  # CoDel sees this dequeue too (a probe's: never dropped)
+            codel_dequeued(ni, nf, node, t, cfg_f[CF_CODEL_TARGET], cfg_f[CF_CODEL_INTERVAL])
         s = job_f[j, JF_DEMAND]
         if s < 0.0:  # a hedge's or a retry's, as the loop draws it (a probe brings its own)
             s = copy_demand(rng, cfg_i[CI_SVC_KIND], cfg_f[CF_SVC_A], cfg_f[CF_SVC_B],
@@ -947,6 +950,18 @@ def congested(cfg_f, nf, nr, t):
     congested, or more than ``interval`` otherwise, is dropped (``rejected``). Unlike TCP's
     sqrt(count) control law it bounds the standing delay whatever the load (design.md)."""
     return t - nf[nr, NF_CODEL_LAST_EMPTY] > cfg_f[CF_CODEL_INTERVAL]
+
+
+@register_jitable(error_model="numpy", no_cfunc_wrapper=True)
+def codel_dequeued(ni, nf, nr, t, target, interval):
+    """CoDel sees a dequeue at node row nr: returns the wait it allows the job (``target``
+    while congested, else ``interval``) and notes the queue empty if it now is. Every dequeue,
+    a probe's too (RFC 8289 updates on each): a probe that waited in the queue is evidence of
+    its standing delay like any request; CoDel only never drops one (design.md)."""
+    allowed = target if t - nf[nr, NF_CODEL_LAST_EMPTY] > interval else interval
+    if ni[nr, NI_QLEN] == 0:
+        nf[nr, NF_CODEL_LAST_EMPTY] = t
+    return allowed
 
 
 @register_jitable(error_model="numpy", no_cfunc_wrapper=True)
@@ -2063,14 +2078,11 @@ def advance(cfg_f, cfg_i, tier_cum, rate_t, rate_v, sched_t, fault_f, fault_i, l
                 else:
                     break
                 jr = ROW(j)
-                if CODEL and codel_on and drops_left > 0 and job_i[jr, JI_CALL] >= 0:
-                    # ---- in-path: CoDel (codel_drop's rule, written out): the wait allowed
-                    waited = codel_target if t - node_f[nr, NF_CODEL_LAST_EMPTY] \
-                        > codel_interval else codel_interval
-                    if node_i[nr, NI_QLEN] == 0:
-                        node_f[nr, NF_CODEL_LAST_EMPTY] = t
-                    if t - job_f[jr, JF_T_NODE] <= waited:
-                        waited = -1.0  # (served)
+                if CODEL and codel_on and drops_left > 0:
+                    # ---- in-path: CoDel sees every dequeue (codel_dequeued); drops requests
+                    waited = codel_dequeued(node_i, node_f, nr, t, codel_target, codel_interval)
+                    if job_i[jr, JI_CALL] < 0 or t - job_f[jr, JF_T_NODE] <= waited:
+                        waited = -1.0  # (served: a probe is never dropped)
                 else:
                     waited = -1.0
                 if CODEL and waited >= 0.0:  # ---- in-path: CoDel drops it (a rejection)
