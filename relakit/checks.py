@@ -523,15 +523,41 @@ IN_PATH_SERIES_COUNTED_BY = {"client_throttled_total": ("client_throttle",),
                              "concurrency_limit": ("concurrency_limit",)}
 
 
-def _movers(series) -> tuple[str, ...] | None:
-    """The mitigations.<key>s that can move a simulator series (src, name, tier, outcome,
-    le), or None when it moves without an in-path mechanism."""
-    return IN_PATH_COUNTED_BY.get(series[3]) or IN_PATH_SERIES_COUNTED_BY.get(series[1])
+def _movers(series, counted_by=IN_PATH_COUNTED_BY,
+            series_counted_by=IN_PATH_SERIES_COUNTED_BY) -> tuple[str, ...] | None:
+    """The mitigations.<key>s that can move a series (src, name, tier, outcome, le): by its
+    outcome (``counted_by``; () when none can) or its name (``series_counted_by``); None
+    when it moves without an in-path mechanism. The tables default to the simulator's."""
+    if series[3] in counted_by:
+        return counted_by[series[3]]
+    return series_counted_by.get(series[1])
 
 
-def _unmoved(series, configured) -> bool:
-    movers = _movers(series)
-    return movers is not None and not set(movers) & configured
+def _unmoved_reads(policy, series, configured, counted_by=IN_PATH_COUNTED_BY,
+                   series_counted_by=IN_PATH_SERIES_COUNTED_BY):
+    """(signal, key under it, what reads, the series read) for each signal or selector that
+    reads only series no ``configured`` mechanism moves, per the counted-by tables: a
+    selector's own series, or for a ``promql:`` signal every one of its selectors'
+    (refused only when all of them read nothing else). The simulator's check and the lab's
+    share it; each words its own finding."""
+    from relakit.control.promql import selectors
+
+    def unmoved(s):
+        movers = _movers(s, counted_by, series_counted_by)
+        return movers is not None and not set(movers) & configured
+
+    for name, sig in policy.signals.items():
+        if sig.kind == "promql":
+            reads = [r for r in (_promql_series(sel, series) for sel in selectors(sig.node)) if r]
+            if reads and all(unmoved(s) for r in reads for s in r):
+                yield name, "promql", "its selectors read", [s for r in reads for s in r]
+            continue
+        for part, asked, sel in _selectors(sig):
+            found = _matches(sel.source, asked, sel.labels, series)
+            if found and all(unmoved(s) for s in found):
+                sub = "outcome" if found[0][3] in counted_by else "metric"
+                shown = dataclasses.replace(sel, metric=asked).promql()
+                yield name, f"{part}{sub}", f"{shown} reads", found
 
 
 def _promql_series(sel, series) -> list[tuple]:
@@ -550,7 +576,6 @@ def check_unmoved(sc) -> list[Finding]:
     condition on it never holds, silently. A signal counting them among others (errors,
     timeouts and ``rejected``) reads what there is, and passes; a PromQL signal is refused
     only when every selector it has reads nothing else."""
-    from relakit.control.promql import selectors
     from relakit.sim.spec import in_path
 
     if not in_path(sc):  # no in-path series at all: check_signals refuses them by name
@@ -561,23 +586,8 @@ def check_unmoved(sc) -> list[Finding]:
             f"only fleet.queue_discipline {sc.fleet.queue_discipline}, which refuses nothing")
     series = simulator_series(sc.metrics.latency_buckets_s, True)
     file, pre = _where(sc.policy.source, sc.source, "policy")
-    out = []
-    for name, sig in sc.policy.signals.items():
-        if sig.kind == "promql":
-            reads = [_promql_series(sel, series) for sel in selectors(sig.node)]
-            reads = [r for r in reads if r]
-            if reads and all(_unmoved(s, configured) for r in reads for s in r):
-                out.append(_unmoved_finding(file, f"{pre}signals.{name}.promql", name,
-                                            "its selectors read", reads[0], have))
-            continue
-        for part, asked, sel in _selectors(sig):
-            found = _matches(sel.source, asked, sel.labels, series)
-            if found and all(_unmoved(s, configured) for s in found):
-                sub = "outcome" if found[0][3] in IN_PATH_COUNTED_BY else "metric"
-                shown = dataclasses.replace(sel, metric=asked).promql()
-                out.append(_unmoved_finding(file, f"{pre}signals.{name}.{part}{sub}", name,
-                                            f"{shown} reads", found, have))
-    return out
+    return [_unmoved_finding(file, f"{pre}signals.{name}.{key}", name, what, found, have)
+            for name, key, what, found in _unmoved_reads(sc.policy, series, configured)]
 
 
 def _unmoved_finding(file, key, name, what, found, have) -> Finding:
@@ -825,25 +835,22 @@ def check_lab(policy, clocks, buckets_s=None, extra_series=(), mechanisms=()) ->
 
 
 def _lab_unmoved(policy, configured) -> list[Finding]:
+    """:func:`_unmoved_reads` over the lab's ``requests_total{tier,outcome}`` with
+    :data:`LAB_COUNTED_BY` (the lab has no client series: check_signals refuses those)."""
+    series = [("nodes", "requests_total", t, o, None) for t in TIERS for o in OUTCOMES]
     out = []
-    for name, sig in policy.signals.items():
-        for part, _, sel in _selectors(sig):
-            want = sel.labels.get("outcome", ())
-            want = (want,) if isinstance(want, str) else tuple(want)
-            if sel.source != "nodes" or not want or not all(v in LAB_COUNTED_BY for v in want):
-                # (the lab has no client series: check_signals refuses those already)
-                continue
-            movers = {k for v in want for k in LAB_COUNTED_BY[v]}
-            if movers & configured:
-                continue
-            why = (f"only a concurrency limit moves it, and the lab runs "
-                   f"{', '.join(sorted(configured)) or 'no in-path mitigation'} (--mitigations)"
-                   if movers else "the lab's instances never count it (a throttled request "
-                   "never leaves its client)")
-            out.append(Finding(ERROR, policy.source, f"signals.{name}.{part}outcome",
-                               f"signal '{name}' reads only outcome "
-                               f"{' or '.join(map(repr, want))}: {why}, so it reads nothing "
-                               "all run and conditions on it never hold"))
+    for name, key, what, found in _unmoved_reads(policy, series, configured,
+                                                 LAB_COUNTED_BY, {}):
+        want = tuple(dict.fromkeys(s[3] for s in found))
+        movers = {k for v in want for k in LAB_COUNTED_BY[v]}
+        why = (f"only a concurrency limit moves it, and the lab runs "
+               f"{', '.join(sorted(configured)) or 'no in-path mitigation'} (--mitigations)"
+               if movers else "the lab's instances never count it (a throttled request "
+               "never leaves its client)")
+        out.append(Finding(ERROR, policy.source, f"signals.{name}.{key}",
+                           f"signal '{name}': {what} only outcome "
+                           f"{' or '.join(map(repr, want))}: {why}, so it reads nothing "
+                           "all run and conditions on it never hold"))
     return out
 
 

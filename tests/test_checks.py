@@ -343,6 +343,19 @@ def test_the_lab_refuses_a_signal_on_an_outcome_its_mechanisms_never_count():
     server = load_policy(SERVER_POLICY)
     assert not [f for f in check_lab(server, clocks) if f.severity == "error"]
 
+    def promql_errors(expr, **kw):  # the same refusal for the signal written in PromQL
+        pol = load_policy({**POLICY, "signals": {"errors": {"promql": expr}}})
+        return [f for f in check_lab(pol, clocks, **kw) if f.severity == "error"]
+
+    (f,) = promql_errors('sum(rate(requests_total{outcome="throttled"}[1m]))')
+    assert f.key == "signals.errors.promql" and "never count" in f.message, f
+    (f,) = promql_errors('sum(rate(requests_total{outcome="rejected"}[1m])) / '
+                         'sum(rate(requests_total{outcome="throttled"}[1m]))')
+    assert "concurrency limit" in f.message, f
+    assert not promql_errors('sum(rate(requests_total{outcome="rejected"}[1m]))', **limit)
+    assert not promql_errors('sum(rate(requests_total{outcome="throttled"}[1m])) / '
+                             'sum(rate(requests_total[1m]))')  # read beside what there is
+
 
 def test_the_in_path_series_table_names_every_series_an_in_path_run_adds():
     from relakit.checks import IN_PATH_SERIES_COUNTED_BY, simulator_series

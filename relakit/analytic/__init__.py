@@ -24,6 +24,7 @@ from .queueing import (
     mm1,
     mmc,
     service_moments,
+    service_quantile,
 )
 from .retry_ctmc import RetryCTMC, RetryCTMCWarning, retry_ctmc, retry_generator
 
@@ -56,5 +57,6 @@ __all__ = [
     "prob_any_slow",
     "quorum_success",
     "service_moments",
+    "service_quantile",
     "slowest_of_n_quantile",
 ]

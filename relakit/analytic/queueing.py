@@ -32,6 +32,7 @@ __all__ = [
     "mm1",
     "mmc",
     "service_moments",
+    "service_quantile",
 ]
 
 
@@ -343,3 +344,47 @@ def service_moments(kind: str, **params: float) -> tuple[float, float]:
             x_m = mean_ms * (alpha - 1.0) / alpha
             s2_ms = alpha * x_m**2 / (alpha - 2.0) if alpha > 2.0 else math.inf
     return mean_ms / 1e3, s2_ms / 1e6
+
+
+def service_quantile(kind: str, q: float, **params: float) -> float:
+    """The ``q`` quantile (s) of the simulator's service distribution (params in ms, as
+    :func:`service_moments` takes them): inf{t : P(S <= t) >= q}, 0 < q < 1.
+
+    exponential: -m ln(1 - q). deterministic: m. lognormal(mean_ms, cv): e^(mu + sigma z_q)
+    with sigma^2 = ln(1 + cv^2), mu = ln m - sigma^2 / 2 (the simulator's draw). pareto:
+    x_m (1 - q)^(-1/alpha). bimodal: the lighter mass's point while q <= its probability, else
+    the other's. hyperexponential: survival (1 - f) e^(-t/fast) + f e^(-t/slow) = 1 - q has no
+    closed form; it falls strictly from 1 to 0, so Brent's method on [0, -ln(1-q) max(fast,
+    slow)] (where it is <= 1 - q) solves it. The lab's instances draw this kind
+    (:meth:`relakit.lab.lab.LabSpec.service_quantile_ms`).
+    """
+    q = as_probability("q", q)
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"q: must lie strictly between 0 and 1, got {q!r}")
+    service_moments(kind, **params)  # validates kind, parameter names and values
+    if kind in ("bimodal", "hyperexponential"):
+        fast, slow, f = params["fast_ms"], params["slow_ms"], params["slow_fraction"]
+        if kind == "bimodal":
+            (lo, p_lo), hi = ((fast, 1.0 - f), slow) if fast <= slow else ((slow, f), fast)
+            return (lo if q <= p_lo else hi) / 1e3
+        target = 1.0 - q
+
+        def excess(t: float) -> float:
+            return (1.0 - f) * math.exp(-t / fast) + f * math.exp(-t / slow) - target
+
+        hi_ms = -math.log(target) * max(fast, slow)
+        from scipy import optimize  # here, not at import: scipy.optimize costs ~0.5 s to load
+        return float(optimize.brentq(excess, 0.0, hi_ms, xtol=1e-12 * hi_ms, rtol=8.9e-16,
+                                     maxiter=500)) / 1e3
+    mean_ms = params["mean_ms"]
+    if kind == "exponential":
+        return -mean_ms * math.log1p(-q) / 1e3
+    if kind == "deterministic":
+        return mean_ms / 1e3
+    if kind == "lognormal":
+        from scipy.special import ndtri
+
+        sigma2 = math.log1p(params["cv"] ** 2)
+        return math.exp(math.log(mean_ms) - sigma2 / 2 + math.sqrt(sigma2) * float(ndtri(q))) / 1e3
+    alpha = params["alpha"]  # pareto
+    return mean_ms * (alpha - 1.0) / alpha * (1.0 - q) ** (-1.0 / alpha) / 1e3

@@ -18,7 +18,6 @@ pointless without its owner) and is recorded like every other child.
 from __future__ import annotations
 
 import json
-import math
 import os
 import secrets
 import shutil
@@ -120,20 +119,12 @@ class LabSpec:
         """The ``q`` quantile of a healthy instance's service time (ms): the latency of a
         request that meets no queue at all. The instances draw it as a mixture of
         exponentials (:mod:`relakit.lab.dataplane`: mean ``slow_ms`` for ``slow_fraction``
-        of requests, else ``mean_ms``), whose survival (1 - f) e^(-t/mean) + f e^(-t/slow)
-        falls from 1 to 0: solved for 1 - q by bisection."""
-        if not 0.0 < q < 1.0:
-            raise ValueError(f"q: must lie strictly between 0 and 1, got {q!r}")
-        f = self.slow_fraction
+        of requests, else ``mean_ms``): the simulator's hyperexponential kind, whose
+        quantile :func:`relakit.analytic.service_quantile` solves."""
+        from relakit.analytic import service_quantile
 
-        def survival(t):
-            return (1 - f) * math.exp(-t / self.mean_ms) + f * math.exp(-t / self.slow_ms)
-
-        lo, hi = 0.0, -math.log(1.0 - q) * max(self.mean_ms, self.slow_ms)  # survival(hi) <= 1 - q
-        for _ in range(200):
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if survival(mid) > 1.0 - q else (lo, mid)
-        return 0.5 * (lo + hi)
+        return 1e3 * service_quantile("hyperexponential", q, fast_ms=self.mean_ms,
+                                      slow_ms=self.slow_ms, slow_fraction=self.slow_fraction)
 
 
 class Lab:
